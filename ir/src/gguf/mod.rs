@@ -1,0 +1,207 @@
+//! The GGUF container: a strict reader (versions 2 and 3, split models, zero-copy tensor data
+//! from a memory map) and a writer.
+//!
+//! Source of the format: the GGUF specification in the ggml repository (`docs/gguf.md`), and
+//! llama.cpp's `gguf.cpp` / `llama-model-loader.cpp` for split models (`split.*` keys).
+//! Files from model hubs are untrusted: see [`reader`] for what is checked.
+
+mod error;
+mod metadata;
+pub mod reader;
+mod split;
+mod value;
+pub mod writer;
+
+pub use error::GgufError;
+pub use metadata::Metadata;
+pub use reader::{GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC};
+pub use value::{Array, Value, ValueType};
+pub use writer::GgufWriter;
+
+use crate::ggml::GgmlType;
+use std::path::{Path, PathBuf};
+
+/// One tensor's entry in the tensor table.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TensorInfo {
+    /// Name as stored (`blk.0.attn_q.weight`).
+    pub name: String,
+    /// Number of dimensions stored in the file (0..=4).
+    pub n_dims: u32,
+    /// Shape as ggml `ne`, innermost first; unused trailing dimensions are 1.
+    pub ne: [u64; GGML_MAX_DIMS],
+    /// Element type.
+    pub ggml_type: GgmlType,
+    /// Offset of the data, relative to the start of its shard's data section, in bytes.
+    pub offset: u64,
+    /// Size of the data in bytes.
+    pub n_bytes: u64,
+    /// Index of the shard that holds the data (0 for single-file models).
+    pub shard: usize,
+}
+
+impl TensorInfo {
+    /// Number of elements (product of `ne`).
+    pub fn n_elements(&self) -> u64 {
+        self.ne.iter().product()
+    }
+
+    /// The shape without the trailing unit dimensions beyond `n_dims`.
+    pub fn shape(&self) -> &[u64] {
+        &self.ne[..self.n_dims as usize]
+    }
+}
+
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+struct Shard {
+    path: Option<PathBuf>,
+    backing: Backing,
+    data_offset: u64,
+}
+
+/// A GGUF model: the metadata and tensor table of its first (or only) file, the tensors of all
+/// its shards, and the tensor data, memory-mapped and exposed without copying.
+pub struct GgufFile {
+    version: u32,
+    alignment: u64,
+    metadata: Metadata,
+    tensors: Vec<TensorInfo>,
+    shards: Vec<Shard>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("n_kv", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("n_shards", &self.shards.len())
+            .finish()
+    }
+}
+
+fn map_file(path: &Path) -> Result<memmap2::Mmap, GgufError> {
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only; modelc never writes through it. A file truncated by another
+    // process while mapped can still fault, as with every mmap-based loader (llama.cpp included).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
+impl GgufFile {
+    /// Opens and validates a GGUF file. A file named `NAME-00001-of-0000N.gguf` whose
+    /// `split.count` is above 1 is read together with its other shards as one model.
+    ///
+    /// Errors: I/O errors name the file; format errors name the byte offset and the key or
+    /// tensor; split errors name the missing, extra or mismatched shard.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
+        let path = path.as_ref();
+        let first = Self::open_one(path)?;
+        split::gather_shards(path, first)
+    }
+
+    fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
+        let map = map_file(path)?;
+        Self::from_backing(Some(path.to_path_buf()), Backing::Mmap(map)).map_err(|e| e.with_path(path))
+    }
+
+    /// Reads a GGUF file held in memory (tests, fuzzing). Split keys are not followed.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        Self::from_backing(None, Backing::Owned(bytes))
+    }
+
+    fn from_backing(path: Option<PathBuf>, backing: Backing) -> Result<GgufFile, GgufError> {
+        let h = reader::parse_header(backing.bytes())?;
+        Ok(GgufFile {
+            version: h.version,
+            alignment: h.alignment,
+            metadata: h.metadata,
+            tensors: h.tensors,
+            shards: vec![Shard {
+                path,
+                backing,
+                data_offset: h.data_offset,
+            }],
+        })
+    }
+
+    /// GGUF version of the (first) file: 2 or 3.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Alignment of tensor data in bytes (`general.alignment`, default 32).
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// All metadata of the first file, in file order.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// All tensors of all shards, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor called `name`, if present.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The data of `t`, borrowed from the memory map. `t` must come from this file's table;
+    /// the bounds were checked when the file was opened.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        let Some(shard) = self.shards.get(t.shard) else {
+            return &[];
+        };
+        let start = (shard.data_offset + t.offset) as usize;
+        shard
+            .backing
+            .bytes()
+            .get(start..start + t.n_bytes as usize)
+            .unwrap_or(&[])
+    }
+
+    /// Total size in bytes of all shards.
+    pub fn file_size(&self) -> u64 {
+        self.shards.iter().map(|s| s.backing.bytes().len() as u64).sum()
+    }
+
+    /// Number of files the model was read from.
+    pub fn n_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Paths of the files the model was read from (empty for in-memory data).
+    pub fn paths(&self) -> Vec<&Path> {
+        self.shards.iter().filter_map(|s| s.path.as_deref()).collect()
+    }
+
+    /// `general.architecture`, if present and a string.
+    pub fn architecture(&self) -> Option<&str> {
+        self.metadata.get("general.architecture").and_then(Value::as_str)
+    }
+
+    /// Total bytes of tensor data.
+    pub fn tensor_data_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.n_bytes).sum()
+    }
+}

@@ -1,0 +1,5 @@
+//! The `modelc` command: see `runtime::cli`.
+
+fn main() -> std::process::ExitCode {
+    runtime::cli::main()
+}
