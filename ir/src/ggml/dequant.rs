@@ -1,0 +1,311 @@
+//! The reference dequantizer: GGML blocks to f32, bit-exact with ggml's `dequantize_row_*`
+//! (ggml-quants.c) and `to_float` of the plain types.
+//!
+//! Each format is a plain loop over blocks written after the description in
+//! [`super::format`]; the tests check every one bit for bit against
+//! [`BlockFormat::decode_value`](super::BlockFormat::decode_value) on random blocks and against
+//! the llama.cpp vectors in `shared/fixtures/dequant/`. The f32 operations are done in ggml's
+//! order, e.g. Q4_K computes `d1 = d * sc` and `m1 = dmin * m` first, then `d1 * q - m1`.
+
+use super::error::{check_lengths, BlockDataError};
+use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
+use super::layouts::KVALUES_IQ4NL;
+use super::{GgmlType, QK_K};
+
+/// Dequantizes `dst.len()` values of type `t` from `src` into `dst`.
+///
+/// `src` holds `dst.len() / block_size` blocks back to back (one row or many rows: rows of a
+/// GGML tensor are whole blocks, so they concatenate). The values come out in block order,
+/// value `b * block_size + i` being value `i` of block `b`.
+///
+/// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS. (ggml itself has no `to_float` for Q8_1; here it is `d * q`.)
+///
+/// # Errors
+/// [`BlockDataError::Unsupported`] naming the type for any other type;
+/// [`BlockDataError::PartialBlock`] if `dst.len()` is not a multiple of the block size;
+/// [`BlockDataError::ByteLength`] if `src.len()` is not `dst.len() / block_size * type_size`.
+pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockDataError> {
+    if super::block_format(t).is_none() {
+        return Err(BlockDataError::Unsupported {
+            op: "dequantize",
+            ty: t,
+        });
+    }
+    check_lengths(t, "src", dst.len(), src.len())?;
+    let blocks = src.chunks_exact(t.type_size());
+    let outs = dst.chunks_exact_mut(t.block_size());
+    match t {
+        GgmlType::F32 => blocks.zip(outs).for_each(|(b, y)| y[0] = f32_at(b, 0)),
+        GgmlType::F16 => blocks.zip(outs).for_each(|(b, y)| y[0] = f16_at(b, 0)),
+        GgmlType::BF16 => blocks
+            .zip(outs)
+            .for_each(|(b, y)| y[0] = bf16_to_f32(u16_at(b, 0))),
+        GgmlType::Q4_0 => blocks.zip(outs).for_each(|(b, y)| q4_0(b, y)),
+        GgmlType::Q4_1 => blocks.zip(outs).for_each(|(b, y)| q4_1(b, y)),
+        GgmlType::Q5_0 => blocks.zip(outs).for_each(|(b, y)| q5_0(b, y)),
+        GgmlType::Q5_1 => blocks.zip(outs).for_each(|(b, y)| q5_1(b, y)),
+        GgmlType::Q8_0 => blocks
+            .zip(outs)
+            .for_each(|(b, y)| q8(f16_at(b, 0), &b[2..], y)),
+        GgmlType::Q8_1 => blocks
+            .zip(outs)
+            .for_each(|(b, y)| q8(f16_at(b, 0), &b[4..], y)),
+        GgmlType::Q8_K => blocks
+            .zip(outs)
+            .for_each(|(b, y)| q8(f32_at(b, 0), &b[4..260], y)),
+        GgmlType::Q2_K => blocks.zip(outs).for_each(|(b, y)| q2_k(b, y)),
+        GgmlType::Q3_K => blocks.zip(outs).for_each(|(b, y)| q3_k(b, y)),
+        GgmlType::Q4_K => blocks.zip(outs).for_each(|(b, y)| q4_k(b, y)),
+        GgmlType::Q5_K => blocks.zip(outs).for_each(|(b, y)| q5_k(b, y)),
+        GgmlType::Q6_K => blocks.zip(outs).for_each(|(b, y)| q6_k(b, y)),
+        GgmlType::IQ4_NL => blocks.zip(outs).for_each(|(b, y)| iq4_nl(b, y)),
+        GgmlType::IQ4_XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
+        _ => {
+            return Err(BlockDataError::Unsupported {
+                op: "dequantize",
+                ty: t,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Q4_0: `d` f16 @0, `qs[16]` @2. `y[j] = (lo - 8) * d`, `y[j + 16] = (hi - 8) * d`.
+fn q4_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        y[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
+        y[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+/// Q4_1: `d` @0, `m` @2, `qs[16]` @4. `y = q * d + m`.
+fn q4_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    for (j, &q) in b[4..20].iter().enumerate() {
+        y[j] = (q & 0x0f) as f32 * d + m;
+        y[j + 16] = (q >> 4) as f32 * d + m;
+    }
+}
+
+/// The fifth bits of Q5_0 / Q5_1 for values j and j + 16 (`qh` is a little-endian u32).
+#[inline]
+fn q5_high(qh: u32, j: usize) -> (u8, u8) {
+    (
+        (((qh >> j) << 4) & 0x10) as u8,
+        ((qh >> (j + 12)) & 0x10) as u8,
+    )
+}
+
+/// Q5_0: `d` @0, `qh[4]` @2, `qs[16]` @6. `y = (q5 - 16) * d`.
+fn q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    for (j, &q) in b[6..22].iter().enumerate() {
+        let (h0, h1) = q5_high(qh, j);
+        y[j] = (((q & 0x0f) | h0) as i32 - 16) as f32 * d;
+        y[j + 16] = (((q >> 4) | h1) as i32 - 16) as f32 * d;
+    }
+}
+
+/// Q5_1: `d` @0, `m` @2, `qh[4]` @4, `qs[16]` @8. `y = q5 * d + m`.
+fn q5_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    for (j, &q) in b[8..24].iter().enumerate() {
+        let (h0, h1) = q5_high(qh, j);
+        y[j] = ((q & 0x0f) | h0) as f32 * d + m;
+        y[j + 16] = ((q >> 4) | h1) as f32 * d + m;
+    }
+}
+
+/// Q8_0 / Q8_1 / Q8_K: `y = qs * d` (int8 quants).
+fn q8(d: f32, qs: &[u8], y: &mut [f32]) {
+    for (y, &q) in y.iter_mut().zip(qs) {
+        *y = (q as i8) as f32 * d;
+    }
+}
+
+/// Q2_K: `scales[16]` @0, `qs[64]` @16, `d` @80, `dmin` @82.
+/// Per 16 values: `dl = d * (sc & 15)`, `ml = dmin * (sc >> 4)`, `y = dl * q - ml`.
+fn q2_k(b: &[u8], y: &mut [f32]) {
+    let scales = &b[0..16];
+    let d = f16_at(b, 80);
+    let dmin = f16_at(b, 82);
+    let mut out = y.chunks_exact_mut(16);
+    let mut is = 0;
+    for half in 0..QK_K / 128 {
+        let q = &b[16 + half * 32..16 + half * 32 + 32];
+        for shift in [0u32, 2, 4, 6] {
+            for sub in [&q[0..16], &q[16..32]] {
+                let sc = scales[is];
+                is += 1;
+                let dl = d * (sc & 0x0f) as f32;
+                let ml = dmin * (sc >> 4) as f32;
+                if let Some(o) = out.next() {
+                    for (o, &qq) in o.iter_mut().zip(sub) {
+                        *o = dl * ((qq >> shift) & 3) as f32 - ml;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Unpacks the sixteen 6-bit Q3_K scales (with their +32 bias still applied).
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i32; 16] {
+    let mut out = [0i32; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = (s[j % 8] >> (4 * (j / 8))) & 0x0f;
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | high << 4) as i32;
+    }
+    out
+}
+
+/// Q3_K: `hmask[32]` @0, `qs[64]` @32, `scales[12]` @96, `d` @108.
+/// Per 16 values: `dl = d * (sc - 32)`, `y = dl * (q2 - (hbit ? 0 : 4))`.
+fn q3_k(b: &[u8], y: &mut [f32]) {
+    let hm = &b[0..32];
+    let scales = q3_k_scales(&b[96..108]);
+    let d = f16_at(b, 108);
+    let mut out = y.chunks_exact_mut(16);
+    let mut is = 0;
+    let mut m = 1u8;
+    for half in 0..QK_K / 128 {
+        let q = &b[32 + half * 32..32 + half * 32 + 32];
+        for shift in [0u32, 2, 4, 6] {
+            for part in 0..2 {
+                let dl = d * (scales[is] - 32) as f32;
+                is += 1;
+                if let Some(o) = out.next() {
+                    for (l, o) in o.iter_mut().enumerate() {
+                        let k = part * 16 + l;
+                        let low = ((q[k] >> shift) & 3) as i32;
+                        let sub = if hm[k] & m != 0 { 0 } else { 4 };
+                        *o = dl * (low - sub) as f32;
+                    }
+                }
+            }
+            m = m.wrapping_shl(1);
+        }
+    }
+}
+
+/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8) of a Q4_K /
+/// Q5_K block, from its 12-byte `scales`.
+#[inline]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K: `d` @0, `dmin` @2, `scales[12]` @4, `qs[128]` @16.
+/// Per 32 values: `d1 = d * sc`, `m1 = dmin * m`, `y = d1 * q - m1`.
+fn q4_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    for (c, (q, o)) in b[16..144]
+        .chunks_exact(32)
+        .zip(y.chunks_exact_mut(64))
+        .enumerate()
+    {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+        for (l, &qq) in q.iter().enumerate() {
+            o[l] = d1 * (qq & 0x0f) as f32 - m1;
+            o[l + 32] = d2 * (qq >> 4) as f32 - m2;
+        }
+    }
+}
+
+/// Q5_K: `d` @0, `dmin` @2, `scales[12]` @4, `qh[32]` @16, `qs[128]` @48.
+/// As Q4_K with a fifth bit: bit `i / 32` of `qh[i % 32]` adds 16.
+fn q5_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    for (c, (ql, o)) in b[48..176]
+        .chunks_exact(32)
+        .zip(y.chunks_exact_mut(64))
+        .enumerate()
+    {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
+        for (l, &qq) in ql.iter().enumerate() {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            o[l] = d1 * ((qq & 0x0f) + h1) as f32 - m1;
+            o[l + 32] = d2 * ((qq >> 4) + h2) as f32 - m2;
+        }
+    }
+}
+
+/// Q6_K: `ql[128]` @0, `qh[64]` @128, `scales[16]` (int8) @192, `d` @208.
+/// `y = d * sc * q` evaluated as `(d * sc) * q`, with `q` the 6-bit value minus 32.
+fn q6_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 208);
+    for (n, o) in y.chunks_exact_mut(128).enumerate() {
+        let ql = &b[n * 64..n * 64 + 64];
+        let qh = &b[128 + n * 32..128 + n * 32 + 32];
+        let sc = &b[192 + n * 8..192 + n * 8 + 8];
+        for l in 0..32 {
+            let is = l / 16;
+            let h = qh[l];
+            let q1 = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i32 - 32;
+            o[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+            o[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+            o[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+            o[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+/// IQ4_NL: `d` @0, `qs[16]` @2. `y = d * kvalues_iq4nl[nibble]`.
+fn iq4_nl(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        y[j] = d * KVALUES_IQ4NL[(q & 0x0f) as usize] as f32;
+        y[j + 16] = d * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+    }
+}
+
+/// IQ4_XS: `d` @0, `scales_h` (u16) @2, `scales_l[4]` @4, `qs[128]` @8.
+/// Per 32 values: `dl = d * (ls - 32)`, `y = dl * kvalues_iq4nl[nibble]`.
+fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let scales_h = u16_at(b, 2) as u32;
+    let scales_l = &b[4..8];
+    for (ib, (qs, o)) in b[8..136]
+        .chunks_exact(16)
+        .zip(y.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32
+            | (((scales_h >> (2 * ib)) & 3) << 4) as i32;
+        let dl = d * (ls - 32) as f32;
+        for (j, &q) in qs.iter().enumerate() {
+            o[j] = dl * KVALUES_IQ4NL[(q & 0x0f) as usize] as f32;
+            o[j + 16] = dl * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! Reference dot products of a weight row with an activation row, as llama.cpp's CPU matrix
+//! product computes each output element.
+//!
+//! llama.cpp's CPU `mul_mat` converts the activations (`src1`) to the weight type's
+//! companion format [`vec_dot_type`] once per row (see [`super::quantize`]), then calls the
+//! type's `vec_dot` for each (weight row, activation row) pair. The functions here reproduce
+//! ggml's portable scalar code (`ggml_vec_dot_*_generic` in ggml-cpu/quants.c and the scalar
+//! branches of `ggml_vec_dot_f32/f16/bf16` in ggml-cpu/vec.cpp), including its accumulation
+//! order:
+//!
+//! - Q4_0, Q5_0, Q8_0, IQ4_NL (with Q8_0) and Q4_1, Q5_1 (with Q8_1): an exact i32 sum per
+//!   32-value block, scaled in f32 and added to one f32 running sum, block after block:
+//!   Q4_0 `sum += (sumi * dx) * dy`; Q5_0 `sum += (dx * dy) * sumi`; Q8_0
+//!   `sum += sumi * (dx * dy)`; IQ4_NL `sum += (dy * dx) * sumi`; Q4_1 / Q5_1
+//!   `sum += (dx * dy) * sumi + mx * sy`.
+//! - Q2_K: per super-block `sum += dall * isum - dmin * summs` (exact i32 sums).
+//! - Q3_K, Q4_K, Q5_K, Q6_K: eight f32 lanes; lane `l` accumulates `(dx * dy) * isum_l`,
+//!   where `isum_l` is the exact i32 sum over the values whose index is `l` mod 8; the mins
+//!   of Q4_K / Q5_K are subtracted from a separate f32 sum (`sum -= (dmin * dy) * summs`);
+//!   the lanes are added to that sum in order 0..8 at the end.
+//! - IQ4_XS: per 32 values `sum += (dx * dy * (ls - 32)) * sumi`.
+//! - F32, F16, BF16: each product in f32, summed in f64, rounded to f32 at the end.
+//!
+//! llama.cpp's SIMD kernels (AVX2, NEON) and llamafile's sgemm compute the same integer
+//! sums but add the scaled block results in a different order, often with fused
+//! multiply-adds; their results differ from these by a few f32 ulps of the partial sums,
+//! never by a rounding of the activations.
+
+use super::error::{check_lengths, BlockDataError};
+use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
+use super::layouts::KVALUES_IQ4NL;
+use super::quant::{quantize, Q8Flavor};
+use super::{GgmlType, QK_K};
+
+/// The type llama.cpp's CPU backend converts activations to before a dot product with
+/// weights of type `t` (`vec_dot_type` in ggml-cpu's type traits), or `None` if `t` has no
+/// CPU dot product here.
+///
+/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS → Q8_K;
+/// F32 → F32; F16 → F16; BF16 → BF16.
+pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
+    use GgmlType::*;
+    Some(match t {
+        F32 => F32,
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
+        _ => return None,
+    })
+}
+
+/// The dot product of one weight row `w_row` (type `wtype`, whole blocks) with one
+/// activation row `act_row` already in [`vec_dot_type`]`(wtype)`, computed as ggml's scalar
+/// `vec_dot` does (see the module documentation for the order of operations).
+///
+/// The number of values `n` is given by `w_row`; `act_row` must hold the same `n` values.
+///
+/// # Errors
+/// [`BlockDataError::Unsupported`] if `wtype` has no dot product here;
+/// [`BlockDataError::RaggedBytes`] if `w_row` is not whole blocks;
+/// [`BlockDataError::PartialBlock`] / [`BlockDataError::ByteLength`] if `act_row` does not
+/// hold exactly `n` values of the activation type.
+pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, BlockDataError> {
+    let at = vec_dot_type(wtype).ok_or(BlockDataError::Unsupported {
+        op: "vec_dot",
+        ty: wtype,
+    })?;
+    let n = row_values(wtype, w_row)?;
+    check_lengths(at, "activation row", n, act_row.len())?;
+    let w = w_row.chunks_exact(wtype.type_size());
+    let a = act_row;
+    Ok(match wtype {
+        GgmlType::F32 => dot_plain(w_row, a, 4, f32_at),
+        GgmlType::F16 => dot_plain(w_row, a, 2, f16_at),
+        GgmlType::BF16 => dot_plain(w_row, a, 2, |b, o| bf16_to_f32(u16_at(b, o))),
+        GgmlType::Q4_0 => q4_0_q8_0(w, a),
+        GgmlType::Q4_1 => q4_1_q8_1(w, a),
+        GgmlType::Q5_0 => q5_0_q8_0(w, a),
+        GgmlType::Q5_1 => q5_1_q8_1(w, a),
+        GgmlType::Q8_0 => q8_0_q8_0(w, a),
+        GgmlType::IQ4_NL => iq4_nl_q8_0(w, a),
+        GgmlType::Q2_K => q2_k_q8_k(w, a),
+        GgmlType::Q3_K => q3_k_q8_k(w, a),
+        GgmlType::Q4_K => q45_k_q8_k(w, a, false),
+        GgmlType::Q5_K => q45_k_q8_k(w, a, true),
+        GgmlType::Q6_K => q6_k_q8_k(w, a),
+        GgmlType::IQ4_XS => iq4_xs_q8_k(w, a),
+        _ => {
+            return Err(BlockDataError::Unsupported {
+                op: "vec_dot",
+                ty: wtype,
+            })
+        }
+    })
+}
+
+/// Converts the f32 activation row `x` to the companion format of weight type `wtype`
+/// (`vec_dot_type(wtype)`, Q8_0 / Q8_1 per `flavor`), as llama.cpp's `mul_mat` does once per
+/// activation row before the dot products with every weight row.
+///
+/// Returns the activation type and the converted row, ready for [`vec_dot`].
+///
+/// # Errors
+/// [`BlockDataError::Unsupported`] if `wtype` has no dot product here;
+/// [`BlockDataError::PartialBlock`] if `x.len()` is not whole blocks of the activation type.
+pub fn quantize_activations(
+    wtype: GgmlType,
+    x: &[f32],
+    flavor: Q8Flavor,
+) -> Result<(GgmlType, Vec<u8>), BlockDataError> {
+    let at = vec_dot_type(wtype).ok_or(BlockDataError::Unsupported {
+        op: "vec_dot",
+        ty: wtype,
+    })?;
+    if x.len() % at.block_size() != 0 {
+        return Err(BlockDataError::PartialBlock {
+            ty: at,
+            n_values: x.len(),
+            block_size: at.block_size(),
+        });
+    }
+    let mut act = vec![0u8; x.len() / at.block_size() * at.type_size()];
+    quantize(at, x, &mut act, flavor)?;
+    Ok((at, act))
+}
+
+/// The dot product of weight row `w_row` with the f32 activations `x`, as llama.cpp computes
+/// it: [`quantize_activations`] then [`vec_dot`]. Allocates the converted row; to dot one
+/// activation row with many weight rows, convert it once with [`quantize_activations`].
+///
+/// # Errors
+/// As [`vec_dot`]; [`BlockDataError::ValueCount`] if `x.len()` differs from the number of
+/// values in `w_row`.
+pub fn vec_dot_f32(
+    wtype: GgmlType,
+    w_row: &[u8],
+    x: &[f32],
+    flavor: Q8Flavor,
+) -> Result<f32, BlockDataError> {
+    let n = row_values(wtype, w_row)?;
+    if x.len() != n {
+        return Err(BlockDataError::ValueCount {
+            ty: wtype,
+            what: "activation row",
+            actual: x.len(),
+            expected: n,
+        });
+    }
+    let (_, act) = quantize_activations(wtype, x, flavor)?;
+    vec_dot(wtype, w_row, &act)
+}
+
+/// Number of values in a row of whole blocks.
+fn row_values(t: GgmlType, row: &[u8]) -> Result<usize, BlockDataError> {
+    let ts = t.type_size();
+    if row.len() % ts != 0 {
+        return Err(BlockDataError::RaggedBytes {
+            ty: t,
+            what: "weight row",
+            actual: row.len(),
+            type_size: ts,
+        });
+    }
+    Ok(row.len() / ts * t.block_size())
+}
+
+/// F32 / F16 / BF16 · same type: f32 products summed in f64 (ggml's scalar `ggml_vec_dot_*`).
+fn dot_plain(w: &[u8], a: &[u8], size: usize, read: impl Fn(&[u8], usize) -> f32) -> f32 {
+    let mut sum = 0.0f64;
+    for (x, y) in w.chunks_exact(size).zip(a.chunks_exact(size)) {
+        sum += (read(x, 0) * read(y, 0)) as f64;
+    }
+    sum as f32
+}
+
+/// The int8 quants of a Q8_0 / Q8_1 / Q8_K block.
+#[inline]
+fn i8s(b: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    b.iter().map(|&q| q as i8 as i32)
+}
+
+fn q4_0_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(34)) {
+        let (mut s0, mut s1) = (0i32, 0i32);
+        let yq = &y[2..34];
+        for (j, &q) in x[2..18].iter().enumerate() {
+            s0 += ((q & 0x0f) as i32 - 8) * (yq[j] as i8 as i32);
+            s1 += ((q >> 4) as i32 - 8) * (yq[j + 16] as i8 as i32);
+        }
+        sumf += (s0 + s1) as f32 * f16_at(x, 0) * f16_at(y, 0);
+    }
+    sumf
+}
+
+fn q4_1_q8_1<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(36)) {
+        let (mut s0, mut s1) = (0i32, 0i32);
+        let yq = &y[4..36];
+        for (j, &q) in x[4..20].iter().enumerate() {
+            s0 += (q & 0x0f) as i32 * (yq[j] as i8 as i32);
+            s1 += (q >> 4) as i32 * (yq[j + 16] as i8 as i32);
+        }
+        let sumi = s0 + s1;
+        sumf += (f16_at(x, 0) * f16_at(y, 0)) * sumi as f32 + f16_at(x, 2) * f16_at(y, 2);
+    }
+    sumf
+}
+
+/// Integer sum of a Q5 block's quants (32 nibbles at `qs`, fifth bits in `qh`) times the
+/// Q8 quants `yq`, with `bias` subtracted from each 5-bit value (16 for Q5_0, 0 for Q5_1).
+#[inline]
+fn q5_sum(qh: u32, qs: &[u8], yq: &[u8], bias: i32) -> i32 {
+    let (mut s0, mut s1) = (0i32, 0i32);
+    for (j, &q) in qs.iter().enumerate() {
+        let h0 = (((qh >> j) << 4) & 0x10) as u8;
+        let h1 = ((qh >> (j + 12)) & 0x10) as u8;
+        s0 += (((q & 0x0f) | h0) as i32 - bias) * (yq[j] as i8 as i32);
+        s1 += (((q >> 4) | h1) as i32 - bias) * (yq[j + 16] as i8 as i32);
+    }
+    s0 + s1
+}
+
+fn q5_0_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(34)) {
+        let qh = u32::from_le_bytes([x[2], x[3], x[4], x[5]]);
+        let sumi = q5_sum(qh, &x[6..22], &y[2..34], 16);
+        sumf += (f16_at(x, 0) * f16_at(y, 0)) * sumi as f32;
+    }
+    sumf
+}
+
+fn q5_1_q8_1<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(36)) {
+        let qh = u32::from_le_bytes([x[4], x[5], x[6], x[7]]);
+        let sumi = q5_sum(qh, &x[8..24], &y[4..36], 0);
+        sumf += (f16_at(x, 0) * f16_at(y, 0)) * sumi as f32 + f16_at(x, 2) * f16_at(y, 2);
+    }
+    sumf
+}
+
+fn q8_0_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(34)) {
+        let sumi: i32 = i8s(&x[2..34]).zip(i8s(&y[2..34])).map(|(p, q)| p * q).sum();
+        sumf += sumi as f32 * (f16_at(x, 0) * f16_at(y, 0));
+    }
+    sumf
+}
+
+fn iq4_nl_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(34)) {
+        let d = f16_at(y, 0) * f16_at(x, 0);
+        let yq = &y[2..34];
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for (j, &q) in x[2..18].iter().enumerate() {
+            s1 += (yq[j] as i8 as i32) * KVALUES_IQ4NL[(q & 0x0f) as usize] as i32;
+            s2 += (yq[j + 16] as i8 as i32) * KVALUES_IQ4NL[(q >> 4) as usize] as i32;
+        }
+        sumf += d * (s1 + s2) as f32;
+    }
+    sumf
+}
+
+/// The parts of a Q8_K block: `d` (f32), the 256 quants, the 16 `bsums`.
+#[inline]
+fn q8_k_parts(y: &[u8]) -> (f32, &[u8], impl Iterator<Item = i32> + '_) {
+    let bsums = y[260..292]
+        .chunks_exact(2)
+        .map(|c| i16::from_le_bytes([c[0], c[1]]) as i32);
+    (f32_at(y, 0), &y[4..260], bsums)
+}
+
+fn q2_k_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let (yd, q8, bsums) = q8_k_parts(y);
+        let sc = &x[0..16];
+        let summs: i32 = bsums.zip(sc).map(|(s, &c)| s * (c >> 4) as i32).sum();
+        let dall = yd * f16_at(x, 80);
+        let dmin = yd * f16_at(x, 82);
+        let mut isum = 0i32;
+        let mut is = 0;
+        for half in 0..QK_K / 128 {
+            let q2 = &x[16 + 32 * half..16 + 32 * half + 32];
+            for (k, shift) in [0u32, 2, 4, 6].into_iter().enumerate() {
+                let q8 = &q8[128 * half + 32 * k..128 * half + 32 * k + 32];
+                for part in 0..2 {
+                    let d = (sc[is] & 0x0f) as i32;
+                    is += 1;
+                    let isuml: i32 = (16 * part..16 * part + 16)
+                        .map(|l| (q8[l] as i8 as i32) * ((q2[l] >> shift) & 3) as i32)
+                        .sum();
+                    isum += d * isuml;
+                }
+            }
+        }
+        sumf += dall * isum as f32 - dmin * summs as f32;
+    }
+    sumf
+}
+
+/// Adds `scale * q8[l] * a[l]` over 16 values into the eight lanes (`aux32[l % 8]`).
+#[inline]
+fn lanes_16(aux32: &mut [i32; 8], scale: i32, q8: &[u8], a: &[i8]) {
+    for (qc, ac) in q8.chunks_exact(8).zip(a.chunks_exact(8)) {
+        for l in 0..8 {
+            aux32[l] += scale * ((qc[l] as i8 as i32) * ac[l] as i32);
+        }
+    }
+}
+
+/// Adds the lanes of one super-block, scaled by `d`, to `sums`.
+#[inline]
+fn add_lanes(sums: &mut [f32; 8], d: f32, aux32: &[i32; 8]) {
+    for (s, &v) in sums.iter_mut().zip(aux32) {
+        *s += d * v as f32;
+    }
+}
+
+fn q3_k_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let (yd, q8, _) = q8_k_parts(y);
+        let hm = &x[0..32];
+        let mut aux8 = [0i8; QK_K];
+        let mut m = 1u8;
+        for (c, chunk) in aux8.chunks_exact_mut(32).enumerate() {
+            let q3 = &x[32 + 32 * (c / 4)..32 + 32 * (c / 4) + 32];
+            let shift = 2 * (c % 4) as u32;
+            for (l, o) in chunk.iter_mut().enumerate() {
+                let low = ((q3[l] >> shift) & 3) as i8;
+                *o = low - if hm[l] & m != 0 { 0 } else { 4 };
+            }
+            m = m.wrapping_shl(1);
+        }
+        let scales = super::dequant::q3_k_scales(&x[96..108]);
+        let mut aux32 = [0i32; 8];
+        for (j, &sc) in scales.iter().enumerate() {
+            lanes_16(
+                &mut aux32,
+                sc - 32,
+                &q8[16 * j..16 * j + 16],
+                &aux8[16 * j..16 * j + 16],
+            );
+        }
+        add_lanes(&mut sums, f16_at(x, 108) * yd, &aux32);
+    }
+    sums.iter().fold(0.0f32, |s, &v| s + v)
+}
+
+fn q45_k_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8], five_bit: bool) -> f32 {
+    let mut sums = [0.0f32; 8];
+    let mut sumf = 0.0f32;
+    let qs_at = if five_bit { 48 } else { 16 };
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let (yd, q8, bsums) = q8_k_parts(y);
+        let mut aux8 = [0i8; QK_K];
+        for (c, chunk) in aux8.chunks_exact_mut(32).enumerate() {
+            let q4 = &x[qs_at + 32 * (c / 2)..qs_at + 32 * (c / 2) + 32];
+            let shift = 4 * (c % 2) as u32;
+            for (l, o) in chunk.iter_mut().enumerate() {
+                let high = if five_bit && x[16 + l] & (1u8 << c) != 0 {
+                    16
+                } else {
+                    0
+                };
+                *o = ((q4[l] >> shift) & 0x0f) as i8 + high;
+            }
+        }
+        let scales = &x[4..16];
+        let sm: [(u8, u8); 8] = std::array::from_fn(|j| super::dequant::scale_min_k4(j, scales));
+        let sumi: i32 = bsums.enumerate().map(|(j, s)| s * sm[j / 2].1 as i32).sum();
+        let mut aux32 = [0i32; 8];
+        for (j, &(sc, _)) in sm.iter().enumerate() {
+            for half in 0..2 {
+                let r = 32 * j + 16 * half;
+                lanes_16(&mut aux32, sc as i32, &q8[r..r + 16], &aux8[r..r + 16]);
+            }
+        }
+        add_lanes(&mut sums, f16_at(x, 0) * yd, &aux32);
+        sumf -= (f16_at(x, 2) * yd) * sumi as f32;
+    }
+    sums.iter().fold(sumf, |s, &v| s + v)
+}
+
+fn q6_k_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sums = [0.0f32; 8];
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let (yd, q8, _) = q8_k_parts(y);
+        let mut aux8 = [0i8; QK_K];
+        for (n, o) in aux8.chunks_exact_mut(128).enumerate() {
+            let ql = &x[64 * n..64 * n + 64];
+            let qh = &x[128 + 32 * n..128 + 32 * n + 32];
+            for l in 0..32 {
+                let h = qh[l];
+                o[l] = ((ql[l] & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+                o[l + 32] = ((ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+                o[l + 64] = ((ql[l] >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+                o[l + 96] = ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+            }
+        }
+        let mut aux32 = [0i32; 8];
+        for (j, &sc) in x[192..208].iter().enumerate() {
+            let r = 16 * j;
+            lanes_16(
+                &mut aux32,
+                sc as i8 as i32,
+                &q8[r..r + 16],
+                &aux8[r..r + 16],
+            );
+        }
+        add_lanes(&mut sums, f16_at(x, 208) * yd, &aux32);
+    }
+    sums.iter().fold(0.0f32, |s, &v| s + v)
+}
+
+fn iq4_xs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let (yd, q8, _) = q8_k_parts(y);
+        let d4d8 = f16_at(x, 0) * yd;
+        let scales_h = u16_at(x, 2) as u32;
+        for ib in 0..QK_K / 32 {
+            let ls = ((x[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32
+                | (((scales_h >> (2 * ib)) & 3) << 4) as i32;
+            let dl = d4d8 * (ls - 32) as f32;
+            let qs = &x[8 + 16 * ib..8 + 16 * ib + 16];
+            let yq = &q8[32 * ib..32 * ib + 32];
+            let (mut s1, mut s2) = (0i32, 0i32);
+            for (j, &q) in qs.iter().enumerate() {
+                s1 += (yq[j] as i8 as i32) * KVALUES_IQ4NL[(q & 0x0f) as usize] as i32;
+                s2 += (yq[j + 16] as i8 as i32) * KVALUES_IQ4NL[(q >> 4) as usize] as i32;
+            }
+            sumf += dl * (s1 + s2) as f32;
+        }
+    }
+    sumf
+}

@@ -1,0 +1,36 @@
+//! GGML block formats as data (DESIGN.md principle 1): the type table, one description per
+//! block format, and the reference dequantizer, activation quantizers and dot products
+//! derived from it.
+//!
+//! - [`GgmlType`]: every type id GGML defines, with block size and bytes per block;
+//! - [`BlockFormat`] / [`block_format`]: field layout and decoding of each described format
+//!   (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K … Q8_K, IQ4_NL, IQ4_XS);
+//! - [`dequantize`]: blocks to f32, bit-exact with ggml's `dequantize_row_*`;
+//! - [`quantize`] and the `quantize_*` functions: f32 to the activation formats of llama.cpp's
+//!   CPU matrix products (Q8_0, Q8_1, Q8_K, F16, BF16), bit-exact with ggml;
+//! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
+//!   format of each weight type, the conversion to it, and the dot product ggml's scalar code
+//!   computes for a weight row and an activation row.
+
+mod dequant;
+mod dot;
+mod error;
+mod format;
+mod fp;
+mod layouts;
+mod quant;
+mod types;
+
+pub use dequant::dequantize;
+pub use dot::{quantize_activations, vec_dot, vec_dot_f32, vec_dot_type};
+pub use error::{BlockDataError, DequantError};
+pub use format::{
+    block_format, block_formats, BitPiece, BlockFormat, Decode, Field, FieldKind, Index, IntCode,
+    IntMap, MinTerm, Recipe, ScalarKind, SubScalePacking, Term, KVALUES_IQ4NL,
+};
+pub use fp::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use quant::{
+    quantize, quantize_bf16, quantize_f16, quantize_q8_0, quantize_q8_0_with, quantize_q8_1,
+    quantize_q8_1_with, quantize_q8_k, Q8Flavor,
+};
+pub use types::{GgmlType, QK_K};
