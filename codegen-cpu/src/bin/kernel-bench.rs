@@ -1,0 +1,339 @@
+//! Benchmark of the generated matmul kernels on SmolLM2-135M's shapes (Q4_1 layers, Q8_0
+//! output), random weights.
+//!
+//! ```text
+//! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
+//!     [--only shapes|decode|pp] [--tiling TOKENS,UNROLL] [--types Q4_1,Q8_0,...]
+//! ```
+//!
+//! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
+//! GB/s of repacked weight bytes read, and GMAC/s; then a "decode token" sweep (30 layers ×
+//! {q,k,v,o,gate,up,down} + output, distinct weights so they come from DRAM as in a real
+//! step) and a prompt sweep (ubatch 64, output for the last token only, as llama-bench's pp).
+
+use std::time::Instant;
+
+use codegen_cpu::{compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, RepackedWeight, ThreadPool, Tiling};
+use ir::ggml::GgmlType;
+
+const N_LAYER: usize = 30;
+const N_EMBD: usize = 576;
+const N_KV: usize = 192;
+const N_FF: usize = 1536;
+const N_VOCAB: usize = 49152;
+
+struct Args {
+    threads: Vec<usize>,
+    reps: usize,
+    only: Option<String>,
+    tiling: Option<Tiling>,
+    types: Vec<GgmlType>,
+    disasm: Option<MatmulSpec>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        threads: vec![1, 2],
+        reps: 7,
+        only: None,
+        tiling: None,
+        types: vec![GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16],
+        disasm: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--threads" | "-t" => {
+                a.threads = val()?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--threads: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--reps" => a.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?,
+            "--only" => a.only = Some(val()?),
+            "--tiling" => {
+                let v = val()?;
+                let p: Vec<usize> = v
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--tiling: {e}")))
+                    .collect::<Result<_, _>>()?;
+                if p.len() != 2 {
+                    return Err("--tiling TOKENS,UNROLL".into());
+                }
+                a.tiling = Some(Tiling {
+                    tokens: p[0],
+                    unroll: p[1],
+                });
+            }
+            "--types" => {
+                a.types = val()?
+                    .split(',')
+                    .map(|s| GgmlType::from_name(s).ok_or_else(|| format!("unknown type {s}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--disasm" => {
+                let v = val()?;
+                let p: Vec<&str> = v.split(',').collect();
+                let num = |s: &str| s.parse::<usize>().map_err(|e| format!("--disasm: {e}"));
+                if p.len() != 4 {
+                    return Err("--disasm TYPE,K,M,N".into());
+                }
+                a.disasm = Some(MatmulSpec {
+                    wtype: GgmlType::from_name(p[0]).ok_or_else(|| format!("unknown type {}", p[0]))?,
+                    k: num(p[1])?,
+                    m: num(p[2])?,
+                    n: num(p[3])?,
+                });
+            }
+            "-h" | "--help" => {
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only shapes|decode|pp] [--tiling T,U] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> RepackedWeight {
+    let row = t.row_size(k as u64).unwrap_or(0) as usize;
+    let mut data = vec![0u8; row * m];
+    for b in data.iter_mut() {
+        *b = rng.next() as u8;
+    }
+    // keep f16 scales finite: set every block's first bytes to a small f16
+    if t.is_quantized() {
+        let has_min = t == GgmlType::Q4_1;
+        for blk in data.chunks_exact_mut(t.type_size()) {
+            blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            if has_min {
+                blk[2..4].copy_from_slice(&half::f16::from_f32(-0.05).to_le_bytes());
+            }
+        }
+    } else if t == GgmlType::F16 {
+        for c in data.chunks_exact_mut(2) {
+            c.copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+    match repack(t, k, m, &data) {
+        Ok(w) => w,
+        Err(e) => panic!("repack {t} {k}x{m}: {e}"),
+    }
+}
+
+fn kernel(spec: &MatmulSpec, tiling: Option<Tiling>) -> MatmulKernel {
+    let r = match tiling {
+        Some(t) => compile_matmul_with(spec, t),
+        None => compile_matmul(spec),
+    };
+    match r {
+        Ok(k) => k,
+        Err(e) => panic!("compile {spec}: {e}"),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median over `reps` batches of the time of one `f()`, in seconds; a batch runs long
+/// enough (≥ 2 ms) to be timed.
+fn time_it(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let t0 = Instant::now();
+    f();
+    let once = t0.elapsed().as_secs_f64().max(1e-7);
+    let per_batch = ((2e-3 / once).ceil() as usize).clamp(1, 10_000);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        for _ in 0..per_batch {
+            f();
+        }
+        samples.push(t.elapsed().as_secs_f64() / per_batch as f64);
+    }
+    median(samples)
+}
+
+fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
+    println!("| kernel | shape {{K, M}} x N | tiling | threads | µs/call | GB/s | GMAC/s | compile ms |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut shapes: Vec<(GgmlType, usize, usize)> = Vec::new();
+    for &t in &a.types {
+        for &(k, m) in &[(N_EMBD, N_EMBD), (N_EMBD, N_KV), (N_EMBD, N_FF), (N_FF, N_EMBD)] {
+            shapes.push((t, k, m));
+        }
+    }
+    if a.types.contains(&GgmlType::Q8_0) {
+        shapes.push((GgmlType::Q8_0, N_EMBD, N_VOCAB));
+    }
+    for (t, k, m) in shapes {
+        let w = random_weight(t, k, m, &mut rng);
+        for n in [1usize, 64] {
+            let spec = MatmulSpec { wtype: t, k, m, n };
+            let t0 = Instant::now();
+            let kern = kernel(&spec, a.tiling);
+            let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let x: Vec<f32> = (0..k * n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut act = vec![0u8; kern.act_bytes()];
+            if let Err(e) = kern.prepare(&x, &mut act) {
+                panic!("prepare: {e}");
+            }
+            let mut out = vec![0.0f32; m * n];
+            for pool in pools {
+                let s = time_it(a.reps, || {
+                    if let Err(e) = kern.run(pool, &w, &act, &mut out) {
+                        panic!("run: {e}");
+                    }
+                });
+                println!(
+                    "| {} | {{{k}, {m}}} x {n} | t{}u{} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    t.name(),
+                    kern.tiling().tokens,
+                    kern.tiling().unroll,
+                    pool.n_threads(),
+                    s * 1e6,
+                    w.bytes() as f64 / s / 1e9,
+                    (k * m * n) as f64 / s / 1e9,
+                    compile_ms
+                );
+            }
+        }
+    }
+}
+
+struct Layer {
+    w: Vec<RepackedWeight>, // q k v o gate up down
+}
+
+/// One full step over all layers' matmuls for `n` tokens plus the output matmul for
+/// `n_out` tokens; activations are re-quantized where a real step would (once per distinct
+/// input: attn input, attn output, ffn input, ffn hidden).
+fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
+    let mut rng = Rng(12345);
+    let lt = GgmlType::Q4_1;
+    let layers: Vec<Layer> = (0..N_LAYER)
+        .map(|_| Layer {
+            w: vec![
+                random_weight(lt, N_EMBD, N_EMBD, &mut rng),
+                random_weight(lt, N_EMBD, N_KV, &mut rng),
+                random_weight(lt, N_EMBD, N_KV, &mut rng),
+                random_weight(lt, N_EMBD, N_EMBD, &mut rng),
+                random_weight(lt, N_EMBD, N_FF, &mut rng),
+                random_weight(lt, N_EMBD, N_FF, &mut rng),
+                random_weight(lt, N_FF, N_EMBD, &mut rng),
+            ],
+        })
+        .collect();
+    let output = random_weight(GgmlType::Q8_0, N_EMBD, N_VOCAB, &mut rng);
+    let spec = |k, m, nn| MatmulSpec { wtype: lt, k, m, n: nn };
+    let kq = kernel(&spec(N_EMBD, N_EMBD, n), a.tiling);
+    let kkv = kernel(&spec(N_EMBD, N_KV, n), a.tiling);
+    let kff = kernel(&spec(N_EMBD, N_FF, n), a.tiling);
+    let kdown = kernel(&spec(N_FF, N_EMBD, n), a.tiling);
+    let kout = kernel(
+        &MatmulSpec {
+            wtype: GgmlType::Q8_0,
+            k: N_EMBD,
+            m: N_VOCAB,
+            n: 1,
+        },
+        None,
+    );
+    let x_embd: Vec<f32> = (0..N_EMBD * n).map(|i| ((i * 31) % 200) as f32 / 100.0 - 1.0).collect();
+    let x_ff: Vec<f32> = (0..N_FF * n).map(|i| ((i * 17) % 300) as f32 / 150.0 - 1.0).collect();
+    let mut act_embd = vec![0u8; kq.act_bytes()];
+    let mut act_ff = vec![0u8; kdown.act_bytes()];
+    let mut act_out = vec![0u8; kout.act_bytes()];
+    let mut o_embd = vec![0.0f32; N_EMBD * n];
+    let mut o_kv = vec![0.0f32; N_KV * n];
+    let mut o_ff = vec![0.0f32; N_FF * n];
+    let mut o_vocab = vec![0.0f32; N_VOCAB];
+    let total_bytes: usize = layers.iter().flat_map(|l| l.w.iter().map(|w| w.bytes())).sum::<usize>() + output.bytes();
+    for pool in pools {
+        let mut step = || -> Result<(), codegen_cpu::CodegenError> {
+            for l in &layers {
+                kq.prepare(&x_embd, &mut act_embd)?;
+                kq.run(pool, &l.w[0], &act_embd, &mut o_embd)?;
+                kkv.run(pool, &l.w[1], &act_embd, &mut o_kv)?;
+                kkv.run(pool, &l.w[2], &act_embd, &mut o_kv)?;
+                kq.prepare(&x_embd, &mut act_embd)?;
+                kq.run(pool, &l.w[3], &act_embd, &mut o_embd)?;
+                kff.prepare(&x_embd, &mut act_embd)?;
+                kff.run(pool, &l.w[4], &act_embd, &mut o_ff)?;
+                kff.run(pool, &l.w[5], &act_embd, &mut o_ff)?;
+                kdown.prepare(&x_ff, &mut act_ff)?;
+                kdown.run(pool, &l.w[6], &act_ff, &mut o_embd)?;
+            }
+            kout.prepare(&x_embd[..N_EMBD], &mut act_out)?;
+            kout.run(pool, &output, &act_out, &mut o_vocab)?;
+            Ok(())
+        };
+        let s = time_it(a.reps, || {
+            if let Err(e) = step() {
+                panic!("sweep: {e}");
+            }
+        });
+        println!(
+            "| {label} | {} | {:.3} | {:.1} | {:.1} |",
+            pool.n_threads(),
+            s * 1e3,
+            n as f64 / s,
+            total_bytes as f64 / s / 1e9
+        );
+    }
+}
+
+fn main() {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(spec) = a.disasm {
+        let tiling = a.tiling.unwrap_or(spec.default_tiling());
+        match codegen_cpu::matmul::disassemble_matmul(&spec, tiling) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("{e}"),
+        }
+        return;
+    }
+    println!("host features: {}", codegen_cpu::jit::HostFeatures::detect());
+    let pools: Vec<ThreadPool> = a
+        .threads
+        .iter()
+        .map(|&t| match ThreadPool::new(t) {
+            Ok(p) => p,
+            Err(e) => panic!("thread pool: {e}"),
+        })
+        .collect();
+    let only = a.only.as_deref();
+    if only.is_none() || only == Some("shapes") {
+        bench_shapes(&a, &pools);
+        println!();
+    }
+    if only.is_none() || only == Some("decode") || only == Some("pp") {
+        println!("| sweep (matmuls only) | threads | ms/step | tokens/s | GB/s |");
+        println!("|---|---|---|---|---|");
+        if only != Some("pp") {
+            bench_sweep(&a, &pools, 1, "decode token (30 x 7 Q4_1 + output Q8_0)");
+        }
+        if only != Some("decode") {
+            bench_sweep(&a, &pools, 64, "prompt ubatch 64 (+ output for 1)");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Small helpers over Cranelift's `FunctionBuilder` used by every kernel generator: typed
+//! loads with constant offsets, vector constants, broadcasts, and counted loops whose body is
+//! emitted once (the generators keep loop bodies small: measured faster than full unrolling).
+//!
+//! The x86-64 instruction each helper is meant to become is named in its doc: with
+//! `opt_level = "none"` Cranelift lowers the IR one pattern at a time, in the order it is
+//! emitted, so the generators write IR in the order the instructions should issue.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{F32, F32X4, I16X8, I32, I32X4, I64, I8X16};
+use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::{FunctionBuilder, Variable};
+
+/// A function being emitted, with the memory flags every kernel load uses.
+pub(crate) struct Emit<'a> {
+    /// The Cranelift builder.
+    pub fb: FunctionBuilder<'a>,
+    flags: MemFlagsData,
+}
+
+impl<'a> Emit<'a> {
+    /// Wraps a builder. Loads are `notrap` (callers check every buffer size before a call) and
+    /// not marked aligned.
+    pub fn new(fb: FunctionBuilder<'a>) -> Emit<'a> {
+        Emit {
+            fb,
+            flags: MemFlagsData::new().with_notrap(),
+        }
+    }
+
+    /// `load ty [p + off]`.
+    pub fn load(&mut self, ty: Type, p: Value, off: usize) -> Value {
+        let off = off_i32(off);
+        self.fb.ins().load(ty, self.flags, p, off)
+    }
+
+    /// `store [p + off], v`.
+    pub fn store(&mut self, v: Value, p: Value, off: usize) {
+        let off = off_i32(off);
+        self.fb.ins().store(self.flags, v, p, off);
+    }
+
+    /// Four copies of the 32-bit word at `[p + off]`, as `ty` (`vbroadcastss xmm, m32`).
+    pub fn broadcast32(&mut self, ty: Type, p: Value, off: usize) -> Value {
+        let is_float = ty == F32X4;
+        let scalar = self.load(if is_float { F32 } else { I32 }, p, off);
+        let lanes = if is_float { F32X4 } else { I32X4 };
+        let v = self.fb.ins().splat(lanes, scalar);
+        self.bitcast(ty, v)
+    }
+
+    /// Sign-extending load of 8 bytes into `i16x8` (`pmovsxbw xmm, m64`).
+    pub fn sload8x8(&mut self, p: Value, off: usize) -> Value {
+        let off = off_i32(off);
+        self.fb.ins().sload8x8(self.flags, p, off)
+    }
+
+    /// Lane reinterpretation between vector types (no instruction).
+    pub fn bitcast(&mut self, ty: Type, v: Value) -> Value {
+        if self.fb.func.dfg.value_type(v) == ty {
+            return v;
+        }
+        let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        self.fb.ins().bitcast(ty, flags, v)
+    }
+
+    /// A 128-bit constant with every byte equal to `b`.
+    pub fn splat_u8_const(&mut self, b: u8) -> Value {
+        self.vconst(I8X16, [b; 16])
+    }
+
+    /// A 128-bit constant with every 16-bit lane equal to `h`.
+    pub fn splat_i16_const(&mut self, h: i16) -> Value {
+        let mut bytes = [0u8; 16];
+        for c in bytes.chunks_exact_mut(2) {
+            c.copy_from_slice(&h.to_le_bytes());
+        }
+        self.vconst(I16X8, bytes)
+    }
+
+    /// A 128-bit constant of type `ty` from its little-endian bytes (a RIP-relative load).
+    pub fn vconst(&mut self, ty: Type, bytes: [u8; 16]) -> Value {
+        let c = self
+            .fb
+            .func
+            .dfg
+            .constants
+            .insert(bytes.to_vec().into());
+        self.fb.ins().vconst(ty, c)
+    }
+
+    /// A zero vector of type `ty` (`pxor`).
+    pub fn zero(&mut self, ty: Type) -> Value {
+        self.vconst(ty, [0; 16])
+    }
+
+    /// `pmaddubsw`: `signed` (i8x16) × `unsigned` (u8x16), adjacent products added with
+    /// signed saturation into i16x8.
+    pub fn pmaddubsw(&mut self, signed: Value, unsigned: Value) -> Value {
+        let s = self.bitcast(I8X16, signed);
+        let u = self.bitcast(I8X16, unsigned);
+        self.fb.ins().x86_pmaddubsw(s, u)
+    }
+
+    /// `pmaddwd`: i16x8 × i16x8, adjacent 32-bit products added into i32x4. Written as the
+    /// widening-multiply-pairwise-add pattern that Cranelift's x86-64 backend matches.
+    pub fn pmaddwd(&mut self, a: Value, b: Value) -> Value {
+        let a = self.bitcast(I16X8, a);
+        let b = self.bitcast(I16X8, b);
+        let al = self.fb.ins().swiden_low(a);
+        let bl = self.fb.ins().swiden_low(b);
+        let ah = self.fb.ins().swiden_high(a);
+        let bh = self.fb.ins().swiden_high(b);
+        let lo = self.fb.ins().imul(al, bl);
+        let hi = self.fb.ins().imul(ah, bh);
+        self.fb.ins().iadd_pairwise(lo, hi)
+    }
+
+    /// Sum of adjacent i16 lanes into i32x4 (`pmaddwd` with a vector of ones).
+    pub fn hadd_i16_pairs(&mut self, v: Value) -> Value {
+        let v = self.bitcast(I16X8, v);
+        let lo = self.fb.ins().swiden_low(v);
+        let hi = self.fb.ins().swiden_high(v);
+        self.fb.ins().iadd_pairwise(lo, hi)
+    }
+
+    /// A new variable of type `ty` holding `init`.
+    pub fn var(&mut self, ty: Type, init: Value) -> Variable {
+        let v = self.fb.declare_var(ty);
+        self.fb.def_var(v, init);
+        v
+    }
+
+    /// Emits `body` as a do-while loop run `n >= 1` times (a compile-time count). The body
+    /// gets the loop index as an `i64` value. Loop-carried state lives in variables.
+    pub fn counted_loop(&mut self, n: usize, mut body: impl FnMut(&mut Emit<'a>, Value)) {
+        debug_assert!(n >= 1);
+        if n == 1 {
+            let zero = self.fb.ins().iconst(I64, 0);
+            body(self, zero);
+            return;
+        }
+        let zero = self.fb.ins().iconst(I64, 0);
+        let i_var = self.var(I64, zero);
+        let head = self.fb.create_block();
+        let exit = self.fb.create_block();
+        self.fb.ins().jump(head, &[]);
+        self.fb.switch_to_block(head);
+        let i = self.fb.use_var(i_var);
+        body(self, i);
+        let i = self.fb.use_var(i_var);
+        let next = self.fb.ins().iadd_imm_s(i, 1);
+        self.fb.def_var(i_var, next);
+        let more = self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, next, n as i64);
+        self.fb.ins().brif(more, head, &[], exit, &[]);
+        self.fb.seal_block(head);
+        self.fb.switch_to_block(exit);
+        self.fb.seal_block(exit);
+    }
+
+    /// Emits `body` for each `i` in `[begin, end)` (runtime `i64` bounds; nothing when empty).
+    pub fn range_loop(
+        &mut self,
+        begin: Value,
+        end: Value,
+        mut body: impl FnMut(&mut Emit<'a>, Value),
+    ) {
+        let i_var = self.var(I64, begin);
+        let head = self.fb.create_block();
+        let exit = self.fb.create_block();
+        let nonempty = self.fb.ins().icmp(IntCC::SignedLessThan, begin, end);
+        self.fb.ins().brif(nonempty, head, &[], exit, &[]);
+        self.fb.switch_to_block(head);
+        let i = self.fb.use_var(i_var);
+        body(self, i);
+        let i = self.fb.use_var(i_var);
+        let next = self.fb.ins().iadd_imm_s(i, 1);
+        self.fb.def_var(i_var, next);
+        let more = self.fb.ins().icmp(IntCC::SignedLessThan, next, end);
+        self.fb.ins().brif(more, head, &[], exit, &[]);
+        self.fb.seal_block(head);
+        self.fb.switch_to_block(exit);
+        self.fb.seal_block(exit);
+    }
+
+    /// `p + i * stride` for an `i64` index.
+    pub fn offset_ptr(&mut self, p: Value, i: Value, stride: usize) -> Value {
+        let off = self.fb.ins().imul_imm_s(i, stride as i64);
+        self.fb.ins().iadd(p, off)
+    }
+
+    /// Returns from the function (no results).
+    pub fn ret(&mut self) {
+        self.fb.ins().return_(&[]);
+    }
+
+    /// A new block (for generators that need their own control flow).
+    #[allow(dead_code)]
+    pub fn block(&mut self) -> Block {
+        self.fb.create_block()
+    }
+
+    /// Jump helper taking plain values.
+    #[allow(dead_code)]
+    pub fn jump(&mut self, b: Block, args: &[Value]) {
+        let args: Vec<BlockArg> = args.iter().map(|&v| BlockArg::Value(v)).collect();
+        self.fb.ins().jump(b, &args);
+    }
+}
+
+/// A constant offset as Cranelift's `Offset32`. Kernel offsets are bounded by the shapes the
+/// matmul spec accepts (checked in [`crate::matmul::MatmulSpec::validate`]).
+fn off_i32(off: usize) -> i32 {
+    i32::try_from(off).unwrap_or(i32::MAX)
+}

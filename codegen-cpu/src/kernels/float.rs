@@ -1,0 +1,99 @@
+//! Generator of float matmul kernels: weights stored as f32 (F32, and F16/BF16 converted
+//! exactly at repack), activations as f32 rows.
+//!
+//! ggml computes F16 (BF16) matmuls on activations rounded to F16 (BF16), its `vec_dot_type`,
+//! with products accumulated in f32. Products of two F16 (BF16) values are exact in f32, so
+//! this kernel on f32 weights and activations rounded the same way (done by
+//! [`crate::matmul::MatmulKernel::prepare`]) computes the same sums up to summation order.
+//!
+//! Loop nest: 4 rows (one per lane) × a tile of T tokens; each `k` step loads the 4 rows'
+//! weights once and does one `vfmadd` per token with the broadcast activation; several
+//! accumulators per token hide the FMA latency.
+
+use cranelift_codegen::ir::types::F32X4;
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+use super::{KernelArgs, Tiling};
+use crate::emit::Emit;
+use crate::formats::GROUP_ROWS;
+
+/// Fixed shape of one generated kernel.
+pub(crate) struct FloatShape {
+    pub k: usize,
+    pub m: usize,
+    pub n: usize,
+    pub tiling: Tiling,
+}
+
+/// Emits the body of a float matmul kernel (see the module doc).
+pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &FloatShape) {
+    let group_stride = s.k * 4 * GROUP_ROWS;
+    let arb = s.k * 4;
+    let tokens = s.tiling.tokens.clamp(1, s.n);
+    let full_tiles = s.n / tokens;
+    let rem = s.n % tokens;
+    let out_row = 4 * s.m;
+    let (w, act, out) = (a.w, a.act, a.out);
+    e.range_loop(a.g_begin, a.g_end, |e, g| {
+        let wg = e.offset_ptr(w, g, group_stride);
+        let og = e.offset_ptr(out, g, 4 * GROUP_ROWS);
+        if full_tiles == 1 {
+            emit_tile(e, s, wg, act, og, tokens);
+        } else if full_tiles > 1 {
+            e.counted_loop(full_tiles, |e, ti| {
+                let at = e.offset_ptr(act, ti, tokens * arb);
+                let ot = e.offset_ptr(og, ti, tokens * out_row);
+                emit_tile(e, s, wg, at, ot, tokens);
+            });
+        }
+        if rem > 0 {
+            let at = e.fb.ins().iadd_imm_s(act, (full_tiles * tokens * arb) as i64);
+            let ot = e.fb.ins().iadd_imm_s(og, (full_tiles * tokens * out_row) as i64);
+            emit_tile(e, s, wg, at, ot, rem);
+        }
+    });
+}
+
+fn emit_tile(e: &mut Emit, s: &FloatShape, wg: Value, at: Value, ot: Value, nt: usize) {
+    let arb = s.k * 4;
+    let unroll = s.tiling.unroll.clamp(1, s.k);
+    // Accumulators per token: enough independent FMA chains (about 8 in all).
+    let na = (8 / nt).clamp(1, 4);
+    let zero = e.zero(F32X4);
+    let acc: Vec<Vec<_>> = (0..nt)
+        .map(|_| (0..na).map(|_| e.var(F32X4, zero)).collect())
+        .collect();
+    let pty = e.fb.func.dfg.value_type(wg);
+    let wp = e.var(pty, wg);
+    let ap = e.var(pty, at);
+    let step = |e: &mut Emit, ks: usize| {
+        let w = e.fb.use_var(wp);
+        let a = e.fb.use_var(ap);
+        for kk in 0..ks {
+            let wv = e.load(F32X4, w, kk * 16);
+            for (t, acc_t) in acc.iter().enumerate() {
+                let av = e.broadcast32(F32X4, a, t * arb + kk * 4);
+                let var = acc_t[kk % na];
+                let x = e.fb.use_var(var);
+                let y = e.fb.ins().fma(wv, av, x);
+                e.fb.def_var(var, y);
+            }
+        }
+        let w2 = e.fb.ins().iadd_imm_s(w, (ks * 16) as i64);
+        let a2 = e.fb.ins().iadd_imm_s(a, (ks * 4) as i64);
+        e.fb.def_var(wp, w2);
+        e.fb.def_var(ap, a2);
+    };
+    e.counted_loop(s.k / unroll, |e, _| step(e, unroll));
+    if s.k % unroll > 0 {
+        step(e, s.k % unroll);
+    }
+    for (t, acc_t) in acc.iter().enumerate() {
+        let mut sum = e.fb.use_var(acc_t[0]);
+        for &v in &acc_t[1..] {
+            let x = e.fb.use_var(v);
+            sum = e.fb.ins().fadd(sum, x);
+        }
+        e.store(sum, ot, t * 4 * s.m);
+    }
+}

@@ -1,0 +1,70 @@
+//! Kernel generators: each emits one Cranelift function for one fixed shape.
+//!
+//! Every matmul kernel has the same signature (System V):
+//!
+//! ```text
+//! fn(w: *const u8, act: *const u8, out: *mut f32, g_begin: i64, g_end: i64)
+//! ```
+//!
+//! `w` is a [`crate::layout::RepackedWeight`]'s data, `act` the prepared activations (see
+//! [`crate::actq`] for quantized formats; f32 rows for float formats), `out` the `{M, N}`
+//! f32 result; the call computes the rows of the 4-row groups `g_begin..g_end` for all `N`
+//! tokens.
+
+pub(crate) mod float;
+pub(crate) mod quant;
+
+use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::Function;
+use cranelift_codegen::ir::UserFuncName;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+
+use crate::emit::Emit;
+use crate::jit::Jit;
+
+/// Register/loop blocking of a matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// Tokens (columns of the activation) computed together, reusing each decoded weight
+    /// block from registers. The last tile of `N` may be smaller.
+    pub tokens: usize,
+    /// Blocks (of 32 values, or of 8 `k` for float kernels) per loop iteration.
+    pub unroll: usize,
+}
+
+/// The arguments every matmul kernel receives (see the module doc).
+pub(crate) struct KernelArgs {
+    pub w: cranelift_codegen::ir::Value,
+    pub act: cranelift_codegen::ir::Value,
+    pub out: cranelift_codegen::ir::Value,
+    pub g_begin: cranelift_codegen::ir::Value,
+    pub g_end: cranelift_codegen::ir::Value,
+}
+
+/// Builds a function with the matmul kernel signature, lets `body` emit it, and returns it.
+pub(crate) fn build_matmul_fn(jit: &Jit, body: impl FnOnce(&mut Emit, &KernelArgs)) -> Function {
+    let ptr = jit.pointer_type();
+    let sig = jit.signature(&[ptr, ptr, ptr, I64, I64]);
+    let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let fb = FunctionBuilder::new(&mut func, &mut fctx);
+        let mut e = Emit::new(fb);
+        let entry = e.fb.create_block();
+        e.fb.append_block_params_for_function_params(entry);
+        e.fb.switch_to_block(entry);
+        e.fb.seal_block(entry);
+        let p = e.fb.block_params(entry).to_vec();
+        let args = KernelArgs {
+            w: p[0],
+            act: p[1],
+            out: p[2],
+            g_begin: p[3],
+            g_end: p[4],
+        };
+        body(&mut e, &args);
+        e.ret();
+        e.fb.finalize(jit.frontend_config());
+    }
+    func
+}

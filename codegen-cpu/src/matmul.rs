@@ -1,0 +1,477 @@
+//! Matrix × matrix products with fixed shapes: the public face of the generated matmul
+//! kernels.
+//!
+//! ggml convention (`ggml_mul_mat`): a weight `{K, M}` (M rows of K values) times
+//! activations `{K, N}` (N tokens) gives `{M, N}` f32, `out[t·M + r] = Σ_k w[r][k] · x[t][k]`.
+//! Quantized weights are multiplied with activations quantized to their 8-bit companion
+//! format first, as ggml does, and the per-block arithmetic is ggml's (see
+//! [`crate::kernels::quant`]).
+//!
+//! Use: [`repack`](crate::layout::repack) the weight once; [`compile_matmul`] a kernel per
+//! shape; per call, [`MatmulKernel::prepare`] the activations, then [`MatmulKernel::call`]
+//! (one thread, any row range) or [`MatmulKernel::run`] (rows split over a
+//! [`ThreadPool`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use ir::ggml::GgmlType;
+
+use crate::actq::{act_row_bytes, quantize_act, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
+use crate::formats::{QuantFormat, GROUP_ROWS, QK};
+use crate::jit::{CodegenError, Jit, JitCode, Result};
+use crate::kernels::{self, build_matmul_fn, Tiling};
+use crate::layout::{self, RepackedWeight};
+use crate::pool::ThreadPool;
+
+/// The fixed shape of one matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulSpec {
+    /// Weight type (Q4_0, Q4_1, Q8_0, F32, F16, BF16).
+    pub wtype: GgmlType,
+    /// Values per row of the weight and per token of the activation (`ne[0]` of both).
+    pub k: usize,
+    /// Weight rows = output values per token (`ne[1]` of the weight).
+    pub m: usize,
+    /// Tokens (`ne[1]` of the activation): 1 for decode, the ubatch for prompt processing.
+    pub n: usize,
+}
+
+/// Largest byte offset a kernel computes from a constant (Cranelift's `Offset32`).
+const MAX_OFFSET: usize = i32::MAX as usize / 2;
+
+impl MatmulSpec {
+    /// Checks that a kernel can be generated for this shape.
+    ///
+    /// Errors: [`CodegenError::UnsupportedType`]; [`CodegenError::Shape`] when a dimension is
+    /// zero, `k` is not a multiple of the block size, or the buffers are too large for the
+    /// kernels' 32-bit constant offsets.
+    pub fn validate(&self) -> Result<()> {
+        if !layout::supports(self.wtype) {
+            return Err(CodegenError::UnsupportedType(self.wtype.name()));
+        }
+        if self.k == 0 || self.m == 0 || self.n == 0 {
+            return Err(CodegenError::Shape(format!("empty matmul {self}")));
+        }
+        if self.k % self.wtype.block_size() != 0 {
+            return Err(CodegenError::Shape(format!(
+                "{self}: k is not a multiple of the {} block size {}",
+                self.wtype.name(),
+                self.wtype.block_size()
+            )));
+        }
+        let too_big = |x: Option<usize>| x.is_none_or(|v| v > MAX_OFFSET);
+        if too_big(self.m.checked_mul(self.n).and_then(|v| v.checked_mul(4)))
+            || too_big(self.act_bytes_checked())
+            || too_big(layout::group_bytes(self.wtype, self.k).checked_mul(1))
+        {
+            return Err(CodegenError::Shape(format!("{self}: buffers too large")));
+        }
+        Ok(())
+    }
+
+    fn act_bytes_checked(&self) -> Option<usize> {
+        match QuantFormat::of(self.wtype) {
+            Some(_) => act_row_bytes(self.k).checked_mul(self.n),
+            None => self.k.checked_mul(4)?.checked_mul(self.n),
+        }
+    }
+
+    /// Bytes of the prepared activations ([`MatmulKernel::prepare`]).
+    pub fn act_bytes(&self) -> usize {
+        self.act_bytes_checked().unwrap_or(usize::MAX)
+    }
+
+    /// The tiling used by [`compile_matmul`]: decode (`n = 1`) streams the weights once;
+    /// larger `n` reuses each decoded weight block for 4 tokens.
+    pub fn default_tiling(&self) -> Tiling {
+        let quant = QuantFormat::of(self.wtype).is_some();
+        match (quant, self.n) {
+            (true, 1) => Tiling {
+                tokens: 1,
+                unroll: 2,
+            },
+            (true, _) => Tiling {
+                tokens: 4,
+                unroll: 1,
+            },
+            (false, 1) => Tiling {
+                tokens: 1,
+                unroll: 8,
+            },
+            (false, _) => Tiling {
+                tokens: 4,
+                unroll: 4,
+            },
+        }
+    }
+
+    /// The kernel's function name: `mul_mat_{type}_{k}x{m}x{n}_t{tokens}u{unroll}`.
+    pub fn kernel_name(&self, tiling: Tiling) -> String {
+        format!(
+            "mul_mat_{}_{}x{}x{}_t{}u{}",
+            self.wtype.name(),
+            self.k,
+            self.m,
+            self.n,
+            tiling.tokens,
+            tiling.unroll
+        )
+    }
+}
+
+impl std::fmt::Display for MatmulSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {{{}, {}}} x {{{}, {}}}",
+            self.wtype.name(),
+            self.k,
+            self.m,
+            self.k,
+            self.n
+        )
+    }
+}
+
+type KernelFn = unsafe extern "sysv64" fn(*const u8, *const u8, *mut f32, i64, i64);
+
+/// A compiled matmul kernel for one [`MatmulSpec`]. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct MatmulKernel {
+    spec: MatmulSpec,
+    tiling: Tiling,
+    entry: KernelFn,
+    _code: Arc<JitCode>,
+}
+
+impl std::fmt::Debug for MatmulKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MatmulKernel")
+            .field("spec", &self.spec)
+            .field("tiling", &self.tiling)
+            .finish()
+    }
+}
+
+/// Compiles the kernel for `spec` with its [`MatmulSpec::default_tiling`] (in its own JIT
+/// module).
+///
+/// Errors: see [`MatmulSpec::validate`] and [`Jit::define`].
+pub fn compile_matmul(spec: &MatmulSpec) -> Result<MatmulKernel> {
+    compile_matmul_with(spec, spec.default_tiling())
+}
+
+/// Compiles the kernel for `spec` with an explicit tiling (for benchmarks and tuning).
+///
+/// Errors: as [`compile_matmul`], and [`CodegenError::Shape`] for a zero tiling.
+pub fn compile_matmul_with(spec: &MatmulSpec, tiling: Tiling) -> Result<MatmulKernel> {
+    let mut jit = Jit::new()?;
+    let name = define_matmul(&mut jit, spec, tiling)?;
+    let code = jit.finalize()?;
+    MatmulKernel::from_code(code, &name, spec, tiling)
+}
+
+/// The machine code (Cranelift's VCode listing) of the kernel for `spec` and `tiling`, for
+/// inspection (`kernel-bench --disasm`).
+///
+/// Errors: as [`compile_matmul_with`].
+pub fn disassemble_matmul(spec: &MatmulSpec, tiling: Tiling) -> Result<String> {
+    let mut jit = Jit::new()?;
+    jit.keep_disasm(true);
+    let name = define_matmul(&mut jit, spec, tiling)?;
+    Ok(jit.disasm(&name).unwrap_or("").to_string())
+}
+
+/// Generates the kernel for `spec` into `jit` and returns its function name (for compiling
+/// many kernels into one module; get the kernel with [`MatmulKernel::from_code`]).
+///
+/// Errors: see [`compile_matmul_with`].
+pub fn define_matmul(jit: &mut Jit, spec: &MatmulSpec, tiling: Tiling) -> Result<String> {
+    spec.validate()?;
+    if tiling.tokens == 0 || tiling.unroll == 0 || tiling.tokens > 8 {
+        return Err(CodegenError::Shape(format!(
+            "tiling {tiling:?}: tokens must be 1..=8 and unroll at least 1"
+        )));
+    }
+    let func = match QuantFormat::of(spec.wtype) {
+        Some(fmt) => {
+            let shape = kernels::quant::QuantShape {
+                fmt,
+                k: spec.k,
+                m: spec.m,
+                n: spec.n,
+                tiling,
+            };
+            build_matmul_fn(jit, |e, a| kernels::quant::emit(e, a, &shape))
+        }
+        None => {
+            let shape = kernels::float::FloatShape {
+                k: spec.k,
+                m: spec.m,
+                n: spec.n,
+                tiling,
+            };
+            build_matmul_fn(jit, |e, a| kernels::float::emit(e, a, &shape))
+        }
+    };
+    let name = spec.kernel_name(tiling);
+    jit.define(&name, func)?;
+    Ok(name)
+}
+
+impl MatmulKernel {
+    /// The kernel `name` of a finalized module, which must have been generated for `spec`
+    /// and `tiling` by [`define_matmul`].
+    ///
+    /// Errors: [`CodegenError::Compile`] when the module has no function of that name.
+    pub fn from_code(
+        code: Arc<JitCode>,
+        name: &str,
+        spec: &MatmulSpec,
+        tiling: Tiling,
+    ) -> Result<MatmulKernel> {
+        let addr = code.address(name).ok_or_else(|| CodegenError::Compile {
+            name: name.to_string(),
+            msg: "not defined in this module".to_string(),
+        })?;
+        // SAFETY: `addr` is the entry of a function generated by `define_matmul` with the
+        // `KernelFn` signature (System V, five arguments, no result); `_code` keeps it alive.
+        let entry = unsafe { std::mem::transmute::<usize, KernelFn>(addr) };
+        Ok(MatmulKernel {
+            spec: *spec,
+            tiling,
+            entry,
+            _code: code,
+        })
+    }
+
+    /// The shape this kernel was generated for.
+    pub fn spec(&self) -> &MatmulSpec {
+        &self.spec
+    }
+
+    /// The tiling this kernel was generated with.
+    pub fn tiling(&self) -> Tiling {
+        self.tiling
+    }
+
+    /// Bytes of prepared activations this kernel reads.
+    pub fn act_bytes(&self) -> usize {
+        self.spec.act_bytes()
+    }
+
+    /// Prepares the activations `x` (`{k, n}` f32) for this kernel into `act`
+    /// ([`MatmulKernel::act_bytes`] bytes): quantized to the weight type's companion format
+    /// (see [`crate::actq`]), rounded through F16/BF16 for those weight types (ggml's
+    /// `vec_dot_type`), copied for F32.
+    ///
+    /// Errors: [`CodegenError::BufferSize`] when a buffer has the wrong length.
+    pub fn prepare(&self, x: &[f32], act: &mut [u8]) -> Result<()> {
+        let s = &self.spec;
+        if let Some(fmt) = QuantFormat::of(s.wtype) {
+            return quantize_act(&fmt, s.k, s.n, x, act);
+        }
+        check_len("activations (f32 values)", s.k * s.n, x.len())?;
+        check_len("prepared activations", self.act_bytes(), act.len())?;
+        for (v, o) in x.iter().zip(act.chunks_exact_mut(4)) {
+            let r = match s.wtype {
+                GgmlType::F16 => f16::from_f32(*v).to_f32(),
+                GgmlType::BF16 => bf16_round(*v),
+                _ => *v,
+            };
+            o.copy_from_slice(&r.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Computes output rows `rows` for all `n` tokens: `out` is the whole `{m, n}` result
+    /// (`m · n` values); only `out[t·m + r]` for `r` in `rows` is written.
+    ///
+    /// Errors: [`CodegenError::Shape`] when `w` does not match the spec or `rows` is out of
+    /// range or does not start (and end, unless at `m`) on a multiple of 4;
+    /// [`CodegenError::BufferSize`] for wrong buffer lengths.
+    pub fn call(
+        &self,
+        w: &RepackedWeight,
+        act: &[u8],
+        out: &mut [f32],
+        rows: Range<usize>,
+    ) -> Result<()> {
+        self.check(w, act, out.len())?;
+        self.check_rows(&rows)?;
+        // SAFETY: sizes checked above; `out` is borrowed mutably for the call.
+        unsafe { self.call_unchecked(w, act, out.as_mut_ptr(), rows) };
+        Ok(())
+    }
+
+    /// Computes all rows, split over the threads of `pool` (each thread gets a contiguous
+    /// range of 4-row groups).
+    ///
+    /// Errors: as [`MatmulKernel::call`].
+    pub fn run(
+        &self,
+        pool: &ThreadPool,
+        w: &RepackedWeight,
+        act: &[u8],
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.check(w, act, out.len())?;
+        let groups = w.groups();
+        let m = self.spec.m;
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        pool.run(&|ti, nt| {
+            let g0 = groups * ti / nt;
+            let g1 = groups * (ti + 1) / nt;
+            let rows = (g0 * GROUP_ROWS).min(m)..(g1 * GROUP_ROWS).min(m);
+            if rows.is_empty() {
+                return;
+            }
+            let p = out_ptr;
+            // SAFETY: sizes were checked; the threads' row ranges are disjoint, so no two
+            // threads write the same element of `out`, which stays borrowed until `run`
+            // returns (the pool joins all threads before that).
+            unsafe { self.call_unchecked(w, act, p.0, rows) };
+        });
+        Ok(())
+    }
+
+    fn check(&self, w: &RepackedWeight, act: &[u8], out_len: usize) -> Result<()> {
+        let s = &self.spec;
+        if w.wtype() != s.wtype || w.k() != s.k || w.m() != s.m {
+            return Err(CodegenError::Shape(format!(
+                "weight {} {{{}, {}}} given to kernel for {s}",
+                w.wtype().name(),
+                w.k(),
+                w.m()
+            )));
+        }
+        check_len("prepared activations", self.act_bytes(), act.len())?;
+        check_len("output (f32 values)", s.m * s.n, out_len)?;
+        Ok(())
+    }
+
+    fn check_rows(&self, rows: &Range<usize>) -> Result<()> {
+        let m = self.spec.m;
+        if rows.start > rows.end
+            || rows.end > m
+            || rows.start % GROUP_ROWS != 0
+            || (rows.end % GROUP_ROWS != 0 && rows.end != m)
+        {
+            return Err(CodegenError::Shape(format!(
+                "row range {rows:?} of {m} rows: must lie in 0..{m} and start/end on multiples of {GROUP_ROWS} (or end at {m})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// `w`, `act` and `out` (`m·n` values) must have passed `check`, `rows` `check_rows`,
+    /// and no other thread may write `out` rows in `rows` during the call.
+    unsafe fn call_unchecked(
+        &self,
+        w: &RepackedWeight,
+        act: &[u8],
+        out: *mut f32,
+        rows: Range<usize>,
+    ) {
+        let m = self.spec.m;
+        let g0 = rows.start / GROUP_ROWS;
+        let full_end = (rows.end / GROUP_ROWS).min(m / GROUP_ROWS);
+        if g0 < full_end {
+            // SAFETY: the caller guarantees the buffer sizes the kernel was generated for;
+            // the kernel writes only rows of groups g0..full_end.
+            unsafe {
+                (self.entry)(
+                    w.data().as_ptr(),
+                    act.as_ptr(),
+                    out,
+                    g0 as i64,
+                    full_end as i64,
+                )
+            };
+        }
+        let tail_start = full_end.max(g0) * GROUP_ROWS;
+        for r in tail_start..rows.end {
+            for t in 0..self.spec.n {
+                let v = scalar_row(&self.spec, w, act, r, t);
+                // SAFETY: r < m and t < n, so the index is inside the m·n output.
+                unsafe { *out.add(t * m + r) = v };
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only to hand disjoint output rows to pool threads (see `MatmulKernel::run`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(CodegenError::BufferSize {
+            what,
+            expected,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// ggml's fp32 → bf16 rounding (`ggml_compute_fp32_to_bf16`: round to nearest even, NaN
+/// kept quiet), back to f32.
+fn bf16_round(v: f32) -> f32 {
+    if v.is_nan() {
+        return bf16::from_bits(((v.to_bits() >> 16) | 64) as u16).to_f32();
+    }
+    let u = v.to_bits();
+    let r = u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16;
+    bf16::from_bits(r as u16).to_f32()
+}
+
+fn f32_at(b: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Output row `r`, token `t`, computed in plain Rust from the repacked weight and prepared
+/// activations with the kernels' formula (used for the rows of a padded last group).
+fn scalar_row(s: &MatmulSpec, w: &RepackedWeight, act: &[u8], r: usize, t: usize) -> f32 {
+    let gb = w.group_bytes();
+    let group = &w.data()[(r / GROUP_ROWS) * gb..][..gb];
+    let lane = r % GROUP_ROWS;
+    match QuantFormat::of(s.wtype) {
+        Some(fmt) => {
+            let arb = act_row_bytes(s.k);
+            let gbb = fmt.group_block_bytes();
+            let mut acc = 0.0f32;
+            for b in 0..s.k / QK {
+                let g = &group[b * gbb..][..gbb];
+                let a = &act[t * arb + b * ACT_BLOCK_BYTES..][..ACT_BLOCK_BYTES];
+                let mut sumi: i32 = 0;
+                for j in 0..QK {
+                    let q = layout::quant_at(&fmt, g, lane, j);
+                    sumi += q * (a[ACT_QS_OFFSET + j] as i8 as i32);
+                }
+                let (dw, da) = (f32_at(g, 4 * lane), f32_at(a, 0));
+                if fmt.zero_point != 0 {
+                    sumi -= i32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+                }
+                acc += sumi as f32 * (dw * da);
+                if fmt.has_min {
+                    acc += f32_at(g, 16 + 4 * lane) * f32_at(a, 4);
+                }
+            }
+            acc
+        }
+        None => {
+            let mut acc = 0.0f32;
+            for kk in 0..s.k {
+                acc += f32_at(group, kk * 16 + 4 * lane) * f32_at(act, (t * s.k + kk) * 4);
+            }
+            acc
+        }
+    }
+}

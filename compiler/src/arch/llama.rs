@@ -1,0 +1,79 @@
+//! `llama` (llama.cpp's `llm_build_llama`): pre-norm blocks with rope'd grouped-query
+//! attention and a SwiGLU feed-forward; SmolLM2 is this with a tied output.
+//!
+//! ```text
+//! x = token_embd[tokens]
+//! per layer:  h = x + wo · attn(rope(wq · n), rope(wk · n), wv · n)   n = rms_norm(x) * attn_norm
+//!             x = h + down(silu(gate · m) * (up · m))                  m = rms_norm(h) * ffn_norm
+//! logits = output · (rms_norm(x) * output_norm)
+//! ```
+//!
+//! Optional `attn_{q,k,v,output}.bias` tensors are added when present, as llama.cpp does.
+//! [`Variant`] covers the two families that differ from llama only inside the attention
+//! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope).
+
+use super::{Builder, Glu};
+use crate::error::{Error, Result};
+use ir::graph::TensorId;
+
+/// What distinguishes a llama-shaped family.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Variant {
+    /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` must be present (qwen2).
+    pub require_qkv_bias: bool,
+    /// Q and K are RMS-normed per head with `attn_q_norm` / `attn_k_norm` before rope (qwen3).
+    pub qk_norm: bool,
+}
+
+/// Lowers a llama model; returns the logits.
+pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
+    build_variant(b, Variant::default())
+}
+
+/// Lowers a llama-shaped model with the given differences; returns the logits.
+pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorId> {
+    let hp = b.hp;
+    let (e, q_out, kv_k, kv_v) = (
+        hp.n_embd as u64,
+        (hp.n_embd_head_k * hp.n_head) as u64,
+        hp.n_embd_k_gqa() as u64,
+        hp.n_embd_v_gqa() as u64,
+    );
+    let kq_scale = 1.0 / (hp.n_embd_head_k as f32).sqrt();
+    let mut x = b.embed()?;
+    for il in 0..hp.n_layer {
+        let mut inp_sa = x;
+        let cur = b.layer_norm(x, il, "attn_norm.weight", e, "attn_norm")?;
+        if var.require_qkv_bias {
+            for (name, n) in [("attn_q.bias", q_out), ("attn_k.bias", kv_k), ("attn_v.bias", kv_v)] {
+                if b.lw_opt(il, name, &[n])?.is_none() {
+                    return Err(Error::MissingTensor(format!("blk.{il}.{name}")));
+                }
+            }
+        }
+        let q = b.proj(cur, il, "attn_q.weight", Some("attn_q.bias"), [e, q_out], "Qcur")?;
+        let k = b.proj(cur, il, "attn_k.weight", Some("attn_k.bias"), [e, kv_k], "Kcur")?;
+        let v = b.proj(cur, il, "attn_v.weight", Some("attn_v.bias"), [e, kv_v], "Vcur")?;
+        let mut q = b.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?;
+        let mut k = b.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?;
+        let v = b.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?;
+        if var.qk_norm {
+            let d = hp.n_embd_head_k as u64;
+            q = b.layer_norm(q, il, "attn_q_norm.weight", d, "Qcur_normed")?;
+            k = b.layer_norm(k, il, "attn_k_norm.weight", d, "Kcur_normed")?;
+        }
+        let q = b.rope(q, il, "Qcur_rope")?;
+        let k = b.rope(k, il, "Kcur_rope")?;
+        let attn = b.attention(il, q, k, v, kq_scale)?;
+        let mut cur = b.proj(attn, il, "attn_output.weight", Some("attn_output.bias"), [q_out, e], "attn_out")?;
+        if il == hp.n_layer - 1 {
+            cur = b.select_outputs(cur, "attn_out_sel")?;
+            inp_sa = b.select_outputs(inp_sa, "inp_sa_sel")?;
+        }
+        let ffn_inp = b.g.add(&format!("ffn_inp-{il}"), cur, inp_sa)?;
+        let cur = b.layer_norm(ffn_inp, il, "ffn_norm.weight", e, "ffn_norm")?;
+        let cur = b.ffn(cur, il, Glu::Swiglu)?;
+        x = b.g.add(&format!("l_out-{il}"), cur, ffn_inp)?;
+    }
+    b.output(x)
+}

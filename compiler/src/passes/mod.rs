@@ -1,0 +1,231 @@
+//! The passes that turn a model's graphs into an [`ir::plan::Plan`], as a visible list of
+//! named steps ([`pipeline`]); `--dump-after PASS` prints the state after any of them.
+//!
+//! ```text
+//! specialize          one verified graph per compiled ubatch shape (graph source → graphs)
+//! kernelize           graphs → plan: one kernel per computing node, views folded into values
+//! fuse-rms-norm-mul   rms_norm, mul by the norm weight                  → rms_norm+mul
+//! fuse-siblings       mul_mats of one input (q/k/v, gate/up)            → mul_mat×n
+//! fuse-norm-mul-mat   rms_norm+mul feeding only mul_mats                → their prologue
+//! fuse-glu            mul_mat×2, swiglu/geglu                           → mul_mat×2+swiglu
+//! fuse-residual-add   mul_mat, add of its result                        → mul_mat+add
+//! fuse-rope-kv-store  rope K, store K (+ rope Q, store V)               → rope+kv_store
+//! plan-memory         liveness, in-place reuse, arena offsets, arena size
+//! ```
+//!
+//! Attention over the KV cache is one IR op ([`ir::graph::Op::Attention`]) and stays one
+//! kernel; no pass splits it. Every pass leaves the plan verified ([`ir::plan::Plan::verify`]
+//! runs after each) and computes what the graph computes: the tests run the interpreter on
+//! the graph and [`ir::plan::exec`] on the plan after every pass and compare the logits.
+//! Passes never reorder the IR ops they fuse, so the results are bit-identical.
+
+mod fuse;
+mod kernelize;
+mod memory;
+mod specialize;
+
+pub use fuse::{
+    fuse_glu, fuse_norm_mul_mat, fuse_residual_add, fuse_rms_norm_mul, fuse_rope_kv_store,
+    fuse_siblings,
+};
+pub use kernelize::kernelize;
+pub use memory::plan_memory;
+pub use specialize::{specialize, StepShape};
+
+use ir::graph::{DType, Graph};
+use ir::interp::GraphSource;
+use ir::plan::{Plan, PlanError};
+
+/// What went wrong in a pass.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PassError {
+    /// Bad compile options.
+    #[error("options: {0}")]
+    Options(String),
+    /// The graph source failed, or gave a graph that cannot be compiled.
+    #[error("graph for {n_tokens} tokens: {msg}")]
+    Graph {
+        /// The ubatch size asked for.
+        n_tokens: u32,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A pass produced a plan that does not verify (a bug in that pass).
+    #[error("after pass {pass}: {err}")]
+    Verify {
+        /// The pass.
+        pass: &'static str,
+        /// What the verifier found.
+        err: PlanError,
+    },
+    /// A pass that needs an earlier one's result ran first.
+    #[error("pass {0} needs a plan: run kernelize first")]
+    Order(&'static str),
+}
+
+/// Settings of a compilation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompileOptions {
+    /// The ubatch sizes to specialize for (llama.cpp's `n_ubatch` values); default `[1, 64]`.
+    pub ubatches: Vec<u32>,
+    /// Whether every row of a ubatch produces logits (perplexity, tests) or only one
+    /// (generation: the runtime points the one output row at the last real token).
+    pub all_logits: bool,
+    /// KV cache cells (`n_ctx`).
+    pub n_ctx: u32,
+    /// KV cache element type: F16 (llama.cpp's default) or F32.
+    pub kv_type: DType,
+    /// Alignment of arena offsets in bytes.
+    pub align: u64,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
+            ubatches: vec![1, 64],
+            all_logits: false,
+            n_ctx: 4096,
+            kv_type: DType::F16,
+            align: ir::plan::DEFAULT_ALIGN,
+        }
+    }
+}
+
+/// What the passes transform: the specialized graphs, then the plan.
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    /// One graph per compiled shape (after `specialize`).
+    pub graphs: Vec<(StepShape, Graph)>,
+    /// The plan (after `kernelize`).
+    pub plan: Option<Plan>,
+}
+
+impl std::fmt::Display for Module {
+    /// The plan if there is one, else the graphs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = &self.plan {
+            return write!(f, "{p}");
+        }
+        for (s, g) in &self.graphs {
+            writeln!(f, "# graph n_tokens={} n_outputs={}", s.n_tokens, s.n_outputs)?;
+            write!(f, "{g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a pass sees besides the module.
+pub struct PassCtx<'a> {
+    /// Where graphs come from (an architecture's lowering).
+    pub source: &'a dyn GraphSource,
+    /// The settings.
+    pub opts: &'a CompileOptions,
+}
+
+/// One named pass.
+#[derive(Clone, Copy)]
+pub struct Pass {
+    /// Name, as `--dump-after` takes it.
+    pub name: &'static str,
+    /// One line on what it does.
+    pub about: &'static str,
+    /// The transformation.
+    pub run: fn(&mut Module, &PassCtx<'_>) -> Result<(), PassError>,
+}
+
+impl std::fmt::Debug for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+fn plan_mut<'m>(m: &'m mut Module, pass: &'static str) -> Result<&'m mut Plan, PassError> {
+    m.plan.as_mut().ok_or(PassError::Order(pass))
+}
+
+/// A pass that rewrites each step of the plan with `f`.
+macro_rules! step_pass {
+    ($name:literal, $about:literal, $f:path) => {
+        Pass {
+            name: $name,
+            about: $about,
+            run: |m, _| {
+                let plan = plan_mut(m, $name)?;
+                let kv = plan.kv.clone();
+                for s in &mut plan.steps {
+                    $f(s, &kv);
+                }
+                Ok(())
+            },
+        }
+    };
+}
+
+/// The passes, in the order [`compile`] runs them.
+pub fn pipeline() -> Vec<Pass> {
+    vec![
+        Pass {
+            name: "specialize",
+            about: "one verified graph per compiled ubatch shape",
+            run: |m, cx| {
+                m.graphs = specialize(cx.source, cx.opts)?;
+                m.plan = None;
+                Ok(())
+            },
+        },
+        Pass {
+            name: "kernelize",
+            about: "graphs to a plan: one kernel per computing node, views folded into values",
+            run: |m, cx| {
+                m.plan = Some(kernelize(&m.graphs, cx.opts)?);
+                Ok(())
+            },
+        },
+        step_pass!("fuse-rms-norm-mul", "rms_norm then mul by a weight vector: one kernel", fuse_rms_norm_mul),
+        step_pass!("fuse-siblings", "mul_mats of one input (q/k/v, gate/up): one kernel", fuse_siblings),
+        step_pass!("fuse-norm-mul-mat", "rms_norm+mul into the mul_mats it feeds", fuse_norm_mul_mat),
+        step_pass!("fuse-glu", "swiglu/geglu into the gate/up mul_mat", fuse_glu),
+        step_pass!("fuse-residual-add", "add of a mul_mat's result into the mul_mat", fuse_residual_add),
+        step_pass!("fuse-rope-kv-store", "rope of K into its KV store, with rope of Q and store of V", fuse_rope_kv_store),
+        Pass {
+            name: "plan-memory",
+            about: "liveness, in-place reuse, arena offsets and size",
+            run: |m, _| {
+                let plan = plan_mut(m, "plan-memory")?;
+                let align = plan.align;
+                for s in &mut plan.steps {
+                    plan_memory(s, align);
+                }
+                Ok(())
+            },
+        },
+    ]
+}
+
+/// The names of the passes, in order.
+pub fn pass_names() -> Vec<&'static str> {
+    pipeline().iter().map(|p| p.name).collect()
+}
+
+/// Runs the whole [`pipeline`] on the graphs of `source`, verifying the plan after every
+/// pass and calling `after(pass, module)` after each (for `--dump-after`, progress, tests).
+///
+/// # Errors
+/// Whatever a pass reports; [`PassError::Verify`] if a pass leaves a plan that does not
+/// verify.
+pub fn compile(
+    source: &dyn GraphSource,
+    opts: &CompileOptions,
+    after: &mut dyn FnMut(&Pass, &Module),
+) -> Result<Plan, PassError> {
+    let cx = PassCtx { source, opts };
+    let mut m = Module::default();
+    for pass in pipeline() {
+        (pass.run)(&mut m, &cx)?;
+        if let Some(p) = &m.plan {
+
+        }
+        after(&pass, &m);
+    }
+    m.plan.ok_or(PassError::Order("compile"))
+}

@@ -1,0 +1,257 @@
+//! The operations of the IR and their parameters.
+//!
+//! Each op says what it computes, the shapes it takes and gives (ggml `ne`, innermost first)
+//! and which ggml operator it matches; [`super::infer`] holds the shape rules and
+//! [`crate::interp`] the executable definition.
+
+use super::shape::{Shape, MAX_DIMS};
+use serde::{Deserialize, Serialize};
+
+/// How rope pairs the values of a head (`rope_type` in llama.cpp, `mode` in `ggml_rope_ext`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RopeMode {
+    /// `LLAMA_ROPE_TYPE_NORM` (0): rotates adjacent pairs `(2i, 2i + 1)` (llama, SmolLM2).
+    Norm,
+    /// `LLAMA_ROPE_TYPE_NEOX` (2): rotates pairs `(i, i + n_rot / 2)` (qwen2, qwen3, gemma3,
+    /// phi3).
+    Neox,
+}
+
+/// Parameters of [`Op::Rope`], as `ggml_rope_ext` takes them.
+///
+/// For pair `i` (0 ≤ i < n_rot / 2) at position `p`: `theta = p * freq_base^(-2i / n_rot)`,
+/// computed as ggml does (`theta_scale = freq_base^(-2 / n_rot)` multiplied in f32, one step
+/// per pair), divided by the optional frequency factor of the pair, then scaled with YaRN
+/// (`rope_yarn` in ggml-cpu/ops.cpp): `theta_interp = freq_scale * theta`; with `ext_factor`
+/// ≠ 0 the ramp between `beta_fast` and `beta_slow` mixes in the unscaled theta and the
+/// magnitude is multiplied by `1 + 0.1 ln(1 / freq_scale)`; cos and sin are multiplied by
+/// `attn_factor`. Values beyond `n_rot` in a head pass through unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RopeParams {
+    /// Pairing of the rotated values.
+    pub mode: RopeMode,
+    /// Number of rotated values per head (`rope.dimension_count`), even, ≤ the head size.
+    pub n_rot: u32,
+    /// Base of the frequencies (`rope.freq_base`).
+    pub freq_base: f32,
+    /// Position scale (1 / `rope.scaling.factor`; 1 without scaling).
+    pub freq_scale: f32,
+    /// Training context of YaRN (`rope.scaling.original_context_length`, else n_ctx_train).
+    pub n_ctx_orig: u32,
+    /// YaRN extrapolation mix (1 for `rope.scaling.type = yarn`, else 0).
+    pub ext_factor: f32,
+    /// Magnitude multiplier of cos and sin (`rope.scaling.attn_factor`, default 1).
+    pub attn_factor: f32,
+    /// YaRN low correction dimension parameter (llama.cpp default 32).
+    pub beta_fast: f32,
+    /// YaRN high correction dimension parameter (llama.cpp default 1).
+    pub beta_slow: f32,
+}
+
+/// Parameters of [`Op::Attention`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttnParams {
+    /// Multiplier of the scores before the softmax (`kq_scale`: usually 1/sqrt(head size)).
+    pub kq_scale: f32,
+    /// Logit soft-capping: scores become `cap * tanh(scores / cap)` before `kq_scale` is
+    /// applied (gemma2's `attn_logit_softcapping`, as llama.cpp's `build_attn_mha` does it).
+    pub softcap: Option<f32>,
+    /// Sliding window: the query at position p sees keys at positions k with `p - k < window`
+    /// (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`).
+    pub window: Option<u32>,
+    /// Causal mask: the query at position p sees keys at positions k ≤ p.
+    pub causal: bool,
+}
+
+/// One IR operation. Sources are listed in order with their shapes; `F32` is the type of
+/// every activation unless said otherwise. Broadcasting follows ggml.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Row lookup (`ggml_get_rows`): `table {K, R}` (any dtype: rows are dequantized),
+    /// `ids I32 {N}` → `{K, N}`: row `n` is row `ids[n]` of the table. Token embeddings and
+    /// the selection of output rows.
+    GetRows,
+    /// RMS norm over `ne0` (`ggml_rms_norm`): `x / sqrt(mean(x²) + eps)`, sum in f64 as ggml.
+    /// `x` → same shape.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Layer norm over `ne0` without weights (`ggml_norm`): `(x - mean) / sqrt(var + eps)`.
+    Norm {
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// `a + b`, `b` repeated over `a` (`ggml_add`; also the bias add).
+    Add,
+    /// `a * b` elementwise, `b` repeated over `a` (`ggml_mul`; norm weights).
+    Mul,
+    /// `x * s` (`ggml_scale`).
+    Scale {
+        /// The multiplier.
+        s: f32,
+    },
+    /// Matrix product in ggml's convention (`ggml_mul_mat`): `a {K, M, A2, A3}` (a weight of
+    /// any dtype, or an activation) and `b {K, N, B2, B3}` → `{M, N, B2, B3}` with
+    /// `out[m, n] = dot(row m of a, row n of b)`; `a` is broadcast over dims 2 and 3
+    /// (`B2 % A2 == 0`; slice `i2` of `b` uses slice `i2 / (B2 / A2)` of `a`).
+    MulMat,
+    /// Rotary position embedding (`ggml_rope_ext`): `x {head, n_head, n_tokens}`,
+    /// `pos I32 {n_tokens}` [, `freq_factors F32 {n_rot / 2}`] → shape of `x`.
+    Rope(RopeParams),
+    /// Writes `cur {n_embd_gqa, n_tokens}` (F32) into the cache
+    /// `cache {n_embd_gqa, n_ctx}` (F16 or F32, rounded to it) at rows `pos I32 {n_tokens}`;
+    /// the result *is* the updated cache (same buffer: [`Op::in_place_src`] is 0). Cache row
+    /// `i` holds position `i`. llama.cpp: `ggml_set_rows` / `ggml_cpy` into the KV cache.
+    KvStore,
+    /// Attention over the KV cache, as llama.cpp's `build_attn_mha` without flash attention:
+    /// `q {d_k, n_head, n_tokens}` (F32), `k {d_k, n_head_kv, n_kv}`,
+    /// `v {d_v, n_head_kv, n_kv}` (cache dtype; `n_kv` is the symbolic KV length),
+    /// `pos I32 {n_tokens}` → `{d_v, n_head, n_tokens}`. Query head `h` reads KV head
+    /// `h / (n_head / n_head_kv)` (grouped-query). Scores `q·k`, optional soft-cap, times
+    /// `kq_scale`, masked (causal, window), softmax over the keys, weighted sum of `v`.
+    Attention(AttnParams),
+    /// Softmax over `ne0` of `x * scale` (`ggml_soft_max_ext` without mask).
+    SoftMax {
+        /// Multiplier applied before the softmax.
+        scale: f32,
+    },
+    /// `x * sigmoid(x)` (`ggml_silu`).
+    Silu,
+    /// GELU, tanh approximation (`ggml_gelu`):
+    /// `0.5 x (1 + tanh(sqrt(2/π) x (1 + 0.044715 x²)))`.
+    Gelu,
+    /// `tanh(x)`.
+    Tanh,
+    /// `cap * tanh(x / cap)` (final logit soft-capping, gemma2).
+    SoftCap {
+        /// The cap.
+        cap: f32,
+    },
+    /// `silu(gate) * up` (`ggml_swiglu_split`): `gate`, `up` of one shape → that shape.
+    Swiglu,
+    /// `gelu(gate) * up` (`ggml_geglu_split`).
+    Geglu,
+    /// Same data, new shape (`ggml_reshape`): the source must be contiguous and hold as many
+    /// elements; no symbolic dimensions.
+    Reshape {
+        /// The new shape.
+        ne: [u64; MAX_DIMS],
+    },
+    /// A strided window into the source (`ggml_view_4d`): shape `shape`, byte strides `nb`,
+    /// starting `offset` bytes into the source. May carry the symbolic KV dimension (a view
+    /// of the first n_kv rows of a cache).
+    View {
+        /// Shape of the view.
+        shape: Shape,
+        /// Byte stride of each dimension.
+        nb: [u64; MAX_DIMS],
+        /// Byte offset of the first element.
+        offset: u64,
+    },
+    /// Reorders dimensions (`ggml_permute`): source dimension `i` becomes dimension
+    /// `axes[i]` of the result.
+    Permute {
+        /// Destination of each source dimension; a permutation of 0..4.
+        axes: [u8; MAX_DIMS],
+    },
+    /// A contiguous copy of the source (`ggml_cont`).
+    Cont,
+}
+
+impl Op {
+    /// The op's name as the printer and errors write it (ggml's lower-case op names).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::GetRows => "get_rows",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::Norm { .. } => "norm",
+            Op::Add => "add",
+            Op::Mul => "mul",
+            Op::Scale { .. } => "scale",
+            Op::MulMat => "mul_mat",
+            Op::Rope(_) => "rope",
+            Op::KvStore => "kv_store",
+            Op::Attention(_) => "attention",
+            Op::SoftMax { .. } => "soft_max",
+            Op::Silu => "silu",
+            Op::Gelu => "gelu",
+            Op::Tanh => "tanh",
+            Op::SoftCap { .. } => "softcap",
+            Op::Swiglu => "swiglu",
+            Op::Geglu => "geglu",
+            Op::Reshape { .. } => "reshape",
+            Op::View { .. } => "view",
+            Op::Permute { .. } => "permute",
+            Op::Cont => "cont",
+        }
+    }
+
+    /// Whether the result aliases its first source without computing anything (reshape,
+    /// view, permute): a memory planner gives it no buffer of its own.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape { .. } | Op::View { .. } | Op::Permute { .. })
+    }
+
+    /// The source whose buffer the result overwrites, if the op updates state in place
+    /// ([`Op::KvStore`] updates its cache, source 0).
+    pub fn in_place_src(&self) -> Option<usize> {
+        match self {
+            Op::KvStore => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Allowed numbers of sources (min, max).
+    pub fn arity(&self) -> (usize, usize) {
+        match self {
+            Op::GetRows | Op::Add | Op::Mul | Op::MulMat | Op::Swiglu | Op::Geglu => (2, 2),
+            Op::Rope(_) => (2, 3),
+            Op::KvStore => (3, 3),
+            Op::Attention(_) => (4, 4),
+            Op::RmsNorm { .. }
+            | Op::Norm { .. }
+            | Op::Scale { .. }
+            | Op::SoftMax { .. }
+            | Op::Silu
+            | Op::Gelu
+            | Op::Tanh
+            | Op::SoftCap { .. }
+            | Op::Reshape { .. }
+            | Op::View { .. }
+            | Op::Permute { .. }
+            | Op::Cont => (1, 1),
+        }
+    }
+
+    /// The op's parameters as the printer writes them (empty when it has none).
+    pub fn params(&self) -> String {
+        match self {
+            Op::RmsNorm { eps } | Op::Norm { eps } => format!("eps={eps:e}"),
+            Op::Scale { s } => format!("s={s}"),
+            Op::SoftMax { scale } => format!("scale={scale}"),
+            Op::SoftCap { cap } => format!("cap={cap}"),
+            Op::Rope(p) => format!(
+                "mode={:?} n_rot={} base={} freq_scale={} ext={} attn_factor={}",
+                p.mode, p.n_rot, p.freq_base, p.freq_scale, p.ext_factor, p.attn_factor
+            ),
+            Op::Attention(a) => {
+                let mut s = format!("kq_scale={}", a.kq_scale);
+                if let Some(c) = a.softcap {
+                    s += &format!(" softcap={c}");
+                }
+                if let Some(w) = a.window {
+                    s += &format!(" window={w}");
+                }
+                if !a.causal {
+                    s += " non-causal";
+                }
+                s
+            }
+            Op::Reshape { ne } => format!("ne={}", Shape { ne: *ne, kv: 0 }),
+            Op::View { nb, offset, .. } => format!("nb={nb:?} offset={offset}"),
+            Op::Permute { axes } => format!("axes={axes:?}"),
+            _ => String::new(),
+        }
+    }
+}

@@ -1,0 +1,479 @@
+//! The interpreter proper: binds a graph's inputs, runs its nodes in order, keeps the KV
+//! caches between runs.
+
+use super::attention::{attention, kv_store, AttnArgs};
+use super::elementwise::{binary, gelu, gelu_f16_table, glu, map_rows, norm_row, rms_norm_row, silu, soft_max_row, unary};
+use super::layout::{copy_to, permute, view, Lay};
+use super::matmul::{mul_mat, MatA, MatOpts};
+use super::rope::rope;
+use super::weights::WeightSource;
+use super::{InterpError, InterpOptions};
+use crate::ggml::{self, GgmlType};
+use crate::graph::{Def, Graph, Input, Op, Shape, Tensor, TensorId};
+use std::borrow::Cow;
+
+/// One persistent cache tensor (a [`Input::KvCache`] input).
+#[derive(Clone, Debug)]
+struct Cache {
+    name: String,
+    dtype: crate::graph::DType,
+    shape: Shape,
+    data: Vec<f32>,
+}
+
+/// The KV caches of an interpreter, matched to graph inputs by name, created on first use.
+#[derive(Clone, Debug, Default)]
+pub struct KvState {
+    caches: Vec<Cache>,
+}
+
+impl KvState {
+    /// Sets every cache cell to zero (the caches keep their sizes).
+    pub fn clear(&mut self) {
+        for c in &mut self.caches {
+            c.data.iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+
+    /// Bytes the caches would take in their own dtypes.
+    pub fn n_bytes(&self) -> u64 {
+        self.caches
+            .iter()
+            .map(|c| c.shape.n_elements().unwrap_or(0) * c.dtype.type_size())
+            .sum()
+    }
+
+    /// The values of cache `name` (one f32 per element; F16 caches hold f16 values), if it
+    /// exists.
+    pub fn get(&self, name: &str) -> Option<&[f32]> {
+        self.caches.iter().find(|c| c.name == name).map(|c| c.data.as_slice())
+    }
+
+    fn bind(&mut self, t: &Tensor) -> Result<usize, InterpError> {
+        if let Some(i) = self.caches.iter().position(|c| c.name == t.name) {
+            let c = &self.caches[i];
+            if c.dtype != t.dtype || c.shape != t.shape {
+                return Err(InterpError::Input(format!(
+                    "KV cache {} is {} {} but this graph wants {} {}",
+                    t.name, c.shape, c.dtype, t.shape, t.dtype
+                )));
+            }
+            return Ok(i);
+        }
+        let n = t.shape.n_elements().ok_or_else(|| InterpError::Input(format!("KV cache {} is too large", t.name)))?;
+        self.caches.push(Cache {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape,
+            data: vec![0f32; n as usize],
+        });
+        Ok(self.caches.len() - 1)
+    }
+}
+
+/// The values of the graph's non-weight inputs for one run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inputs<'a> {
+    /// Token ids ([`Input::Tokens`]).
+    pub tokens: &'a [i32],
+    /// Positions ([`Input::Positions`]).
+    pub positions: &'a [i32],
+    /// Output row ids ([`Input::OutputIds`]).
+    pub output_ids: &'a [i32],
+    /// The actual KV length (the value of every symbolic dimension); usually the last
+    /// position of the ubatch + 1.
+    pub kv_len: u64,
+    /// [`Input::Data`] tensors by name, each its actual elements in `ne` order.
+    pub data: &'a [(&'a str, &'a [f32])],
+}
+
+enum Val<'w> {
+    Empty,
+    F(Vec<f32>),
+    I(Vec<i32>),
+    W(&'w [u8], GgmlType),
+    State(usize),
+}
+
+/// Executes graphs in f32 with the exact reference dequantization, optionally rounding as
+/// llama.cpp's CPU backend does ([`InterpOptions`]). The KV caches persist across
+/// [`Interpreter::run`] calls.
+pub struct Interpreter<'w> {
+    weights: &'w dyn WeightSource,
+    opts: InterpOptions,
+    state: KvState,
+}
+
+impl<'w> Interpreter<'w> {
+    /// An interpreter reading weights from `weights`.
+    pub fn new(weights: &'w dyn WeightSource, opts: InterpOptions) -> Interpreter<'w> {
+        Interpreter {
+            weights,
+            opts,
+            state: KvState::default(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &InterpOptions {
+        &self.opts
+    }
+
+    /// The KV caches.
+    pub fn state(&self) -> &KvState {
+        &self.state
+    }
+
+    /// The KV caches, mutably (to clear them).
+    pub fn state_mut(&mut self) -> &mut KvState {
+        &mut self.state
+    }
+
+    /// Runs `graph` and returns each output's actual elements in `ne` order.
+    ///
+    /// # Errors
+    /// Graph verification errors; a missing weight or one whose type or shape differs from
+    /// the graph's; input lengths that do not match the graph; out-of-range token ids or
+    /// positions (naming the node).
+    pub fn run(&mut self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Vec<Vec<f32>>, InterpError> {
+        self.run_inner(graph, inputs, None)
+    }
+
+    /// As [`Interpreter::run`], calling `trace(tensor, values)` after each node with the
+    /// node's actual elements in `ne` order (llama.cpp's eval callback). KV stores and
+    /// results that alias a weight are not traced.
+    pub fn run_traced(
+        &mut self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+        trace: &mut dyn FnMut(&Tensor, &[f32]),
+    ) -> Result<Vec<Vec<f32>>, InterpError> {
+        self.run_inner(graph, inputs, Some(trace))
+    }
+
+    fn run_inner(
+        &mut self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+        mut trace: Option<&mut dyn FnMut(&Tensor, &[f32])>,
+    ) -> Result<Vec<Vec<f32>>, InterpError> {
+        graph.verify()?;
+        let kv_len = inputs.kv_len;
+        let lay = |id: TensorId| Lay::of(&graph.tensor(id).shape, kv_len);
+        if graph.has_kv_dims() {
+            for t in &graph.tensors {
+                for d in 0..4 {
+                    if t.shape.is_kv(d) && (kv_len == 0 || kv_len > t.shape.ne[d]) {
+                        return Err(InterpError::Input(format!(
+                            "KV length {kv_len} is outside 1..={} (tensor {})",
+                            t.shape.ne[d], t.name
+                        )));
+                    }
+                }
+            }
+        }
+        // Last use of every tensor, to free intermediate values early.
+        let mut last_use = vec![usize::MAX; graph.tensors.len()];
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for s in &n.srcs {
+                last_use[s.index()] = i;
+            }
+        }
+        for o in &graph.outputs {
+            last_use[o.index()] = usize::MAX;
+        }
+        let mut vals: Vec<Val<'w>> = Vec::with_capacity(graph.tensors.len());
+        for t in &graph.tensors {
+            vals.push(match &t.def {
+                Def::Node(_) => Val::Empty,
+                Def::Input(kind) => self.bind_input(t, kind, inputs)?,
+            });
+        }
+        for (ni, node) in graph.nodes.iter().enumerate() {
+            let out_t = graph.tensor(node.out);
+            let err = |msg: String| InterpError::Node {
+                node: out_t.name.clone(),
+                op: node.op.name(),
+                msg,
+            };
+            let lo = lay(node.out);
+            let s = &node.srcs;
+            let ctx = Ctx { graph, vals: &vals, state: &self.state, kv_len };
+            let result: Val<'w> = match &node.op {
+                Op::GetRows => Val::F(self.get_rows(&ctx, s[0], s[1], &lo).map_err(err)?),
+                Op::RmsNorm { eps } => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::F(map_rows(&x, &lay(s[0]), |a, y| rms_norm_row(a, y, *eps)))
+                }
+                Op::Norm { eps } => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::F(map_rows(&x, &lay(s[0]), |a, y| norm_row(a, y, *eps)))
+                }
+                Op::SoftMax { scale } => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::F(map_rows(&x, &lay(s[0]), |a, y| soft_max_row(a, y, *scale)))
+                }
+                Op::Add | Op::Mul => {
+                    let a = ctx.floats(s[0]).map_err(err)?;
+                    let b = ctx.floats(s[1]).map_err(err)?;
+                    let (la, lb) = (lay(s[0]), lay(s[1]));
+                    Val::F(if node.op == Op::Add {
+                        binary(&a, &la, &b, &lb, |x, y| x + y)
+                    } else {
+                        binary(&a, &la, &b, &lb, |x, y| x * y)
+                    })
+                }
+                Op::Scale { s: k } => {
+                    let k = *k;
+                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| x * k))
+                }
+                Op::Silu => Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), silu)),
+                Op::Gelu => {
+                    let f = if self.opts.gelu_f16 { gelu_f16_table } else { gelu };
+                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), f))
+                }
+                Op::Tanh => Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), f32::tanh)),
+                Op::SoftCap { cap } => {
+                    let c = *cap;
+                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| (x * (1.0 / c)).tanh() * c))
+                }
+                Op::Swiglu | Op::Geglu => {
+                    let g = ctx.floats(s[0]).map_err(err)?;
+                    let u = ctx.floats(s[1]).map_err(err)?;
+                    let f: fn(f32) -> f32 = match (&node.op, self.opts.gelu_f16) {
+                        (Op::Swiglu, _) => silu,
+                        (_, true) => gelu_f16_table,
+                        (_, false) => gelu,
+                    };
+                    Val::F(glu(&g, &u, &lay(s[0]), f))
+                }
+                Op::MulMat => Val::F(self.mul_mat(&ctx, s[0], s[1], &lo).map_err(err)?),
+                Op::Rope(p) => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    let pos = ctx.ints(s[1]).map_err(err)?;
+                    let ff = match s.get(2) {
+                        Some(f) => Some(ctx.floats(*f).map_err(err)?),
+                        None => None,
+                    };
+                    Val::F(rope(&x, &lay(s[0]), pos, ff.as_deref(), p))
+                }
+                Op::KvStore => {
+                    let Val::State(si) = vals[s[0].index()] else {
+                        return Err(err("the cache source is not a KV cache input or store".into()));
+                    };
+                    let cur = ctx.floats(s[1]).map_err(err)?.into_owned();
+                    let pos = ctx.ints(s[2]).map_err(err)?.to_vec();
+                    let (lc, lcur) = (lay(s[0]), lay(s[1]));
+                    let cache = &mut self.state.caches[si];
+                    kv_store(&mut cache.data, &lc, cache.dtype, &cur, &lcur, &pos).map_err(err)?;
+                    Val::State(si)
+                }
+                Op::Attention(p) => {
+                    let q = ctx.floats(s[0]).map_err(err)?;
+                    let k = ctx.floats(s[1]).map_err(err)?;
+                    let v = ctx.floats(s[2]).map_err(err)?;
+                    let pos = ctx.ints(s[3]).map_err(err)?;
+                    let args = AttnArgs {
+                        q: &q,
+                        lq: lay(s[0]),
+                        k: &k,
+                        lk: lay(s[1]),
+                        v: &v,
+                        lv: lay(s[2]),
+                        pos,
+                        out: lo,
+                    };
+                    Val::F(attention(&args, p, self.opts.attn_f16, self.opts.n_threads))
+                }
+                Op::Reshape { .. } => match &vals[s[0].index()] {
+                    Val::W(d, t) => Val::W(d, *t),
+                    _ => Val::F(ctx.floats(s[0]).map_err(err)?.into_owned()),
+                },
+                Op::View { nb, offset, .. } => {
+                    let src = ctx.floats(s[0]).map_err(err)?;
+                    let es = graph.tensor(s[0]).dtype.type_size();
+                    if graph.tensor(s[0]).dtype.block_size() > 1 {
+                        return Err(err("views of block-typed tensors are not supported by the interpreter".into()));
+                    }
+                    Val::F(view(&src, &lo, nb, *offset, es).map_err(err)?)
+                }
+                Op::Permute { axes } => Val::F(permute(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), &lo, axes)),
+                Op::Cont => Val::F(copy_to(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), &lo)),
+            };
+            vals[node.out.index()] = result;
+            if let (Some(tr), Val::F(v)) = (trace.as_mut(), &vals[node.out.index()]) {
+                tr(out_t, &dense(v, &lo));
+            }
+            for src in &node.srcs {
+                if last_use[src.index()] == ni && matches!(graph.tensor(*src).def, Def::Node(_)) {
+                    vals[src.index()] = Val::Empty;
+                }
+            }
+        }
+        let ctx = Ctx { graph, vals: &vals, state: &self.state, kv_len };
+        graph
+            .outputs
+            .iter()
+            .map(|o| {
+                let v = ctx.floats(*o).map_err(InterpError::Input)?;
+                Ok(dense(&v, &lay(*o)))
+            })
+            .collect()
+    }
+
+    fn bind_input(&mut self, t: &Tensor, kind: &Input, inputs: &Inputs<'_>) -> Result<Val<'w>, InterpError> {
+        let want = t.shape.ne[0] as usize;
+        let ints = |what: &str, v: &[i32]| -> Result<Val<'w>, InterpError> {
+            if v.len() != want {
+                return Err(InterpError::Input(format!("{what}: the graph takes {want} values, got {}", v.len())));
+            }
+            Ok(Val::I(v.to_vec()))
+        };
+        match kind {
+            Input::Tokens => ints("tokens", inputs.tokens),
+            Input::Positions => ints("positions", inputs.positions),
+            Input::OutputIds => ints("output ids", inputs.output_ids),
+            Input::KvCache { .. } => Ok(Val::State(self.state.bind(t)?)),
+            Input::Data => {
+                let (_, v) = inputs
+                    .data
+                    .iter()
+                    .find(|(n, _)| *n == t.name)
+                    .ok_or_else(|| InterpError::Input(format!("no data given for input {}", t.name)))?;
+                let n = t.shape.n_elements().unwrap_or(0) as usize;
+                if v.len() != n || t.dtype == crate::graph::DType::I32 {
+                    return Err(InterpError::Input(format!(
+                        "input {} is {} {}: expected {n} f32 values, got {}",
+                        t.name, t.shape, t.dtype, v.len()
+                    )));
+                }
+                Ok(Val::F(v.to_vec()))
+            }
+            Input::Weight => {
+                let w = self.weights.weight(&t.name).ok_or_else(|| InterpError::MissingWeight(t.name.clone()))?;
+                if w.ggml_type != t.dtype.ggml_type() || w.ne != t.shape.ne {
+                    return Err(InterpError::WeightMismatch {
+                        name: t.name.clone(),
+                        graph: format!("{} {}", t.shape, t.dtype),
+                        found: format!("{} {}", Shape { ne: w.ne, kv: 0 }, w.ggml_type),
+                    });
+                }
+                let need = t.dtype.row_size(t.shape.ne[0]).and_then(|r| r.checked_mul(t.shape.ne[1] * t.shape.ne[2] * t.shape.ne[3]));
+                if need != Some(w.data.len() as u64) {
+                    return Err(InterpError::WeightMismatch {
+                        name: t.name.clone(),
+                        graph: format!("{need:?} bytes"),
+                        found: format!("{} bytes", w.data.len()),
+                    });
+                }
+                Ok(Val::W(w.data, w.ggml_type))
+            }
+        }
+    }
+
+    fn mat_opts(&self) -> MatOpts {
+        MatOpts {
+            round: self.opts.matmul_rounding,
+            flavor: self.opts.q8_flavor,
+            n_threads: self.opts.n_threads.max(1),
+        }
+    }
+
+    fn mul_mat(&self, ctx: &Ctx<'_, 'w>, a: TensorId, b: TensorId, lo: &Lay) -> Result<Vec<f32>, String> {
+        let bv = ctx.floats(b)?;
+        let lb = ctx.lay(b);
+        let at = ctx.graph.tensor(a);
+        let am = match &ctx.vals[a.index()] {
+            Val::W(data, ty) => MatA::Weight {
+                ty: *ty,
+                data,
+                ne: at.shape.ne.map(|n| n as usize),
+            },
+            _ => {
+                let data = ctx.floats(a)?;
+                return mul_mat(&MatA::Float { dtype: at.dtype, data: &data, lay: ctx.lay(a) }, &bv, &lb, lo, self.mat_opts());
+            }
+        };
+        mul_mat(&am, &bv, &lb, lo, self.mat_opts())
+    }
+
+    fn get_rows(&self, ctx: &Ctx<'_, 'w>, table: TensorId, ids: TensorId, lo: &Lay) -> Result<Vec<f32>, String> {
+        let ids = ctx.ints(ids)?;
+        let tt = ctx.graph.tensor(table);
+        let (k, n_rows) = (tt.shape.ne[0] as usize, tt.shape.ne[1] as usize);
+        let mut out = vec![0f32; lo.alloc];
+        let table_f = match &ctx.vals[table.index()] {
+            Val::W(..) => None,
+            _ => Some(ctx.floats(table)?),
+        };
+        let lt = ctx.lay(table);
+        for (n, &id) in ids.iter().enumerate() {
+            if id < 0 || id as usize >= n_rows {
+                return Err(format!("row id {id} is outside table {} of {n_rows} rows", tt.name));
+            }
+            let dst = &mut out[lo.off([0, n, 0, 0])..][..k];
+            match (&table_f, &ctx.vals[table.index()]) {
+                (Some(f), _) => {
+                    let o = lt.off([0, id as usize, 0, 0]);
+                    dst.copy_from_slice(&f[o..o + k]);
+                }
+                (None, Val::W(data, ty)) => {
+                    let rb = ty.row_size(k as u64).unwrap_or(0) as usize;
+                    let row = data.get(id as usize * rb..(id as usize + 1) * rb).ok_or("table row out of range")?;
+                    ggml::dequantize(*ty, row, dst).map_err(|e| e.to_string())?;
+                }
+                _ => return Err("table has no values".into()),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Read access to the values during a run.
+struct Ctx<'a, 'w> {
+    graph: &'a Graph,
+    vals: &'a [Val<'w>],
+    state: &'a KvState,
+    kv_len: u64,
+}
+
+impl<'a, 'w> Ctx<'a, 'w> {
+    fn lay(&self, id: TensorId) -> Lay {
+        Lay::of(&self.graph.tensor(id).shape, self.kv_len)
+    }
+
+    /// The stored float values of `id` (weights are dequantized whole).
+    fn floats(&self, id: TensorId) -> Result<Cow<'a, [f32]>, String> {
+        let t = self.graph.tensor(id);
+        match &self.vals[id.index()] {
+            Val::F(v) => Ok(Cow::Borrowed(v.as_slice())),
+            Val::State(i) => Ok(Cow::Borrowed(self.state.caches[*i].data.as_slice())),
+            Val::W(data, ty) => {
+                let n = t.shape.n_elements().unwrap_or(0) as usize;
+                let mut v = vec![0f32; n];
+                ggml::dequantize(*ty, data, &mut v).map_err(|e| format!("{}: {e}", t.name))?;
+                Ok(Cow::Owned(v))
+            }
+            Val::I(_) => Err(format!("{} is I32 where floats are needed", t.name)),
+            Val::Empty => Err(format!("{} has no value (freed or never computed)", t.name)),
+        }
+    }
+
+    fn ints(&self, id: TensorId) -> Result<&'a [i32], String> {
+        match &self.vals[id.index()] {
+            Val::I(v) => Ok(v.as_slice()),
+            _ => Err(format!("{} is not an I32 input", self.graph.tensor(id).name)),
+        }
+    }
+}
+
+/// The actual elements of a stored tensor, in `ne` order.
+fn dense(v: &[f32], lay: &Lay) -> Vec<f32> {
+    if lay.is_dense() {
+        let n: usize = lay.ne.iter().product();
+        return v[..n].to_vec();
+    }
+    let mut out = Vec::with_capacity(lay.ne.iter().product());
+    super::layout::for_each_index(lay, |_, o| out.push(v[o]));
+    out
+}

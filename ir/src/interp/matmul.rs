@@ -1,0 +1,337 @@
+//! `mul_mat`: `out[m, n] = dot(row m of a, row n of b)`, ggml's convention, over the
+//! broadcast slices of dims 2 and 3.
+//!
+//! Two ways to compute a product with a weight, chosen by [`super::InterpOptions`]:
+//!
+//! - exact: the weight row is dequantized to f32 ([`crate::ggml::dequantize`], bit-exact with
+//!   ggml) and dotted with the f32 activations;
+//! - llama.cpp's rounding: the activations are first converted to the weight type's
+//!   companion format ([`crate::ggml::vec_dot_type`]: Q8_0, Q8_1, Q8_K blocks, or F16 / BF16
+//!   values), as ggml-cpu's `ggml_compute_forward_mul_mat` does, and each output is the
+//!   weight type's reference dot product ([`crate::ggml::vec_dot`]).
+//!
+//! Rows of `a` are split over threads (`std::thread::scope`); each output element is computed
+//! by one thread in a fixed order, so results do not depend on the thread count.
+
+use super::layout::Lay;
+use super::qdot::{self, Fast, Unpacked};
+use crate::ggml::{self, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, GgmlType, Q8Flavor};
+use crate::graph::DType;
+
+/// The first operand of a product.
+pub(crate) enum MatA<'a> {
+    /// A weight, as stored in the GGUF: `ne` fixed, rows of whole blocks back to back.
+    Weight {
+        /// Storage type.
+        ty: GgmlType,
+        /// All of its bytes.
+        data: &'a [u8],
+        /// Its shape.
+        ne: [usize; 4],
+    },
+    /// An activation (F32, or F16 / BF16 values held as f32).
+    Float {
+        /// Its dtype.
+        dtype: DType,
+        /// Stored values.
+        data: &'a [f32],
+        /// Layout.
+        lay: Lay,
+    },
+}
+
+/// How to compute.
+#[derive(Clone, Copy)]
+pub(crate) struct MatOpts {
+    /// Reproduce llama.cpp's activation rounding.
+    pub round: bool,
+    /// Which Q8_0 / Q8_1 quantizer to reproduce.
+    pub flavor: Q8Flavor,
+    /// Threads to split rows over.
+    pub n_threads: usize,
+}
+
+/// f32 dot product: eight lanes, lane `l` summing the products of the elements whose index
+/// is `l` mod 8 (multiply, then add: no fused multiply-add), the lanes added pairwise, then
+/// the tail. The AVX path computes exactly the same operations.
+#[inline]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx() {
+            // SAFETY: the CPU supports AVX (checked by `has_avx`).
+            return unsafe { dot_avx(a, b) };
+        }
+    }
+    dot_portable(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx() -> bool {
+    static AVX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX.get_or_init(|| std::is_x86_feature_detected!("avx"))
+}
+
+#[inline(always)]
+fn reduce8(acc: [f32; 8], tail: f32) -> f32 {
+    (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    reduce8(acc, tail)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps};
+    let n = a.len().min(b.len());
+    let chunks = n / 8;
+    let mut acc = _mm256_setzero_ps();
+    for c in 0..chunks {
+        // SAFETY: c * 8 + 8 <= n, within both slices.
+        let (x, y) = unsafe { (_mm256_loadu_ps(a.as_ptr().add(c * 8)), _mm256_loadu_ps(b.as_ptr().add(c * 8))) };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut tail = 0f32;
+    for i in chunks * 8..n {
+        tail += a[i] * b[i];
+    }
+    reduce8(lanes, tail)
+}
+
+enum Kernel {
+    /// Dequantize / copy rows of `a` to f32, dot with (possibly rounded) f32 rows of `b`.
+    Float,
+    /// Reference `vec_dot` of weight rows with activation rows in the companion format.
+    Quant { act: Vec<u8>, act_row: usize },
+    /// The same numbers through unpacked int8 rows ([`qdot`]).
+    Fast { kind: Fast, act: Unpacked },
+}
+
+/// Computes `out = a · bᵀ` per slice; `b` and `out` are stored as [`Lay`] says.
+pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts) -> Result<Vec<f32>, String> {
+    let (a_ne, a_dtype) = match a {
+        MatA::Weight { ty, ne, .. } => (*ne, DType::from_ggml(*ty).unwrap_or(DType::F32)),
+        MatA::Float { dtype, lay, .. } => (lay.ne, *dtype),
+    };
+    let (k, m_rows, n_rows) = (lb.ne[0], a_ne[1], lb.ne[1]);
+    let mut out = vec![0f32; lo.alloc];
+    let r2 = lb.ne[2] / a_ne[2].max(1);
+    let r3 = lb.ne[3] / a_ne[3].max(1);
+    for i3 in 0..lb.ne[3] {
+        for i2 in 0..lb.ne[2] {
+            let (a2, a3) = (i2 / r2.max(1), i3 / r3.max(1));
+            // The b rows of this slice, rounded as llama.cpp converts them.
+            let mut rows: Vec<f32> = Vec::with_capacity(n_rows * k);
+            for n in 0..n_rows {
+                let o = lb.off([0, n, i2, i3]);
+                rows.extend_from_slice(&b[o..o + k]);
+            }
+            let kernel = match (opts.round, a_dtype) {
+                (true, DType::F16) => {
+                    rows.iter_mut().for_each(|v| *v = f16_to_f32(f32_to_f16(*v)));
+                    Kernel::Float
+                }
+                (true, DType::BF16) => {
+                    rows.iter_mut().for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v)));
+                    Kernel::Float
+                }
+                (true, DType::Block(t)) => {
+                    let vdt = ggml::vec_dot_type(t).ok_or_else(|| format!("no dot product for {t}"))?;
+                    let act_row = vdt
+                        .row_size(k as u64)
+                        .ok_or_else(|| format!("{k} values are not whole {vdt} blocks"))? as usize;
+                    let mut act = vec![0u8; act_row * n_rows];
+                    for (src, dst) in rows.chunks_exact(k).zip(act.chunks_exact_mut(act_row)) {
+                        ggml::quantize(vdt, src, dst, opts.flavor).map_err(|e| e.to_string())?;
+                    }
+                    match (Fast::of(t), matches!(a, MatA::Weight { .. })) {
+                        (Some(kind), true) => {
+                            let mut u = Unpacked::default();
+                            qdot::unpack_act(&act, vdt == GgmlType::Q8_1, &mut u);
+                            Kernel::Fast { kind, act: u }
+                        }
+                        _ => Kernel::Quant { act, act_row },
+                    }
+                }
+                _ => Kernel::Float,
+            };
+            let sc = Slice { a, a2, a3, rows: &rows, k, n_rows, kernel: &kernel };
+            let slice = compute_slice(&sc, m_rows, opts.n_threads)?;
+            for n in 0..n_rows {
+                let o = lo.off([0, n, i2, i3]);
+                for m in 0..m_rows {
+                    out[o + m] = slice[m * n_rows + n];
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One broadcast slice of a product.
+struct Slice<'s, 'a> {
+    a: &'s MatA<'a>,
+    a2: usize,
+    a3: usize,
+    rows: &'s [f32],
+    k: usize,
+    n_rows: usize,
+    kernel: &'s Kernel,
+}
+
+/// One slice: returns `res[m * n_rows + n]`, rows of `a` split over threads.
+fn compute_slice(sc: &Slice<'_, '_>, m_rows: usize, n_threads: usize) -> Result<Vec<f32>, String> {
+    let work = m_rows * sc.n_rows * sc.k;
+    let n_threads = if work < 1 << 17 { 1 } else { n_threads.clamp(1, m_rows.max(1)) };
+    if n_threads == 1 {
+        return run_rows(sc, 0, m_rows);
+    }
+    let chunk = m_rows.div_ceil(n_threads);
+    let parts: Vec<Result<Vec<f32>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n_threads)
+            .map(|t| {
+                let (lo, hi) = (t * chunk, ((t + 1) * chunk).min(m_rows));
+                s.spawn(move || run_rows(sc, lo, hi.max(lo)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("matmul thread panicked".into())))
+            .collect()
+    });
+    let mut res = Vec::with_capacity(m_rows * sc.n_rows);
+    for p in parts {
+        res.extend_from_slice(&p?);
+    }
+    Ok(res)
+}
+
+/// Rows `lo..hi` of `a` against every row of `b`, with the widest vector unit available
+/// (the arithmetic is the same; only the instructions differ).
+fn run_rows(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { run_rows_avx2(sc, lo, hi) };
+        }
+    }
+    run_rows_body(sc, lo, hi)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_rows_avx2(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String> {
+    run_rows_body(sc, lo, hi)
+}
+
+#[inline(always)]
+fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String> {
+    let (k, n_rows) = (sc.k, sc.n_rows);
+    let mut res = vec![0f32; (hi - lo) * n_rows];
+    let mut buf = vec![0f32; k];
+    let mut unpacked = Unpacked::default();
+    for m in lo..hi {
+        let dst = &mut res[(m - lo) * n_rows..(m - lo + 1) * n_rows];
+        match (sc.kernel, sc.a) {
+            (Kernel::Fast { kind, act }, MatA::Weight { ty, data, ne }) => {
+                let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
+                qdot::unpack_weight(*kind, w, &mut unpacked);
+                for (n, o) in dst.iter_mut().enumerate() {
+                    *o = qdot::dot(*kind, &unpacked, act, n);
+                }
+            }
+            (Kernel::Quant { act, act_row }, MatA::Weight { ty, data, ne }) => {
+                let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
+                for (n, o) in dst.iter_mut().enumerate() {
+                    *o = ggml::vec_dot(*ty, w, &act[n * act_row..(n + 1) * act_row]).map_err(|e| e.to_string())?;
+                }
+            }
+            _ => {
+                a_row_f32(sc.a, m, sc.a2, sc.a3, &mut buf)?;
+                for (n, o) in dst.iter_mut().enumerate() {
+                    *o = dot(&buf, &sc.rows[n * k..(n + 1) * k]);
+                }
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// The bytes of row `m` of slice `(a2, a3)` of a weight.
+fn weight_row<'d>(ty: GgmlType, data: &'d [u8], ne: &[usize; 4], m: usize, a2: usize, a3: usize, k: usize) -> Result<&'d [u8], String> {
+    let rb = ty.row_size(k as u64).unwrap_or(0) as usize;
+    let start = (m + ne[1] * (a2 + ne[2] * a3)) * rb;
+    data.get(start..start + rb).ok_or_else(|| "weight row out of range".to_string())
+}
+
+/// Row `m` of slice `(a2, a3)` of `a` as f32.
+fn a_row_f32(a: &MatA<'_>, m: usize, a2: usize, a3: usize, buf: &mut [f32]) -> Result<(), String> {
+    match a {
+        MatA::Weight { ty, data, ne } => {
+            let w = weight_row(*ty, data, ne, m, a2, a3, buf.len())?;
+            ggml::dequantize(*ty, w, buf).map_err(|e| e.to_string())
+        }
+        MatA::Float { data, lay, .. } => {
+            let o = lay.off([0, m, a2, a3]);
+            buf.copy_from_slice(&data[o..o + buf.len()]);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Shape;
+
+    #[test]
+    fn small_product_matches_definition() {
+        // a {3, 2}: rows [1,2,3], [4,5,6]; b {3, 2}: rows [1,0,1], [0,1,0].
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let la = Lay::of(&Shape::new(&[3, 2]), 0);
+        let b = [1.0f32, 0.0, 1.0, 0.0, 1.0, 0.0];
+        let lb = Lay::of(&Shape::new(&[3, 2]), 0);
+        let lo = Lay::of(&Shape::new(&[2, 2]), 0);
+        let opts = MatOpts { round: false, flavor: Q8Flavor::X86, n_threads: 2 };
+        let am = MatA::Float { dtype: DType::F32, data: &a, lay: la };
+        let out = mul_mat(&am, &b, &lb, &lo, opts).unwrap();
+        assert_eq!(out, vec![4.0, 10.0, 2.0, 5.0]);
+    }
+
+    #[test]
+    fn dot_handles_tails() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
+        let want: f32 = a.iter().map(|x| x * x).sum();
+        assert_eq!(dot(&a, &a), want);
+    }
+
+    #[test]
+    fn dot_paths_agree_bit_for_bit() {
+        let a: Vec<f32> = (0..587).map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0).collect();
+        let b: Vec<f32> = (0..587).map(|i| ((i * 104729) % 991) as f32 / 89.0 - 5.5).collect();
+        for n in [0, 5, 8, 64, 587] {
+            assert_eq!(dot(&a[..n], &b[..n]).to_bits(), dot_portable(&a[..n], &b[..n]).to_bits());
+        }
+    }
+}

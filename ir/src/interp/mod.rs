@@ -1,0 +1,122 @@
+//! The reference interpreter: executes any [`crate::graph::Graph`] in f32, the oracle every
+//! pass and backend is checked against (DESIGN.md principle 2).
+//!
+//! - Weights are read in place from a [`WeightSource`] (a GGUF file's map) and dequantized
+//!   with the exact reference dequantizer ([`crate::ggml::dequantize`]).
+//! - The KV caches are persistent state (F16 by default, as llama.cpp, or F32), kept by the
+//!   [`Interpreter`] across runs; ubatches of any size, any positions.
+//! - [`InterpOptions`] can reproduce llama.cpp's CPU rounding: activations converted to the
+//!   weight type's companion format (Q8_0 / Q8_1 / Q8_K, F16, BF16) before each product with
+//!   a weight; Q and the softmax probabilities rounded to f16 inside attention; GELU from
+//!   ggml's f16 table. `shared/fixtures/README.md` shows these roundings, not the weight
+//!   formats, are what separate llama.cpp's logits from an exact computation.
+//! - [`Session`] is the token-level API: `eval(tokens, pos0, outputs) -> logits`.
+//!
+//! Kernels are plain loops in the order ggml-cpu computes (sums of squares and exponentials
+//! in f64); mat-muls split rows over threads with `std::thread::scope`.
+
+mod attention;
+mod elementwise;
+mod exec;
+mod layout;
+mod matmul;
+mod qdot;
+mod rope;
+mod session;
+mod weights;
+
+pub use exec::{Inputs, Interpreter, KvState};
+pub use session::{GraphRequest, GraphSource, Logits, Outputs, Session, SessionOptions};
+pub use weights::{MemWeights, WeightRef, WeightSource};
+
+use crate::ggml::Q8Flavor;
+use crate::graph::GraphError;
+
+/// How the interpreter rounds (see the module doc) and how many threads it uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InterpOptions {
+    /// Convert activations to the weight type's `vec_dot_type` before each product with an
+    /// F16, BF16 or quantized operand, and use ggml's reference dot products
+    /// (`ggml_compute_forward_mul_mat`).
+    pub matmul_rounding: bool,
+    /// Round Q to f16 before the scores and the softmax probabilities to f16 before the
+    /// product with V (llama.cpp without flash attention).
+    pub attn_f16: bool,
+    /// Evaluate GELU from ggml's f16 table (`GGML_GELU_FP16`).
+    pub gelu_f16: bool,
+    /// Which Q8_0 / Q8_1 activation quantizer to reproduce.
+    pub q8_flavor: Q8Flavor,
+    /// Threads for mat-muls and attention.
+    pub n_threads: usize,
+}
+
+impl InterpOptions {
+    /// No rounding beyond the KV cache's own type: f32 activations throughout.
+    pub fn exact() -> InterpOptions {
+        InterpOptions {
+            matmul_rounding: false,
+            attn_f16: false,
+            gelu_f16: false,
+            q8_flavor: Q8Flavor::native(),
+            n_threads: default_threads(),
+        }
+    }
+
+    /// Every rounding llama.cpp's CPU backend does, with this machine's Q8 flavor.
+    pub fn llama_cpp() -> InterpOptions {
+        InterpOptions {
+            matmul_rounding: true,
+            attn_f16: true,
+            gelu_f16: true,
+            ..InterpOptions::exact()
+        }
+    }
+}
+
+impl Default for InterpOptions {
+    /// [`InterpOptions::llama_cpp`]: the interpreter reproduces llama.cpp's numbers.
+    fn default() -> InterpOptions {
+        InterpOptions::llama_cpp()
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What went wrong while interpreting.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InterpError {
+    /// The graph does not verify.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A weight input with no tensor of that name in the source.
+    #[error("weight {0} is not in the model")]
+    MissingWeight(String),
+    /// A weight whose type or shape differs from what the graph says.
+    #[error("weight {name}: the graph expects {graph}, the model has {found}")]
+    WeightMismatch {
+        /// Tensor name.
+        name: String,
+        /// What the graph says.
+        graph: String,
+        /// What the source holds.
+        found: String,
+    },
+    /// Inputs that do not fit the graph (lengths, KV length, positions).
+    #[error("input: {0}")]
+    Input(String),
+    /// A node that could not be computed (e.g. a token id outside the embedding table).
+    #[error("{op} {node}: {msg}")]
+    Node {
+        /// Result name.
+        node: String,
+        /// Op name.
+        op: &'static str,
+        /// What went wrong.
+        msg: String,
+    },
+    /// The graph source failed to build a graph.
+    #[error("building the graph: {0}")]
+    Build(String),
+}

@@ -1,0 +1,122 @@
+//! Rotary position embedding, as ggml-cpu's `ggml_compute_forward_rope` computes it for f32
+//! (normal and neox modes, YaRN scaling, optional frequency factors).
+
+use super::layout::Lay;
+use crate::graph::{RopeMode, RopeParams};
+
+/// ggml's `ggml_rope_yarn_corr_dim`: the dimension at which `n_rot` rotations fit the
+/// original context.
+fn corr_dim(n_dims: u32, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// ggml's `ggml_rope_yarn_corr_dims`: the ramp's start and end dimensions.
+fn corr_dims(p: &RopeParams) -> [f32; 2] {
+    let start = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
+    let end = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
+    [start.max(0.0), end.min(p.n_rot as f32 - 1.0)]
+}
+
+fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
+    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
+}
+
+/// The `(cos, sin)` of each pair for position `pos` (ggml's `ggml_rope_cache_init`: theta
+/// multiplied by `theta_scale` in f32, pair after pair).
+fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, out: &mut Vec<(f32, f32)>) {
+    out.clear();
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
+    let cd = corr_dims(p);
+    let mut theta = pos;
+    for i in 0..(p.n_rot / 2) as usize {
+        let ff = freq_factors.map_or(1.0, |f| f[i]);
+        let theta_extrap = theta / ff;
+        let theta_interp = p.freq_scale * theta_extrap;
+        let mut th = theta_interp;
+        let mut mscale = p.attn_factor;
+        if p.ext_factor != 0.0 {
+            let ramp_mix = yarn_ramp(cd[0], cd[1], 2 * i) * p.ext_factor;
+            th = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
+            mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
+        }
+        out.push((th.cos() * mscale, th.sin() * mscale));
+        theta *= theta_scale;
+    }
+}
+
+/// Applies rope to `x {head, n_head, n_tokens}` with one position per token.
+pub(crate) fn rope(
+    x: &[f32],
+    lay: &Lay,
+    pos: &[i32],
+    freq_factors: Option<&[f32]>,
+    p: &RopeParams,
+) -> Vec<f32> {
+    let mut out = x.to_vec();
+    let n_rot = p.n_rot as usize;
+    let half = n_rot / 2;
+    let mut cache = Vec::with_capacity(half);
+    for (t, &ps) in pos.iter().enumerate().take(lay.ne[2]) {
+        rope_cache(p, ps as f32, freq_factors, &mut cache);
+        for h in 0..lay.ne[1] {
+            let o = lay.off([0, h, t, 0]);
+            let src = &x[o..o + lay.ne[0]];
+            let dst = &mut out[o..o + lay.ne[0]];
+            for (i, &(c, s)) in cache.iter().enumerate() {
+                let (a, b) = match p.mode {
+                    RopeMode::Norm => (2 * i, 2 * i + 1),
+                    RopeMode::Neox => (i, i + half),
+                };
+                let (x0, x1) = (src[a], src[b]);
+                dst[a] = x0 * c - x1 * s;
+                dst[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Shape;
+
+    fn params(mode: RopeMode) -> RopeParams {
+        RopeParams {
+            mode,
+            n_rot: 4,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+            n_ctx_orig: 256,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+
+    #[test]
+    fn position_zero_is_identity_and_norms_are_kept() {
+        let lay = Lay::of(&Shape::new(&[6, 1, 2]), 0);
+        let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.3 - 1.0).collect();
+        for mode in [RopeMode::Norm, RopeMode::Neox] {
+            let y = rope(&x, &lay, &[0, 5], None, &params(mode));
+            assert_eq!(&y[..6], &x[..6]);
+            // Values past n_rot pass through.
+            assert_eq!(&y[10..12], &x[10..12]);
+            let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+            assert!((n(&y[6..10]) - n(&x[6..10])).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn first_pair_rotates_by_position() {
+        let lay = Lay::of(&Shape::new(&[4, 1, 1]), 0);
+        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Norm));
+        assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[1] - 3f32.sin()).abs() < 1e-6);
+        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Neox));
+        assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[2] - 3f32.sin()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,41 @@
+//! Chat templates: turning a conversation into the prompt text a model was trained on.
+//!
+//! A GGUF model carries its template as Jinja source in `tokenizer.chat_template` (named
+//! variants in `tokenizer.chat_template.NAME`). [`ChatTemplate`] compiles one and renders it
+//! the way Hugging Face `transformers` `apply_chat_template` does (the reference that
+//! `../shared/templates/` was produced with, and that llama.cpp's `--jinja` mode follows); see
+//! [`template`] for the exact render context and the sandbox limits.
+//!
+//! - [`template`]: [`ChatTemplate`], [`RenderOptions`], [`RenderLimits`], [`ChatError`].
+//! - [`source`]: which template to use (user file, named variant, default, ChatML fallback —
+//!   llama.cpp's order).
+//! - [`model`]: the template and BOS/EOS texts of a GGUF model.
+//! - [`time`]: [`CivilTime`] and `strftime` for `strftime_now`.
+//! - [`pyfmt`]: Python's `str()` and `json.dumps` of template values.
+//! - [`preprocess`]: rewriting `{% generation %}` blocks, which minijinja does not know.
+//!
+//! ```
+//! use runtime::chat::{ChatTemplate, RenderOptions};
+//! let t = ChatTemplate::new(
+//!     "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}",
+//!     "<s>",
+//!     "</s>",
+//! )
+//! .unwrap();
+//! let msgs = [serde_json::json!({"role": "user", "content": "hi"})];
+//! assert_eq!(t.render(&msgs, &RenderOptions::default()).unwrap(), "[user] hi\n");
+//! ```
+
+pub mod model;
+pub mod preprocess;
+pub mod pyfmt;
+pub mod source;
+pub mod template;
+pub mod time;
+
+pub use model::template_for_model;
+pub use source::{
+    builtin_template, choose_template, metadata_key, TemplateOrigin, CHATML_FALLBACK, GEMMA_BUILTIN,
+};
+pub use template::{ChatError, ChatTemplate, RenderLimits, RenderOptions};
+pub use time::CivilTime;

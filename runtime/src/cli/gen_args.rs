@@ -1,0 +1,168 @@
+//! The generation flags shared by `modelc run` and the compiled runner, with llama.cpp's
+//! names (`common/arg.cpp`), and the text front end they drive: prompt → (chat template) →
+//! tokens → [`crate::generate::generate`] → plain text or llama-server's JSON.
+
+use crate::chat::{template_for_model, RenderOptions};
+use crate::engine::Engine;
+use crate::generate::{generate, GenerateOptions};
+use crate::sampler::SamplerParams;
+use crate::tokenizer::{TokenId, Vocab};
+use anyhow::Context;
+use ir::gguf::GgufFile;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Prompt, sampling and output flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GenArgs {
+    /// The prompt. Special-token texts in it (`<|im_start|>`) are parsed as special tokens.
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file instead.
+    #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate (-1: until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Prompt tokens per decode call.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub n_batch: usize,
+    /// Temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k sampling (0 disables).
+    #[arg(long = "top-k", default_value_t = 40, allow_negative_numbers = true)]
+    pub top_k: i32,
+    /// Top-p sampling (1.0 disables).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p sampling (0.0 disables).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise repeated tokens (1.0 disables).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Last n tokens the penalties consider (0 disables, -1 = context size).
+    #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: i32,
+    /// Frequency penalty (0.0 disables).
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Presence penalty (0.0 disables).
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Random seed (default: from the clock).
+    #[arg(short = 's', long = "seed")]
+    pub seed: Option<u64>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+    /// Apply the model's chat template to the prompt, as one user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// Use this Jinja chat template instead of the model's (with --chat).
+    #[arg(long = "chat-template-file")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Print one JSON object with llama-server's fields instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    /// Report the top N log-probabilities at each generated position (JSON `probs`).
+    #[arg(long = "n-probs", default_value_t = 0)]
+    pub n_probs: usize,
+    /// Emit these token ids (space- or comma-separated) instead of sampling; probabilities are
+    /// still reported.
+    #[arg(long = "forced-tokens")]
+    pub forced_tokens: Option<String>,
+}
+
+impl GenArgs {
+    /// The sampler settings these flags give.
+    pub fn sampler(&self) -> SamplerParams {
+        SamplerParams {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            seed: self.seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            }),
+        }
+    }
+
+    /// The prompt text from `-p` or `-f`.
+    pub fn prompt_text(&self) -> anyhow::Result<String> {
+        match (&self.prompt, &self.file) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).with_context(|| format!("reading the prompt file {}", f.display()))
+            }
+            (None, None) => anyhow::bail!("no prompt: give one with -p TEXT or -f FILE"),
+        }
+    }
+
+    fn forced(&self, vocab: &Vocab) -> anyhow::Result<Option<Vec<TokenId>>> {
+        let Some(s) = &self.forced_tokens else { return Ok(None) };
+        let ids = s
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|w| !w.is_empty())
+            .map(|w| {
+                let id: i64 = w.parse().with_context(|| format!("--forced-tokens: '{w}' is not a token id"))?;
+                vocab.check_id(id).map_err(|e| anyhow::anyhow!("--forced-tokens: {e}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Some(ids))
+    }
+}
+
+/// Tokenizes the prompt (after the chat template when `--chat`) as llama-completion does:
+/// BOS where the model asks for one, special-token texts parsed.
+pub fn prompt_tokens(args: &GenArgs, file: &GgufFile, vocab: &Vocab) -> anyhow::Result<Vec<TokenId>> {
+    let mut text = args.prompt_text()?;
+    if args.chat {
+        let user = match &args.chat_template_file {
+            Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+            None => None,
+        };
+        let (tmpl, _) = template_for_model(file, user.as_deref(), None)?;
+        let messages = [serde_json::json!({ "role": "user", "content": text })];
+        let opts = RenderOptions { add_generation_prompt: true, ..Default::default() };
+        text = tmpl.render(&messages, &opts)?;
+    }
+    Ok(vocab.tokenize(&text, true, true))
+}
+
+/// Runs one generation with these flags on `engine` and prints the result (streamed text, or
+/// the JSON object at the end).
+pub fn run_generation(args: &GenArgs, file: &GgufFile, vocab: &Vocab, engine: &mut dyn Engine) -> anyhow::Result<()> {
+    let prompt = prompt_tokens(args, file, vocab)?;
+    let opts = GenerateOptions {
+        n_predict: args.n_predict,
+        sampler: args.sampler(),
+        n_probs: args.n_probs,
+        forced: args.forced(vocab)?,
+        ignore_eos: args.ignore_eos,
+        n_batch: args.n_batch,
+    };
+    let stdout = std::io::stdout();
+    let stream = !args.json;
+    let mut on_text = |s: &str| {
+        if stream {
+            let mut out = stdout.lock();
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        }
+    };
+    let completion = generate(engine, vocab, &prompt, &opts, &mut on_text)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&completion)?);
+    } else {
+        let _ = stdout.lock().flush();
+    }
+    Ok(())
+}

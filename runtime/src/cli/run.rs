@@ -1,0 +1,169 @@
+//! `modelc run MODEL.gguf -p PROMPT [-n N] [--backend interp|cpu] ...`: generate text from a
+//! model without writing a runner; `modelc perplexity` and `modelc graph` live here too, as
+//! they load a model the same way.
+
+use super::gen_args::{run_generation, GenArgs};
+use crate::engine::Engine;
+use crate::interp_engine::InterpEngine;
+use crate::tokenizer::Vocab;
+use anyhow::Context;
+use ir::gguf::GgufFile;
+use ir::interp::InterpOptions;
+use std::path::PathBuf;
+
+/// Which engine evaluates the model.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The reference interpreter (slow, exact; the oracle).
+    Interp,
+}
+
+/// Model-loading flags shared by `run` and `perplexity`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Which engine evaluates the model.
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    pub backend: Backend,
+    /// Context size in tokens (0: the model's training context, at most 4096 by default).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub n_ctx: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Largest number of tokens evaluated at once.
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub n_ubatch: usize,
+    /// Interpreter only: compute in plain f32, without llama.cpp's 8-bit activation and f16
+    /// attention rounding.
+    #[arg(long = "no-rounding")]
+    pub no_rounding: bool,
+}
+
+/// Arguments of `modelc run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
+}
+
+/// Opens the model and its tokenizer.
+pub fn open_model(path: &std::path::Path) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
+    let gguf = GgufFile::open(path)?;
+    let model = compiler::load_model(&gguf).with_context(|| format!("{}", path.display()))?;
+    let vocab = Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
+    Ok((gguf, model, vocab))
+}
+
+/// The context size `-c` asks for: 0 means the model's training context, capped at 4096.
+pub fn resolve_n_ctx(requested: usize, n_ctx_train: usize) -> usize {
+    if requested == 0 {
+        n_ctx_train.clamp(1, 4096)
+    } else {
+        requested
+    }
+}
+
+fn interp_options(args: &ModelArgs) -> InterpOptions {
+    let mut o = if args.no_rounding { InterpOptions::exact() } else { InterpOptions::llama_cpp() };
+    if let Some(t) = args.threads {
+        o.n_threads = t.max(1);
+    }
+    o
+}
+
+/// Builds the engine `args` asks for.
+pub fn make_engine<'a>(
+    args: &ModelArgs,
+    gguf: &'a GgufFile,
+    model: &'a compiler::Model,
+) -> anyhow::Result<Box<dyn Engine + 'a>> {
+    let n_ctx = resolve_n_ctx(args.n_ctx, model.hparams.n_ctx_train as usize);
+    anyhow::ensure!(args.n_ubatch > 0, "the ubatch size must be at least 1");
+    match args.backend {
+        Backend::Interp => Ok(Box::new(InterpEngine::new(gguf, model, n_ctx, args.n_ubatch, interp_options(args)))),
+    }
+}
+
+/// Runs `modelc run`.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let (gguf, model, vocab) = open_model(&args.model.model)?;
+    let mut engine = make_engine(&args.model, &gguf, &model)?;
+    run_generation(&args.gen, &gguf, &vocab, engine.as_mut())
+}
+
+/// Arguments of `modelc perplexity`.
+#[derive(clap::Args, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to score.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Tokens per decode call.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub n_batch: usize,
+}
+
+/// Runs perplexity on `engine` and prints llama-perplexity's lines.
+pub fn print_perplexity(
+    engine: &mut dyn Engine,
+    vocab: &Vocab,
+    text_path: &std::path::Path,
+    n_ctx: usize,
+    n_batch: usize,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
+    let tokens = vocab.tokenize(&text, true, false);
+    let bos = if vocab.add_bos() { vocab.bos() } else { None };
+    eprintln!("perplexity: tokenizing the input: {} tokens, {} chunks of {n_ctx}", tokens.len(), tokens.len() / n_ctx.max(1));
+    let r = crate::perplexity::perplexity(engine, &tokens, n_ctx, n_batch, bos, |i, _, est| {
+        print!("[{i}]{est:.4},");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    })?;
+    println!();
+    println!("Final estimate: PPL = {:.4} +/- {:.5}", r.ppl, r.ppl_err);
+    Ok(())
+}
+
+/// Runs `modelc perplexity`: the context is `-c` (default 512, as llama-perplexity).
+pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
+    if args.model.n_ctx == 0 {
+        args.model.n_ctx = 512;
+    }
+    let (gguf, model, vocab) = open_model(&args.model.model)?;
+    let mut engine = make_engine(&args.model, &gguf, &model)?;
+    print_perplexity(engine.as_mut(), &vocab, &args.file, args.model.n_ctx, args.n_batch)
+}
+
+/// Arguments of `modelc graph`.
+#[derive(clap::Args, Debug)]
+pub struct GraphArgs {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// Tokens in the ubatch the graph is built for.
+    #[arg(long = "ubatch", default_value_t = 1)]
+    pub n_tokens: u32,
+    /// KV cache size the graph is built for.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub n_ctx: u32,
+}
+
+/// Runs `modelc graph`: prints the lowered graph, one line per node.
+pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
+    let gguf = GgufFile::open(&args.model)?;
+    let model = compiler::load_model(&gguf).with_context(|| format!("{}", args.model.display()))?;
+    anyhow::ensure!(args.n_tokens > 0, "--ubatch must be at least 1");
+    let g = model.build_graph(&ir::interp::GraphRequest {
+        n_tokens: args.n_tokens,
+        n_outputs: args.n_tokens,
+        n_ctx: args.n_ctx,
+        kv_type: ir::graph::DType::F16,
+    })?;
+    print!("{g}");
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! Token sampling: a chain applied in llama.cpp's default order (`common/sampling.cpp`,
+//! `src/llama-sampling.cpp`): repetition penalties, top-k, top-p, min-p, temperature, then
+//! the random draw. `temp <= 0` keeps only the most likely token (greedy; ties go to the
+//! lowest id), exactly as llama.cpp's `temp_ext` sampler does before its `dist` sampler.
+
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+
+/// Sampler settings, with llama.cpp's defaults and flag names.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SamplerParams {
+    /// `--temp`: logits are divided by it; `<= 0` means greedy. Default 0.8.
+    pub temp: f32,
+    /// `--top-k`: keep the k most likely tokens; `<= 0` disables. Default 40.
+    pub top_k: i32,
+    /// `--top-p`: keep the smallest set whose probability mass reaches p; 1 disables. Default 0.95.
+    pub top_p: f32,
+    /// `--min-p`: drop tokens below `min_p` times the top probability; 0 disables. Default 0.05.
+    pub min_p: f32,
+    /// `--repeat-penalty`: divide positive (multiply negative) logits of recent tokens; 1 disables.
+    pub repeat_penalty: f32,
+    /// `--repeat-last-n`: how many recent tokens the penalties look at; 0 disables, -1 = context.
+    pub repeat_last_n: i32,
+    /// `--frequency-penalty`: subtracted once per occurrence of a recent token. Default 0.
+    pub frequency_penalty: f32,
+    /// `--presence-penalty`: subtracted once for any recent token. Default 0.
+    pub presence_penalty: f32,
+    /// `-s/--seed`: seed of the random draw.
+    pub seed: u64,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        SamplerParams {
+            temp: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 0xFFFF_FFFF,
+        }
+    }
+}
+
+/// A sampler with its random state and the history the penalties look at.
+pub struct Sampler {
+    params: SamplerParams,
+    rng: rand::rngs::StdRng,
+    history: VecDeque<u32>,
+    history_cap: usize,
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    /// A sampler for `params`; `n_ctx` bounds the penalty history when `repeat_last_n` is -1.
+    pub fn new(params: SamplerParams, n_ctx: usize) -> Sampler {
+        let history_cap = match params.repeat_last_n {
+            n if n < 0 => n_ctx,
+            n => n as usize,
+        };
+        Sampler {
+            rng: rand::rngs::StdRng::seed_from_u64(params.seed),
+            params,
+            history: VecDeque::with_capacity(history_cap),
+            history_cap,
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Records a token that was emitted (prompt or generated) for the penalties.
+    pub fn accept(&mut self, token: u32) {
+        if self.history_cap == 0 {
+            return;
+        }
+        if self.history.len() == self.history_cap {
+            self.history.pop_front();
+        }
+        self.history.push_back(token);
+    }
+
+    /// Chooses the next token from `logits` (one value per vocabulary entry).
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let p = self.params.clone();
+        let mut cand = std::mem::take(&mut self.candidates);
+        cand.clear();
+        cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        self.apply_penalties(&mut cand);
+        let token = if p.temp <= 0.0 {
+            argmax(&cand)
+        } else {
+            top_k(&mut cand, p.top_k);
+            top_p(&mut cand, p.top_p);
+            min_p(&mut cand, p.min_p);
+            for c in cand.iter_mut() {
+                c.1 /= p.temp;
+            }
+            self.draw(&cand)
+        };
+        self.candidates = cand;
+        token
+    }
+
+    fn apply_penalties(&self, cand: &mut [(u32, f32)]) {
+        let p = &self.params;
+        let active = p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        if !active || self.history.is_empty() {
+            return;
+        }
+        let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for &t in &self.history {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&t, &n) in &counts {
+            let Some(c) = cand.get_mut(t as usize) else { continue };
+            if c.1 <= 0.0 {
+                c.1 *= p.repeat_penalty;
+            } else {
+                c.1 /= p.repeat_penalty;
+            }
+            c.1 -= n as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+
+    fn draw(&mut self, cand: &[(u32, f32)]) -> u32 {
+        let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = cand.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+        let mut r = self.rng.random::<f64>() * sum;
+        for c in cand {
+            r -= f64::from((c.1 - max).exp());
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        cand.last().map_or(0, |c| c.0)
+    }
+}
+
+/// The most likely candidate; ties go to the lowest id.
+fn argmax(cand: &[(u32, f32)]) -> u32 {
+    let mut best = (u32::MAX, f32::NEG_INFINITY);
+    for &(id, l) in cand {
+        if l > best.1 || (l == best.1 && id < best.0) {
+            best = (id, l);
+        }
+    }
+    if best.0 == u32::MAX {
+        0
+    } else {
+        best.0
+    }
+}
+
+/// Keeps the `k` highest logits, sorted descending (ties by id).
+fn top_k(cand: &mut Vec<(u32, f32)>, k: i32) {
+    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k > 0 && (k as usize) < cand.len() {
+        cand.select_nth_unstable_by(k as usize - 1, by_logit);
+        cand.truncate(k as usize);
+    }
+    cand.sort_by(by_logit);
+}
+
+/// Keeps the smallest prefix (of a descending list) whose probability mass reaches `p`.
+fn top_p(cand: &mut Vec<(u32, f32)>, p: f32) {
+    if p >= 1.0 || cand.is_empty() {
+        return;
+    }
+    let max = cand[0].1;
+    let total: f64 = cand.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+    let mut cum = 0.0;
+    let mut keep = cand.len();
+    for (i, c) in cand.iter().enumerate() {
+        cum += f64::from((c.1 - max).exp()) / total;
+        if cum >= f64::from(p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    cand.truncate(keep.max(1));
+}
+
+/// Drops candidates whose probability is below `p` times the top one (in logit space, as
+/// llama.cpp does: `logit >= max_logit + ln(p)`).
+fn min_p(cand: &mut Vec<(u32, f32)>, p: f32) {
+    if p <= 0.0 || cand.is_empty() {
+        return;
+    }
+    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let threshold = max + p.ln();
+    cand.retain(|c| c.1 >= threshold);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_takes_the_first_maximum() {
+        let mut s = Sampler::new(SamplerParams { temp: 0.0, ..Default::default() }, 16);
+        assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0]), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_changes_the_greedy_choice() {
+        let params = SamplerParams { temp: 0.0, repeat_penalty: 2.0, ..Default::default() };
+        let mut s = Sampler::new(params, 16);
+        s.accept(1);
+        assert_eq!(s.sample(&[2.0, 3.0, 0.0]), 0);
+    }
+
+    #[test]
+    fn truncations_keep_what_they_should() {
+        let mut c: Vec<(u32, f32)> = (0..10).map(|i| (i, i as f32)).collect();
+        top_k(&mut c, 3);
+        assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![9, 8, 7]);
+        top_p(&mut c, 0.5);
+        assert_eq!(c.len(), 1);
+        let mut c: Vec<(u32, f32)> = vec![(0, 0.0), (1, -1.0), (2, -10.0)];
+        min_p(&mut c, 0.1);
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn seeded_draws_repeat_and_follow_the_distribution() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let params = SamplerParams { temp: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 7, ..Default::default() };
+        let draws = |n| {
+            let mut s = Sampler::new(params.clone(), 16);
+            (0..n).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(50), draws(50));
+        let d = draws(3000);
+        let frac2 = d.iter().filter(|&&t| t == 2).count() as f64 / 3000.0;
+        // softmax([0,1,2])[2] = 0.665
+        assert!((frac2 - 0.665).abs() < 0.04, "{frac2}");
+    }
+}

@@ -1,0 +1,75 @@
+//! The llama.cpp tokenizer suites in `../shared/vocab/`: every input must give exactly the ids
+//! llama.cpp gave (`add_special = false`, `parse_special = false`), and detokenizing them must
+//! give back the input where llama.cpp's own test expects it.
+
+use ir::gguf::GgufFile;
+use runtime::tokenizer::Vocab;
+use std::path::{Path, PathBuf};
+
+fn vocab_dir() -> Option<PathBuf> {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vocab"));
+    if dir.is_dir() {
+        Some(dir.to_path_buf())
+    } else {
+        println!("skipped: {} is absent", dir.display());
+        None
+    }
+}
+
+/// Inputs of a `.inp` file (separator "\n__ggml_vocab_test__\n"; the last input runs to the end).
+fn read_inputs(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.split("\n__ggml_vocab_test__\n").map(str::to_string).collect()
+}
+
+fn read_expected(path: &Path) -> Vec<Vec<u32>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap_or_else(|e| panic!("{}: '{t}': {e}", path.display()))).collect())
+        .collect()
+}
+
+/// Runs one suite; returns (cases, mismatching cases).
+fn run_suite(name: &str) -> Option<(usize, usize)> {
+    let dir = vocab_dir()?;
+    let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
+    let file = GgufFile::open(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut inputs = read_inputs(&gguf.with_extension("gguf.inp"));
+    let expected = read_expected(&gguf.with_extension("gguf.out"));
+    // The writer ends every input with the separator, so the piece after the last one is
+    // empty and has no line in `.out`.
+    if inputs.len() == expected.len() + 1 && inputs.last().is_some_and(|s| s.is_empty()) {
+        inputs.pop();
+    }
+    assert_eq!(inputs.len(), expected.len(), "{name}: .inp and .out disagree on the number of cases");
+    let mut bad = 0;
+    for (i, (text, want)) in inputs.iter().zip(&expected).enumerate() {
+        let got = vocab.tokenize(text, false, false);
+        if &got != want {
+            bad += 1;
+            println!("{name} case {i} {text:?}\n  want {want:?}\n  got  {got:?}");
+        }
+    }
+    println!("{name}: {} cases, {bad} mismatching", inputs.len());
+    Some((inputs.len(), bad))
+}
+
+macro_rules! suite {
+    ($test:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            if let Some((n, bad)) = run_suite($name) {
+                assert!(n > 0);
+                assert_eq!(bad, 0, "{} of {} cases differ from llama.cpp", bad, n);
+            }
+        }
+    };
+}
+
+suite!(llama_spm, "llama-spm");
+suite!(phi_3, "phi-3");
+suite!(gpt_2, "gpt-2");
+suite!(llama_bpe, "llama-bpe");
+suite!(qwen2, "qwen2");
+suite!(deepseek_coder, "deepseek-coder");
