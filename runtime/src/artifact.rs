@@ -38,6 +38,8 @@ pub struct Artifact {
     pub n_ctx: usize,
     /// The ubatch sizes the plan was specialised for, ascending.
     pub ubatch: Vec<usize>,
+    /// KV cache type (`f16` or `f32`).
+    pub kv_type: String,
     /// The compiled plan summary and settings, as written by the compiler.
     pub plan: serde_json::Value,
 }

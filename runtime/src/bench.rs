@@ -79,8 +79,8 @@ fn run_once(engine: &mut dyn Engine, test: Test, n_vocab: usize) -> anyhow::Resu
 }
 
 /// Runs every test for every thread count; `make_engine(threads)` builds an engine.
-pub fn run(
-    make_engine: &mut dyn FnMut(usize) -> anyhow::Result<Box<dyn Engine>>,
+pub fn run<'a>(
+    make_engine: &mut dyn FnMut(usize) -> anyhow::Result<Box<dyn Engine + 'a>>,
     threads: &[usize],
     tests: &[Test],
     reps: usize,

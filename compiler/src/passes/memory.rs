@@ -127,7 +127,7 @@ fn assign_offsets(step: &mut Step, align: u64) {
             }
             off = off.max(b.next_multiple_of(align));
         }
-        step.buffers[i].offset = Some(if step.buffers[i].name.starts_with("Kcur") { 0 } else { off });
+        step.buffers[i].offset = Some(off);
         placed.push((off, off + bytes, li));
         arena = arena.max(off + bytes);
     }

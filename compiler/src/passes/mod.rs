@@ -223,7 +223,7 @@ pub fn compile(
     for pass in pipeline() {
         (pass.run)(&mut m, &cx)?;
         if let Some(p) = &m.plan {
-
+            p.verify().map_err(|err| PassError::Verify { pass: pass.name, err })?;
         }
         after(&pass, &m);
     }

@@ -51,9 +51,10 @@ pub(crate) struct MatOpts {
     pub n_threads: usize,
 }
 
-/// f32 dot product: eight lanes, lane `l` summing the products of the elements whose index
-/// is `l` mod 8 (multiply, then add: no fused multiply-add), the lanes added pairwise, then
-/// the tail. The AVX path computes exactly the same operations.
+/// f32 dot product in a fixed order: 32 lanes, lane `l` summing (multiply, then add: no fused
+/// multiply-add) the products of the elements whose index is `l` mod 32 over the whole
+/// 32-element chunks; the lanes added in a fixed tree; then the tail in order. The AVX path
+/// performs exactly the same operations, four 8-lane registers at a time.
 #[inline]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -72,20 +73,25 @@ fn has_avx() -> bool {
     *AVX.get_or_init(|| std::is_x86_feature_detected!("avx"))
 }
 
+/// Adds the 32 lanes: the four 8-lane groups first, then the 8 lanes pairwise.
 #[inline(always)]
-fn reduce8(acc: [f32; 8], tail: f32) -> f32 {
-    (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+fn reduce32(acc: &[f32; 32], tail: f32) -> f32 {
+    let mut v = [0f32; 8];
+    for l in 0..8 {
+        v[l] = (acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]);
+    }
+    (v[0] + v[4]) + (v[1] + v[5]) + ((v[2] + v[6]) + (v[3] + v[7])) + tail
 }
 
 fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0f32; 8];
-    let ca = a.chunks_exact(8);
-    let cb = b.chunks_exact(8);
+    let mut acc = [0f32; 32];
+    let ca = a.chunks_exact(32);
+    let cb = b.chunks_exact(32);
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
+        for l in 0..32 {
             acc[l] += x[l] * y[l];
         }
     }
@@ -93,7 +99,7 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     for (x, y) in ra.iter().zip(rb) {
         tail += x * y;
     }
-    reduce8(acc, tail)
+    reduce32(&acc, tail)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -101,21 +107,26 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps};
     let n = a.len().min(b.len());
-    let chunks = n / 8;
-    let mut acc = _mm256_setzero_ps();
+    let chunks = n / 32;
+    let mut acc = [_mm256_setzero_ps(); 4];
     for c in 0..chunks {
-        // SAFETY: c * 8 + 8 <= n, within both slices.
-        let (x, y) = unsafe { (_mm256_loadu_ps(a.as_ptr().add(c * 8)), _mm256_loadu_ps(b.as_ptr().add(c * 8))) };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let o = c * 32 + r * 8;
+            // SAFETY: o + 8 <= chunks * 32 <= n, within both slices.
+            let (x, y) = unsafe { (_mm256_loadu_ps(a.as_ptr().add(o)), _mm256_loadu_ps(b.as_ptr().add(o))) };
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(x, y));
+        }
     }
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut lanes = [0f32; 32];
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: lanes[r * 8 .. r * 8 + 8] is in bounds.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(r * 8), *acc) };
+    }
     let mut tail = 0f32;
-    for i in chunks * 8..n {
+    for i in chunks * 32..n {
         tail += a[i] * b[i];
     }
-    reduce8(lanes, tail)
+    reduce32(&lanes, tail)
 }
 
 enum Kernel {
@@ -268,7 +279,7 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
                 }
             }
             _ => {
-                a_row_f32(sc.a, m, sc.a2, sc.a3, &mut buf)?;
+                a_row_f32(sc.a, m, sc.a2, sc.a3, &mut buf, &mut unpacked)?;
                 for (n, o) in dst.iter_mut().enumerate() {
                     *o = dot(&buf, &sc.rows[n * k..(n + 1) * k]);
                 }
@@ -286,11 +297,18 @@ fn weight_row<'d>(ty: GgmlType, data: &'d [u8], ne: &[usize; 4], m: usize, a2: u
 }
 
 /// Row `m` of slice `(a2, a3)` of `a` as f32.
-fn a_row_f32(a: &MatA<'_>, m: usize, a2: usize, a3: usize, buf: &mut [f32]) -> Result<(), String> {
+fn a_row_f32(a: &MatA<'_>, m: usize, a2: usize, a3: usize, buf: &mut [f32], unpacked: &mut Unpacked) -> Result<(), String> {
     match a {
         MatA::Weight { ty, data, ne } => {
             let w = weight_row(*ty, data, ne, m, a2, a3, buf.len())?;
-            ggml::dequantize(*ty, w, buf).map_err(|e| e.to_string())
+            match Fast::of(*ty) {
+                Some(kind) => {
+                    qdot::unpack_weight(kind, w, unpacked);
+                    qdot::dequant(kind, unpacked, buf);
+                    Ok(())
+                }
+                None => ggml::dequantize(*ty, w, buf).map_err(|e| e.to_string()),
+            }
         }
         MatA::Float { data, lay, .. } => {
             let o = lay.off([0, m, a2, a3]);

@@ -42,28 +42,54 @@ fn f16(b: &[u8], o: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[o], b[o + 1]]))
 }
 
-/// Unpacks a weight row of `kind` (whole blocks) into `out` (cleared first).
+/// Unpacks a weight row of `kind` (whole blocks) into `out`.
 pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
-    out.q.clear();
-    out.d.clear();
-    out.m.clear();
-    match kind {
-        Fast::Q4_0 | Fast::Q4_1 => {
-            let (bs, qo, bias) = if kind == Fast::Q4_0 { (18, 2, 8i8) } else { (20, 4, 0) };
-            for x in row.chunks_exact(bs) {
-                out.d.push(f16(x, 0));
+    let bs = match kind {
+        Fast::Q4_0 => 18,
+        Fast::Q4_1 => 20,
+        Fast::Q8_0 => 34,
+    };
+    let nb = row.len() / bs;
+    out.q.resize(nb * 32, 0);
+    out.d.resize(nb, 0.0);
+    out.m.resize(if kind == Fast::Q4_1 { nb } else { 0 }, 0.0);
+    for (b, (x, dst)) in row.chunks_exact(bs).zip(out.q.chunks_exact_mut(32)).enumerate() {
+        out.d[b] = f16(x, 0);
+        let Ok(dst) = <&mut [i8; 32]>::try_from(dst) else { continue };
+        match kind {
+            Fast::Q4_0 | Fast::Q4_1 => {
+                let (qo, bias) = if kind == Fast::Q4_0 { (2, 8u8) } else { (4, 0) };
                 if kind == Fast::Q4_1 {
-                    out.m.push(f16(x, 2));
+                    out.m[b] = f16(x, 2);
                 }
-                let qs = &x[qo..qo + 16];
-                out.q.extend(qs.iter().map(|&q| (q & 0x0f) as i8 - bias));
-                out.q.extend(qs.iter().map(|&q| (q >> 4) as i8 - bias));
+                let Ok(qs) = <&[u8; 16]>::try_from(&x[qo..qo + 16]) else { continue };
+                for j in 0..16 {
+                    dst[j] = (qs[j] & 0x0f).wrapping_sub(bias) as i8;
+                    dst[j + 16] = (qs[j] >> 4).wrapping_sub(bias) as i8;
+                }
+            }
+            Fast::Q8_0 => {
+                for (o, &q) in dst.iter_mut().zip(&x[2..34]) {
+                    *o = q as i8;
+                }
             }
         }
-        Fast::Q8_0 => {
-            for x in row.chunks_exact(34) {
-                out.d.push(f16(x, 0));
-                out.q.extend(x[2..34].iter().map(|&q| q as i8));
+    }
+}
+
+/// The f32 values of an unpacked weight row, computed as ggml's `dequantize_row_*` does
+/// (`q * d`, plus `m` for Q4_1): bit-identical to [`crate::ggml::dequantize`].
+pub(crate) fn dequant(kind: Fast, w: &Unpacked, out: &mut [f32]) {
+    for (b, (o, q)) in out.chunks_exact_mut(32).zip(w.q.chunks_exact(32)).enumerate() {
+        let d = w.d[b];
+        if kind == Fast::Q4_1 {
+            let m = w.m[b];
+            for (y, &x) in o.iter_mut().zip(q) {
+                *y = x as f32 * d + m;
+            }
+        } else {
+            for (y, &x) in o.iter_mut().zip(q) {
+                *y = x as f32 * d;
             }
         }
     }
@@ -153,6 +179,12 @@ mod tests {
                 unpack_weight(kind, &row, &mut w);
                 unpack_act(&act, vdt == GgmlType::Q8_1, &mut a);
                 assert_eq!(dot(kind, &w, &a, 0).to_bits(), want.to_bits(), "{t}");
+                let mut fast = vec![0f32; k];
+                let mut reference = vec![0f32; k];
+                dequant(kind, &w, &mut fast);
+                crate::ggml::dequantize(t, &row, &mut reference).unwrap();
+                let same = fast.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{t} dequantization differs");
             }
         }
     }

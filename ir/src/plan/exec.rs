@@ -63,6 +63,7 @@ impl<'p, 'w> PlanExec<'p, 'w> {
     /// [`PlanError::Invalid`] if the plan does not verify; [`PlanError::Exec`] if an arena
     /// value is not F32 / I32 or the arena does not fit in memory.
     pub fn new(plan: &'p Plan, weights: &'w dyn WeightSource, opts: InterpOptions) -> Result<Self, PlanError> {
+        plan.verify()?;
         let mut offsets = Vec::new();
         let mut words = 0usize;
         for s in &plan.steps {

@@ -6,9 +6,11 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod compile;
 mod gen_args;
 mod inspect;
 mod run;
+mod runner;
 mod template;
 mod tokenize;
 
@@ -24,6 +26,8 @@ struct Cli {
 enum Command {
     /// Print what a GGUF file holds: architecture, hyperparameters, tokenizer, tensors.
     Inspect(inspect::InspectArgs),
+    /// Compile a model into a standalone runner.
+    Compile(compile::CompileArgs),
     /// Generate text from a model (compiled in memory, or with the reference interpreter).
     Run(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
@@ -38,18 +42,23 @@ enum Command {
     Detokenize(tokenize::DetokenizeArgs),
 }
 
-/// Parses the command line, runs the subcommand, and maps errors to exit status 1.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Inspect(args) => inspect::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Perplexity(args) => run::perplexity(args),
-        Command::Graph(args) => run::graph(args),
-        Command::Template(args) => template::run(args),
-        Command::Tokenize(args) => tokenize::run_tokenize(args),
-        Command::Detokenize(args) => tokenize::run_detokenize(args),
-    };
+/// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`) rewritten to their
+/// long forms, which clap understands.
+pub(crate) fn normalize_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| {
+        let long = match a.to_str() {
+            Some("-ub") => "--ubatch-size",
+            Some("-ctk") => "--cache-type-k",
+            Some("-ctv") => "--cache-type-v",
+            Some("-ngl") => "--n-gpu-layers",
+            _ => return a,
+        };
+        long.into()
+    })
+    .collect()
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -57,4 +66,26 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Parses the command line, runs the subcommand, and maps errors to exit status 1. An
+/// executable that carries a compiled artifact runs as that model's runner instead.
+pub fn main() -> ExitCode {
+    match std::env::current_exe().map(|exe| crate::artifact::read_embedded(&exe)) {
+        Ok(Ok(Some(artifact))) => return report(runner::main(artifact)),
+        Ok(Err(e)) => return report(Err(e)),
+        _ => {}
+    }
+    let cli = Cli::parse_from(normalize_args(std::env::args_os()));
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Compile(args) => compile::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Perplexity(args) => run::perplexity(args),
+        Command::Graph(args) => run::graph(args),
+        Command::Template(args) => template::run(args),
+        Command::Tokenize(args) => tokenize::run_tokenize(args),
+        Command::Detokenize(args) => tokenize::run_detokenize(args),
+    };
+    report(result)
 }

@@ -1,0 +1,122 @@
+//! Row norms: `rms_norm` (with the norm weight multiplied in: llama.cpp's `build_norm` with
+//! `LLM_NORM_RMS`, `ggml_rms_norm` then `ggml_mul`) and the layer norm `ggml_norm`.
+//!
+//! Plain Rust (a first version, not Cranelift). As ggml-cpu (`ggml_compute_forward_rms_norm_f32`)
+//! and `ir::interp`: the squares are f32 products summed in f64, `mean = (sum / n) as f32`,
+//! `scale = 1 / sqrt(mean + eps)`, then `y = x · scale` rounded to f32 and, with a weight,
+//! `y · w` rounded again (the two ops of the graph, in their order, so results are
+//! bit-identical to the unfused ops up to the order of the f64 sum).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::elementwise::has_avx2;
+
+/// Σ x² over `n` values: f32 squares added in f64 (four partial sums).
+///
+/// # Safety
+/// `x` valid for `n` reads.
+unsafe fn sum_squares(x: *const f32, n: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        return sum_squares_avx2(x, n);
+    }
+    let mut s = [0f64; 4];
+    let mut i = 0;
+    while i + 4 <= n {
+        for (l, acc) in s.iter_mut().enumerate() {
+            let v = *x.add(i + l);
+            *acc += (v * v) as f64;
+        }
+        i += 4;
+    }
+    let mut sum = (s[0] + s[1]) + (s[2] + s[3]);
+    for i in i..n {
+        let v = *x.add(i);
+        sum += (v * v) as f64;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_squares_avx2(x: *const f32, n: usize) -> f64 {
+    let mut acc = _mm256_setzero_pd();
+    let mut i = 0;
+    while i + 4 <= n {
+        let v = _mm_loadu_ps(x.add(i));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(v, v)));
+        i += 4;
+    }
+    let mut lanes = [0f64; 4];
+    _mm256_storeu_pd(lanes.as_mut_ptr(), acc);
+    let mut sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for i in i..n {
+        let v = *x.add(i);
+        sum += (v * v) as f64;
+    }
+    sum
+}
+
+/// `y = rms_norm(x, eps)`, times `w` when given, over one row of `n` values.
+///
+/// # Safety
+/// `x` valid for `n` reads, `w` (when not null) for `n` reads, `y` for `n` writes; `y` may
+/// equal `x` but must not otherwise overlap it.
+pub(crate) unsafe fn rms_norm_row(x: *const f32, w: *const f32, y: *mut f32, n: usize, eps: f32) {
+    let sum = sum_squares(x, n);
+    let mean = (sum / n as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        scale_row_avx2(x, w, y, n, scale);
+        return;
+    }
+    for i in 0..n {
+        let v = *x.add(i) * scale;
+        *y.add(i) = if w.is_null() { v } else { v * *w.add(i) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_row_avx2(x: *const f32, w: *const f32, y: *mut f32, n: usize, scale: f32) {
+    let s = _mm256_set1_ps(scale);
+    let mut i = 0;
+    while i + 8 <= n {
+        let mut v = _mm256_mul_ps(_mm256_loadu_ps(x.add(i)), s);
+        if !w.is_null() {
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(w.add(i)));
+        }
+        _mm256_storeu_ps(y.add(i), v);
+        i += 8;
+    }
+    for i in i..n {
+        let v = *x.add(i) * scale;
+        *y.add(i) = if w.is_null() { v } else { v * *w.add(i) };
+    }
+}
+
+/// `y = norm(x, eps)` (`ggml_norm`: `(x - mean) / sqrt(var + eps)`, sums in f64), times `w`
+/// when given, over one row of `n` values.
+///
+/// # Safety
+/// As [`rms_norm_row`].
+pub(crate) unsafe fn norm_row(x: *const f32, w: *const f32, y: *mut f32, n: usize, eps: f32) {
+    let mut s = 0f64;
+    for i in 0..n {
+        s += *x.add(i) as f64;
+    }
+    let mean = (s / n as f64) as f32;
+    let mut sum2 = 0f64;
+    for i in 0..n {
+        let d = *x.add(i) - mean;
+        *y.add(i) = d;
+        sum2 += (d * d) as f64;
+    }
+    let scale = 1.0 / ((sum2 / n as f64) as f32 + eps).sqrt();
+    for i in 0..n {
+        let v = *y.add(i) * scale;
+        *y.add(i) = if w.is_null() { v } else { v * *w.add(i) };
+    }
+}

@@ -1,0 +1,141 @@
+//! `modelc compile MODEL.gguf [--target cpu] [-o NAME] [--ubatch 1,64] [-c CTX]`: lowers the
+//! model, runs the pass pipeline, prints the plan summary and writes a standalone runner
+//! (see [`crate::artifact`] for how the runner carries its plan).
+
+use crate::artifact::{fingerprint, write_runner, Artifact, ARTIFACT_VERSION};
+use anyhow::Context;
+use compiler::passes::CompileOptions;
+use ir::gguf::GgufFile;
+use ir::graph::DType;
+use ir::plan::Plan;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Compile targets.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Native CPU code generated with Cranelift.
+    Cpu,
+}
+
+/// Arguments of `modelc compile`.
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// What to generate code for.
+    #[arg(long, value_enum, default_value_t = Target::Cpu)]
+    pub target: Target,
+    /// The runner to write (default: the model file's name without `.gguf`).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Ubatch sizes to specialise for, comma-separated (1 for decode, larger for prompts).
+    #[arg(long = "ubatch", value_delimiter = ',', default_value = "1,64")]
+    pub ubatch: Vec<u32>,
+    /// Default context size of the runner (0: the training context, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub n_ctx: usize,
+    /// KV cache type: f16 (llama.cpp's default) or f32.
+    #[arg(long = "cache-type", default_value = "f16")]
+    pub cache_type: String,
+    /// Print the plan after this pass (see `modelc compile --list-passes`).
+    #[arg(long = "dump-after")]
+    pub dump_after: Option<String>,
+    /// Print the passes and exit.
+    #[arg(long = "list-passes")]
+    pub list_passes: bool,
+}
+
+/// Parses a KV cache type flag (`-ctk`/`--cache-type`).
+pub fn parse_cache_type(s: &str) -> anyhow::Result<DType> {
+    match s.to_ascii_lowercase().as_str() {
+        "f16" => Ok(DType::F16),
+        "f32" => Ok(DType::F32),
+        other => anyhow::bail!("unsupported KV cache type '{other}' (supported: f16, f32)"),
+    }
+}
+
+/// Compile options for a model: sorted, deduplicated ubatch sizes; `n_ctx` resolved.
+pub fn compile_options(ubatch: &[u32], n_ctx: usize, kv_type: DType, all_logits: bool) -> anyhow::Result<CompileOptions> {
+    let mut ub: Vec<u32> = ubatch.to_vec();
+    ub.sort_unstable();
+    ub.dedup();
+    anyhow::ensure!(!ub.is_empty() && ub[0] > 0, "--ubatch needs sizes of at least 1");
+    anyhow::ensure!(ub[0] == 1, "--ubatch must include 1 (the decode step)");
+    anyhow::ensure!(n_ctx > 0 && n_ctx <= u32::MAX as usize, "bad context size {n_ctx}");
+    Ok(CompileOptions {
+        ubatches: ub,
+        all_logits,
+        n_ctx: n_ctx as u32,
+        kv_type,
+        ..CompileOptions::default()
+    })
+}
+
+/// Lowers and compiles `gguf` to a plan with `opts`, calling `after` after every pass.
+pub fn build_plan(
+    gguf: &GgufFile,
+    opts: &CompileOptions,
+    after: &mut dyn FnMut(&compiler::passes::Pass, &compiler::passes::Module),
+) -> anyhow::Result<Plan> {
+    let model = compiler::load_model(gguf)?;
+    Ok(compiler::passes::compile(&model, opts, after)?)
+}
+
+fn default_output(model: &Path) -> PathBuf {
+    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    PathBuf::from(stem)
+}
+
+/// Runs `modelc compile`.
+pub fn run(args: CompileArgs) -> anyhow::Result<()> {
+    if args.list_passes {
+        for p in compiler::passes::pipeline() {
+            println!("{:<20} {}", p.name, p.about);
+        }
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let gguf = GgufFile::open(&args.model)?;
+    let model_path = std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
+    let n_ctx_train = compiler::HParams::from_gguf(&gguf)?.n_ctx_train as usize;
+    let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
+    let kv_type = parse_cache_type(&args.cache_type)?;
+    let opts = compile_options(&args.ubatch, n_ctx, kv_type, false)?;
+    if let Some(p) = &args.dump_after {
+        anyhow::ensure!(
+            compiler::passes::pass_names().contains(&p.as_str()),
+            "--dump-after: no pass named '{p}' (passes: {})",
+            compiler::passes::pass_names().join(", ")
+        );
+    }
+    let dump = args.dump_after.clone();
+    let plan = build_plan(&gguf, &opts, &mut |pass, m| {
+        if dump.as_deref() == Some(pass.name) {
+            println!("; after {}\n{m}", pass.name);
+        }
+    })?;
+    let summary = plan.summary();
+    let out = args.output.clone().unwrap_or_else(|| default_output(&args.model));
+    let artifact = Artifact {
+        version: ARTIFACT_VERSION,
+        modelc_version: env!("CARGO_PKG_VERSION").to_string(),
+        model_path,
+        fingerprint: fingerprint(&gguf),
+        model_name: gguf.metadata().get_str("general.name").ok().flatten().map(str::to_string),
+        target: "cpu".into(),
+        n_ctx,
+        ubatch: opts.ubatches.iter().map(|&u| u as usize).collect(),
+        kv_type: args.cache_type.to_ascii_lowercase(),
+        plan: serde_json::to_value(&plan)?,
+    };
+    write_runner(&artifact, &out)?;
+    eprint!("{summary}");
+    eprintln!(
+        "compile: wrote {} ({:.0} ms) for {}",
+        out.display(),
+        t0.elapsed().as_secs_f64() * 1e3,
+        args.model.display()
+    );
+    Ok(())
+}

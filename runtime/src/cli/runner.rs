@@ -1,0 +1,197 @@
+//! The compiled runner's command line: what a runner written by `modelc compile` does when
+//! started. Flags follow llama.cpp (`llama-completion`, `llama-bench`, `llama-perplexity`):
+//!
+//! ```text
+//! NAME [-m FILE] -p PROMPT [-n N] [-t T] [-c CTX] [sampler flags] [--chat] [--json]
+//! NAME bench [-m FILE] [-p 64,512] [-n 64] [-r 3] [-t 1,2]
+//! NAME perplexity [-m FILE] -f FILE [-c N] [-t T]
+//! NAME info
+//! ```
+
+use super::compile::{build_plan, compile_options, parse_cache_type};
+use super::gen_args::{run_generation, GenArgs};
+use crate::artifact::{fingerprint, Artifact};
+use crate::bench::{self, Test};
+use crate::engine::Engine;
+use crate::tokenizer::Vocab;
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use ir::gguf::GgufFile;
+use ir::plan::Plan;
+use std::path::PathBuf;
+
+/// A runner compiled by modelc for one model.
+#[derive(Parser, Debug)]
+#[command(args_conflicts_with_subcommands = true, version)]
+struct RunnerCli {
+    #[command(subcommand)]
+    command: Option<RunnerCommand>,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    gen: GenArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct CommonArgs {
+    /// The GGUF model (default: the path recorded at compile time).
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Context size (default: the one compiled in).
+    #[arg(short = 'c', long = "ctx-size")]
+    n_ctx: Option<usize>,
+}
+
+#[derive(Subcommand, Debug)]
+enum RunnerCommand {
+    /// Measure speed and print llama-bench's table.
+    Bench(BenchArgs),
+    /// Perplexity of a text, as llama-perplexity computes it.
+    Perplexity(RunnerPerplexityArgs),
+    /// Print what this runner was compiled from and the memory it will use.
+    Info {
+        /// The GGUF model (default: the path recorded at compile time).
+        #[arg(short = 'm', long = "model")]
+        model: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// The GGUF model (default: the path recorded at compile time).
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// Prompt sizes to test (`ppN`), comma-separated.
+    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test (`tgN`), comma-separated.
+    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    n_gen: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Thread counts to test, comma-separated.
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunnerPerplexityArgs {
+    /// The GGUF model (default: the path recorded at compile time).
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// The text to score.
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Chunk size in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    n_ctx: usize,
+    /// Tokens per decode call.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    n_batch: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+}
+
+/// Opens the model a runner was compiled for, refusing any file with another tensor table.
+fn open_checked(artifact: &Artifact, model: Option<&PathBuf>) -> anyhow::Result<GgufFile> {
+    let path = model.unwrap_or(&artifact.model_path);
+    let gguf = GgufFile::open(path).with_context(|| {
+        if model.is_none() {
+            "the model recorded at compile time could not be opened; pass its path with -m".to_string()
+        } else {
+            "opening the model".to_string()
+        }
+    })?;
+    let fp = fingerprint(&gguf);
+    anyhow::ensure!(
+        fp == artifact.fingerprint,
+        "{} is not the model this runner was compiled for ({}): its tensor table differs (fingerprint {fp}, expected {}); compile a runner for it with `modelc compile`",
+        path.display(),
+        artifact.model_name.as_deref().unwrap_or("unnamed"),
+        artifact.fingerprint
+    );
+    Ok(gguf)
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The plan to run: the stored one when the settings match, else recompiled for `n_ctx` /
+/// `all_logits` (the passes take milliseconds).
+fn plan_for(artifact: &Artifact, gguf: &GgufFile, n_ctx: usize, all_logits: bool) -> anyhow::Result<Plan> {
+    let stored: Plan = serde_json::from_value(artifact.plan.clone()).context("the runner's stored plan is corrupt")?;
+    if n_ctx == artifact.n_ctx && !all_logits {
+        return Ok(stored);
+    }
+    let ub: Vec<u32> = artifact.ubatch.iter().map(|&u| u as u32).collect();
+    let opts = compile_options(&ub, n_ctx, parse_cache_type(&artifact.kv_type)?, all_logits)?;
+    build_plan(gguf, &opts, &mut |_, _| {})
+}
+
+fn cpu_engine<'a>(gguf: &'a GgufFile, plan: Plan, threads: usize) -> anyhow::Result<Box<dyn Engine + 'a>> {
+    let _ = (gguf, plan, threads);
+    anyhow::bail!("the compiled CPU engine is not available in this build")
+}
+
+/// Runs as the runner for `artifact` with the process's arguments.
+pub fn main(artifact: Artifact) -> anyhow::Result<()> {
+    let cli = RunnerCli::parse_from(super::normalize_args(std::env::args_os()));
+    match cli.command {
+        None => {
+            let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
+            let vocab = Vocab::from_gguf(&gguf)?;
+            let n_ctx = cli.common.n_ctx.unwrap_or(artifact.n_ctx);
+            let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
+            let mut engine = cpu_engine(&gguf, plan, cli.common.threads.unwrap_or_else(default_threads))?;
+            run_generation(&cli.gen, &gguf, &vocab, engine.as_mut())
+        }
+        Some(RunnerCommand::Bench(b)) => {
+            let gguf = open_checked(&artifact, b.model.as_ref())?;
+            let max = b.n_prompt.iter().chain(&b.n_gen).copied().max().unwrap_or(1);
+            let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
+            let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
+            let mut tests: Vec<Test> = b.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test::Pp(n)).collect();
+            tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
+            let threads = b.threads.clone().unwrap_or_else(|| vec![default_threads()]);
+            let rows = bench::run(&mut |t| cpu_engine(&gguf, plan.clone(), t), &threads, &tests, b.reps)?;
+            let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
+            let ftype = gguf.metadata().get_u32("general.file_type")?.map_or("?", super::inspect::file_type_name);
+            let desc = format!(
+                "{} {} {}",
+                gguf.architecture().unwrap_or("?"),
+                gguf.metadata().get_str("general.size_label")?.unwrap_or("?"),
+                ftype
+            );
+            bench::print_table(&desc, gguf.tensor_data_bytes(), n_params, "CPU", gguf.tensor_data_bytes(), &rows);
+            Ok(())
+        }
+        Some(RunnerCommand::Perplexity(p)) => {
+            let gguf = open_checked(&artifact, p.model.as_ref())?;
+            let vocab = Vocab::from_gguf(&gguf)?;
+            let plan = plan_for(&artifact, &gguf, p.n_ctx, true)?;
+            let mut engine = cpu_engine(&gguf, plan, p.threads.unwrap_or_else(default_threads))?;
+            super::run::print_perplexity(engine.as_mut(), &vocab, &p.file, p.n_ctx, p.n_batch)
+        }
+        Some(RunnerCommand::Info { model }) => {
+            println!("compiled by modelc {} for {}", artifact.modelc_version, artifact.model_path.display());
+            println!("model name      = {}", artifact.model_name.as_deref().unwrap_or("-"));
+            println!("target          = {}", artifact.target);
+            println!("fingerprint     = {}", artifact.fingerprint);
+            println!("ubatch sizes    = {:?}", artifact.ubatch);
+            println!("n_ctx           = {} (KV cache {})", artifact.n_ctx, artifact.kv_type);
+            let plan: Plan = serde_json::from_value(artifact.plan.clone()).context("the runner's stored plan is corrupt")?;
+            print!("{}", plan.summary());
+            if let Some(m) = model {
+                open_checked(&artifact, Some(&m))?;
+                println!("{}: matches", m.display());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `modelc tokenize` / `modelc detokenize` as a user runs them, on the fixture vocabulary
+//! (`../shared/fixtures/models/llama-sep-F32.gguf`, SPM, BOS added) and SmolLM2 when cached.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture() -> Option<PathBuf> {
+    let p = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/models/llama-sep-F32.gguf"));
+    if p.is_file() {
+        Some(p.to_path_buf())
+    } else {
+        println!("skipped: {} is absent", p.display());
+        None
+    }
+}
+
+fn modelc(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run modelc");
+    if let Some(input) = stdin {
+        child.stdin.take().expect("stdin").write_all(input).expect("write stdin");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("modelc output")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn tokenize_prints_ids_on_one_line() {
+    let Some(m) = fixture() else { return };
+    let m = m.to_str().unwrap();
+    // tokenize.json: "line one\nline two" -> 1 301 457 697 13 111 457 1023
+    let o = modelc(&["tokenize", m, "-p", "line one\nline two"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o), "1 301 457 697 13 111 457 1023\n");
+    let o = modelc(&["tokenize", m, "--no-bos", "-p", "line one\nline two"], None);
+    assert_eq!(stdout(&o), "301 457 697 13 111 457 1023\n");
+}
+
+#[test]
+fn stdin_is_taken_exactly_including_the_trailing_newline() {
+    let Some(m) = fixture() else { return };
+    let m = m.to_str().unwrap();
+    let with_nl = modelc(&["tokenize", m], Some(b"line one\n"));
+    let without = modelc(&["tokenize", m], Some(b"line one"));
+    assert!(with_nl.status.success());
+    let (a, b) = (stdout(&with_nl), stdout(&without));
+    let a: Vec<&str> = a.split_whitespace().collect();
+    let b: Vec<&str> = b.split_whitespace().collect();
+    assert_eq!(a.len(), b.len() + 1);
+    assert_eq!(a.last(), Some(&"13"), "the newline is the last token");
+}
+
+#[test]
+fn pieces_show_one_token_per_line() {
+    let Some(m) = fixture() else { return };
+    let o = modelc(&["tokenize", m.to_str().unwrap(), "--pieces", "-p", "line one\nline"], None);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1\t<s>");
+    assert!(lines.contains(&"13\t\\n"), "{out}");
+    assert!(lines.iter().all(|l| l.split_once('\t').is_some_and(|(id, _)| id.parse::<u32>().is_ok())));
+}
+
+#[test]
+fn invalid_utf8_input_is_replaced_with_a_warning() {
+    let Some(m) = fixture() else { return };
+    let o = modelc(&["tokenize", m.to_str().unwrap(), "--no-bos"], Some(b"a\xffb"));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not valid UTF-8"));
+    let replaced = modelc(&["tokenize", m.to_str().unwrap(), "--no-bos", "-p", "a\u{FFFD}b"], None);
+    assert_eq!(stdout(&o), stdout(&replaced));
+}
+
+#[test]
+fn detokenize_prints_the_text_exactly() {
+    let Some(m) = fixture() else { return };
+    let m = m.to_str().unwrap();
+    let o = modelc(&["detokenize", m, "1", "301", "457,697", "13 111 457 1023"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"<s>line one\nline two");
+    let o = modelc(&["detokenize", m, "--no-special", "1", "301", "457"], None);
+    assert_eq!(o.stdout, b"line one");
+}
+
+#[test]
+fn errors_are_one_line_and_exit_1() {
+    let Some(m) = fixture() else { return };
+    let m = m.to_str().unwrap();
+    for args in [
+        vec!["detokenize", m, "5000"],
+        vec!["detokenize", m, "-1"],
+        vec!["detokenize", m, "abc"],
+        vec!["tokenize", "/no/such/model.gguf", "-p", "x"],
+        vec!["tokenize", env!("CARGO_MANIFEST_DIR"), "-p", "x"],
+    ] {
+        let o = modelc(&args, None);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("modelc: error: "), "{err}");
+    }
+}
+
+#[test]
+fn special_flag_parses_chat_markers() {
+    let Some(home) = std::env::var_os("HOME") else { return };
+    let m = Path::new(&home).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !m.is_file() {
+        println!("skipped: {} is absent", m.display());
+        return;
+    }
+    let m = m.to_str().unwrap();
+    let plain = modelc(&["tokenize", m, "-p", "<|im_start|>user"], None);
+    let special = modelc(&["tokenize", m, "--special", "-p", "<|im_start|>user"], None);
+    assert_eq!(stdout(&special), "1 4093\n");
+    assert_ne!(stdout(&plain), stdout(&special));
+}

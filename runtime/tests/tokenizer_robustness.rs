@@ -1,0 +1,145 @@
+//! Inputs that must not break the tokenizer: a 10 MB text, text full of special-token
+//! look-alikes, every kind of Unicode; and round trips through the detokenizer and the
+//! streaming decoder.
+
+use ir::gguf::GgufFile;
+use runtime::tokenizer::{StreamDecoder, Vocab};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+fn shared() -> Option<PathBuf> {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
+    if dir.is_dir() {
+        Some(dir.to_path_buf())
+    } else {
+        println!("skipped: {} is absent", dir.display());
+        None
+    }
+}
+
+/// The suites' vocabularies (always in shared/) plus the real models when cached.
+fn vocabularies() -> Vec<(String, Vocab)> {
+    let mut out = Vec::new();
+    let mut paths = Vec::new();
+    if let Some(s) = shared() {
+        for name in ["llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "deepseek-coder"] {
+            paths.push(s.join(format!("vocab/ggml-vocab-{name}.gguf")));
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        for m in ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"] {
+            let p = Path::new(&home).join(".cache/modelc/models").join(m);
+            if p.is_file() {
+                paths.push(p);
+            } else {
+                println!("skipped: {} is absent", p.display());
+            }
+        }
+    }
+    for p in paths {
+        let file = GgufFile::open(&p).unwrap_or_else(|e| panic!("{e}"));
+        let v = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        out.push((p.file_name().unwrap_or_default().to_string_lossy().into_owned(), v));
+    }
+    out
+}
+
+/// Deterministic text of `len` pieces drawn from `pool`.
+fn mix(pool: &[&str], len: usize, mut seed: u64) -> String {
+    let mut s = String::new();
+    for _ in 0..len {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s.push_str(pool[((seed >> 33) as usize) % pool.len()]);
+    }
+    s
+}
+
+const LOOKALIKES: &[&str] = &[
+    "<|im_start|>", "<|im_end|>", "<|im_start|", "|im_end|>", "<|", "|>", "<", ">", "<s>", "</s>",
+    "</s", "<unk>", "<0x0A>", "<0xZZ>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn",
+    "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "<|<|im_end|>|>",
+    "▁", " ", "\n", "user", "é", "😀", "\u{0}", "[PAD]", "<pad>", "<mask>", "<unused0>",
+];
+
+#[test]
+fn special_token_lookalikes_do_not_break_anything() {
+    let text = mix(LOOKALIKES, 20_000, 1);
+    for (name, v) in vocabularies() {
+        for parse_special in [false, true] {
+            let ids = v.tokenize(&text, true, parse_special);
+            assert!(ids.iter().all(|&id| (id as usize) < v.n_vocab()), "{name}");
+            let _ = v.detokenize(&ids, true);
+        }
+    }
+}
+
+#[test]
+fn byte_level_vocabularies_round_trip_any_text() {
+    // GPT-2 style vocabularies cover every byte and do not clean spaces for these
+    // pre-tokenizers, so detokenize(tokenize(text)) gives the text back, special tokens
+    // included when rendered.
+    let pool = [LOOKALIKES, &["Hello", " world", "\t", "\r\n", "123456", "'s", "ÅÄÖ", "中文", "\u{3000}", "\u{85}"]].concat();
+    for (name, v) in vocabularies() {
+        if !(name.contains("qwen2") || name.contains("llama-bpe") || name.contains("SmolLM2")) {
+            continue;
+        }
+        for seed in 0..20 {
+            let text = mix(&pool, 200, seed);
+            for parse_special in [false, true] {
+                let ids = v.tokenize(&text, false, parse_special);
+                let back = v.detokenize(&ids, true);
+                assert_eq!(String::from_utf8_lossy(&back), text, "{name} seed {seed}");
+            }
+        }
+    }
+}
+
+#[test]
+fn streaming_decoder_gives_back_the_text_without_partial_characters() {
+    let text = "Café, naïve, Zürich, 東京, Москва — emoji: 🚀🎉👍🏽 😀.\n\n\tend";
+    for (name, v) in vocabularies() {
+        let ids = v.tokenize(text, false, false);
+        let mut dec = StreamDecoder::new(false);
+        let mut got = String::new();
+        for &id in &ids {
+            got.push_str(&dec.push(&v, id));
+            assert!(dec.pending() <= 3);
+        }
+        got.push_str(&dec.flush());
+        let whole = String::from_utf8_lossy(&ids.iter().flat_map(|&id| v.token_to_piece(id, false).to_vec()).collect::<Vec<u8>>()).into_owned();
+        assert_eq!(got, whole, "{name}");
+        if !name.contains("spm") && !name.contains("phi-3") {
+            // no space prefix to strip: the stream is the text itself
+            assert_eq!(got, text, "{name}");
+        }
+    }
+}
+
+#[test]
+fn ten_megabytes_of_text_tokenize_in_linear_time() {
+    let Some(s) = shared() else { return };
+    let Ok(prose) = std::fs::read_to_string(s.join("reference/ppl-text.txt")) else {
+        println!("skipped: ppl-text.txt is absent");
+        return;
+    };
+    let mut big = String::with_capacity(10 << 20);
+    while big.len() < 10 << 20 {
+        big.push_str(&prose);
+    }
+    let unit = &big[..1 << 20];
+    for (name, v) in vocabularies() {
+        if !(name.contains("gpt-2") || name.contains("llama-spm")) {
+            continue;
+        }
+        let t = Instant::now();
+        let n_small = v.tokenize(unit, false, false).len();
+        let small = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let n_big = v.tokenize(&big, false, false).len();
+        let large = t.elapsed().as_secs_f64();
+        println!("{name}: 1 MiB {small:.3} s, 10 MiB {large:.3} s, {n_big} tokens");
+        assert!(n_big > 9 * n_small, "{name}");
+        // 10x the text may take at most ~25x the time (no quadratic blow-up)
+        assert!(large < 25.0 * small + 1.0, "{name}: {large} s for 10 MiB vs {small} s for 1 MiB");
+    }
+}
