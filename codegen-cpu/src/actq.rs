@@ -9,14 +9,20 @@
 //! `s = f16(d · Σq)` (with the unrounded `d`).
 //!
 //! The stored layout is this crate's own (the kernels read it, nothing else does): per token
-//! row, per block, [`ACT_BLOCK_BYTES`] bytes:
+//! row, per block, [`ACT_BLOCK_BYTES`] bytes, every field *pre-broadcast* to 16 bytes so that
+//! the kernels read each with one plain vector load:
 //!
-//! | bytes  | field |
-//! |--------|-------|
-//! | 0..4   | `d` as f32 (the f16-rounded value) |
-//! | 4..8   | Q8_1: `s` as f32 (f16-rounded); Q8_0 for a weight format with zero point `z` (Q4_0): `z·Σq` as i32; else 0 |
-//! | 8..16  | zero |
-//! | 16..48 | the 32 quants, i8 |
+//! | bytes    | field |
+//! |----------|-------|
+//! | 0..16    | `d` as f32 (the f16-rounded value), 4 copies |
+//! | 16..32   | Q8_1: `s` as f32 (f16-rounded); Q8_0 for a weight format with zero point `z` (Q4_0): `z·Σq` as i32; else 0 — 4 copies |
+//! | 32..160  | the 32 quants (i8) in 8 chunks of 16 bytes: chunk `j` is values `4j..4j+4`, 4 copies |
+//!
+//! Why pre-broadcast: a weight vector holds 4 bytes of each of 4 rows (one row per 32-bit
+//! lane, see [`crate::layout`]), so it multiplies with 4 activation bytes repeated 4 times.
+//! Cranelift folds a broadcast load (`vbroadcastss m32`) only when nothing computed from it
+//! is used twice, which the kernels' `pmaddwd` and loop-carried sums defeat; an unfolded
+//! broadcast costs three instructions, a plain load one.
 
 use half::f16;
 
@@ -24,10 +30,18 @@ use crate::formats::{ActKind, QuantFormat, QK};
 use crate::jit::{CodegenError, Result};
 
 /// Bytes of one quantized activation block (see the module doc for the layout).
-pub const ACT_BLOCK_BYTES: usize = 48;
+pub const ACT_BLOCK_BYTES: usize = 160;
 
 /// Byte offset of the quants in an activation block.
-pub const ACT_QS_OFFSET: usize = 16;
+pub const ACT_QS_OFFSET: usize = 32;
+
+/// Byte offset of the auxiliary field (`s` or `z·Σq`) in an activation block.
+pub const ACT_AUX_OFFSET: usize = 16;
+
+/// The quant of value `j` (0..32) of an activation block.
+pub fn act_quant(block: &[u8], j: usize) -> i8 {
+    block[ACT_QS_OFFSET + 16 * (j / 4) + j % 4] as i8
+}
 
 /// Bytes of one quantized activation row of `k` values (`k` a multiple of 32).
 pub fn act_row_bytes(k: usize) -> usize {
@@ -74,16 +88,19 @@ fn quantize_block(fmt: &QuantFormat, x: &[f32], out: &mut [u8]) {
         // `as i32` saturates (and maps NaN to 0); then saturate to i8 like `packs_epi16`.
         let q = ((v * id).round_ties_even() as i32).clamp(-128, 127);
         sum += q;
-        out[ACT_QS_OFFSET + j] = q as i8 as u8;
+        for copy in 0..4 {
+            out[ACT_QS_OFFSET + 16 * (j / 4) + 4 * copy + j % 4] = q as i8 as u8;
+        }
     }
-    let d_stored = f16::from_f32(d).to_f32();
-    out[0..4].copy_from_slice(&d_stored.to_le_bytes());
+    let d_stored = f16::from_f32(d).to_f32().to_le_bytes();
     let aux: [u8; 4] = match fmt.act {
         ActKind::Q8_1 => f16::from_f32(d * sum as f32).to_f32().to_le_bytes(),
         ActKind::Q8_0 => (fmt.zero_point * sum).to_le_bytes(),
     };
-    out[4..8].copy_from_slice(&aux);
-    out[8..16].fill(0);
+    for copy in 0..4 {
+        out[4 * copy..4 * copy + 4].copy_from_slice(&d_stored);
+        out[ACT_AUX_OFFSET + 4 * copy..ACT_AUX_OFFSET + 4 * copy + 4].copy_from_slice(&aux);
+    }
 }
 
 #[cfg(test)]
@@ -104,12 +121,13 @@ mod tests {
         quantize_act(&fmt, 32, 1, &x, &mut out).unwrap();
         let d = f32::from_le_bytes(out[0..4].try_into().unwrap());
         assert_eq!(d, f16::from_f32(1.0).to_f32());
-        let qs: Vec<i8> = out[16..48].iter().map(|&b| b as i8).collect();
+        let qs: Vec<i8> = (0..32).map(|j| act_quant(&out, j)).collect();
         assert_eq!(&qs[..4], &[2, -4, 0, -7]);
         assert_eq!(qs[31], 127);
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        let s = f32::from_le_bytes(out[4..8].try_into().unwrap());
+        let s = f32::from_le_bytes(out[28..32].try_into().unwrap());
         assert_eq!(s, f16::from_f32(sum as f32).to_f32());
+        assert_eq!(&out[32..36], &out[44..48], "quants are broadcast");
     }
 
     #[test]
@@ -122,7 +140,7 @@ mod tests {
         quantize_act(&fmt, 64, 1, &x, &mut out).unwrap();
         assert!(out[..ACT_BLOCK_BYTES].iter().all(|&b| b == 0));
         let b = &out[ACT_BLOCK_BYTES..];
-        let aux = i32::from_le_bytes(b[4..8].try_into().unwrap());
+        let aux = i32::from_le_bytes(b[20..24].try_into().unwrap());
         // q = -127 and round(63.5) = 64
         assert_eq!(aux, 8 * (-127 + 64));
     }

@@ -49,6 +49,30 @@ impl<'a> Emit<'a> {
         self.bitcast(ty, v)
     }
 
+    /// `n` (1..=4) f32 values from `[p + off]` into the low lanes of an f32x4 (the others 0),
+    /// without reading past them.
+    pub fn load_partial_f32(&mut self, p: Value, off: usize, n: usize) -> Value {
+        let mut v = self.zero(F32X4);
+        for i in 0..n.min(4) {
+            let x = self.load(F32, p, off + 4 * i);
+            v = self.fb.ins().insertlane(v, x, i as u8);
+        }
+        v
+    }
+
+    /// Lane `lane` (0..4) of a 32-bit-lane vector copied to all four lanes (`pshufd`).
+    pub fn lane_broadcast32(&mut self, v: Value, lane: usize) -> Value {
+        let ty = self.fb.func.dfg.value_type(v);
+        let b = self.bitcast(I8X16, v);
+        let mut mask = [0u8; 16];
+        for (i, m) in mask.iter_mut().enumerate() {
+            *m = (4 * lane + i % 4) as u8;
+        }
+        let imm = self.fb.func.dfg.immediates.push(mask.to_vec().into());
+        let r = self.fb.ins().shuffle(b, b, imm);
+        self.bitcast(ty, r)
+    }
+
     /// Sign-extending load of 8 bytes into `i16x8` (`pmovsxbw xmm, m64`).
     pub fn sload8x8(&mut self, p: Value, off: usize) -> Value {
         let off = off_i32(off);

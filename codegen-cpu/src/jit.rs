@@ -248,8 +248,9 @@ impl Jit {
             return Err(err(msg));
         }
         if self.keep_disasm {
+            let clif = self.ctx.func.display().to_string();
             if let Some(text) = self.ctx.compiled_code().and_then(|c| c.vcode.clone()) {
-                self.disasm.insert(name.to_string(), text);
+                self.disasm.insert(name.to_string(), format!("{clif}\n{text}"));
             }
         }
         self.ctx.clear();

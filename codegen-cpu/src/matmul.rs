@@ -18,7 +18,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use ir::ggml::GgmlType;
 
-use crate::actq::{act_row_bytes, quantize_act, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
+use crate::actq::{act_quant, act_row_bytes, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 use crate::jit::{CodegenError, Jit, JitCode, Result};
 use crate::kernels::{self, build_matmul_fn, Tiling};
@@ -453,15 +453,16 @@ fn scalar_row(s: &MatmulSpec, w: &RepackedWeight, act: &[u8], r: usize, t: usize
                 let mut sumi: i32 = 0;
                 for j in 0..QK {
                     let q = layout::quant_at(&fmt, g, lane, j);
-                    sumi += q * (a[ACT_QS_OFFSET + j] as i8 as i32);
+                    sumi += q * act_quant(a, j) as i32;
                 }
                 let (dw, da) = (f32_at(g, 4 * lane), f32_at(a, 0));
                 if fmt.zero_point != 0 {
-                    sumi -= i32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+                    let at = ACT_AUX_OFFSET;
+                    sumi -= i32::from_le_bytes([a[at], a[at + 1], a[at + 2], a[at + 3]]);
                 }
                 acc += sumi as f32 * (dw * da);
                 if fmt.has_min {
-                    acc += f32_at(g, 16 + 4 * lane) * f32_at(a, 4);
+                    acc += f32_at(g, 16 + 4 * lane) * f32_at(a, ACT_AUX_OFFSET);
                 }
             }
             acc

@@ -8,7 +8,7 @@
 //!   magnitude `Σ|terms|`, which sets the tolerance: |kernel − reference| ≤ 1e-5 · Σ|terms|
 //!   (the kernels add the scaled block terms in another order; the integer sums are exact).
 
-use codegen_cpu::actq::{quantize_act, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
+use codegen_cpu::actq::{act_quant, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use codegen_cpu::formats::QuantFormat;
 use codegen_cpu::{compile_matmul, compile_matmul_with, repack, MatmulSpec, ThreadPool, Tiling};
 use ir::ggml::{f16_to_f32, f32_to_bf16, f32_to_f16, quantize_activations, vec_dot, GgmlType, Q8Flavor};
@@ -264,9 +264,12 @@ fn activation_quantizer_matches_ggml_x86() {
             assert_eq!(f32::from_le_bytes(o[0..4].try_into().unwrap()), d, "{t} block {b} d");
             if fmt.has_min {
                 let s = f16_to_f32(u16::from_le_bytes([g[2], g[3]]));
-                assert_eq!(f32::from_le_bytes(o[4..8].try_into().unwrap()), s, "{t} block {b} s");
+                let at = ACT_AUX_OFFSET;
+                assert_eq!(f32::from_le_bytes(o[at..at + 4].try_into().unwrap()), s, "{t} block {b} s");
             }
-            assert_eq!(&o[ACT_QS_OFFSET..ACT_QS_OFFSET + 32], &g[qoff..qoff + 32], "{t} block {b} qs");
+            for j in 0..32 {
+                assert_eq!(act_quant(o, j), g[qoff + j] as i8, "{t} block {b} q{j}");
+            }
         }
     }
 }

@@ -18,21 +18,31 @@ fn shared_dir() -> Option<PathBuf> {
     if p.join("fixtures/models").is_dir() {
         Some(p)
     } else {
-        eprintln!("SKIP: {} is absent (the shared fixtures are not available)", p.display());
+        eprintln!(
+            "SKIP: {} is absent (the shared fixtures are not available)",
+            p.display()
+        );
         None
     }
 }
 
 fn prompt(shared: &std::path::Path) -> Vec<u32> {
-    let s = std::fs::read_to_string(shared.join("fixtures/reference/prompt.json")).expect("prompt.json");
+    let s = std::fs::read_to_string(shared.join("fixtures/reference/prompt.json"))
+        .expect("prompt.json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("prompt.json parses");
-    v["tokens"].as_array().expect("tokens").iter().map(|t| t.as_u64().expect("id") as u32).collect()
+    v["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// Compiles `name` for ubatches {1, 64} with every row's logits, and checks the plan after
 /// every pass against the interpreter. Returns the final plan.
 fn check_fixture(shared: &std::path::Path, name: &str) -> Plan {
-    let gguf = GgufFile::open(shared.join(format!("fixtures/models/{name}.gguf"))).expect("fixture opens");
+    let gguf =
+        GgufFile::open(shared.join(format!("fixtures/models/{name}.gguf"))).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
     let prompt = prompt(shared);
     let (want_batch, want_step) = graph_logits(&gguf, &model, N_CTX, &prompt);
@@ -48,33 +58,60 @@ fn check_fixture(shared: &std::path::Path, name: &str) -> Plan {
         let (b, s) = plan_logits(&gguf, plan, &prompt);
         let (db, ds) = (max_abs_diff(&b, &want_batch), max_abs_diff(&s, &want_step));
         eprintln!("{name} after {}: batch {db:e}, step {ds:e}", pass.name);
-        assert!(b == want_batch, "{name}: batch logits changed by pass {} (max diff {db:e})", pass.name);
-        assert!(s == want_step, "{name}: one-token logits changed by pass {} (max diff {ds:e})", pass.name);
+        assert!(
+            b == want_batch,
+            "{name}: batch logits changed by pass {} (max diff {db:e})",
+            pass.name
+        );
+        assert!(
+            s == want_step,
+            "{name}: one-token logits changed by pass {} (max diff {ds:e})",
+            pass.name
+        );
         checked.push(pass.name);
     })
     .expect("compiles");
-    assert_eq!(checked.len(), compiler::passes::pipeline().len() - 1, "every pass after specialize was checked");
+    assert_eq!(
+        checked.len(),
+        compiler::passes::pipeline().len() - 1,
+        "every pass after specialize was checked"
+    );
     plan
 }
 
 /// Compiles `name` and checks only the final plan against the interpreter.
 fn check_final(shared: &std::path::Path, name: &str) -> Plan {
-    let gguf = GgufFile::open(shared.join(format!("fixtures/models/{name}.gguf"))).expect("fixture opens");
+    let gguf =
+        GgufFile::open(shared.join(format!("fixtures/models/{name}.gguf"))).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
     let prompt = prompt(shared);
     let (want_batch, want_step) = graph_logits(&gguf, &model, N_CTX, &prompt);
-    let copts = CompileOptions { all_logits: true, n_ctx: N_CTX, ..CompileOptions::default() };
+    let copts = CompileOptions {
+        all_logits: true,
+        n_ctx: N_CTX,
+        ..CompileOptions::default()
+    };
     let plan = compile(&model, &copts, &mut |_, _| {}).expect("compiles");
     let (b, s) = plan_logits(&gguf, &plan, &prompt);
     let (db, ds) = (max_abs_diff(&b, &want_batch), max_abs_diff(&s, &want_step));
     eprintln!("{name}: batch {db:e}, step {ds:e}");
-    assert!(b == want_batch && s == want_step, "{name}: plan logits differ (batch {db:e}, step {ds:e})");
+    assert!(
+        b == want_batch && s == want_step,
+        "{name}: plan logits differ (batch {db:e}, step {ds:e})"
+    );
     plan
 }
 
 /// Kernels of step `n_tokens` whose op `f` accepts.
 fn count(plan: &Plan, n_tokens: u32, f: impl Fn(&KernelOp) -> bool) -> usize {
-    plan.steps.iter().find(|s| s.n_tokens == n_tokens).expect("step").kernels.iter().filter(|k| f(&k.op)).count()
+    plan.steps
+        .iter()
+        .find(|s| s.n_tokens == n_tokens)
+        .expect("step")
+        .kernels
+        .iter()
+        .filter(|k| f(&k.op))
+        .count()
 }
 
 /// What the llama lowering fuses into, per layer: norm+q/k/v, rope+stores, attention, the
@@ -85,17 +122,48 @@ fn assert_llama_fusion(plan: &Plan, n_layer: usize) {
     use ir::plan::{Epilogue, MulMatSpec};
     for step in [1, 64] {
         let mm = |norm: bool, n: u8, e: Epilogue| {
-            count(plan, step, |op| matches!(op, KernelOp::MulMat(MulMatSpec { norm: no, n_mat, epilogue }) if no.is_some() == norm && *n_mat == n && *epilogue == e))
+            count(
+                plan,
+                step,
+                |op| matches!(op, KernelOp::MulMat(MulMatSpec { norm: no, n_mat, epilogue }) if no.is_some() == norm && *n_mat == n && *epilogue == e),
+            )
         };
-        assert_eq!(mm(true, 3, Epilogue::None), n_layer, "rms_norm+mul+mul_mat×3");
-        assert_eq!(mm(true, 2, Epilogue::Swiglu), n_layer, "rms_norm+mul+mul_mat×2+swiglu");
+        assert_eq!(
+            mm(true, 3, Epilogue::None),
+            n_layer,
+            "rms_norm+mul+mul_mat×3"
+        );
+        assert_eq!(
+            mm(true, 2, Epilogue::Swiglu),
+            n_layer,
+            "rms_norm+mul+mul_mat×2+swiglu"
+        );
         assert_eq!(mm(false, 1, Epilogue::Add), 2 * n_layer - 1, "mul_mat+add");
         assert_eq!(mm(true, 1, Epilogue::None), 1, "output norm + projection");
-        assert_eq!(count(plan, step, |op| matches!(op, KernelOp::RopeKvStore(r) if r.q && r.v)), n_layer, "rope+kv_store");
-        assert_eq!(count(plan, step, |op| matches!(op, KernelOp::Op(ir::graph::Op::Attention(_)))), n_layer, "attention");
+        assert_eq!(
+            count(
+                plan,
+                step,
+                |op| matches!(op, KernelOp::RopeKvStore(r) if r.q && r.v)
+            ),
+            n_layer,
+            "rope+kv_store"
+        );
+        assert_eq!(
+            count(plan, step, |op| matches!(
+                op,
+                KernelOp::Op(ir::graph::Op::Attention(_))
+            )),
+            n_layer,
+            "attention"
+        );
         // Left unfused besides attention: the embedding lookup, the last layer's two row
         // selections, its add and its attention output product.
-        assert_eq!(count(plan, step, |op| !op.is_fused()), n_layer + 5, "unfused kernels");
+        assert_eq!(
+            count(plan, step, |op| !op.is_fused()),
+            n_layer + 5,
+            "unfused kernels"
+        );
     }
 }
 
@@ -120,14 +188,26 @@ fn llama_tied_q4_k_every_pass_keeps_logits() {
     let plan = check_fixture(&shared, "llama-tied-Q4_K");
     assert_llama_fusion(&plan, 2);
     // The tied matrix is one weight, read by the lookup and the output projection.
-    assert_eq!(plan.weights.iter().filter(|w| w.name == "token_embd.weight").count(), 1);
+    assert_eq!(
+        plan.weights
+            .iter()
+            .filter(|w| w.name == "token_embd.weight")
+            .count(),
+        1
+    );
     assert!(plan.weight("output.weight").is_none());
 }
 
 #[test]
 fn llama_types_final_plan_keeps_logits() {
     let Some(shared) = shared_dir() else { return };
-    for name in ["llama-sep-F16", "llama-sep-BF16", "llama-sep-Q8_0", "llama-sep-Q4_1", "llama-tied-F32"] {
+    for name in [
+        "llama-sep-F16",
+        "llama-sep-BF16",
+        "llama-sep-Q8_0",
+        "llama-sep-Q4_1",
+        "llama-tied-F32",
+    ] {
         let plan = check_final(&shared, name);
         assert_llama_fusion(&plan, 2);
     }
@@ -165,15 +245,26 @@ fn smollm2_plan_summary() {
     .expect("compiles");
     let took = t.elapsed();
     let hp = &model.hparams;
-    println!("SmolLM2-135M Q4_1, compiled in {took:.2?}:\n{}", plan.summary());
+    println!(
+        "SmolLM2-135M Q4_1, compiled in {took:.2?}:\n{}",
+        plan.summary()
+    );
     assert_llama_fusion(&plan, hp.n_layer as usize);
     // KV: K and V of every layer, {n_embd_k_gqa, n_ctx} F16.
     let kv = 2 * hp.n_layer as u64 * hp.n_embd_k_gqa() as u64 * 4096 * 2;
     assert_eq!(plan.kv_bytes(), kv);
     // Weights: every tensor of the file is read (the tied output reads token_embd).
-    let file: u64 = gguf.tensors().iter().map(|t| t.ggml_type.row_size(t.ne[0]).unwrap() * t.ne[1] * t.ne[2] * t.ne[3]).sum();
+    let file: u64 = gguf
+        .tensors()
+        .iter()
+        .map(|t| t.ggml_type.row_size(t.ne[0]).unwrap() * t.ne[1] * t.ne[2] * t.ne[3])
+        .sum();
     assert_eq!(plan.weight_bytes(), file);
     // The decode arena holds no more than a few rows of activations and one row of logits.
     let one = plan.step(1, 1).expect("decode step");
-    assert!(one.arena_bytes < 1 << 20, "decode arena {} bytes", one.arena_bytes);
+    assert!(
+        one.arena_bytes < 1 << 20,
+        "decode arena {} bytes",
+        one.arena_bytes
+    );
 }

@@ -26,13 +26,17 @@ fn copts() -> CompileOptions {
 /// Runs `specialize`, `kernelize` and then only the passes named in `only`.
 fn run_passes(source: &dyn GraphSource, only: &[&str]) -> Plan {
     let opts = copts();
-    let cx = PassCtx { source, opts: &opts };
+    let cx = PassCtx {
+        source,
+        opts: &opts,
+    };
     let mut m = Module::default();
     for p in pipeline() {
         if p.name == "specialize" || p.name == "kernelize" || only.contains(&p.name) {
             (p.run)(&mut m, &cx).unwrap_or_else(|e| panic!("{}: {e}", p.name));
             if let Some(plan) = &m.plan {
-                plan.verify().unwrap_or_else(|e| panic!("after {}: {e}", p.name));
+                plan.verify()
+                    .unwrap_or_else(|e| panic!("after {}: {e}", p.name));
             }
         }
     }
@@ -40,7 +44,14 @@ fn run_passes(source: &dyn GraphSource, only: &[&str]) -> Plan {
 }
 
 fn ops(plan: &Plan, n_tokens: u32) -> Vec<KernelOp> {
-    plan.steps.iter().find(|s| s.n_tokens == n_tokens).expect("step").kernels.iter().map(|k| k.op.clone()).collect()
+    plan.steps
+        .iter()
+        .find(|s| s.n_tokens == n_tokens)
+        .expect("step")
+        .kernels
+        .iter()
+        .map(|k| k.op.clone())
+        .collect()
 }
 
 fn n_of(plan: &Plan, f: impl Fn(&KernelOp) -> bool) -> usize {
@@ -56,8 +67,16 @@ fn assert_same_logits(gguf: &GgufFile, source: &dyn GraphSource, plan: &Plan, wh
     let prompt = tiny_prompt();
     let want = graph_logits(gguf, source, N_CTX, &prompt);
     let got = plan_logits(gguf, plan, &prompt);
-    assert!(got.0 == want.0, "{what}: batch logits differ by {:e}", passes_common::max_abs_diff(&got.0, &want.0));
-    assert!(got.1 == want.1, "{what}: one-token logits differ by {:e}", passes_common::max_abs_diff(&got.1, &want.1));
+    assert!(
+        got.0 == want.0,
+        "{what}: batch logits differ by {:e}",
+        passes_common::max_abs_diff(&got.0, &want.0)
+    );
+    assert!(
+        got.1 == want.1,
+        "{what}: one-token logits differ by {:e}",
+        passes_common::max_abs_diff(&got.1, &want.1)
+    );
 }
 
 #[test]
@@ -85,13 +104,22 @@ fn each_fusion_alone_fuses_its_pattern_and_keeps_logits() {
     let n = 3;
     let base = run_passes(&model, &[]);
     let n_base = ops(&base, 32).len();
-    assert!(ops(&base, 32).iter().all(|o| !o.is_fused()), "kernelize fuses nothing");
+    assert!(
+        ops(&base, 32).iter().all(|o| !o.is_fused()),
+        "kernelize fuses nothing"
+    );
     assert_same_logits(&gguf, &model, &base, "kernelize");
 
     let p = run_passes(&model, &["fuse-rms-norm-mul"]);
     // attn_norm and ffn_norm of each layer, and the output norm.
-    assert_eq!(n_of(&p, |o| matches!(o, KernelOp::RmsNormMul { .. })), 2 * n + 1);
-    assert_eq!(n_of(&p, |o| matches!(o, KernelOp::Op(Op::RmsNorm { .. }))), 0);
+    assert_eq!(
+        n_of(&p, |o| matches!(o, KernelOp::RmsNormMul { .. })),
+        2 * n + 1
+    );
+    assert_eq!(
+        n_of(&p, |o| matches!(o, KernelOp::Op(Op::RmsNorm { .. }))),
+        0
+    );
     assert_eq!(ops(&p, 32).len(), n_base - (2 * n + 1));
     assert_same_logits(&gguf, &model, &p, "fuse-rms-norm-mul");
 
@@ -101,7 +129,10 @@ fn each_fusion_alone_fuses_its_pattern_and_keeps_logits() {
     assert_same_logits(&gguf, &model, &p, "fuse-siblings");
 
     // Needs fuse-rms-norm-mul and fuse-siblings before it: alone it finds nothing.
-    assert_eq!(ops(&run_passes(&model, &["fuse-norm-mul-mat"]), 32).len(), n_base);
+    assert_eq!(
+        ops(&run_passes(&model, &["fuse-norm-mul-mat"]), 32).len(),
+        n_base
+    );
     assert_eq!(ops(&run_passes(&model, &["fuse-glu"]), 32).len(), n_base);
 
     let p = run_passes(&model, &["fuse-rms-norm-mul", "fuse-norm-mul-mat"]);
@@ -122,8 +153,14 @@ fn each_fusion_alone_fuses_its_pattern_and_keeps_logits() {
 
     let p = run_passes(&model, &["fuse-rope-kv-store"]);
     // Without sibling fusion Q's rope is found through the attention that reads the cache.
-    assert_eq!(n_of(&p, |o| matches!(o, KernelOp::RopeKvStore(r) if r.q && r.v)), n);
-    assert_eq!(n_of(&p, |o| matches!(o, KernelOp::Op(Op::Rope(_) | Op::KvStore))), 0);
+    assert_eq!(
+        n_of(&p, |o| matches!(o, KernelOp::RopeKvStore(r) if r.q && r.v)),
+        n
+    );
+    assert_eq!(
+        n_of(&p, |o| matches!(o, KernelOp::Op(Op::Rope(_) | Op::KvStore))),
+        0
+    );
     assert_same_logits(&gguf, &model, &p, "fuse-rope-kv-store");
 }
 
@@ -163,7 +200,11 @@ fn full_pipeline_on_a_tied_model() {
     // The tied matrix is one weight, read by the lookup and the output projection.
     let emb = plan.weight("token_embd.weight").expect("token_embd");
     let s = plan.step(1, 1).expect("step");
-    let readers = s.kernels.iter().filter(|k| k.srcs.iter().any(|v| s.value(*v).base == Base::Weight(emb))).count();
+    let readers = s
+        .kernels
+        .iter()
+        .filter(|k| k.srcs.iter().any(|v| s.value(*v).base == Base::Weight(emb)))
+        .count();
     assert_eq!(readers, 2);
 }
 
@@ -190,13 +231,23 @@ fn an_intermediate_someone_else_reads_is_not_fused_away() {
     let model = compiler::load_model(&gguf).expect("lowers");
     // The bare norm of layer 0, the normed input of layer 1, Q of layer 0 and the gate of
     // layer 1 are step outputs: their producers must stay.
-    let src = ExtraOutputs { model: &model, names: &["norm-attn_norm-0", "attn_norm-1", "Qcur-0", "ffn_gate-1"] };
+    let src = ExtraOutputs {
+        model: &model,
+        names: &["norm-attn_norm-0", "attn_norm-1", "Qcur-0", "ffn_gate-1"],
+    };
     let plan = compile(&src, &copts(), &mut |_, _| {}).expect("compiles");
     let s = plan.step(32, 32).expect("step");
     let op_of = |name: &str| -> KernelOp {
-        s.kernels.iter().find(|k| k.dsts.iter().any(|d| s.value(*d).name == name)).map(|k| k.op.clone()).unwrap_or_else(|| panic!("no kernel writes {name}"))
+        s.kernels
+            .iter()
+            .find(|k| k.dsts.iter().any(|d| s.value(*d).name == name))
+            .map(|k| k.op.clone())
+            .unwrap_or_else(|| panic!("no kernel writes {name}"))
     };
-    assert_eq!(op_of("norm-attn_norm-0"), KernelOp::Op(Op::RmsNorm { eps: 1e-5 }));
+    assert_eq!(
+        op_of("norm-attn_norm-0"),
+        KernelOp::Op(Op::RmsNorm { eps: 1e-5 })
+    );
     assert_eq!(op_of("attn_norm-1"), KernelOp::RmsNormMul { eps: 1e-5 });
     // Q of layer 0 still comes out of the q/k/v product, which keeps its results; the gate
     // of layer 1 keeps gate/up from taking the swiglu.
@@ -213,14 +264,29 @@ fn memory_plan_shares_the_arena_and_reuses_in_place() {
     let plan = compile(&model, &copts(), &mut |_, _| {}).expect("compiles");
     for s in &plan.steps {
         let total: u64 = s.buffers.iter().map(|b| b.bytes).sum();
-        assert!(s.arena_bytes < total, "step {}: arena {} ≥ sum of buffers {total}", s.n_tokens, s.arena_bytes);
+        assert!(
+            s.arena_bytes < total,
+            "step {}: arena {} ≥ sum of buffers {total}",
+            s.n_tokens,
+            s.arena_bytes
+        );
         assert_eq!(s.arena_bytes % plan.align, 0);
         // The residual stream: the embedding, each layer's ffn_inp and l_out (but the last
         // layer's, whose rows are selected) are one buffer, updated in place.
-        let base_of = |name: &str| s.values.iter().find(|v| v.name == name).map(|v| v.base).unwrap_or_else(|| panic!("no {name}"));
+        let base_of = |name: &str| {
+            s.values
+                .iter()
+                .find(|v| v.name == name)
+                .map(|v| v.base)
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
         let stream = base_of("inp_embd");
         for name in ["ffn_inp-0", "l_out-0", "ffn_inp-1", "l_out-1"] {
-            assert_eq!(base_of(name), stream, "{name} is not in the residual buffer");
+            assert_eq!(
+                base_of(name),
+                stream,
+                "{name} is not in the residual buffer"
+            );
         }
     }
     assert_same_logits(&gguf, &model, &plan, "planned");
@@ -248,7 +314,11 @@ fn plan_json_round_trips_and_runs_the_same() {
     // 32-token step, where the input {64, 32} and the norm weight {64} differ in shape).
     let mut broken = plan.clone();
     let s = &mut broken.steps[1];
-    let k = s.kernels.iter().position(|k| matches!(k.op, KernelOp::MulMat(_))).expect("a product");
+    let k = s
+        .kernels
+        .iter()
+        .position(|k| matches!(k.op, KernelOp::MulMat(_)))
+        .expect("a product");
     s.kernels[k].srcs.swap(0, 1);
     assert!(Plan::from_json(&broken.to_json()).is_err());
 }
@@ -258,13 +328,50 @@ fn specialize_checks_its_options() {
     let gguf = tiny_llama(1, false, GgmlType::F32);
     let model = compiler::load_model(&gguf).expect("lowers");
     let bad = |o: CompileOptions| compile(&model, &o, &mut |_, _| {}).expect_err("refused");
-    assert!(matches!(bad(CompileOptions { ubatches: vec![], ..copts() }), PassError::Options(_)));
-    assert!(matches!(bad(CompileOptions { ubatches: vec![0, 8], ..copts() }), PassError::Options(_)));
-    assert!(matches!(bad(CompileOptions { ubatches: vec![128], ..copts() }), PassError::Options(_)));
-    assert!(matches!(bad(CompileOptions { kv_type: DType::BF16, ..copts() }), PassError::Options(_)));
+    assert!(matches!(
+        bad(CompileOptions {
+            ubatches: vec![],
+            ..copts()
+        }),
+        PassError::Options(_)
+    ));
+    assert!(matches!(
+        bad(CompileOptions {
+            ubatches: vec![0, 8],
+            ..copts()
+        }),
+        PassError::Options(_)
+    ));
+    assert!(matches!(
+        bad(CompileOptions {
+            ubatches: vec![128],
+            ..copts()
+        }),
+        PassError::Options(_)
+    ));
+    assert!(matches!(
+        bad(CompileOptions {
+            kv_type: DType::BF16,
+            ..copts()
+        }),
+        PassError::Options(_)
+    ));
     // Sizes are sorted and deduplicated; one logit row per step unless all_logits.
-    let plan = compile(&model, &CompileOptions { ubatches: vec![16, 1, 16], all_logits: false, ..copts() }, &mut |_, _| {}).expect("compiles");
-    let shapes: Vec<(u32, u32)> = plan.steps.iter().map(|s| (s.n_tokens, s.n_outputs)).collect();
+    let plan = compile(
+        &model,
+        &CompileOptions {
+            ubatches: vec![16, 1, 16],
+            all_logits: false,
+            ..copts()
+        },
+        &mut |_, _| {},
+    )
+    .expect("compiles");
+    let shapes: Vec<(u32, u32)> = plan
+        .steps
+        .iter()
+        .map(|s| (s.n_tokens, s.n_outputs))
+        .collect();
     assert_eq!(shapes, [(1, 1), (16, 1)]);
 }
 
@@ -273,10 +380,22 @@ fn dump_after_sees_every_pass() {
     let gguf = tiny_llama(1, false, GgmlType::F32);
     let model = compiler::load_model(&gguf).expect("lowers");
     let mut dumps = Vec::new();
-    compile(&model, &copts(), &mut |p, m| dumps.push((p.name, m.to_string()))).expect("compiles");
+    compile(&model, &copts(), &mut |p, m| {
+        dumps.push((p.name, m.to_string()))
+    })
+    .expect("compiles");
     assert_eq!(dumps.len(), pipeline().len());
-    assert!(dumps[0].1.contains("# graph n_tokens=1"), "specialize dumps the graphs");
-    assert!(dumps[1].1.contains("(not planned)"), "kernelize dumps an unplanned plan");
+    assert!(
+        dumps[0].1.contains("# graph n_tokens=1"),
+        "specialize dumps the graphs"
+    );
+    assert!(
+        dumps[1].1.contains("(not planned)"),
+        "kernelize dumps an unplanned plan"
+    );
     let last = &dumps.last().expect("plan-memory").1;
-    assert!(last.contains("rms_norm+mul+mul_mat×3") && last.contains("@A+"), "{last}");
+    assert!(
+        last.contains("rms_norm+mul+mul_mat×3") && last.contains("@A+"),
+        "{last}"
+    );
 }

@@ -13,12 +13,25 @@ use plan_common::*;
 #[test]
 fn fused_products_equal_their_ops_unfused() {
     let w = ffn_weights();
-    let inputs = Inputs { tokens: &TOKENS, kv_len: 1, ..Inputs::default() };
-    let want = Interpreter::new(&w, opts()).run(&ffn_graph(), &inputs).expect("graph runs");
-    let args = StepArgs { tokens: &TOKENS, kv_len: 1, ..StepArgs::default() };
+    let inputs = Inputs {
+        tokens: &TOKENS,
+        kv_len: 1,
+        ..Inputs::default()
+    };
+    let want = Interpreter::new(&w, opts())
+        .run(&ffn_graph(), &inputs)
+        .expect("graph runs");
+    let args = StepArgs {
+        tokens: &TOKENS,
+        kv_len: 1,
+        ..StepArgs::default()
+    };
     for in_place in [false, true] {
         let plan = ffn_plan(in_place);
-        let got = PlanExec::new(&plan, &w, opts()).expect("executor").run(4, 4, &args).expect("plan runs");
+        let got = PlanExec::new(&plan, &w, opts())
+            .expect("executor")
+            .run(4, 4, &args)
+            .expect("plan runs");
         assert_eq!(got, want, "in_place = {in_place}");
     }
 }
@@ -30,7 +43,12 @@ fn a_product_may_not_overwrite_its_input() {
     let s = &mut plan.steps[0];
     let act = s.kernels[2].srcs[0];
     let v = s.value(act).clone();
-    s.values.push(Value { name: "out".into(), shape: Shape::new(&[16, 4]), nb: contiguous_nb(DType::F32, &Shape::new(&[16, 4])), ..v });
+    s.values.push(Value {
+        name: "out".into(),
+        shape: Shape::new(&[16, 4]),
+        nb: contiguous_nb(DType::F32, &Shape::new(&[16, 4])),
+        ..v
+    });
     let alias = ValueId(s.values.len() as u32 - 1);
     s.kernels[2].dsts = vec![alias];
     s.outputs = vec![alias];
@@ -48,24 +66,60 @@ fn rope_kv_store_and_attention_over_two_steps() {
     for (n, toks) in [[3, 9, 0, 7], [1, 2, 5, 8]].iter().enumerate() {
         let pos: Vec<i32> = (0..4).map(|i| (4 * n + i) as i32).collect();
         let kv_len = 4 * (n as u64 + 1);
-        let want = interp.run(&g, &Inputs { tokens: toks, positions: &pos, kv_len, ..Inputs::default() }).expect("graph");
-        let got = ex.run(4, 4, &StepArgs { tokens: toks, positions: &pos, kv_len, ..StepArgs::default() }).expect("plan");
+        let want = interp
+            .run(
+                &g,
+                &Inputs {
+                    tokens: toks,
+                    positions: &pos,
+                    kv_len,
+                    ..Inputs::default()
+                },
+            )
+            .expect("graph");
+        let got = ex
+            .run(
+                4,
+                4,
+                &StepArgs {
+                    tokens: toks,
+                    positions: &pos,
+                    kv_len,
+                    ..StepArgs::default()
+                },
+            )
+            .expect("plan");
         assert_eq!(got, want, "step {n}");
     }
     // The caches hold the same rows in both.
     assert_eq!(ex.interpreter().state().get("kc"), interp.state().get("kc"));
-    assert!(interp.state().get("kc").is_some_and(|c| c.iter().any(|&x| x != 0.0)));
+    assert!(interp
+        .state()
+        .get("kc")
+        .is_some_and(|c| c.iter().any(|&x| x != 0.0)));
 }
 
 #[test]
 fn printer_and_summary_describe_the_plan() {
     let plan = ffn_plan(true);
     let text = plan.to_string();
-    let line = text.lines().find(|l| l.starts_with("k1 ")).expect("kernel 1 line");
-    assert!(line.starts_with("k1 rms_norm+mul+mul_mat×2+swiglu act {24, 4} @b"), "{line}");
-    assert!(line.contains("wg F16 {16, 24} W") && line.contains("[eps=1e-5]"), "{line}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("k1 "))
+        .expect("kernel 1 line");
+    assert!(
+        line.starts_with("k1 rms_norm+mul+mul_mat×2+swiglu act {24, 4} @b"),
+        "{line}"
+    );
+    assert!(
+        line.contains("wg F16 {16, 24} W") && line.contains("[eps=1e-5]"),
+        "{line}"
+    );
     let s = plan.summary();
-    assert_eq!((s.steps[0].kernels, s.steps[0].fused_kernels, s.weights), (3, 2, 5));
+    assert_eq!(
+        (s.steps[0].kernels, s.steps[0].fused_kernels, s.weights),
+        (3, 2, 5)
+    );
     assert_eq!(s.weight_bytes, 160 * 4 + 16 * 4 + 3 * 16 * 24 * 2);
     assert_eq!(s.kv_bytes, 0);
     let kv = kv_plan().summary();

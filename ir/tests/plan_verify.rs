@@ -10,7 +10,10 @@ use plan_common::*;
 
 fn refused(plan: &Plan, needle: &str) {
     let err = plan.verify().expect_err("the plan must not verify");
-    assert!(err.to_string().contains(needle), "expected {needle:?} in: {err}");
+    assert!(
+        err.to_string().contains(needle),
+        "expected {needle:?} in: {err}"
+    );
 }
 
 #[test]
@@ -41,7 +44,11 @@ fn reads_before_writes_are_refused() {
 #[test]
 fn weights_and_caches_are_written_only_by_stores() {
     let mut p = ffn_plan(false);
-    p.weights.push(ir::plan::WeightBuf { name: "w_out".into(), dtype: DType::F32, shape: Shape::new(&[16, 4]) });
+    p.weights.push(ir::plan::WeightBuf {
+        name: "w_out".into(),
+        dtype: DType::F32,
+        shape: Shape::new(&[16, 4]),
+    });
     let s = &mut p.steps[0];
     let mut v = s.value(s.kernels[2].dsts[0]).clone();
     v.base = Base::Weight(ir::plan::WeightId(5));
@@ -50,13 +57,14 @@ fn weights_and_caches_are_written_only_by_stores() {
     refused(&p, "writes weight out");
     let mut p = kv_plan();
     let s = &mut p.steps[0];
-    // The attention writing its {8, 4, 4} result into the K cache.
-    let mut v = s.value(s.kernels[4].dsts[0]).clone();
-    v.base = s.value(s.kernels[3].dsts[0]).base;
-    v.dtype = DType::F16;
-    s.values.push(v);
-    s.kernels[4].dsts = vec![ValueId(s.values.len() as u32 - 1)];
-    refused(&p, "F16 but result");
+    // A copy of the V cache into the K cache: well typed, but not a store.
+    let (kc, vc) = (s.kernels[3].dsts[0], s.kernels[3].dsts[2]);
+    let mut copy = s.kernels[4].clone();
+    copy.op = KernelOp::Op(Op::Cont);
+    copy.srcs = vec![vc];
+    copy.dsts = vec![kc];
+    s.kernels.push(copy);
+    refused(&p, "writes KV cache kc but is no KV store");
 }
 
 #[test]
@@ -148,21 +156,38 @@ fn json_round_trip_and_refusals() {
     assert_eq!(back, p);
     let mut other = p.clone();
     other.format += 1;
-    assert!(matches!(Plan::from_json(&other.to_json()), Err(PlanError::Serde(m)) if m.contains("format")));
-    assert!(matches!(Plan::from_json("{\"format\": 1"), Err(PlanError::Serde(_))));
+    assert!(
+        matches!(Plan::from_json(&other.to_json()), Err(PlanError::Serde(m)) if m.contains("format"))
+    );
+    assert!(matches!(
+        Plan::from_json("{\"format\": 1"),
+        Err(PlanError::Serde(_))
+    ));
     // Ids out of range in a file are errors, not panics.
     let mut bad = p.clone();
     bad.steps[0].kernels[0].srcs[0] = ValueId(999);
-    assert!(matches!(Plan::from_json(&bad.to_json()), Err(PlanError::Invalid { .. })));
+    assert!(matches!(
+        Plan::from_json(&bad.to_json()),
+        Err(PlanError::Invalid { .. })
+    ));
     let mut bad = p.clone();
     bad.steps[0].values[0].base = Base::Weight(ir::plan::WeightId(77));
-    assert!(matches!(Plan::from_json(&bad.to_json()), Err(PlanError::Invalid { .. })));
+    assert!(matches!(
+        Plan::from_json(&bad.to_json()),
+        Err(PlanError::Invalid { .. })
+    ));
     // A target annotation is carried along and printed, and changes nothing else.
     let mut annotated = p.clone();
     annotated.steps[0].kernels[4].target = Some(serde_json::json!({"threads": 2}));
     let back = Plan::from_json(&annotated.to_json()).expect("annotated");
-    assert_eq!(back.steps[0].kernels[4].target, annotated.steps[0].kernels[4].target);
+    assert_eq!(
+        back.steps[0].kernels[4].target,
+        annotated.steps[0].kernels[4].target
+    );
     assert!(back.to_string().contains("target={\"threads\":2}"));
-    assert_eq!(back.steps[0].kernels[4].op, KernelOp::Op(Op::Attention(attn())));
+    assert_eq!(
+        back.steps[0].kernels[4].op,
+        KernelOp::Op(Op::Attention(attn()))
+    );
     let _ = DType::F32;
 }

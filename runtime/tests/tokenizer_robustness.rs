@@ -116,6 +116,27 @@ fn streaming_decoder_gives_back_the_text_without_partial_characters() {
 }
 
 #[test]
+fn shortcuts_give_the_same_ids_as_the_plain_algorithms() {
+    let pool = [
+        LOOKALIKES,
+        &["Hello", " world", "  ", "\t", "\r\n", "123", "'s", "the", " the", "ÅÄÖ", "中文", "ab", "ba", ">", " </", "▁▁"],
+    ]
+    .concat();
+    for (name, v) in vocabularies() {
+        for seed in 0..30 {
+            let text = mix(&pool, 150, seed);
+            for parse_special in [false, true] {
+                assert_eq!(
+                    v.tokenize(&text, true, parse_special),
+                    v.tokenize_plain(&text, true, parse_special),
+                    "{name} seed {seed}: {text:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn ten_megabytes_of_text_tokenize_in_linear_time() {
     let Some(s) = shared() else { return };
     let Ok(prose) = std::fs::read_to_string(s.join("reference/ppl-text.txt")) else {

@@ -13,6 +13,7 @@
 use cranelift_codegen::ir::types::F32X4;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
+
 use super::{KernelArgs, Tiling};
 use crate::emit::Emit;
 use crate::formats::GROUP_ROWS;
@@ -69,13 +70,27 @@ fn emit_tile(e: &mut Emit, s: &FloatShape, wg: Value, at: Value, ot: Value, nt: 
     let step = |e: &mut Emit, ks: usize| {
         let w = e.fb.use_var(wp);
         let a = e.fb.use_var(ap);
+        // activations: one vector load per 4 `k` and token, lanes broadcast with `pshufd`
+        let mut av: Vec<Value> = Vec::new();
         for kk in 0..ks {
+            if kk % 4 == 0 {
+                av = (0..nt)
+                    .map(|t| {
+                        if ks - kk >= 4 {
+                            e.load(F32X4, a, t * arb + kk * 4)
+                        } else {
+                            // fewer than 4 values left in the row: load them one by one
+                            e.load_partial_f32(a, t * arb + kk * 4, ks - kk)
+                        }
+                    })
+                    .collect();
+            }
             let wv = e.load(F32X4, w, kk * 16);
             for (t, acc_t) in acc.iter().enumerate() {
-                let av = e.broadcast32(F32X4, a, t * arb + kk * 4);
+                let ab = e.lane_broadcast32(av[t], kk % 4);
                 let var = acc_t[kk % na];
                 let x = e.fb.use_var(var);
-                let y = e.fb.ins().fma(wv, av, x);
+                let y = e.fb.ins().fma(wv, ab, x);
                 e.fb.def_var(var, y);
             }
         }

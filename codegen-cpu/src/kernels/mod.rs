@@ -11,8 +11,13 @@
 //! f32 result; the call computes the rows of the 4-row groups `g_begin..g_end` for all `N`
 //! tokens.
 
+pub(crate) mod attention;
+pub(crate) mod elementwise;
+pub(crate) mod embed;
 pub(crate) mod float;
+pub(crate) mod norm;
 pub(crate) mod quant;
+pub(crate) mod rope;
 
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::Function;

@@ -30,7 +30,7 @@ use cranelift_codegen::ir::types::{F32X4, I16X8, I32X4, I8X16};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 use super::{KernelArgs, Tiling};
-use crate::actq::{act_row_bytes, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
+use crate::actq::{act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
 use crate::emit::Emit;
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 
@@ -54,28 +54,48 @@ pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &QuantShape) {
     let rem = s.n % tokens;
     let out_row = 4 * s.m; // bytes between tokens in `out`
     let (w, act, out) = (a.w, a.act, a.out);
+    // Constants live in registers for the whole kernel (a `vconst` is never folded into
+    // the instruction using it).
+    let c = Consts {
+        mask_0f: e.splat_u8_const(0x0F),
+        zero_i8: e.zero(I8X16),
+    };
     e.range_loop(a.g_begin, a.g_end, |e, g| {
         let wg = e.offset_ptr(w, g, group_stride);
         let og = e.offset_ptr(out, g, 4 * GROUP_ROWS);
         if full_tiles == 1 {
-            emit_tile(e, s, wg, act, og, tokens);
+            emit_tile(e, s, &c, wg, act, og, tokens);
         } else if full_tiles > 1 {
             e.counted_loop(full_tiles, |e, ti| {
                 let at = e.offset_ptr(act, ti, tokens * arb);
                 let ot = e.offset_ptr(og, ti, tokens * out_row);
-                emit_tile(e, s, wg, at, ot, tokens);
+                emit_tile(e, s, &c, wg, at, ot, tokens);
             });
         }
         if rem > 0 {
             let at = e.fb.ins().iadd_imm_s(act, (full_tiles * tokens * arb) as i64);
             let ot = e.fb.ins().iadd_imm_s(og, (full_tiles * tokens * out_row) as i64);
-            emit_tile(e, s, wg, at, ot, rem);
+            emit_tile(e, s, &c, wg, at, ot, rem);
         }
     });
 }
 
+/// Vector constants shared by the whole kernel.
+struct Consts {
+    mask_0f: Value,
+    zero_i8: Value,
+}
+
 /// One group of 4 rows × `nt` tokens over all of `k`; stores the `nt` result vectors.
-fn emit_tile(e: &mut Emit, s: &QuantShape, wg: Value, at: Value, ot: Value, nt: usize) {
+fn emit_tile(
+    e: &mut Emit,
+    s: &QuantShape,
+    c: &Consts,
+    wg: Value,
+    at: Value,
+    ot: Value,
+    nt: usize,
+) {
     let nb = s.k / QK;
     let gbb = s.fmt.group_block_bytes();
     let arb = act_row_bytes(s.k);
@@ -90,7 +110,7 @@ fn emit_tile(e: &mut Emit, s: &QuantShape, wg: Value, at: Value, ot: Value, nt: 
             let w = e.fb.use_var(wp);
             let a = e.fb.use_var(ap);
             let mut accs: Vec<Value> = acc.iter().map(|&v| e.fb.use_var(v)).collect();
-            emit_block(e, &s.fmt, w, u * gbb, a, u * ACT_BLOCK_BYTES, arb, &mut accs);
+            emit_block(e, &s.fmt, c, w, u * gbb, a, u * ACT_BLOCK_BYTES, arb, &mut accs);
             for (v, x) in acc.iter().zip(accs) {
                 e.fb.def_var(*v, x);
             }
@@ -118,6 +138,7 @@ fn emit_tile(e: &mut Emit, s: &QuantShape, wg: Value, at: Value, ot: Value, nt: 
 fn emit_block(
     e: &mut Emit,
     fmt: &QuantFormat,
+    consts: &Consts,
     w: Value,
     wo: usize,
     a: Value,
@@ -127,24 +148,23 @@ fn emit_block(
 ) {
     let nt = accs.len();
     let qo = wo + fmt.group_qs_offset();
-    let aq = |t: usize, j: usize| ao + t * arb + ACT_QS_OFFSET + j;
+    // the pre-broadcast activation chunk `j` (values 4j..4j+4) of token `t`
+    let aq = |t: usize, j: usize| ao + t * arb + ACT_QS_OFFSET + 16 * j;
     // Integer sums per token, one i32 lane per row.
     let mut isum: Vec<Option<Value>> = vec![None; nt];
     if fmt.bits == 4 {
         let mut acc16: Vec<Option<Value>> = vec![None; nt];
         for c in 0..4 {
             let raw = e.load(I8X16, w, qo + 16 * c);
-            let mask = e.splat_u8_const(0x0F);
-            let lo = e.fb.ins().band(raw, mask);
+            let lo = e.fb.ins().band(raw, consts.mask_0f);
             let raw16 = e.bitcast(I16X8, raw);
             let sh = e.fb.ins().ushr_imm_u(raw16, 4);
             let sh = e.bitcast(I8X16, sh);
-            let mask = e.splat_u8_const(0x0F);
-            let hi = e.fb.ins().band(sh, mask);
+            let hi = e.fb.ins().band(sh, consts.mask_0f);
             for t in 0..nt {
-                let alo = e.broadcast32(I8X16, a, aq(t, 4 * c));
+                let alo = e.load(I8X16, a, aq(t, c));
                 let plo = e.pmaddubsw(alo, lo);
-                let ahi = e.broadcast32(I8X16, a, aq(t, 16 + 4 * c));
+                let ahi = e.load(I8X16, a, aq(t, 4 + c));
                 let phi = e.pmaddubsw(ahi, hi);
                 let p = e.fb.ins().iadd(plo, phi);
                 acc16[t] = Some(match acc16[t] {
@@ -153,22 +173,22 @@ fn emit_block(
                 });
             }
         }
-        for t in 0..nt {
-            if let Some(x) = acc16[t] {
-                isum[t] = Some(e.hadd_i16_pairs(x));
-            }
+        for (t, x) in acc16.into_iter().enumerate() {
+            isum[t] = x.map(|x| e.hadd_i16_pairs(x));
         }
     } else {
-        let zero8 = e.zero(I8X16);
         for c in 0..8 {
             let wq = e.load(I8X16, w, qo + 16 * c);
             let aw = e.fb.ins().iabs(wq);
-            let neg = e.fb.ins().icmp(IntCC::SignedLessThan, wq, zero8);
+            let neg = e.fb.ins().icmp(IntCC::SignedLessThan, wq, consts.zero_i8);
+            let mut prods = Vec::with_capacity(nt);
             for t in 0..nt {
-                let av = e.broadcast32(I8X16, a, aq(t, 4 * c));
+                let av = e.load(I8X16, a, aq(t, c));
                 let x = e.fb.ins().bxor(av, neg);
                 let sa = e.fb.ins().isub(x, neg);
-                let p = e.pmaddubsw(sa, aw);
+                prods.push(e.pmaddubsw(sa, aw));
+            }
+            for (t, p) in prods.into_iter().enumerate() {
                 let p = e.hadd_i16_pairs(p);
                 isum[t] = Some(match isum[t] {
                     None => p,
@@ -187,15 +207,15 @@ fn emit_block(
         let Some(mut si) = isum[t] else { continue };
         if fmt.zero_point != 0 {
             // Σ(q - z)·a = Σq·a - z·Σa; `z·Σa` is stored with the activation block.
-            let za = e.broadcast32(I32X4, a, ao + t * arb + 4);
+            let za = e.load(I32X4, a, ao + t * arb + ACT_AUX_OFFSET);
             si = e.fb.ins().isub(si, za);
         }
         let sf = e.fb.ins().fcvt_from_sint(F32X4, si);
-        let da = e.broadcast32(F32X4, a, ao + t * arb);
+        let da = e.load(F32X4, a, ao + t * arb);
         let dd = e.fb.ins().fmul(dw, da);
         let mut acc = e.fb.ins().fma(sf, dd, accs[t]);
         if let Some(mw) = mw {
-            let sa = e.broadcast32(F32X4, a, ao + t * arb + 4);
+            let sa = e.load(F32X4, a, ao + t * arb + ACT_AUX_OFFSET);
             acc = e.fb.ins().fma(mw, sa, acc);
         }
         accs[t] = acc;

@@ -73,7 +73,12 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
             offset: None,
         });
         let b = BufferId(s.buffers.len() as u32 - 1);
-        Ok(Value::dense(t.name.clone(), t.dtype, t.shape, Base::Arena(b)))
+        Ok(Value::dense(
+            t.name.clone(),
+            t.dtype,
+            t.shape,
+            Base::Arena(b),
+        ))
     };
     // Inputs.
     for (i, t) in g.tensors.iter().enumerate() {
@@ -105,7 +110,13 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
         let t = g.tensor(node.out);
         let mut srcs = Vec::with_capacity(node.srcs.len());
         for x in &node.srcs {
-            srcs.push(val[x.index()].ok_or_else(|| format!("{} reads {} before it is defined", t.name, g.tensor(*x).name))?);
+            srcs.push(val[x.index()].ok_or_else(|| {
+                format!(
+                    "{} reads {} before it is defined",
+                    t.name,
+                    g.tensor(*x).name
+                )
+            })?);
         }
         let src0 = s.values[srcs[0].index()].clone();
         let derived = |shape, nb, offset| Value {
@@ -119,12 +130,21 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
         let out = match &node.op {
             Op::Reshape { .. } => {
                 if !src0.is_contiguous() {
-                    return Err(format!("reshape {} of non-contiguous {}", t.name, src0.name));
+                    return Err(format!(
+                        "reshape {} of non-contiguous {}",
+                        t.name, src0.name
+                    ));
                 }
-                push_value(&mut s, derived(t.shape, contiguous_nb(t.dtype, &t.shape), src0.offset))
+                push_value(
+                    &mut s,
+                    derived(t.shape, contiguous_nb(t.dtype, &t.shape), src0.offset),
+                )
             }
             Op::View { nb, offset, .. } => {
-                let off = src0.offset.checked_add(*offset).ok_or_else(|| format!("view {} offset overflows", t.name))?;
+                let off = src0
+                    .offset
+                    .checked_add(*offset)
+                    .ok_or_else(|| format!("view {} offset overflows", t.name))?;
                 push_value(&mut s, derived(t.shape, *nb, off))
             }
             Op::Permute { axes } => {
@@ -136,7 +156,10 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
             }
             op => {
                 let v = if op.in_place_src() == Some(0) {
-                    Value { name: t.name.clone(), ..src0 }
+                    Value {
+                        name: t.name.clone(),
+                        ..src0
+                    }
                 } else {
                     new_buffer(&mut s, t)?
                 };
@@ -157,7 +180,10 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
     for o in &g.outputs {
         let id = val[o.index()].ok_or("an output is not defined")?;
         if !matches!(s.values[id.index()].base, Base::Arena(_)) {
-            return Err(format!("output {} is not computed in the arena", s.values[id.index()].name));
+            return Err(format!(
+                "output {} is not computed in the arena",
+                s.values[id.index()].name
+            ));
         }
         s.outputs.push(id);
     }
@@ -168,7 +194,10 @@ fn weight_id(plan: &mut Plan, t: &ir::graph::Tensor) -> Result<WeightId, String>
     if let Some(id) = plan.weight(&t.name) {
         let w = &plan.weights[id.index()];
         if w.dtype != t.dtype || w.shape != t.shape {
-            return Err(format!("weight {} is {} {} here and {} {} in another step", t.name, t.shape, t.dtype, w.shape, w.dtype));
+            return Err(format!(
+                "weight {} is {} {} here and {} {} in another step",
+                t.name, t.shape, t.dtype, w.shape, w.dtype
+            ));
         }
         return Ok(id);
     }
@@ -180,11 +209,19 @@ fn weight_id(plan: &mut Plan, t: &ir::graph::Tensor) -> Result<WeightId, String>
     Ok(WeightId(plan.weights.len() as u32 - 1))
 }
 
-fn kv_id(plan: &mut Plan, t: &ir::graph::Tensor, layer: u32, kind: ir::graph::KvKind) -> Result<KvId, String> {
+fn kv_id(
+    plan: &mut Plan,
+    t: &ir::graph::Tensor,
+    layer: u32,
+    kind: ir::graph::KvKind,
+) -> Result<KvId, String> {
     if let Some(i) = plan.kv.iter().position(|c| c.name == t.name) {
         let c = &plan.kv[i];
         if c.dtype != t.dtype || c.shape != t.shape || c.layer != layer || c.kind != kind {
-            return Err(format!("KV cache {} differs between steps ({} {} vs {} {})", t.name, t.shape, t.dtype, c.shape, c.dtype));
+            return Err(format!(
+                "KV cache {} differs between steps ({} {} vs {} {})",
+                t.name, t.shape, t.dtype, c.shape, c.dtype
+            ));
         }
         return Ok(KvId(i as u32));
     }

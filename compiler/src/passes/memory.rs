@@ -61,7 +61,14 @@ fn reuse_in_place(step: &mut Step) {
     let whole = |step: &Step, id: ir::plan::ValueId| -> Option<BufferId> {
         let v = step.value(id);
         match v.base {
-            Base::Arena(b) if v.offset == 0 && v.is_contiguous() && ir::plan::dense_bytes(v.dtype, &v.shape) == Some(step.buffers[b.index()].bytes) => Some(b),
+            Base::Arena(b)
+                if v.offset == 0
+                    && v.is_contiguous()
+                    && ir::plan::dense_bytes(v.dtype, &v.shape)
+                        == Some(step.buffers[b.index()].bytes) =>
+            {
+                Some(b)
+            }
             _ => None,
         }
     };
@@ -82,8 +89,14 @@ fn reuse_in_place(step: &mut Step) {
                     && live[s.index()].map(|l| l.last) == Some(slot)
                     && step.value(srcs[i]).dtype == step.value(dst).dtype
                     && step.value(srcs[i]).shape == step.value(dst).shape
-                    && srcs.iter().enumerate().all(|(o, v)| o == i || step.value(*v).base != Base::Arena(s))
-                    && step.kernels[k].dsts.iter().all(|v| step.value(*v).base != Base::Arena(s));
+                    && srcs
+                        .iter()
+                        .enumerate()
+                        .all(|(o, v)| o == i || step.value(*v).base != Base::Arena(s))
+                    && step.kernels[k]
+                        .dsts
+                        .iter()
+                        .all(|v| step.value(*v).base != Base::Arena(s));
                 ok.then_some(s)
             });
             let Some(s) = pick else { continue };
@@ -94,7 +107,10 @@ fn reuse_in_place(step: &mut Step) {
             }
             let (ls, ld) = (live[s.index()], live[d.index()]);
             if let (Some(ls), Some(ld)) = (ls, ld) {
-                live[s.index()] = Some(Live { first: ls.first, last: ls.last.max(ld.last) });
+                live[s.index()] = Some(Live {
+                    first: ls.first,
+                    last: ls.last.max(ld.last),
+                });
             }
             live[d.index()] = None;
         }
@@ -105,7 +121,13 @@ fn reuse_in_place(step: &mut Step) {
 fn assign_offsets(step: &mut Step, align: u64) {
     let live = liveness(step);
     let mut order: Vec<usize> = (0..step.buffers.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(step.buffers[i].bytes), live[i].map_or(0, |l| l.first), i));
+    order.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(step.buffers[i].bytes),
+            live[i].map_or(0, |l| l.first),
+            i,
+        )
+    });
     let mut placed: Vec<(u64, u64, Live)> = Vec::new();
     let mut arena = 0u64;
     for i in order {

@@ -107,7 +107,11 @@ impl std::fmt::Display for Module {
             return write!(f, "{p}");
         }
         for (s, g) in &self.graphs {
-            writeln!(f, "# graph n_tokens={} n_outputs={}", s.n_tokens, s.n_outputs)?;
+            writeln!(
+                f,
+                "# graph n_tokens={} n_outputs={}",
+                s.n_tokens, s.n_outputs
+            )?;
             write!(f, "{g}")?;
         }
         Ok(())
@@ -181,12 +185,36 @@ pub fn pipeline() -> Vec<Pass> {
                 Ok(())
             },
         },
-        step_pass!("fuse-rms-norm-mul", "rms_norm then mul by a weight vector: one kernel", fuse_rms_norm_mul),
-        step_pass!("fuse-siblings", "mul_mats of one input (q/k/v, gate/up): one kernel", fuse_siblings),
-        step_pass!("fuse-norm-mul-mat", "rms_norm+mul into the mul_mats it feeds", fuse_norm_mul_mat),
-        step_pass!("fuse-glu", "swiglu/geglu into the gate/up mul_mat", fuse_glu),
-        step_pass!("fuse-residual-add", "add of a mul_mat's result into the mul_mat", fuse_residual_add),
-        step_pass!("fuse-rope-kv-store", "rope of K into its KV store, with rope of Q and store of V", fuse_rope_kv_store),
+        step_pass!(
+            "fuse-rms-norm-mul",
+            "rms_norm then mul by a weight vector: one kernel",
+            fuse_rms_norm_mul
+        ),
+        step_pass!(
+            "fuse-siblings",
+            "mul_mats of one input (q/k/v, gate/up): one kernel",
+            fuse_siblings
+        ),
+        step_pass!(
+            "fuse-norm-mul-mat",
+            "rms_norm+mul into the mul_mats it feeds",
+            fuse_norm_mul_mat
+        ),
+        step_pass!(
+            "fuse-glu",
+            "swiglu/geglu into the gate/up mul_mat",
+            fuse_glu
+        ),
+        step_pass!(
+            "fuse-residual-add",
+            "add of a mul_mat's result into the mul_mat",
+            fuse_residual_add
+        ),
+        step_pass!(
+            "fuse-rope-kv-store",
+            "rope of K into its KV store, with rope of Q and store of V",
+            fuse_rope_kv_store
+        ),
         Pass {
             name: "plan-memory",
             about: "liveness, in-place reuse, arena offsets and size",
@@ -223,7 +251,10 @@ pub fn compile(
     for pass in pipeline() {
         (pass.run)(&mut m, &cx)?;
         if let Some(p) = &m.plan {
-            p.verify().map_err(|err| PassError::Verify { pass: pass.name, err })?;
+            p.verify().map_err(|err| PassError::Verify {
+                pass: pass.name,
+                err,
+            })?;
         }
         after(&pass, &m);
     }

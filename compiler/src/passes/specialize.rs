@@ -44,16 +44,28 @@ pub fn specialize(
     sizes.sort_unstable();
     sizes.dedup();
     if sizes.is_empty() || sizes[0] == 0 {
-        return Err(PassError::Options(format!("ubatch sizes {:?}: need at least one, each ≥ 1", opts.ubatches)));
+        return Err(PassError::Options(format!(
+            "ubatch sizes {:?}: need at least one, each ≥ 1",
+            opts.ubatches
+        )));
     }
     if let Some(&u) = sizes.iter().find(|&&u| u > opts.n_ctx) {
-        return Err(PassError::Options(format!("ubatch {u} is larger than n_ctx {}", opts.n_ctx)));
+        return Err(PassError::Options(format!(
+            "ubatch {u} is larger than n_ctx {}",
+            opts.n_ctx
+        )));
     }
     if !matches!(opts.kv_type, DType::F16 | DType::F32) {
-        return Err(PassError::Options(format!("KV cache type {} (F16 or F32)", opts.kv_type)));
+        return Err(PassError::Options(format!(
+            "KV cache type {} (F16 or F32)",
+            opts.kv_type
+        )));
     }
     if !opts.align.is_power_of_two() || opts.align < 4 {
-        return Err(PassError::Options(format!("arena alignment {} (a power of two ≥ 4)", opts.align)));
+        return Err(PassError::Options(format!(
+            "arena alignment {} (a power of two ≥ 4)",
+            opts.align
+        )));
     }
     let mut out = Vec::with_capacity(sizes.len());
     for n_tokens in sizes {
@@ -83,7 +95,10 @@ fn check(g: &Graph, shape: StepShape) -> Result<(), String> {
             Some(t) => {
                 let t = g.tensor(t);
                 if t.shape.ne[0] != n as u64 {
-                    return Err(format!("input {} ({kind:?}) is {} but the step has {n}", t.name, t.shape));
+                    return Err(format!(
+                        "input {} ({kind:?}) is {} but the step has {n}",
+                        t.name, t.shape
+                    ));
                 }
                 Ok(())
             }

@@ -20,7 +20,12 @@ pub fn opts() -> InterpOptions {
 
 /// Interpreter logits on the graphs of `source`: `prompt` as one ubatch (every row), then,
 /// caches cleared, one token at a time.
-pub fn graph_logits(weights: &dyn WeightSource, source: &dyn GraphSource, n_ctx: u32, prompt: &[u32]) -> (Vec<f32>, Vec<f32>) {
+pub fn graph_logits(
+    weights: &dyn WeightSource,
+    source: &dyn GraphSource,
+    n_ctx: u32,
+    prompt: &[u32],
+) -> (Vec<f32>, Vec<f32>) {
     let so = SessionOptions {
         n_ctx,
         interp: opts(),
@@ -31,7 +36,11 @@ pub fn graph_logits(weights: &dyn WeightSource, source: &dyn GraphSource, n_ctx:
     s.clear();
     let mut step = Vec::new();
     for (i, &t) in prompt.iter().enumerate() {
-        step.extend(s.eval(&[t], i as u32, &Outputs::Last).expect("step eval").values);
+        step.extend(
+            s.eval(&[t], i as u32, &Outputs::Last)
+                .expect("step eval")
+                .values,
+        );
     }
     (batch, step)
 }
@@ -39,7 +48,11 @@ pub fn graph_logits(weights: &dyn WeightSource, source: &dyn GraphSource, n_ctx:
 /// Plan logits (a plan compiled with every row's logits): `prompt` cut by the schedule over
 /// the plan's ubatch sizes above 1 (so a short prompt runs padded), every real row; then,
 /// caches cleared, one token at a time with the 1-token step.
-pub fn plan_logits(weights: &dyn WeightSource, plan: &Plan, prompt: &[u32]) -> (Vec<f32>, Vec<f32>) {
+pub fn plan_logits(
+    weights: &dyn WeightSource,
+    plan: &Plan,
+    prompt: &[u32],
+) -> (Vec<f32>, Vec<f32>) {
     let mut ex = PlanExec::new(plan, weights, opts()).expect("executor");
     let toks: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
     let mut batch = Vec::new();
@@ -48,7 +61,12 @@ pub fn plan_logits(weights: &dyn WeightSource, plan: &Plan, prompt: &[u32]) -> (
         let t = c.tokens(&toks[c.pos0 as usize..]);
         let p = c.positions();
         let ids: Vec<i32> = (0..c.n_tokens as i32).collect();
-        let args = StepArgs { tokens: &t, positions: &p, output_ids: &ids, kv_len: c.kv_len() };
+        let args = StepArgs {
+            tokens: &t,
+            positions: &p,
+            output_ids: &ids,
+            kv_len: c.kv_len(),
+        };
         let out = ex.run(c.n_tokens, c.n_tokens, &args).expect("plan step");
         let n_vocab = out[0].len() / c.n_tokens as usize;
         batch.extend_from_slice(&out[0][..n_vocab * c.n_real as usize]);
@@ -56,7 +74,12 @@ pub fn plan_logits(weights: &dyn WeightSource, plan: &Plan, prompt: &[u32]) -> (
     ex.interpreter().state_mut().clear();
     let mut step = Vec::new();
     for (i, &t) in toks.iter().enumerate() {
-        let args = StepArgs { tokens: &[t], positions: &[i as i32], output_ids: &[0], kv_len: i as u64 + 1 };
+        let args = StepArgs {
+            tokens: &[t],
+            positions: &[i as i32],
+            output_ids: &[0],
+            kv_len: i as u64 + 1,
+        };
         step.extend(ex.run(1, 1, &args).expect("plan step").remove(0));
     }
     (batch, step)
@@ -65,7 +88,10 @@ pub fn plan_logits(weights: &dyn WeightSource, plan: &Plan, prompt: &[u32]) -> (
 /// Largest absolute difference.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Dimensions of the tiny model.
@@ -94,7 +120,10 @@ pub fn tiny_llama(n_layer: u32, tied: bool, wtype: GgmlType) -> GgufFile {
     ] {
         w.add_kv(format!("{a}.{k}"), Value::U32(v));
     }
-    w.add_kv(format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+    w.add_kv(
+        format!("{a}.attention.layer_norm_rms_epsilon"),
+        Value::F32(1e-5),
+    );
     let mut seed = 0x2545_f491_u32 ^ n_layer;
     let mut rnd = move |scale: f32| {
         seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -103,7 +132,10 @@ pub fn tiny_llama(n_layer: u32, tied: bool, wtype: GgmlType) -> GgufFile {
     let mut matrix = |w: &mut GgufWriter, name: String, ne: [u64; 2]| {
         let vals: Vec<f32> = (0..ne[0] * ne[1]).map(|_| rnd(0.15)).collect();
         let data: Vec<u8> = match wtype {
-            GgmlType::F16 => vals.iter().flat_map(|v| f32_to_f16(*v).to_le_bytes()).collect(),
+            GgmlType::F16 => vals
+                .iter()
+                .flat_map(|v| f32_to_f16(*v).to_le_bytes())
+                .collect(),
             _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
         };
         w.add_tensor(name, &ne, wtype, data).expect("tensor");
@@ -134,8 +166,13 @@ pub fn tiny_llama(n_layer: u32, tied: bool, wtype: GgmlType) -> GgufFile {
                 1.0 + ((seed2 >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.2
             })
             .collect();
-        w.add_tensor(name, &[N_EMBD], GgmlType::F32, vals.iter().flat_map(|v| v.to_le_bytes()).collect())
-            .expect("tensor");
+        w.add_tensor(
+            name,
+            &[N_EMBD],
+            GgmlType::F32,
+            vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+        .expect("tensor");
     };
     for il in 0..n_layer {
         norm(&mut w, format!("blk.{il}.attn_norm.weight"));

@@ -108,23 +108,29 @@ unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps};
     let n = a.len().min(b.len());
     let chunks = n / 32;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for c in 0..chunks {
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let o = c * 32 + r * 8;
-            // SAFETY: o + 8 <= chunks * 32 <= n, within both slices.
-            let (x, y) = unsafe { (_mm256_loadu_ps(a.as_ptr().add(o)), _mm256_loadu_ps(b.as_ptr().add(o))) };
-            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(x, y));
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let (mut s0, mut s1, mut s2, mut s3) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+    // SAFETY: every load reads 8 floats at offset < chunks * 32 <= n of both slices.
+    unsafe {
+        for c in 0..chunks {
+            let (x, y) = (pa.add(c * 32), pb.add(c * 32));
+            s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(y)));
+            s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(y.add(8))));
+            s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(y.add(16))));
+            s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(x.add(24)), _mm256_loadu_ps(y.add(24))));
         }
     }
     let mut lanes = [0f32; 32];
-    for (r, acc) in acc.iter().enumerate() {
-        // SAFETY: lanes[r * 8 .. r * 8 + 8] is in bounds.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(r * 8), *acc) };
+    // SAFETY: each store writes 8 floats inside `lanes`.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), s0);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), s1);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(16), s2);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(24), s3);
     }
     let mut tail = 0f32;
-    for i in chunks * 32..n {
-        tail += a[i] * b[i];
+    for (x, y) in a[chunks * 32..n].iter().zip(&b[chunks * 32..n]) {
+        tail += x * y;
     }
     reduce32(&lanes, tail)
 }

@@ -5,7 +5,7 @@
 //! the reference. The unit tests check bit-for-bit equality with `vec_dot`; other types go
 //! through `vec_dot` itself.
 
-use crate::ggml::{f16_to_f32, GgmlType};
+use crate::ggml::GgmlType;
 
 /// A weight type with a fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,17 +29,49 @@ impl Fast {
 /// Int8 quants and per-32-value scales of one or more rows.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Unpacked {
-    /// Quants, 32 per block.
-    pub q: Vec<i8>,
+    /// Quants, 32 per block, as the bytes of two's-complement int8 values.
+    pub q: Vec<u8>,
     /// Block scale `d`.
     pub d: Vec<f32>,
     /// Second block value: the minimum `m` (Q4_1 weights) or `s` (Q8_1 activations).
     pub m: Vec<f32>,
 }
 
-#[inline]
+/// IEEE half → f32, exact, inlinable (the same values as [`crate::ggml::f16_to_f32`], which
+/// the tests check for all 65536 inputs; this one avoids a per-call CPU-feature dispatch).
+#[inline(always)]
+pub(crate) fn half_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    if exp == 0x1f {
+        return f32::from_bits(sign | 0x7f80_0000 | (man << 13));
+    }
+    if exp == 0 {
+        // Zero or subnormal: man * 2^-24, exact in f32.
+        let v = man as f32 * (1.0 / 16_777_216.0);
+        return if sign != 0 { -v } else { v };
+    }
+    f32::from_bits(sign | ((exp + 112) << 23) | (man << 13))
+}
+
+#[inline(always)]
 fn f16(b: &[u8], o: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[o], b[o + 1]]))
+    half_to_f32(u16::from_le_bytes([b[o], b[o + 1]]))
+}
+
+/// `0x0f` in every byte.
+const LOW4: u128 = u128::from_le_bytes([0x0f; 16]);
+/// `0x80` in every byte.
+const HIGH1: u128 = u128::from_le_bytes([0x80; 16]);
+/// `0x08` in every byte.
+const EIGHT: u128 = u128::from_le_bytes([0x08; 16]);
+
+/// Subtracts 8 from every byte of `v` (each byte 0..=15), wrapping: sets the top bit so no
+/// borrow crosses bytes, subtracts, flips the top bit back.
+#[inline(always)]
+fn minus8(v: u128) -> u128 {
+    ((v | HIGH1) - EIGHT) ^ HIGH1
 }
 
 /// Unpacks a weight row of `kind` (whole blocks) into `out`.
@@ -55,24 +87,24 @@ pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
     out.m.resize(if kind == Fast::Q4_1 { nb } else { 0 }, 0.0);
     for (b, (x, dst)) in row.chunks_exact(bs).zip(out.q.chunks_exact_mut(32)).enumerate() {
         out.d[b] = f16(x, 0);
-        let Ok(dst) = <&mut [i8; 32]>::try_from(dst) else { continue };
         match kind {
             Fast::Q4_0 | Fast::Q4_1 => {
-                let (qo, bias) = if kind == Fast::Q4_0 { (2, 8u8) } else { (4, 0) };
+                let qo = if kind == Fast::Q4_0 { 2 } else { 4 };
                 if kind == Fast::Q4_1 {
                     out.m[b] = f16(x, 2);
                 }
-                let Ok(qs) = <&[u8; 16]>::try_from(&x[qo..qo + 16]) else { continue };
-                for j in 0..16 {
-                    dst[j] = (qs[j] & 0x0f).wrapping_sub(bias) as i8;
-                    dst[j + 16] = (qs[j] >> 4).wrapping_sub(bias) as i8;
+                let mut qs = [0u8; 16];
+                qs.copy_from_slice(&x[qo..qo + 16]);
+                let v = u128::from_le_bytes(qs);
+                let (mut lo, mut hi) = (v & LOW4, (v >> 4) & LOW4);
+                if kind == Fast::Q4_0 {
+                    lo = minus8(lo);
+                    hi = minus8(hi);
                 }
+                dst[..16].copy_from_slice(&lo.to_le_bytes());
+                dst[16..].copy_from_slice(&hi.to_le_bytes());
             }
-            Fast::Q8_0 => {
-                for (o, &q) in dst.iter_mut().zip(&x[2..34]) {
-                    *o = q as i8;
-                }
-            }
+            Fast::Q8_0 => dst.copy_from_slice(&x[2..34]),
         }
     }
 }
@@ -81,15 +113,18 @@ pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
 /// (`q * d`, plus `m` for Q4_1): bit-identical to [`crate::ggml::dequantize`].
 pub(crate) fn dequant(kind: Fast, w: &Unpacked, out: &mut [f32]) {
     for (b, (o, q)) in out.chunks_exact_mut(32).zip(w.q.chunks_exact(32)).enumerate() {
+        let (Ok(o), Ok(q)) = (<&mut [f32; 32]>::try_from(o), <&[u8; 32]>::try_from(q)) else {
+            continue;
+        };
         let d = w.d[b];
         if kind == Fast::Q4_1 {
             let m = w.m[b];
-            for (y, &x) in o.iter_mut().zip(q) {
-                *y = x as f32 * d + m;
+            for i in 0..32 {
+                o[i] = q[i] as i8 as f32 * d + m;
             }
         } else {
-            for (y, &x) in o.iter_mut().zip(q) {
-                *y = x as f32 * d;
+            for i in 0..32 {
+                o[i] = q[i] as i8 as f32 * d;
             }
         }
     }
@@ -103,21 +138,20 @@ pub(crate) fn unpack_act(bytes: &[u8], with_sum: bool, out: &mut Unpacked) {
         if with_sum {
             out.m.push(f16(y, 2));
         }
-        out.q.extend(y[qo..qo + 32].iter().map(|&q| q as i8));
+        out.q.extend_from_slice(&y[qo..qo + 32]);
     }
 }
 
 /// Exact sum of 32 int8 products (|sum| ≤ 32 · 128², no overflow; wrapping ops keep the
 /// loop free of overflow checks so it vectorizes in every profile).
 #[inline(always)]
-fn isum(a: &[i8], b: &[i8]) -> i32 {
-    let (a, b): (&[i8; 32], &[i8; 32]) = match (a.try_into(), b.try_into()) {
-        (Ok(a), Ok(b)) => (a, b),
-        _ => return 0,
+fn isum(a: &[u8], b: &[u8]) -> i32 {
+    let (Ok(a), Ok(b)) = (<&[u8; 32]>::try_from(a), <&[u8; 32]>::try_from(b)) else {
+        return 0;
     };
     let mut s = 0i32;
     for i in 0..32 {
-        s = s.wrapping_add((a[i] as i32).wrapping_mul(b[i] as i32));
+        s = s.wrapping_add((a[i] as i8 as i32).wrapping_mul(b[i] as i8 as i32));
     }
     s
 }
@@ -128,10 +162,12 @@ fn isum(a: &[i8], b: &[i8]) -> i32 {
 pub(crate) fn dot(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
     let nb = w.d.len();
     let ab = n * nb;
+    let aq = &a.q[ab * 32..(ab + nb) * 32];
+    let ad = &a.d[ab..ab + nb];
     let mut sumf = 0f32;
-    for b in 0..nb {
-        let s = isum(&w.q[b * 32..b * 32 + 32], &a.q[(ab + b) * 32..(ab + b) * 32 + 32]);
-        let (dx, dy) = (w.d[b], a.d[ab + b]);
+    for (b, (wq, xq)) in w.q.chunks_exact(32).zip(aq.chunks_exact(32)).enumerate() {
+        let s = isum(wq, xq);
+        let (dx, dy) = (w.d[b], ad[b]);
         match kind {
             Fast::Q4_0 => sumf += s as f32 * dx * dy,
             Fast::Q4_1 => sumf += (dx * dy) * s as f32 + w.m[b] * a.m[ab + b],
@@ -152,6 +188,14 @@ mod tests {
         *seed ^= *seed >> 7;
         *seed ^= *seed << 17;
         *seed
+    }
+
+    #[test]
+    fn half_conversion_matches_ggml_for_every_value() {
+        for h in 0..=u16::MAX {
+            let (a, b) = (half_to_f32(h), crate::ggml::f16_to_f32(h));
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{h:#06x}: {a} vs {b}");
+        }
     }
 
     #[test]

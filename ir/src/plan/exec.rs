@@ -53,7 +53,10 @@ pub struct PlanExec<'p, 'w> {
 
 fn err(s: &Step, k: usize, msg: impl std::fmt::Display) -> PlanError {
     let name = s.kernels.get(k).map_or("?", |x| x.name.as_str());
-    PlanError::Exec(format!("step n_tokens={} kernel {k} {name}: {msg}", s.n_tokens))
+    PlanError::Exec(format!(
+        "step n_tokens={} kernel {k} {name}: {msg}",
+        s.n_tokens
+    ))
 }
 
 impl<'p, 'w> PlanExec<'p, 'w> {
@@ -62,13 +65,22 @@ impl<'p, 'w> PlanExec<'p, 'w> {
     /// # Errors
     /// [`PlanError::Invalid`] if the plan does not verify; [`PlanError::Exec`] if an arena
     /// value is not F32 / I32 or the arena does not fit in memory.
-    pub fn new(plan: &'p Plan, weights: &'w dyn WeightSource, opts: InterpOptions) -> Result<Self, PlanError> {
+    pub fn new(
+        plan: &'p Plan,
+        weights: &'w dyn WeightSource,
+        opts: InterpOptions,
+    ) -> Result<Self, PlanError> {
         plan.verify()?;
         let mut offsets = Vec::new();
         let mut words = 0usize;
         for s in &plan.steps {
-            if let Some(v) = s.values.iter().find(|v| matches!(v.base, Base::Arena(_)) && !matches!(v.dtype, DType::F32 | DType::I32)) {
-                return Err(PlanError::Exec(format!("arena value {} is {}: the executor takes F32 and I32", v.name, v.dtype)));
+            if let Some(v) = s.values.iter().find(|v| {
+                matches!(v.base, Base::Arena(_)) && !matches!(v.dtype, DType::F32 | DType::I32)
+            }) {
+                return Err(PlanError::Exec(format!(
+                    "arena value {} is {}: the executor takes F32 and I32",
+                    v.name, v.dtype
+                )));
             }
             let mut offs = Vec::with_capacity(s.buffers.len());
             let mut next = 0u64;
@@ -82,9 +94,13 @@ impl<'p, 'w> PlanExec<'p, 'w> {
                     }
                 };
                 if off % 4 != 0 {
-                    return Err(PlanError::Exec(format!("buffer {} at byte {off} is not word aligned", b.name)));
+                    return Err(PlanError::Exec(format!(
+                        "buffer {} at byte {off} is not word aligned",
+                        b.name
+                    )));
                 }
-                let end = usize::try_from((off + b.bytes).div_ceil(4)).map_err(|_| PlanError::Exec("arena too large".into()))?;
+                let end = usize::try_from((off + b.bytes).div_ceil(4))
+                    .map_err(|_| PlanError::Exec("arena too large".into()))?;
                 words = words.max(end);
                 offs.push((off / 4) as usize);
             }
@@ -110,24 +126,43 @@ impl<'p, 'w> PlanExec<'p, 'w> {
     /// # Errors
     /// [`PlanError::Exec`] if no such step exists, if the inputs do not have the step's
     /// lengths, or if a kernel fails (naming the kernel).
-    pub fn run(&mut self, n_tokens: u32, n_outputs: u32, args: &StepArgs<'_>) -> Result<Vec<Vec<f32>>, PlanError> {
+    pub fn run(
+        &mut self,
+        n_tokens: u32,
+        n_outputs: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<Vec<Vec<f32>>, PlanError> {
         let si = self
             .plan
             .steps
             .iter()
             .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_outputs)
-            .ok_or_else(|| PlanError::Exec(format!("no step for {n_tokens} tokens and {n_outputs} outputs")))?;
+            .ok_or_else(|| {
+                PlanError::Exec(format!(
+                    "no step for {n_tokens} tokens and {n_outputs} outputs"
+                ))
+            })?;
         let s = &self.plan.steps[si];
         for inp in &s.inputs {
             let src: &[i32] = match inp.kind {
                 Input::Tokens => args.tokens,
                 Input::Positions => args.positions,
                 Input::OutputIds => args.output_ids,
-                _ => return Err(PlanError::Exec(format!("step input {:?} cannot be given", inp.kind))),
+                _ => {
+                    return Err(PlanError::Exec(format!(
+                        "step input {:?} cannot be given",
+                        inp.kind
+                    )))
+                }
             };
             let v = s.value(inp.value);
             if src.len() as u64 != v.shape.ne[0] {
-                return Err(PlanError::Exec(format!("{:?}: the step takes {} values, got {}", inp.kind, v.shape.ne[0], src.len())));
+                return Err(PlanError::Exec(format!(
+                    "{:?}: the step takes {} values, got {}",
+                    inp.kind,
+                    v.shape.ne[0],
+                    src.len()
+                )));
             }
             let at = self.word(si, v);
             for (i, x) in src.iter().enumerate() {
@@ -137,7 +172,10 @@ impl<'p, 'w> PlanExec<'p, 'w> {
         for k in 0..s.kernels.len() {
             self.run_kernel(si, k, args.kv_len)?;
         }
-        Ok(s.outputs.iter().map(|o| self.gather(si, s.value(*o), args.kv_len)).collect())
+        Ok(s.outputs
+            .iter()
+            .map(|o| self.gather(si, s.value(*o), args.kv_len))
+            .collect())
     }
 
     fn word(&self, si: usize, v: &Value) -> usize {
@@ -154,34 +192,51 @@ impl<'p, 'w> PlanExec<'p, 'w> {
             Base::Arena(b) => self.offsets[si][b.index()] as u64 * 4,
             _ => return out,
         };
-        for_each(v, kv_len, |byte| out.push(f32::from_bits(self.arena[((base + byte) / 4) as usize])));
+        for_each(v, kv_len, |byte| {
+            out.push(f32::from_bits(self.arena[((base + byte) / 4) as usize]))
+        });
         out
     }
 
     fn run_kernel(&mut self, si: usize, k: usize, kv_len: u64) -> Result<(), PlanError> {
         let plan = self.plan;
         let s = &plan.steps[si];
-        if !self.graphs.contains_key(&(si, k)) {
-            let g = kernel_graph(plan, s, k).map_err(|m| err(s, k, m))?;
-            self.graphs.insert((si, k), g);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.graphs.entry((si, k)) {
+            e.insert(kernel_graph(plan, s, k).map_err(|m| err(s, k, m))?);
         }
         let kg = &self.graphs[&(si, k)];
         let int_input = |kind: Input| -> Vec<i32> {
             s.input(&kind).map_or(Vec::new(), |id| {
                 let v = s.value(id);
                 let at = self.word(si, v);
-                self.arena[at..at + v.shape.ne[0] as usize].iter().map(|&w| w as i32).collect()
+                self.arena[at..at + v.shape.ne[0] as usize]
+                    .iter()
+                    .map(|&w| w as i32)
+                    .collect()
             })
         };
-        let (tokens, positions, output_ids) =
-            (int_input(Input::Tokens), int_input(Input::Positions), int_input(Input::OutputIds));
+        let (tokens, positions, output_ids) = (
+            int_input(Input::Tokens),
+            int_input(Input::Positions),
+            int_input(Input::OutputIds),
+        );
         let mut bufs = Vec::with_capacity(kg.data.len());
         for (_, b) in &kg.data {
             let off = self.offsets[si][b.index()];
             let n = (s.buffers[b.index()].bytes / 4) as usize;
-            bufs.push(self.arena[off..off + n].iter().map(|&w| f32::from_bits(w)).collect::<Vec<f32>>());
+            bufs.push(
+                self.arena[off..off + n]
+                    .iter()
+                    .map(|&w| f32::from_bits(w))
+                    .collect::<Vec<f32>>(),
+            );
         }
-        let data: Vec<(&str, &[f32])> = kg.data.iter().zip(&bufs).map(|((n, _), b)| (n.as_str(), b.as_slice())).collect();
+        let data: Vec<(&str, &[f32])> = kg
+            .data
+            .iter()
+            .zip(&bufs)
+            .map(|((n, _), b)| (n.as_str(), b.as_slice()))
+            .collect();
         let inputs = Inputs {
             tokens: &tokens,
             positions: &positions,
@@ -189,7 +244,10 @@ impl<'p, 'w> PlanExec<'p, 'w> {
             kv_len,
             data: &data,
         };
-        let outs = self.interp.run(&kg.graph, &inputs).map_err(|e| err(s, k, e))?;
+        let outs = self
+            .interp
+            .run(&kg.graph, &inputs)
+            .map_err(|e| err(s, k, e))?;
         for (vals, &j) in outs.iter().zip(&kg.outs) {
             let v = s.value(s.kernels[k].dsts[j]);
             let base = self.word(si, v) as u64 * 4 - v.offset;
@@ -245,13 +303,20 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
                     None => {
                         let name = format!("buf{}", b.0);
                         let n = s.buffers[b.index()].bytes / 4;
-                        let t = g.input(name.clone(), Input::Data, DType::F32, crate::graph::Shape::new(&[n]));
+                        let t = g.input(
+                            name.clone(),
+                            Input::Data,
+                            DType::F32,
+                            crate::graph::Shape::new(&[n]),
+                        );
                         data.push((name, b));
                         buf_inputs.insert(b, t);
                         t
                     }
                 };
-                return g.view(&v.name, t, v.shape, v.nb, v.offset).map_err(|e| e.to_string());
+                return g
+                    .view(&v.name, t, v.shape, v.nb, v.offset)
+                    .map_err(|e| e.to_string());
             }
             Base::Weight(w) => {
                 let w = &plan.weights[w.index()];
@@ -259,7 +324,10 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
             }
             Base::Kv(id) => {
                 let c = &plan.kv[id.index()];
-                let kind = Input::KvCache { layer: c.layer, kind: c.kind };
+                let kind = Input::KvCache {
+                    layer: c.layer,
+                    kind: c.kind,
+                };
                 let t = *kv_inputs
                     .entry(id)
                     .or_insert_with(|| g.input(c.name.clone(), kind, c.dtype, c.shape));
@@ -269,7 +337,8 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
         if v.offset == 0 && v.shape == shape && v.is_contiguous() && v.dtype == dtype {
             Ok(whole)
         } else {
-            g.view(&v.name, whole, v.shape, v.nb, v.offset).map_err(|e| e.to_string())
+            g.view(&v.name, whole, v.shape, v.nb, v.offset)
+                .map_err(|e| e.to_string())
         }
     };
     let mut srcs = Vec::new();
@@ -322,5 +391,9 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
             outs.push(j);
         }
     }
-    Ok(KernelGraph { graph: g, data, outs })
+    Ok(KernelGraph {
+        graph: g,
+        data,
+        outs,
+    })
 }

@@ -276,7 +276,10 @@ fn expand_mul_mat(e: &mut Expander, m: &MulMatSpec) -> Result<(), String> {
         || (m.epilogue == Epilogue::Add && m.n_mat != 1)
         || (matches!(m.epilogue, Epilogue::Swiglu | Epilogue::Geglu) && m.n_mat != 2)
     {
-        return Err(format!("mul_mat with {} weights cannot have epilogue {:?}", m.n_mat, m.epilogue));
+        return Err(format!(
+            "mul_mat with {} weights cannot have epilogue {:?}",
+            m.n_mat, m.epilogue
+        ));
     }
     let mut x = Slot::Src(0);
     let mut next = 1;
@@ -326,10 +329,18 @@ fn expand_rope_kv_store(e: &mut Expander, r: &RopeKvStoreSpec) -> Result<(), Str
         vec![k_roped],
         None,
     )?;
-    e.push(Op::KvStore, vec![Slot::Dst(0), flat, pos], Some(Slot::Dst(0)))?;
+    e.push(
+        Op::KvStore,
+        vec![Slot::Dst(0), flat, pos],
+        Some(Slot::Dst(0)),
+    )?;
     let mut dst = 1;
     if r.q {
-        e.push(Op::Rope(r.rope), rope_srcs(Slot::Src(next)), Some(Slot::Dst(dst)))?;
+        e.push(
+            Op::Rope(r.rope),
+            rope_srcs(Slot::Src(next)),
+            Some(Slot::Dst(dst)),
+        )?;
         next += 1;
         dst += 1;
     }
@@ -387,7 +398,11 @@ impl Expander<'_> {
                 Slot::Tmp(self.tmps.len() - 1)
             }
         };
-        self.ops.push(MicroOp { op, srcs, out: slot });
+        self.ops.push(MicroOp {
+            op,
+            srcs,
+            out: slot,
+        });
         Ok(slot)
     }
 }

@@ -23,7 +23,13 @@ fn operand(s: &Step, v: &Value) -> String {
         out += &format!(" {}", v.dtype);
     }
     out += &format!(" {}", v.shape);
-    let plus = |off: u64| if off == 0 { String::new() } else { format!("+{off}") };
+    let plus = |off: u64| {
+        if off == 0 {
+            String::new()
+        } else {
+            format!("+{off}")
+        }
+    };
     match v.base {
         Base::Arena(b) => match s.buffers.get(b.index()).and_then(|x| x.offset) {
             Some(o) => out += &format!(" @A+{}", o + v.offset),
@@ -60,7 +66,11 @@ impl fmt::Display for Step {
             self.n_outputs,
             self.kernels.len(),
             self.arena_bytes,
-            if self.is_planned() { "" } else { " (not planned)" }
+            if self.is_planned() {
+                ""
+            } else {
+                " (not planned)"
+            }
         )?;
         let val = |id: super::ValueId| match self.values.get(id.index()) {
             Some(v) => operand(self, v),
@@ -72,7 +82,13 @@ impl fmt::Display for Step {
         for (k, kernel) in self.kernels.iter().enumerate() {
             let dsts: Vec<String> = kernel.dsts.iter().map(|d| val(*d)).collect();
             let srcs: Vec<String> = kernel.srcs.iter().map(|s| val(*s)).collect();
-            write!(f, "k{k} {} {} = ({})", kernel.op.name(), dsts.join(", "), srcs.join(", "))?;
+            write!(
+                f,
+                "k{k} {} {} = ({})",
+                kernel.op.name(),
+                dsts.join(", "),
+                srcs.join(", ")
+            )?;
             let p = params(&kernel.op);
             if !p.is_empty() {
                 write!(f, " [{p}]")?;
@@ -94,8 +110,18 @@ impl fmt::Display for Plan {
             "# plan: n_ctx {}, arena alignment {}, last chunk {:?}",
             self.n_ctx, self.align, self.tail
         )?;
-        writeln!(f, "# weights: {} tensors, {} bytes", self.weights.len(), self.weight_bytes())?;
-        writeln!(f, "# KV caches: {}, {} bytes", self.kv.len(), self.kv_bytes())?;
+        writeln!(
+            f,
+            "# weights: {} tensors, {} bytes",
+            self.weights.len(),
+            self.weight_bytes()
+        )?;
+        writeln!(
+            f,
+            "# KV caches: {}, {} bytes",
+            self.kv.len(),
+            self.kv_bytes()
+        )?;
         for s in &self.steps {
             write!(f, "{s}")?;
         }
@@ -195,7 +221,12 @@ impl fmt::Display for Summary {
             let ops: Vec<String> = s.by_op.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
             writeln!(f, "kernels of ubatch {}: {}", s.n_tokens, ops.join(", "))?;
         }
-        writeln!(f, "arena: {} ({} bytes)", mib(self.arena_bytes), self.arena_bytes)?;
+        writeln!(
+            f,
+            "arena: {} ({} bytes)",
+            mib(self.arena_bytes),
+            self.arena_bytes
+        )?;
         writeln!(
             f,
             "KV cache: {} caches × {} cells, {} ({} bytes)",
@@ -204,6 +235,12 @@ impl fmt::Display for Summary {
             mib(self.kv_bytes),
             self.kv_bytes
         )?;
-        writeln!(f, "weights: {} tensors, {} ({} bytes)", self.weights, mib(self.weight_bytes), self.weight_bytes)
+        writeln!(
+            f,
+            "weights: {} tensors, {} ({} bytes)",
+            self.weights,
+            mib(self.weight_bytes),
+            self.weight_bytes
+        )
     }
 }

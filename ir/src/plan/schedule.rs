@@ -36,9 +36,19 @@ impl Chunk {
     /// The token ids to feed: the real ones, then the last real one repeated as padding.
     /// `real` must hold `n_real` ids (extra ones are ignored, missing ones padded).
     pub fn tokens(&self, real: &[i32]) -> Vec<i32> {
-        let last = real.get(..self.n_real as usize).and_then(|r| r.last()).copied().unwrap_or(0);
+        let last = real
+            .get(..self.n_real as usize)
+            .and_then(|r| r.last())
+            .copied()
+            .unwrap_or(0);
         (0..self.n_tokens as usize)
-            .map(|i| if i < self.n_real as usize { real.get(i).copied().unwrap_or(last) } else { last })
+            .map(|i| {
+                if i < self.n_real as usize {
+                    real.get(i).copied().unwrap_or(last)
+                } else {
+                    last
+                }
+            })
             .collect()
     }
 
@@ -78,7 +88,11 @@ pub fn chunks(ubatches: &[u32], n_past: u32, n: u32, n_ctx: u32) -> Result<Vec<C
     while left > 0 {
         let fits = |u: u32| pos as u64 + u as u64 <= n_ctx as u64;
         let chunk = if left >= largest {
-            Chunk { n_tokens: largest, n_real: largest, pos0: pos }
+            Chunk {
+                n_tokens: largest,
+                n_real: largest,
+                pos0: pos,
+            }
         } else {
             let pad = sizes.iter().copied().find(|&u| u >= left);
             let full = sizes.iter().copied().rev().find(|&u| u <= left);

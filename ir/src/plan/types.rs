@@ -243,7 +243,10 @@ impl Step {
 
     /// The input value of kind `kind`, if the step has one.
     pub fn input(&self, kind: &Input) -> Option<ValueId> {
-        self.inputs.iter().find(|i| &i.kind == kind).map(|i| i.value)
+        self.inputs
+            .iter()
+            .find(|i| &i.kind == kind)
+            .map(|i| i.value)
     }
 
     /// Whether the memory planner has assigned every arena buffer an offset.

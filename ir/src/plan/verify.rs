@@ -34,7 +34,10 @@ impl Plan {
         }
         for w in &self.weights {
             if w.bytes().is_none() || w.shape.has_kv() {
-                return bad(format!("weight {}: {} {} is not whole blocks", w.name, w.shape, w.dtype));
+                return bad(format!(
+                    "weight {}: {} {} is not whole blocks",
+                    w.name, w.shape, w.dtype
+                ));
             }
         }
         let mut seen = HashSet::new();
@@ -51,7 +54,10 @@ impl Plan {
                 ));
             }
             if !seen.insert((c.layer, c.kind)) {
-                return bad(format!("KV cache {}: layer {} {:?} appears twice", c.name, c.layer, c.kind));
+                return bad(format!(
+                    "KV cache {}: layer {} {:?} appears twice",
+                    c.name, c.layer, c.kind
+                ));
             }
         }
         for w in self.steps.windows(2) {
@@ -84,7 +90,9 @@ impl Plan {
             return Err(format!("{} outputs of {} tokens", s.n_outputs, s.n_tokens));
         }
         let value = |id: ValueId| -> Result<&Value, String> {
-            s.values.get(id.index()).ok_or_else(|| format!("value {id:?} is not in the step"))
+            s.values
+                .get(id.index())
+                .ok_or_else(|| format!("value {id:?} is not in the step"))
         };
         // Values.
         for v in &s.values {
@@ -93,12 +101,10 @@ impl Plan {
                 .ok_or_else(|| format!("value {}: base {:?} is not in the plan", v.name, v.base))?;
             match v.end() {
                 Some(end) if end <= size => {}
-                _ => {
-                    return Err(format!(
-                        "value {}: {} {} at offset {} nb {:?} reaches past its base of {size} bytes",
-                        v.name, v.shape, v.dtype, v.offset, v.nb
-                    ))
-                }
+                _ => return Err(format!(
+                    "value {}: {} {} at offset {} nb {:?} reaches past its base of {size} bytes",
+                    v.name, v.shape, v.dtype, v.offset, v.nb
+                )),
             }
             let want = match v.base {
                 Base::Weight(w) => Some(self.weights[w.index()].dtype),
@@ -107,10 +113,16 @@ impl Plan {
             };
             match want {
                 Some(d) if d != v.dtype => {
-                    return Err(format!("value {}: {} view of a {d} tensor", v.name, v.dtype))
+                    return Err(format!(
+                        "value {}: {} view of a {d} tensor",
+                        v.name, v.dtype
+                    ))
                 }
                 None if !is_arena_dtype(v.dtype) => {
-                    return Err(format!("value {}: arena values cannot be {}", v.name, v.dtype))
+                    return Err(format!(
+                        "value {}: arena values cannot be {}",
+                        v.name, v.dtype
+                    ))
                 }
                 _ => {}
             }
@@ -118,11 +130,16 @@ impl Plan {
         // Buffers: all planned or none; aligned and inside the arena.
         let planned = s.buffers.iter().filter(|b| b.offset.is_some()).count();
         if planned != 0 && planned != s.buffers.len() {
-            return Err(format!("{planned} of {} buffers have offsets", s.buffers.len()));
+            return Err(format!(
+                "{planned} of {} buffers have offsets",
+                s.buffers.len()
+            ));
         }
         for b in &s.buffers {
             if let Some(off) = b.offset {
-                if off % self.align != 0 || off.checked_add(b.bytes).is_none_or(|e| e > s.arena_bytes) {
+                if off % self.align != 0
+                    || off.checked_add(b.bytes).is_none_or(|e| e > s.arena_bytes)
+                {
                     return Err(format!(
                         "buffer {} at offset {off} ({} bytes) is misaligned or outside the arena of {} bytes",
                         b.name, b.bytes, s.arena_bytes
@@ -145,11 +162,17 @@ impl Plan {
             };
             if let Some(n) = want_len {
                 if v.dtype != DType::I32 || v.shape.rank() != 1 || v.shape.ne[0] != n {
-                    return Err(format!("input {} ({:?}) must be I32 {{{n}}}, is {} {}", v.name, i.kind, v.shape, v.dtype));
+                    return Err(format!(
+                        "input {} ({:?}) must be I32 {{{n}}}, is {} {}",
+                        v.name, i.kind, v.shape, v.dtype
+                    ));
                 }
             }
             if !v.is_contiguous() || v.shape.has_kv() {
-                return Err(format!("input {} must be contiguous with fixed shape", v.name));
+                return Err(format!(
+                    "input {} must be contiguous with fixed shape",
+                    v.name
+                ));
             }
             written[b.index()] = true;
         }
@@ -188,12 +211,20 @@ impl Plan {
                 }
                 if let Some(i) = kernel.op.in_place_src(j) {
                     if !srcs[i].same_view(d) {
-                        return Err(at(format!("result {} must be its source {} in place", d.name, srcs[i].name)));
+                        return Err(at(format!(
+                            "result {} must be its source {} in place",
+                            d.name, srcs[i].name
+                        )));
                     }
                 }
                 for (i, src) in srcs.iter().enumerate() {
-                    if self.may_overlap(s, src, d) && !(src.same_view(d) && kernel.op.may_alias(i, j)) {
-                        return Err(at(format!("result {} overlaps source {} where the op cannot work in place", d.name, src.name)));
+                    if self.may_overlap(s, src, d)
+                        && !(src.same_view(d) && kernel.op.may_alias(i, j))
+                    {
+                        return Err(at(format!(
+                            "result {} overlaps source {} where the op cannot work in place",
+                            d.name, src.name
+                        )));
                     }
                 }
                 for d2 in &dsts[..j] {
@@ -232,7 +263,9 @@ impl Plan {
         let (sa, a0, a1) = range(a);
         let (sb, b0, b1) = range(b);
         match (a.base, b.base, sa, sb) {
-            (Base::Arena(_), Base::Arena(_), Some(x), Some(y)) => x + a0 < y + b1 && y + b0 < x + a1,
+            (Base::Arena(_), Base::Arena(_), Some(x), Some(y)) => {
+                x + a0 < y + b1 && y + b0 < x + a1
+            }
             (ba, bb, _, _) if ba == bb => a0 < b1 && b0 < a1,
             _ => false,
         }

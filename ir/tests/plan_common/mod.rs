@@ -3,11 +3,13 @@
 #![allow(dead_code)]
 
 use ir::ggml::{f32_to_f16, GgmlType};
-use ir::graph::{contiguous_nb, AttnParams, DType, Graph, Input, KvKind, Op, RopeMode, RopeParams, Shape};
+use ir::graph::{
+    contiguous_nb, AttnParams, DType, Graph, Input, KvKind, Op, RopeMode, RopeParams, Shape,
+};
 use ir::interp::{InterpOptions, MemWeights};
 use ir::plan::{
-    Base, Buffer, BufferId, Epilogue, Kernel, KernelOp, KvBuf, KvId, MulMatSpec, Plan, RopeKvStoreSpec, Step, StepInput,
-    TailPolicy, Value, ValueId, WeightBuf, WeightId, PLAN_FORMAT,
+    Base, Buffer, BufferId, Epilogue, Kernel, KernelOp, KvBuf, KvId, MulMatSpec, Plan,
+    RopeKvStoreSpec, Step, StepInput, TailPolicy, Value, ValueId, WeightBuf, WeightId, PLAN_FORMAT,
 };
 
 /// Builds a one-step plan by hand.
@@ -45,14 +47,22 @@ impl B {
         ValueId(self.step.values.len() as u32 - 1)
     }
     pub fn weight(&mut self, name: &str, dtype: DType, ne: &[u64]) -> ValueId {
-        self.plan.weights.push(WeightBuf { name: name.into(), dtype, shape: Shape::new(ne) });
+        self.plan.weights.push(WeightBuf {
+            name: name.into(),
+            dtype,
+            shape: Shape::new(ne),
+        });
         let id = WeightId(self.plan.weights.len() as u32 - 1);
         self.value(Value::dense(name, dtype, Shape::new(ne), Base::Weight(id)))
     }
     pub fn arena(&mut self, name: &str, dtype: DType, ne: &[u64]) -> ValueId {
         let shape = Shape::new(ne);
         let bytes = ir::plan::dense_bytes(dtype, &shape).unwrap();
-        self.step.buffers.push(Buffer { name: name.into(), bytes, offset: None });
+        self.step.buffers.push(Buffer {
+            name: name.into(),
+            bytes,
+            offset: None,
+        });
         let b = BufferId(self.step.buffers.len() as u32 - 1);
         self.value(Value::dense(name, dtype, shape, Base::Arena(b)))
     }
@@ -60,10 +70,21 @@ impl B {
     pub fn reshape(&mut self, of: ValueId, name: &str, ne: &[u64]) -> ValueId {
         let v = self.step.values[of.index()].clone();
         let shape = Shape::new(ne);
-        self.value(Value { name: name.into(), shape, nb: contiguous_nb(v.dtype, &shape), ..v })
+        self.value(Value {
+            name: name.into(),
+            shape,
+            nb: contiguous_nb(v.dtype, &shape),
+            ..v
+        })
     }
     pub fn kv(&mut self, name: &str, layer: u32, kind: KvKind, ne: &[u64]) -> ValueId {
-        self.plan.kv.push(KvBuf { name: name.into(), layer, kind, dtype: DType::F16, shape: Shape::new(ne) });
+        self.plan.kv.push(KvBuf {
+            name: name.into(),
+            layer,
+            kind,
+            dtype: DType::F16,
+            shape: Shape::new(ne),
+        });
         let id = KvId(self.plan.kv.len() as u32 - 1);
         self.value(Value::dense(name, DType::F16, Shape::new(ne), Base::Kv(id)))
     }
@@ -73,7 +94,14 @@ impl B {
         v
     }
     pub fn kernel(&mut self, name: &str, op: KernelOp, srcs: &[ValueId], dsts: &[ValueId]) {
-        self.step.kernels.push(Kernel { name: name.into(), op, srcs: srcs.to_vec(), dsts: dsts.to_vec(), nodes: vec![name.into()], target: None });
+        self.step.kernels.push(Kernel {
+            name: name.into(),
+            op,
+            srcs: srcs.to_vec(),
+            dsts: dsts.to_vec(),
+            nodes: vec![name.into()],
+            target: None,
+        });
     }
     pub fn finish(mut self, outputs: &[ValueId]) -> Plan {
         self.step.outputs = outputs.to_vec();
@@ -95,12 +123,18 @@ pub fn vals(n: u64, seed: u32, s: f32) -> Vec<f32> {
 }
 
 pub fn f16_weight(w: &mut MemWeights, name: &str, ne: [u64; 2], seed: u32) {
-    let data = vals(ne[0] * ne[1], seed, 0.3).iter().flat_map(|v| f32_to_f16(*v).to_le_bytes()).collect();
+    let data = vals(ne[0] * ne[1], seed, 0.3)
+        .iter()
+        .flat_map(|v| f32_to_f16(*v).to_le_bytes())
+        .collect();
     w.insert(name, GgmlType::F16, [ne[0], ne[1], 1, 1], data);
 }
 
 pub fn opts() -> InterpOptions {
-    InterpOptions { n_threads: 1, ..InterpOptions::llama_cpp() }
+    InterpOptions {
+        n_threads: 1,
+        ..InterpOptions::llama_cpp()
+    }
 }
 
 pub const TOKENS: [i32; 4] = [3, 9, 0, 7];
@@ -109,7 +143,14 @@ pub const TOKENS: [i32; 4] = [3, 9, 0, 7];
 pub fn ffn_weights() -> MemWeights {
     let mut w = MemWeights::new();
     w.insert_f32("emb", [16, 10, 1, 1], &vals(160, 1, 1.0));
-    w.insert_f32("nw", [16, 1, 1, 1], &vals(16, 2, 1.0).iter().map(|v| 1.0 + 0.2 * v).collect::<Vec<_>>());
+    w.insert_f32(
+        "nw",
+        [16, 1, 1, 1],
+        &vals(16, 2, 1.0)
+            .iter()
+            .map(|v| 1.0 + 0.2 * v)
+            .collect::<Vec<_>>(),
+    );
     f16_weight(&mut w, "wg", [16, 24], 3);
     f16_weight(&mut w, "wu", [16, 24], 4);
     f16_weight(&mut w, "wd", [24, 16], 5);
@@ -147,16 +188,26 @@ pub fn ffn_plan(in_place: bool) -> Plan {
     let wd = b.weight("wd", DType::F16, &[24, 16]);
     let x = b.arena("x", DType::F32, &[16, 4]);
     let act = b.arena("act", DType::F32, &[24, 4]);
-    let out = if in_place { b.reshape(x, "out", &[16, 4]) } else { b.arena("out", DType::F32, &[16, 4]) };
+    let out = if in_place {
+        b.reshape(x, "out", &[16, 4])
+    } else {
+        b.arena("out", DType::F32, &[16, 4])
+    };
     b.kernel("x", KernelOp::Op(Op::GetRows), &[emb, t], &[x]);
-    let glu = MulMatSpec { norm: Some(1e-5), n_mat: 2, epilogue: Epilogue::Swiglu };
+    let glu = MulMatSpec {
+        norm: Some(1e-5),
+        n_mat: 2,
+        epilogue: Epilogue::Swiglu,
+    };
     b.kernel("act", KernelOp::MulMat(glu), &[x, nw, wg, wu], &[act]);
-    let add = MulMatSpec { norm: None, n_mat: 1, epilogue: Epilogue::Add };
+    let add = MulMatSpec {
+        norm: None,
+        n_mat: 1,
+        epilogue: Epilogue::Add,
+    };
     b.kernel("out", KernelOp::MulMat(add), &[act, wd, x], &[out]);
     b.finish(&[out])
 }
-
-
 
 pub fn rope() -> RopeParams {
     RopeParams {
@@ -173,7 +224,12 @@ pub fn rope() -> RopeParams {
 }
 
 pub fn attn() -> AttnParams {
-    AttnParams { kq_scale: 0.35, softcap: None, window: None, causal: true }
+    AttnParams {
+        kq_scale: 0.35,
+        softcap: None,
+        window: None,
+        causal: true,
+    }
 }
 
 pub fn kv_weights() -> MemWeights {
@@ -194,8 +250,24 @@ pub fn kv_graph() -> Graph {
         g.weight("ek", DType::F32, Shape::new(&[16, 10])),
         g.weight("ev", DType::F32, Shape::new(&[16, 10])),
     );
-    let kc = g.input("kc", Input::KvCache { layer: 0, kind: KvKind::K }, DType::F16, Shape::new(&[16, 16]));
-    let vc = g.input("vc", Input::KvCache { layer: 0, kind: KvKind::V }, DType::F16, Shape::new(&[16, 16]));
+    let kc = g.input(
+        "kc",
+        Input::KvCache {
+            layer: 0,
+            kind: KvKind::K,
+        },
+        DType::F16,
+        Shape::new(&[16, 16]),
+    );
+    let vc = g.input(
+        "vc",
+        Input::KvCache {
+            layer: 0,
+            kind: KvKind::V,
+        },
+        DType::F16,
+        Shape::new(&[16, 16]),
+    );
     let q = g.get_rows("qin", eq, t).unwrap();
     let k = g.get_rows("kin", ek, t).unwrap();
     let v = g.get_rows("vin", ev, t).unwrap();
@@ -232,17 +304,35 @@ pub fn kv_plan() -> Plan {
     let kv_shape = Shape::new(&[8, 2, 16]).with_kv_dim(2);
     let view = |b: &mut B, of: ValueId, name: &str| {
         let c = b.step.values[of.index()].clone();
-        b.value(Value { name: name.into(), shape: kv_shape, nb: [2, 16, 32, 512], ..c })
+        b.value(Value {
+            name: name.into(),
+            shape: kv_shape,
+            nb: [2, 16, 32, 512],
+            ..c
+        })
     };
     let (kview, vview) = (view(&mut b, kc, "kview"), view(&mut b, vc, "vview"));
     let att = b.arena("att", DType::F32, &[8, 4, 4]);
     b.kernel("qin", KernelOp::Op(Op::GetRows), &[eq, t], &[q]);
     b.kernel("kin", KernelOp::Op(Op::GetRows), &[ek, t], &[k]);
     b.kernel("vin", KernelOp::Op(Op::GetRows), &[ev, t], &[v]);
-    let spec = RopeKvStoreSpec { rope: rope(), freq_factors: false, q: true, v: true };
-    b.kernel("ks", KernelOp::RopeKvStore(spec), &[k3, pos, q3, v], &[kc, qr, vc]);
-    b.kernel("att", KernelOp::Op(Op::Attention(attn())), &[qr, kview, vview, pos], &[att]);
+    let spec = RopeKvStoreSpec {
+        rope: rope(),
+        freq_factors: false,
+        q: true,
+        v: true,
+    };
+    b.kernel(
+        "ks",
+        KernelOp::RopeKvStore(spec),
+        &[k3, pos, q3, v],
+        &[kc, qr, vc],
+    );
+    b.kernel(
+        "att",
+        KernelOp::Op(Op::Attention(attn())),
+        &[qr, kview, vview, pos],
+        &[att],
+    );
     b.finish(&[att])
 }
-
-

@@ -266,9 +266,39 @@ fn print_text(d: &Json, file: &GgufFile, metadata: bool) {
     }
 }
 
-/// The hyperparameters as llama.cpp derives them, or why they could not be derived.
-fn hparams_json(_file: &GgufFile) -> Json {
-    Json::Null
+/// The hyperparameters as llama.cpp derives them (`compiler::HParams`, llama.cpp's
+/// `print_info` names), plus the derived `n_gqa` and `n_embd_k_gqa`; or, for a file whose
+/// architecture modelc cannot read (vocab-only files included), why not.
+fn hparams_json(file: &GgufFile) -> Json {
+    let h = match compiler::HParams::from_gguf(file) {
+        Ok(h) => h,
+        Err(e) => return json!({ "unavailable": e.to_string() }),
+    };
+    let gqa = if h.n_head_kv > 0 { h.n_head / h.n_head_kv } else { 0 };
+    json!({
+        "n_ctx_train": h.n_ctx_train,
+        "n_embd": h.n_embd,
+        "n_layer": h.n_layer,
+        "n_head": h.n_head,
+        "n_head_kv": h.n_head_kv,
+        "n_rot": h.n_rot,
+        "n_swa": h.n_swa,
+        "n_embd_head_k": h.n_embd_head_k,
+        "n_embd_head_v": h.n_embd_head_v,
+        "n_gqa": gqa,
+        "n_embd_k_gqa": h.n_embd_head_k * h.n_head_kv,
+        "n_embd_v_gqa": h.n_embd_head_v * h.n_head_kv,
+        "f_norm_rms_eps": h.f_norm_rms_eps,
+        "n_ff": h.n_ff,
+        "n_vocab": h.n_vocab,
+        "rope_type": format!("{:?}", h.rope_type).to_lowercase(),
+        "freq_base_train": h.rope_freq_base,
+        "freq_scale_train": h.rope_freq_scale,
+        "rope_scaling": format!("{:?}", h.rope_scaling_type).to_lowercase(),
+        "f_attn_logit_softcapping": h.f_attn_logit_softcapping,
+        "f_final_logit_softcapping": h.f_final_logit_softcapping,
+        "tied_output": h.tied_output,
+    })
 }
 
 /// Runs `modelc inspect`.

@@ -5,9 +5,15 @@
 //! highest score is merged first (ties: leftmost first), with a priority queue, until no
 //! candidate is left. A final symbol that is a token becomes it; a single character that is
 //! not falls back to one byte token per UTF-8 byte (`<0xNN>`, or the one-byte text itself).
+//!
+//! Speed without changing the result: a merged symbol is always a token, so two adjacent
+//! characters that appear next to each other in no token can never end up in one symbol.
+//! The text is cut at every such pair ([`PairSet`]) and the pieces are merged independently
+//! (the order of merges inside a piece is the same as in the whole text); repeated pieces
+//! (words) are encoded once per call.
 
 use super::TokenId;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -46,6 +52,49 @@ impl PartialOrd for Bigram {
     }
 }
 
+/// The adjacent character pairs that occur inside some token.
+#[derive(Debug, Default)]
+pub struct PairSet {
+    /// bit `b` of `ascii[a]`: the pair (a, b) of ASCII characters occurs
+    ascii: Vec<u128>,
+    other: FxHashSet<(char, char)>,
+}
+
+impl PairSet {
+    /// Collects the pairs of every token text.
+    pub fn new<'a>(texts: impl Iterator<Item = &'a str>) -> PairSet {
+        let mut s = PairSet { ascii: vec![0; 128], other: FxHashSet::default() };
+        for t in texts {
+            let mut prev = None;
+            for c in t.chars() {
+                if let Some(p) = prev {
+                    s.insert(p, c);
+                }
+                prev = Some(c);
+            }
+        }
+        s
+    }
+
+    fn insert(&mut self, a: char, b: char) {
+        if a.is_ascii() && b.is_ascii() {
+            self.ascii[a as usize] |= 1u128 << (b as u32);
+        } else {
+            self.other.insert((a, b));
+        }
+    }
+
+    /// Whether some token holds `a` directly followed by `b`.
+    #[inline]
+    pub fn contains(&self, a: char, b: char) -> bool {
+        if a.is_ascii() && b.is_ascii() {
+            self.ascii[a as usize] & (1u128 << (b as u32)) != 0
+        } else {
+            self.other.contains(&(a, b))
+        }
+    }
+}
+
 /// What SPM needs from the vocabulary.
 pub struct SpmContext<'a> {
     /// Token text → id.
@@ -56,18 +105,64 @@ pub struct SpmContext<'a> {
     pub byte_token: &'a [Option<TokenId>; 256],
     /// Emitted for a byte that has no byte token (llama.cpp would throw there).
     pub unk: Option<TokenId>,
+    /// Character pairs found inside tokens; `None` merges each text whole (the plain
+    /// algorithm, for checking the shortcut).
+    pub pairs: Option<&'a PairSet>,
 }
 
-/// Reusable buffers.
+/// Reusable buffers and the per-call cache of encoded pieces.
 #[derive(Default)]
-pub struct SpmSession {
+pub struct SpmSession<'t> {
     symbols: Vec<Symbol>,
     queue: BinaryHeap<Bigram>,
+    cache: FxHashMap<&'t str, (u32, u32)>,
+    arena: Vec<TokenId>,
 }
 
-impl SpmSession {
+/// Pieces longer than this are not cached.
+const CACHE_MAX_LEN: usize = 64;
+
+impl<'t> SpmSession<'t> {
     /// Appends the tokens of `text` (spaces already escaped to U+2581) to `out`.
-    pub fn encode(&mut self, cx: &SpmContext<'_>, text: &str, out: &mut Vec<TokenId>) {
+    pub fn encode(&mut self, cx: &SpmContext<'_>, text: &'t str, out: &mut Vec<TokenId>) {
+        let Some(pairs) = cx.pairs else {
+            self.merge(cx, text, out);
+            return;
+        };
+        let mut start = 0;
+        let mut prev: Option<char> = None;
+        for (i, c) in text.char_indices() {
+            if let Some(p) = prev {
+                if !pairs.contains(p, c) {
+                    self.encode_piece(cx, &text[start..i], out);
+                    start = i;
+                }
+            }
+            prev = Some(c);
+        }
+        if start < text.len() {
+            self.encode_piece(cx, &text[start..], out);
+        }
+    }
+
+    fn encode_piece(&mut self, cx: &SpmContext<'_>, piece: &'t str, out: &mut Vec<TokenId>) {
+        if piece.len() > CACHE_MAX_LEN {
+            self.merge(cx, piece, out);
+            return;
+        }
+        if let Some(&(s, e)) = self.cache.get(piece) {
+            out.extend_from_slice(&self.arena[s as usize..e as usize]);
+            return;
+        }
+        let before = out.len();
+        self.merge(cx, piece, out);
+        let s = self.arena.len() as u32;
+        self.arena.extend_from_slice(&out[before..]);
+        self.cache.insert(piece, (s, self.arena.len() as u32));
+    }
+
+    /// The merge loop over one piece.
+    fn merge(&mut self, cx: &SpmContext<'_>, text: &str, out: &mut Vec<TokenId>) {
         self.symbols.clear();
         self.queue.clear();
         let n = text.chars().count();

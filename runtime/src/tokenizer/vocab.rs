@@ -10,7 +10,7 @@ use super::bpe::{Alphabet, BpeContext, BpeMerges, BpeSession};
 use super::error::TokenizerError;
 use super::pre::{self, PreType};
 use super::special::{self, Fragment, SpecialMatcher};
-use super::spm::{SpmContext, SpmSession};
+use super::spm::{PairSet, SpmContext, SpmSession};
 use super::split::Splitter;
 use super::unicode;
 use super::{TokenAttr, TokenId, TokenType, VocabType};
@@ -76,6 +76,7 @@ pub struct Vocab {
     pub(crate) max_token_len: usize,
     bpe: Option<BpeParts>,
     spm_byte_token: [Option<TokenId>; 256],
+    spm_pairs: PairSet,
     scores: Vec<f32>,
     warnings: Vec<String>,
     notes: Vec<String>,
@@ -105,6 +106,9 @@ const K_ADD_SEP: &str = "tokenizer.ggml.add_sep_token";
 const K_BOS: &str = "tokenizer.ggml.bos_token_id";
 const K_EOS: &str = "tokenizer.ggml.eos_token_id";
 const K_SEP: &str = "tokenizer.ggml.seperator_token_id";
+
+/// Words longer than this (bytes) are not cached during a call.
+const WORD_CACHE_MAX_LEN: usize = 64;
 
 /// Texts that make a token the EOT token when `eot_token_id` is absent.
 const EOT_TEXTS: &[&str] = &[
@@ -317,6 +321,7 @@ impl Vocab {
             max_token_len,
             bpe: None,
             spm_byte_token: [None; 256],
+            spm_pairs: PairSet::default(),
             scores: Vec::new(),
             warnings,
             notes: Vec::new(),
@@ -339,6 +344,9 @@ impl Vocab {
             self.spm_byte_token[b as usize] = hex_id.or_else(|| {
                 std::str::from_utf8(&[b]).ok().and_then(|s| self.token_to_id.get(s).copied())
             });
+        }
+        if self.vocab_type == VocabType::Spm {
+            self.spm_pairs = PairSet::new(self.tokens.iter().map(|t| t.text.as_str()));
         }
         if self.vocab_type != VocabType::Bpe {
             return Ok(());
@@ -376,7 +384,7 @@ impl Vocab {
             VocabType::Spm => self.spm_byte_token[b'\n' as usize].or(self.ids.pad),
             VocabType::Bpe => {
                 let mut out = Vec::new();
-                self.encode_text("\n", &mut out);
+                self.encode_text("\n", &mut out, true);
                 out.first().copied().or(self.ids.pad)
             }
         }
@@ -579,6 +587,18 @@ impl Vocab {
     ///
     /// Any `&str` is accepted; invalid UTF-8 cannot reach here (the caller converts).
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        self.tokenize_impl(text, add_special, parse_special, true)
+    }
+
+    /// [`Vocab::tokenize`] without the speed-ups that must not change results (SPM splitting
+    /// at pairs no token holds, per-call caches of repeated words): the plain llama.cpp
+    /// algorithms, kept so tests can check that the fast path gives the same ids.
+    #[doc(hidden)]
+    pub fn tokenize_plain(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        self.tokenize_impl(text, add_special, parse_special, false)
+    }
+
+    fn tokenize_impl(&self, text: &str, add_special: bool, parse_special: bool, fast: bool) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         let fragments = if text.is_empty() {
             Vec::new()
@@ -590,32 +610,43 @@ impl Vocab {
         }
         match self.vocab_type {
             VocabType::Spm => {
+                // escaped texts first: the session's cache borrows from them
                 let mut is_prev_special = true;
-                let mut session = SpmSession::default();
-                let cx = self.spm_context();
-                let mut buf = String::new();
-                for frag in &fragments {
-                    match *frag {
-                        Fragment::Text(ref r) => {
-                            buf.clear();
+                let texts: Vec<Option<String>> = fragments
+                    .iter()
+                    .map(|frag| match frag {
+                        Fragment::Text(r) => {
+                            let mut buf = String::with_capacity(r.len() + 3);
                             if self.add_space_prefix && is_prev_special {
                                 buf.push('\u{2581}');
                             }
                             escape_spaces_into(&text[r.clone()], &mut buf);
-                            session.encode(&cx, &buf, &mut out);
                             is_prev_special = false;
+                            Some(buf)
                         }
-                        Fragment::Token(id) => {
-                            out.push(id);
+                        Fragment::Token(_) => {
                             is_prev_special = true;
+                            None
                         }
+                    })
+                    .collect();
+                let mut cx = self.spm_context();
+                if !fast {
+                    cx.pairs = None;
+                }
+                let mut session = SpmSession::default();
+                for (frag, t) in fragments.iter().zip(&texts) {
+                    match (frag, t) {
+                        (_, Some(s)) => session.encode(&cx, s, &mut out),
+                        (Fragment::Token(id), None) => out.push(*id),
+                        (Fragment::Text(_), None) => {}
                     }
                 }
             }
             VocabType::Bpe => {
                 for frag in &fragments {
                     match *frag {
-                        Fragment::Text(ref r) => self.encode_text(&text[r.clone()], &mut out),
+                        Fragment::Text(ref r) => self.encode_text(&text[r.clone()], &mut out, fast),
                         Fragment::Token(id) => out.push(id),
                     }
                 }
@@ -633,11 +664,12 @@ impl Vocab {
             scores: &self.scores,
             byte_token: &self.spm_byte_token,
             unk: self.ids.unk,
+            pairs: Some(&self.spm_pairs),
         }
     }
 
     /// BPE: pre-tokenizes one raw-text fragment and encodes each word.
-    fn encode_text(&self, text: &str, out: &mut Vec<TokenId>) {
+    fn encode_text(&self, text: &str, out: &mut Vec<TokenId>, use_cache: bool) {
         let Some(bpe) = &self.bpe else { return };
         let escaped;
         let text = if self.escape_whitespaces {
@@ -658,12 +690,27 @@ impl Vocab {
             newline_words_whole: self.pre_type == Some(PreType::Gemma4),
         };
         let mut session = BpeSession::default();
+        // words repeat: each distinct short word is encoded once per call (same result)
+        let mut cache: FxHashMap<&str, (u32, u32)> = FxHashMap::default();
+        let mut arena: Vec<TokenId> = Vec::new();
         for r in bpe.splitter.split(text) {
             let word = &text[r];
             if bpe.drop_whitespace_words && word.chars().all(|c| unicode::flags(c).is_whitespace()) {
                 continue;
             }
+            if !use_cache || word.len() > WORD_CACHE_MAX_LEN {
+                session.encode_word(&cx, word, out);
+                continue;
+            }
+            if let Some(&(s, e)) = cache.get(word) {
+                out.extend_from_slice(&arena[s as usize..e as usize]);
+                continue;
+            }
+            let before = out.len();
             session.encode_word(&cx, word, out);
+            let s = arena.len() as u32;
+            arena.extend_from_slice(&out[before..]);
+            cache.insert(word, (s, arena.len() as u32));
         }
     }
 

@@ -24,21 +24,30 @@
 
 pub mod rewrite;
 
-use ir::graph::Op;
-use ir::plan::{Base, Epilogue, Kernel, KernelOp, KvBuf, MulMatSpec, RopeKvStoreSpec, Step, ValueId};
 use ir::graph::KvKind;
+use ir::graph::Op;
+use ir::plan::{
+    Base, Epilogue, Kernel, KernelOp, KvBuf, MulMatSpec, RopeKvStoreSpec, Step, ValueId,
+};
 use rewrite::{nodes_of, rewrite_all, same, Mm, Uses};
 
 /// Pass `fuse-rms-norm-mul` (see the module doc).
 pub fn fuse_rms_norm_mul(step: &mut Step, _kv: &[KvBuf]) {
     rewrite_all(step, |s, u, k| {
         let norm = &s.kernels[k];
-        let KernelOp::Op(Op::RmsNorm { eps }) = norm.op else { return vec![] };
+        let KernelOp::Op(Op::RmsNorm { eps }) = norm.op else {
+            return vec![];
+        };
         let d = norm.dsts[0];
         let dv = s.value(d);
-        let (false, [j]) = (u.is_output(dv.base), u.readers(dv.base)) else { return vec![] };
+        let (false, [j]) = (u.is_output(dv.base), u.readers(dv.base)) else {
+            return vec![];
+        };
         let mul = &s.kernels[*j];
-        if mul.op != KernelOp::Op(Op::Mul) || !same(s, mul.srcs[0], d) || s.value(mul.srcs[1]).base == dv.base {
+        if mul.op != KernelOp::Op(Op::Mul)
+            || !same(s, mul.srcs[0], d)
+            || s.value(mul.srcs[1]).base == dv.base
+        {
             return vec![];
         }
         if !rewrite::is_vector(s.value(mul.srcs[1]), dv.shape.ne[0]) {
@@ -59,7 +68,8 @@ pub fn fuse_rms_norm_mul(step: &mut Step, _kv: &[KvBuf]) {
 /// Pass `fuse-siblings` (see the module doc).
 pub fn fuse_siblings(step: &mut Step, _kv: &[KvBuf]) {
     rewrite_all(step, |s, _u, k| {
-        let Some(first) = Mm::of(s, &s.kernels[k]).filter(|m| m.is_plain() && m.ws.len() == 1) else {
+        let Some(first) = Mm::of(s, &s.kernels[k]).filter(|m| m.is_plain() && m.ws.len() == 1)
+        else {
             return vec![];
         };
         let mut group = vec![k];
@@ -86,7 +96,11 @@ pub fn fuse_siblings(step: &mut Step, _kv: &[KvBuf]) {
             let mut srcs = vec![first.x];
             srcs.extend(mms[..n].iter().map(|m| m.ws[0]));
             let new = Kernel {
-                name: members.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(","),
+                name: members
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
                 op: KernelOp::MulMat(MulMatSpec {
                     norm: None,
                     n_mat: n as u8,
@@ -119,7 +133,9 @@ pub fn fuse_norm_mul_mat(step: &mut Step, _kv: &[KvBuf]) {
 
 fn try_norm_into_readers(step: &mut Step, u: &Uses, k: usize) -> bool {
     let norm = &step.kernels[k];
-    let KernelOp::RmsNormMul { eps } = norm.op else { return false };
+    let KernelOp::RmsNormMul { eps } = norm.op else {
+        return false;
+    };
     let (x, w, d) = (norm.srcs[0], norm.srcs[1], norm.dsts[0]);
     let dl = step.value(d).base;
     // The norm's input and weight must stay as they are until every reader ran: written
@@ -136,13 +152,18 @@ fn try_norm_into_readers(step: &mut Step, u: &Uses, k: usize) -> bool {
     }
     let mut rewritten = Vec::new();
     for &r in readers {
-        let Some(m) = Mm::of(step, &step.kernels[r]) else { return false };
+        let Some(m) = Mm::of(step, &step.kernels[r]) else {
+            return false;
+        };
         let uses_d_elsewhere = m.ws.iter().chain(&m.r).any(|v| step.value(*v).base == dl);
         if m.spec.norm.is_some() || !same(step, m.x, d) || uses_d_elsewhere {
             return false;
         }
         let fused = Mm {
-            spec: MulMatSpec { norm: Some(eps), ..m.spec },
+            spec: MulMatSpec {
+                norm: Some(eps),
+                ..m.spec
+            },
             x,
             norm_w: Some(w),
             ..m
@@ -151,7 +172,17 @@ fn try_norm_into_readers(step: &mut Step, u: &Uses, k: usize) -> bool {
         let kr = &step.kernels[r];
         let mut nodes = norm.nodes.clone();
         nodes.extend(kr.nodes.iter().cloned());
-        rewritten.push((r, Kernel { name: kr.name.clone(), op, srcs, dsts: kr.dsts.clone(), nodes, target: None }));
+        rewritten.push((
+            r,
+            Kernel {
+                name: kr.name.clone(),
+                op,
+                srcs,
+                dsts: kr.dsts.clone(),
+                nodes,
+                target: None,
+            },
+        ));
     }
     for (r, kn) in rewritten {
         step.kernels[r] = kn;
@@ -170,8 +201,12 @@ pub fn fuse_glu(step: &mut Step, _kv: &[KvBuf]) {
             _ => return vec![],
         };
         let (g, up) = (glu.srcs[0], glu.srcs[1]);
-        let Some(i) = u.producer(s.value(g).base) else { return vec![] };
-        let Some(m) = Mm::of(s, &s.kernels[i]) else { return vec![] };
+        let Some(i) = u.producer(s.value(g).base) else {
+            return vec![];
+        };
+        let Some(m) = Mm::of(s, &s.kernels[i]) else {
+            return vec![];
+        };
         if m.spec.epilogue != Epilogue::None || m.ws.len() != 2 {
             return vec![];
         }
@@ -209,19 +244,32 @@ pub fn fuse_residual_add(step: &mut Step, _kv: &[KvBuf]) {
             return vec![];
         }
         let mut out = Vec::new();
-        for (p, r, second) in [(add.srcs[0], add.srcs[1], false), (add.srcs[1], add.srcs[0], true)] {
+        for (p, r, second) in [
+            (add.srcs[0], add.srcs[1], false),
+            (add.srcs[1], add.srcs[0], true),
+        ] {
             let (pv, rv) = (s.value(p), s.value(r));
             // add(r, p) with p second equals add(p, r) only without broadcasting.
             if pv.base == rv.base || (second && pv.shape != rv.shape) {
                 continue;
             }
-            let Some(i) = u.producer(pv.base) else { continue };
-            let Some(m) = Mm::of(s, &s.kernels[i]) else { continue };
-            if m.spec.epilogue != Epilogue::None || m.ws.len() != 1 || !same(s, s.kernels[i].dsts[0], p) {
+            let Some(i) = u.producer(pv.base) else {
+                continue;
+            };
+            let Some(m) = Mm::of(s, &s.kernels[i]) else {
+                continue;
+            };
+            if m.spec.epilogue != Epilogue::None
+                || m.ws.len() != 1
+                || !same(s, s.kernels[i].dsts[0], p)
+            {
                 continue;
             }
             let fused = Mm {
-                spec: MulMatSpec { epilogue: Epilogue::Add, ..m.spec },
+                spec: MulMatSpec {
+                    epilogue: Epilogue::Add,
+                    ..m.spec
+                },
                 r: Some(r),
                 ..m
             };
@@ -248,15 +296,27 @@ pub fn fuse_rope_kv_store(step: &mut Step, kv: &[KvBuf]) {
             return vec![];
         }
         let (cache, cur, pos) = (store.srcs[0], store.srcs[1], store.srcs[2]);
-        let Base::Kv(kc) = s.value(cache).base else { return vec![] };
-        let Some(kcache) = kv.get(kc.index()).filter(|c| c.kind == KvKind::K) else { return vec![] };
+        let Base::Kv(kc) = s.value(cache).base else {
+            return vec![];
+        };
+        let Some(kcache) = kv.get(kc.index()).filter(|c| c.kind == KvKind::K) else {
+            return vec![];
+        };
         // The rope whose result the store writes, seen as {n_embd_gqa, n_tokens}.
         let curv = s.value(cur);
-        let Some(r) = u.producer(curv.base) else { return vec![] };
+        let Some(r) = u.producer(curv.base) else {
+            return vec![];
+        };
         let rope = &s.kernels[r];
-        let KernelOp::Op(Op::Rope(params)) = rope.op else { return vec![] };
+        let KernelOp::Op(Op::Rope(params)) = rope.op else {
+            return vec![];
+        };
         let rv = s.value(rope.dsts[0]);
-        if !(curv.is_contiguous() && rv.is_contiguous() && curv.offset == rv.offset && curv.shape.n_elements() == rv.shape.n_elements()) {
+        if !(curv.is_contiguous()
+            && rv.is_contiguous()
+            && curv.offset == rv.offset
+            && curv.shape.n_elements() == rv.shape.n_elements())
+        {
             return vec![];
         }
         if !same(s, rope.srcs[1], pos) {
@@ -273,15 +333,23 @@ pub fn fuse_rope_kv_store(step: &mut Step, kv: &[KvBuf]) {
                 && q.op == rope.op
                 && same(s, q.srcs[1], pos)
                 && q.srcs.get(2).map(|f| s.value(*f)) == ff.map(|f| s.value(f))
-                && u.readers(s.value(q.dsts[0]).base).iter().all(|&x| s.kernels[x].op != KernelOp::Op(Op::KvStore))
+                && u.readers(s.value(q.dsts[0]).base)
+                    .iter()
+                    .all(|&x| s.kernels[x].op != KernelOp::Op(Op::KvStore))
         };
-        let via_attention = u.readers(Base::Kv(kc)).iter().find_map(|&a| match s.kernels[a].op {
-            KernelOp::Op(Op::Attention(_)) => u.producer(s.value(s.kernels[a].srcs[0]).base),
-            _ => None,
-        });
+        let via_attention = u
+            .readers(Base::Kv(kc))
+            .iter()
+            .find_map(|&a| match s.kernels[a].op {
+                KernelOp::Op(Op::Attention(_)) => u.producer(s.value(s.kernels[a].srcs[0]).base),
+                _ => None,
+            });
         let k_maker = u.producer(s.value(k_src).base);
-        let via_maker = (0..s.kernels.len())
-            .find(|&i| k_maker.is_some() && u.producer(s.value(s.kernels[i].srcs[0]).base) == k_maker && is_q_rope(i));
+        let via_maker = (0..s.kernels.len()).find(|&i| {
+            k_maker.is_some()
+                && u.producer(s.value(s.kernels[i].srcs[0]).base) == k_maker
+                && is_q_rope(i)
+        });
         let q = via_attention.filter(|&i| is_q_rope(i)).or(via_maker);
         // Store of V: same positions, the V cache of the same layer.
         let v = (0..s.kernels.len()).find(|&i| {

@@ -5,8 +5,8 @@
 //! every arena buffer is written by one kernel (or is a step input), so most hazards come
 //! from the KV caches, which stores update in place and attention reads.
 
-use ir::plan::{Base, Kernel, KernelOp, MulMatSpec, Epilogue, Step, Value, ValueId};
 use ir::graph::Op;
+use ir::plan::{Base, Epilogue, Kernel, KernelOp, MulMatSpec, Step, Value, ValueId};
 
 /// Readers and writers (kernel indices, ascending) of each location of a step.
 pub struct Uses {
@@ -65,12 +65,16 @@ impl Uses {
 
     /// Kernels reading `b`.
     pub fn readers(&self, b: Base) -> &[usize] {
-        self.readers.get(self.index(b)).map_or(&[], |v| v.as_slice())
+        self.readers
+            .get(self.index(b))
+            .map_or(&[], |v| v.as_slice())
     }
 
     /// Kernels writing `b`.
     pub fn writers(&self, b: Base) -> &[usize] {
-        self.writers.get(self.index(b)).map_or(&[], |v| v.as_slice())
+        self.writers
+            .get(self.index(b))
+            .map_or(&[], |v| v.as_slice())
     }
 
     /// Whether `b` holds a step output.
@@ -119,7 +123,9 @@ pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel)
     for &k in group {
         for d in &step.kernels[k].dsts {
             let l = loc(d);
-            if !dst_locs.contains(&l) && (uses.is_output(l) || uses.readers(l).iter().any(|r| !inside(r))) {
+            if !dst_locs.contains(&l)
+                && (uses.is_output(l) || uses.readers(l).iter().any(|r| !inside(r)))
+            {
                 return false;
             }
         }
@@ -127,17 +133,24 @@ pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel)
     let between_ok = (first + 1..last).filter(|k| !inside(k)).all(|k| {
         let kn = &step.kernels[k];
         kn.srcs.iter().all(|s| !dst_locs.contains(&loc(s)))
-            && kn.dsts.iter().all(|d| !dst_locs.contains(&loc(d)) && !src_locs.contains(&loc(d)))
+            && kn
+                .dsts
+                .iter()
+                .all(|d| !dst_locs.contains(&loc(d)) && !src_locs.contains(&loc(d)))
     });
     if !between_ok {
         return false;
     }
     let ok_at = |at: At| {
         let place = if at == At::Last { last } else { first };
-        dst_locs.iter().all(|l| uses.readers(*l).iter().all(|r| inside(r) || *r > place))
-            && src_locs
-                .iter()
-                .all(|l| uses.writers(*l).iter().all(|w| inside(w) || *w < place || dst_locs.contains(l)))
+        dst_locs
+            .iter()
+            .all(|l| uses.readers(*l).iter().all(|r| inside(r) || *r > place))
+            && src_locs.iter().all(|l| {
+                uses.writers(*l)
+                    .iter()
+                    .all(|w| inside(w) || *w < place || dst_locs.contains(l))
+            })
     };
     let place = if ok_at(At::Last) {
         last
@@ -158,7 +171,10 @@ pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel)
 /// Runs `find` at each kernel index; where it proposes a group and its fused kernel and
 /// [`replace_group`] accepts, the step is rewritten and the scan goes on from the same index.
 /// Drops unused values and buffers at the end.
-pub fn rewrite_all(step: &mut Step, mut find: impl FnMut(&Step, &Uses, usize) -> Vec<(Vec<usize>, Kernel)>) {
+pub fn rewrite_all(
+    step: &mut Step,
+    mut find: impl FnMut(&Step, &Uses, usize) -> Vec<(Vec<usize>, Kernel)>,
+) {
     let mut uses = Uses::of(step);
     let mut k = 0;
     while k < step.kernels.len() {
@@ -252,23 +268,35 @@ impl Mm {
     pub fn of(step: &Step, kernel: &Kernel) -> Option<Mm> {
         let is_weight = |v: &ValueId| matches!(step.value(*v).base, Base::Weight(_));
         match &kernel.op {
-            KernelOp::Op(Op::MulMat) if is_weight(&kernel.srcs[0]) && !is_weight(&kernel.srcs[1]) => Some(Mm {
-                spec: MulMatSpec {
-                    norm: None,
-                    n_mat: 1,
-                    epilogue: Epilogue::None,
-                },
-                x: kernel.srcs[1],
-                norm_w: None,
-                ws: vec![kernel.srcs[0]],
-                r: None,
-            }),
+            KernelOp::Op(Op::MulMat)
+                if is_weight(&kernel.srcs[0]) && !is_weight(&kernel.srcs[1]) =>
+            {
+                Some(Mm {
+                    spec: MulMatSpec {
+                        norm: None,
+                        n_mat: 1,
+                        epilogue: Epilogue::None,
+                    },
+                    x: kernel.srcs[1],
+                    norm_w: None,
+                    ws: vec![kernel.srcs[0]],
+                    r: None,
+                })
+            }
             KernelOp::MulMat(spec) => {
                 let mut it = kernel.srcs.iter().copied();
                 let x = it.next()?;
-                let norm_w = if spec.norm.is_some() { Some(it.next()?) } else { None };
+                let norm_w = if spec.norm.is_some() {
+                    Some(it.next()?)
+                } else {
+                    None
+                };
                 let ws: Vec<ValueId> = it.by_ref().take(spec.n_mat as usize).collect();
-                let r = if spec.epilogue == Epilogue::Add { Some(it.next()?) } else { None };
+                let r = if spec.epilogue == Epilogue::Add {
+                    Some(it.next()?)
+                } else {
+                    None
+                };
                 Some(Mm {
                     spec: *spec,
                     x,
@@ -307,10 +335,16 @@ pub fn same(step: &Step, a: ValueId, b: ValueId) -> bool {
 
 /// The graph nodes of `kernels`, in order.
 pub fn nodes_of<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> Vec<String> {
-    kernels.into_iter().flat_map(|k| k.nodes.iter().cloned()).collect()
+    kernels
+        .into_iter()
+        .flat_map(|k| k.nodes.iter().cloned())
+        .collect()
 }
 
 /// Whether `v` is a whole contiguous F32 vector of `n` values (a norm weight).
 pub fn is_vector(v: &Value, n: u64) -> bool {
-    v.shape.rank() == 1 && v.shape.ne[0] == n && !v.shape.has_kv() && v.dtype == ir::graph::DType::F32
+    v.shape.rank() == 1
+        && v.shape.ne[0] == n
+        && !v.shape.has_kv()
+        && v.dtype == ir::graph::DType::F32
 }
