@@ -12,6 +12,7 @@
 
 pub mod actq;
 mod emit;
+pub mod exec;
 pub mod formats;
 pub mod jit;
 pub mod kernels;

@@ -191,7 +191,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     /// The view of value `id` of step `s`, bounds-checked against its buffer.
-    fn view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
+    pub fn view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
         let v = s.values.get(id.index()).ok_or_else(|| format!("value id {} is not in the step", id.0))?;
         let end = v.end().ok_or_else(|| format!("value {} has no valid extent", v.name))?;
         let (ptr, limit) = match v.base {

@@ -1,0 +1,593 @@
+//! The CPU executor of an [`ir::plan::Plan`]: [`CompiledPlan`] compiles every kernel of every
+//! step at load time, allocates the arena and the KV caches once, and runs a step's kernels
+//! in order on a persistent thread pool.
+//!
+//! Loading ([`CompiledPlan::new`]):
+//! 1. the plan is verified; the arena ([`Plan::arena_bytes`]) and the KV caches
+//!    ([`Plan::kv_bytes`], F16 by default as llama.cpp) are allocated, zeroed;
+//! 2. each kernel is lowered ([`lower`]): operands become pointers with checked extents;
+//!    matmul weights are repacked into the kernels' layout ([`crate::layout`]), the
+//!    embedding table is read in place from the mapped file, small f32 weights are copied;
+//! 3. one Cranelift module is generated with a matmul kernel per distinct shape
+//!    ([`crate::matmul::define_matmul`]) and finalized; the other kernels
+//!    ([`crate::kernels`]: norms, rope, attention, elementwise, get_rows) are plain Rust with
+//!    AVX2 paths, chosen at run time.
+//!
+//! Running ([`CompiledPlan::step`]): the caller's token ids, positions and output rows are
+//! checked and written into the arena; one job on the [`ThreadPool`] runs every op on every
+//! thread (each thread computes its share: row groups of a matmul, tokens, heads, rows) with a
+//! spin [`barrier::Barrier`] after each op; the logits are a slice of the arena. Nothing is
+//! allocated while a step runs.
+//!
+//! Numerics follow llama.cpp's CPU backend: activations are converted to the weight type's
+//! `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0), attention rounds
+//! Q and the probabilities to f16 with an F16 cache, norms sum in f64. See each kernel's doc.
+
+mod barrier;
+mod lower;
+mod mul_mat;
+mod ops;
+mod view;
+
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ir::graph::{DType, Input};
+use ir::interp::WeightSource;
+use ir::plan::Plan;
+
+use crate::jit::{CodegenError, Jit, JitCode};
+use crate::layout::AlignedBuf;
+use crate::matmul::define_matmul;
+use crate::pool::ThreadPool;
+use barrier::Barrier;
+use lower::{Lowerer, WeightStore};
+use mul_mat::KernelFn;
+use ops::{Ctx, Op, Scratch};
+use view::{Ptr, View};
+
+/// What can go wrong loading or running a plan.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The plan does not verify, or lacks something the executor needs (names what).
+    #[error("plan: {0}")]
+    Plan(String),
+    /// A kernel that cannot be lowered (unsupported op or type, operand shapes or layouts
+    /// the CPU kernels do not take); names the step and the kernel.
+    #[error("step n_tokens={n_tokens}, kernel {kernel}: {msg}")]
+    Kernel {
+        /// The step's ubatch size.
+        n_tokens: u32,
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// Code generation failed.
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+    /// Bad step arguments (lengths, positions, ids); names the argument.
+    #[error("step input: {0}")]
+    Input(String),
+    /// A kernel failed while running (a panic on a thread, a row id out of range).
+    #[error("step n_tokens={n_tokens}: {msg}")]
+    Run {
+        /// The step's ubatch size.
+        n_tokens: u32,
+        /// What happened.
+        msg: String,
+    },
+    /// The thread pool could not be created.
+    #[error("thread pool: {0}")]
+    Threads(String),
+}
+
+/// The non-weight inputs of one step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepArgs<'a> {
+    /// Token ids, `n_tokens` of them.
+    pub tokens: &'a [i32],
+    /// Positions, `n_tokens` of them, each below `n_ctx`.
+    pub positions: &'a [i32],
+    /// Rows of the ubatch that produce logits, `n_outputs` of them, each below `n_tokens`.
+    pub output_ids: &'a [i32],
+    /// The KV length: one past the last position written (1..=`n_ctx`).
+    pub kv_len: usize,
+    /// Values of [`Input::Data`] inputs by value name, each its elements in `ne` order
+    /// (tests).
+    pub data: &'a [(&'a str, &'a [f32])],
+}
+
+/// What loading cost and holds.
+#[derive(Clone, Debug, Default)]
+pub struct LoadStats {
+    /// Kernels in all steps (ops after lowering).
+    pub n_ops: usize,
+    /// Distinct generated matmul kernels.
+    pub n_matmul_kernels: usize,
+    /// Seconds generating and compiling the matmul kernels with Cranelift.
+    pub jit_seconds: f64,
+    /// Seconds repacking weights.
+    pub repack_seconds: f64,
+    /// Seconds for the whole [`CompiledPlan::new`].
+    pub load_seconds: f64,
+    /// Bytes of repacked weight copies.
+    pub repacked_bytes: usize,
+    /// Arena bytes.
+    pub arena_bytes: usize,
+    /// KV cache bytes.
+    pub kv_bytes: usize,
+    /// Scratch bytes (all threads).
+    pub scratch_bytes: usize,
+}
+
+/// Time spent in one kind of kernel ([`ir::plan::KernelOp::name`]) while profiling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The kernel kind (`rms_norm+mul+mul_mat×3`, `attention`, ...).
+    pub kind: String,
+    /// Kernels of this kind run.
+    pub calls: u64,
+    /// Wall seconds from the start of each kernel to the barrier after it (thread 0's view).
+    pub seconds: f64,
+}
+
+/// One lowered step.
+struct StepExec {
+    n_tokens: u32,
+    n_outputs: u32,
+    ops: Vec<Op>,
+    /// Kind index of each op (into `CompiledPlan::kinds`).
+    kinds: Vec<usize>,
+    /// Nanoseconds per op, accumulated while profiling.
+    times: Vec<AtomicU64>,
+    tokens: Option<View>,
+    positions: Option<View>,
+    output_ids: Option<View>,
+    data: Vec<(String, View)>,
+    outputs: Vec<View>,
+    /// The logits: pointer and number of values (`n_vocab × n_outputs`).
+    logits: (Ptr, usize),
+}
+
+/// A plan compiled for this CPU, with its arena, KV caches and thread pool (module doc).
+///
+/// Borrows the weights (`'w`): the embedding table is read in place.
+pub struct CompiledPlan<'w> {
+    steps: Vec<StepExec>,
+    kinds: Vec<String>,
+    n_ctx: usize,
+    // Owners of the memory the ops point into.
+    _arena: AlignedBuf,
+    kv: AlignedBuf,
+    _scratch_bufs: Vec<AlignedBuf>,
+    _store: WeightStore<'w>,
+    _code: Option<Arc<JitCode>>,
+    scratch: Scratch,
+    pool: ThreadPool,
+    barrier: Barrier,
+    error: AtomicBool,
+    profiling: bool,
+    last_step: Option<usize>,
+    stats: LoadStats,
+    _w: PhantomData<&'w [u8]>,
+}
+
+// SAFETY: the raw pointers inside the ops point into buffers this value owns (or weights
+// borrowed for `'w`, which are immutable); moving the value to another thread moves their
+// owners with it, and `step` takes `&mut self`.
+unsafe impl Send for CompiledPlan<'_> {}
+
+impl<'w> CompiledPlan<'w> {
+    /// Compiles `plan` for this CPU with weights from `weights` (a [`ir::gguf::GgufFile`]
+    /// maps its file), running steps on `n_threads` threads (0 is taken as 1).
+    ///
+    /// # Errors
+    /// [`ExecError::Plan`] if the plan does not verify or is not memory-planned;
+    /// [`ExecError::Kernel`] for a kernel the CPU backend cannot run (naming it: an
+    /// unsupported op or weight type, a weight missing from `weights` or of another type or
+    /// shape than the plan says, operand layouts the kernels do not take);
+    /// [`ExecError::Codegen`] if Cranelift fails; [`ExecError::Threads`] if threads cannot be
+    /// spawned.
+    pub fn new(plan: &Plan, weights: &'w dyn WeightSource, n_threads: usize) -> Result<CompiledPlan<'w>, ExecError> {
+        let t_load = Instant::now();
+        let n_threads = n_threads.max(1);
+        plan.verify().map_err(|e| ExecError::Plan(e.to_string()))?;
+        if let Some(s) = plan.steps.iter().find(|s| !s.is_planned()) {
+            return Err(ExecError::Plan(format!("step n_tokens={} is not memory-planned", s.n_tokens)));
+        }
+        if plan.steps.is_empty() {
+            return Err(ExecError::Plan("the plan has no steps".into()));
+        }
+        let too_big = |what: &str| ExecError::Plan(format!("{what} does not fit in memory"));
+        let arena_bytes = usize::try_from(plan.arena_bytes()).map_err(|_| too_big("the arena"))?.max(64);
+        let mut arena = AlignedBuf::zeroed(arena_bytes);
+        let mut kv_ranges = Vec::with_capacity(plan.kv.len());
+        let mut kv_total = 0usize;
+        for c in &plan.kv {
+            let b = c.bytes().and_then(|b| usize::try_from(b).ok()).ok_or_else(|| too_big(&c.name))?;
+            kv_ranges.push((kv_total, b));
+            kv_total = kv_total.checked_add(b.next_multiple_of(64)).ok_or_else(|| too_big("the KV caches"))?;
+        }
+        let mut kv = AlignedBuf::zeroed(kv_total.max(64));
+        let arena_ptr = Ptr(arena.as_mut_slice().as_mut_ptr());
+        let kv_ptr = Ptr(kv.as_mut_slice().as_mut_ptr());
+
+        let mut store = WeightStore::new(weights);
+        let mut low = Lowerer::new(plan, &mut store, arena_ptr, arena_bytes, kv_ptr, kv_ranges, n_threads);
+        let mut kinds: Vec<String> = Vec::new();
+        let mut steps = Vec::with_capacity(plan.steps.len());
+        for s in &plan.steps {
+            let mut ops = Vec::new();
+            let mut op_kinds = Vec::new();
+            for k in &s.kernels {
+                let name = k.op.name();
+                let kind = match kinds.iter().position(|x| *x == name) {
+                    Some(i) => i,
+                    None => {
+                        kinds.push(name);
+                        kinds.len() - 1
+                    }
+                };
+                for op in low.kernel(s, k)? {
+                    ops.push(op);
+                    op_kinds.push(kind);
+                }
+            }
+            let plan_err = |m: String| ExecError::Plan(format!("step n_tokens={}: {m}", s.n_tokens));
+            let mut input = |kind: Input| -> Result<Option<View>, ExecError> {
+                match s.input(&kind) {
+                    Some(id) => Ok(Some(low_view(&mut low, s, id).map_err(plan_err)?)),
+                    None => Ok(None),
+                }
+            };
+            let tokens = input(Input::Tokens)?;
+            let positions = input(Input::Positions)?;
+            let output_ids = input(Input::OutputIds)?;
+            for v in [&tokens, &positions, &output_ids].into_iter().flatten() {
+                if v.dtype != DType::I32 || !v.rows_contiguous() {
+                    return Err(ExecError::Plan(format!("step n_tokens={}: token, position and output inputs must be contiguous I32", s.n_tokens)));
+                }
+            }
+            let mut data = Vec::new();
+            for i in &s.inputs {
+                if i.kind == Input::Data {
+                    let v = low_view(&mut low, s, i.value).map_err(plan_err)?;
+                    if v.dtype != DType::F32 || !is_dense(&v) {
+                        return Err(plan_err(format!("data input {} must be dense F32", s.values[i.value.index()].name)));
+                    }
+                    data.push((s.values[i.value.index()].name.clone(), v));
+                }
+            }
+            let mut outputs = Vec::new();
+            for o in &s.outputs {
+                outputs.push(low_view(&mut low, s, *o).map_err(plan_err)?);
+            }
+            let first = outputs.first().ok_or_else(|| plan_err("no outputs".into()))?;
+            if first.dtype != DType::F32 || !is_dense(first) || first.kv != 0 {
+                return Err(plan_err("the logits must be a dense F32 value".into()));
+            }
+            let logits = (first.ptr, first.ne.iter().product());
+            let times = (0..ops.len()).map(|_| AtomicU64::new(0)).collect();
+            steps.push(StepExec {
+                n_tokens: s.n_tokens,
+                n_outputs: s.n_outputs,
+                ops,
+                kinds: op_kinds,
+                times,
+                tokens,
+                positions,
+                output_ids,
+                data,
+                outputs,
+                logits,
+            });
+        }
+        let needs = low.needs;
+        let specs = std::mem::take(&mut low.specs);
+        drop(low);
+
+        // Generate every matmul kernel into one module.
+        let t_jit = Instant::now();
+        let mut code = None;
+        if !specs.is_empty() {
+            let mut jit = Jit::new()?;
+            let mut names = Vec::with_capacity(specs.len());
+            for sp in &specs {
+                names.push(define_matmul(&mut jit, sp, sp.default_tiling())?);
+            }
+            let c = jit.finalize()?;
+            let mut entries: Vec<KernelFn> = Vec::with_capacity(names.len());
+            for name in &names {
+                let addr = c.address(name).ok_or_else(|| CodegenError::Compile {
+                    name: name.clone(),
+                    msg: "not defined in the module".into(),
+                })?;
+                // SAFETY: `addr` is the entry of a function `define_matmul` generated with the
+                // matmul kernel signature documented in `crate::kernels` (System V; weight,
+                // activations, output, first and end group); the module lives in `code`.
+                entries.push(unsafe { std::mem::transmute::<usize, KernelFn>(addr) });
+            }
+            for st in &mut steps {
+                for op in &mut st.ops {
+                    if let Op::MulMat(m) = op {
+                        for mat in &mut m.mats {
+                            mat.entry = Some(entries[mat.spec]);
+                        }
+                    }
+                }
+            }
+            code = Some(c);
+        }
+        let jit_seconds = t_jit.elapsed().as_secs_f64();
+
+        // Scratch.
+        let mut bufs = Vec::new();
+        let mut alloc = |bytes: usize| -> Ptr {
+            let mut b = AlignedBuf::zeroed(bytes.max(64));
+            let p = Ptr(b.as_mut_slice().as_mut_ptr());
+            bufs.push(b);
+            p
+        };
+        let per_thread = |alloc: &mut dyn FnMut(usize) -> Ptr, bytes: usize| (0..n_threads).map(|_| alloc(bytes)).collect::<Vec<_>>();
+        let scratch = Scratch {
+            tmp: per_thread(&mut alloc, 4 * needs.tmp_floats),
+            scores: per_thread(&mut alloc, 4 * needs.score_floats),
+            act_private: per_thread(&mut alloc, needs.act_private_bytes),
+            act_shared: alloc(needs.act_shared_bytes),
+            epi: alloc(needs.epi_bytes),
+        };
+        let scratch_bytes = bufs.iter().map(|b| b.len()).sum();
+        let pool = ThreadPool::new(n_threads).map_err(|e| ExecError::Threads(e.to_string()))?;
+        let stats = LoadStats {
+            n_ops: steps.iter().map(|s| s.ops.len()).sum(),
+            n_matmul_kernels: specs.len(),
+            jit_seconds,
+            repack_seconds: store.repack_seconds,
+            load_seconds: t_load.elapsed().as_secs_f64(),
+            repacked_bytes: store.repacked_bytes,
+            arena_bytes,
+            kv_bytes: kv_total,
+            scratch_bytes,
+        };
+        Ok(CompiledPlan {
+            steps,
+            kinds,
+            n_ctx: plan.n_ctx as usize,
+            _arena: arena,
+            kv,
+            _scratch_bufs: bufs,
+            _store: store,
+            _code: code,
+            scratch,
+            pool,
+            barrier: Barrier::new(n_threads),
+            error: AtomicBool::new(false),
+            profiling: false,
+            last_step: None,
+            stats,
+            _w: PhantomData,
+        })
+    }
+
+    /// Positions the KV caches hold (`n_ctx`).
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Threads a step runs on.
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// The compiled steps as `(n_tokens, n_outputs)`, in the plan's order.
+    pub fn steps(&self) -> Vec<(u32, u32)> {
+        self.steps.iter().map(|s| (s.n_tokens, s.n_outputs)).collect()
+    }
+
+    /// What loading cost (compile and repack time) and holds.
+    pub fn stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    /// Sets every KV cache cell to zero.
+    pub fn clear_kv(&mut self) {
+        self.kv.as_mut_slice().fill(0);
+    }
+
+    /// Turns per-kernel timing on or off (off by default; on, thread 0 reads the clock
+    /// around every kernel).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+    }
+
+    /// Time per kernel kind accumulated while profiling, largest first.
+    pub fn profile(&self) -> Vec<KernelTime> {
+        let mut out: Vec<KernelTime> = self
+            .kinds
+            .iter()
+            .map(|k| KernelTime {
+                kind: k.clone(),
+                calls: 0,
+                seconds: 0.0,
+            })
+            .collect();
+        for s in &self.steps {
+            for (i, t) in s.times.iter().enumerate() {
+                let ns = t.load(Ordering::Relaxed);
+                if ns > 0 {
+                    let e = &mut out[s.kinds[i]];
+                    e.seconds += ns as f64 * 1e-9;
+                    e.calls += 1;
+                }
+            }
+        }
+        out.retain(|k| k.calls > 0);
+        out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        out
+    }
+
+    /// Forgets the accumulated profile.
+    pub fn reset_profile(&mut self) {
+        for s in &self.steps {
+            for t in &s.times {
+                t.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Runs the step compiled for `n_tokens` tokens and `n_outputs` logit rows and returns
+    /// the logits: `n_outputs` rows of `n_vocab` values (a view of the arena, valid until the
+    /// next call).
+    ///
+    /// # Errors
+    /// [`ExecError::Input`] when no such step exists, an input has the wrong length, a
+    /// position is outside `0..n_ctx`, `kv_len` is outside `1..=n_ctx` or below a position,
+    /// an output row is outside the ubatch, or a data input is missing;
+    /// [`ExecError::Run`] when a kernel fails (a token id outside the embedding table).
+    pub fn step(&mut self, n_tokens: u32, n_outputs: u32, args: &StepArgs<'_>) -> Result<&[f32], ExecError> {
+        let si = self
+            .steps
+            .iter()
+            .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_outputs)
+            .ok_or_else(|| ExecError::Input(format!("no step for {n_tokens} tokens and {n_outputs} outputs")))?;
+        self.write_inputs(si, args)?;
+        self.run(si, args.kv_len)?;
+        self.last_step = Some(si);
+        let (p, n) = self.steps[si].logits;
+        // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
+        // borrow of `self` keeps the arena alive and unchanged until the next `step`.
+        Ok(unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) })
+    }
+
+    /// Output `i` of the last step run, its elements in `ne` order (tests, debugging).
+    pub fn output(&self, i: usize) -> Option<Vec<f32>> {
+        let s = &self.steps[self.last_step?];
+        let v = s.outputs.get(i)?;
+        if v.dtype != DType::F32 {
+            return None;
+        }
+        let ne = v.ne;
+        let mut out = Vec::with_capacity(ne.iter().product());
+        for r in 0..ne[1] * ne[2] * ne[3] {
+            let row = v.row(r, &ne);
+            for e in 0..ne[0] {
+                // SAFETY: the value lies in the arena (checked at lowering).
+                out.push(unsafe { *(row.add(e * v.nb[0]) as *const f32) });
+            }
+        }
+        Some(out)
+    }
+
+    fn write_inputs(&mut self, si: usize, a: &StepArgs<'_>) -> Result<(), ExecError> {
+        let s = &self.steps[si];
+        let n_ctx = self.n_ctx;
+        if a.kv_len == 0 || a.kv_len > n_ctx {
+            return Err(ExecError::Input(format!("kv_len {} is outside 1..={n_ctx}", a.kv_len)));
+        }
+        let ints = |what: &str, v: &Option<View>, vals: &[i32], lo: i64, hi: i64| -> Result<(), ExecError> {
+            let Some(v) = v else { return Ok(()) };
+            if vals.len() != v.ne[0] {
+                return Err(ExecError::Input(format!("{what}: the step takes {}, got {}", v.ne[0], vals.len())));
+            }
+            if let Some(bad) = vals.iter().find(|&&x| (x as i64) < lo || (x as i64) >= hi) {
+                return Err(ExecError::Input(format!("{what}: {bad} is outside {lo}..{hi}")));
+            }
+            for (i, x) in vals.iter().enumerate() {
+                // SAFETY: the input value is `ne[0]` contiguous I32 in the arena.
+                unsafe { *(v.ptr.add(4 * i) as *mut i32) = *x };
+            }
+            Ok(())
+        };
+        ints("token ids", &s.tokens, a.tokens, 0, i32::MAX as i64)?;
+        ints("positions", &s.positions, a.positions, 0, a.kv_len as i64)?;
+        ints("output rows", &s.output_ids, a.output_ids, 0, s.n_tokens as i64)?;
+        for (name, v) in &s.data {
+            let vals = a
+                .data
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, d)| *d)
+                .ok_or_else(|| ExecError::Input(format!("data input {name} not given")))?;
+            let n: usize = v.ne.iter().product();
+            if vals.len() != n {
+                return Err(ExecError::Input(format!("data input {name}: {n} values expected, got {}", vals.len())));
+            }
+            // SAFETY: a dense F32 value of `n` elements in the arena (checked at lowering).
+            unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), v.ptr.0 as *mut f32, n) };
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, si: usize, kv_len: usize) -> Result<(), ExecError> {
+        let st = &self.steps[si];
+        let barrier = &self.barrier;
+        let scratch = &self.scratch;
+        let error = &self.error;
+        let profiling = self.profiling;
+        barrier.reset();
+        error.store(false, Ordering::Relaxed);
+        let failed = AtomicBool::new(false);
+        self.pool.run(&|ti, nt| {
+            let cx = Ctx {
+                ti,
+                nt,
+                kv_len,
+                barrier,
+                scratch,
+                error,
+            };
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                for (i, op) in st.ops.iter().enumerate() {
+                    let t0 = (profiling && ti == 0).then(Instant::now);
+                    // SAFETY: the ops were lowered against this plan's buffers, the inputs
+                    // were checked by `write_inputs`, and every thread runs every op.
+                    unsafe { op.run(&cx) };
+                    if !barrier.wait() {
+                        return;
+                    }
+                    if let Some(t0) = t0 {
+                        st.times[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    }
+                }
+            }));
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+                barrier.poison();
+            }
+        });
+        if failed.load(Ordering::Relaxed) || barrier.is_poisoned() {
+            return Err(ExecError::Run {
+                n_tokens: st.n_tokens,
+                msg: "a kernel panicked".into(),
+            });
+        }
+        if error.load(Ordering::Relaxed) {
+            return Err(ExecError::Run {
+                n_tokens: st.n_tokens,
+                msg: "get_rows: a row id is outside its table (token id past the vocabulary?)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn low_view(low: &mut Lowerer<'_, '_, '_>, s: &ir::plan::Step, id: ir::plan::ValueId) -> Result<View, String> {
+    low.view(s, id)
+}
+
+/// Whether a view's elements lie back to back in `ne` order.
+fn is_dense(v: &View) -> bool {
+    let es = v.dtype.type_size() as usize;
+    let mut want = es;
+    for d in 0..4 {
+        if v.ne[d] != 1 && v.nb[d] != want {
+            return false;
+        }
+        want *= v.ne[d];
+    }
+    true
+}

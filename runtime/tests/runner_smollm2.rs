@@ -1,0 +1,121 @@
+//! The main job end to end: `modelc compile` SmolLM2-135M-Instruct Q4_1 into a runner, then
+//! check the runner against llama.cpp's reference outputs (`../shared/reference/`):
+//! - teacher-forced: with llama.cpp's greedy continuation forced, the top-5 log-probabilities
+//!   at every position agree within 0.1 nat (ids may swap only between near-equal candidates);
+//! - free-running greedy: where the text parts from llama.cpp's, the two candidates were a
+//!   near-tie by our own log-probabilities. The leading match is printed for every prompt.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TOL: f64 = 0.1;
+
+fn setup() -> Option<(PathBuf, Value)> {
+    let shared = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
+    if !shared.is_dir() {
+        eprintln!("skipping: ../shared is absent");
+        return None;
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from)?;
+    let model = std::env::var_os("MODELC_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or(home.join(".cache/modelc/models"))
+        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !model.is_file() {
+        eprintln!("skipping: {} is absent (scripts/fetch-model fetches it)", model.display());
+        return None;
+    }
+    let reference = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json")).ok()?;
+    Some((model, serde_json::from_str(&reference).ok()?))
+}
+
+fn compile(model: &Path, dir: &Path) -> PathBuf {
+    let runner = dir.join("smol");
+    let out = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("compile")
+        .arg(model)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", "1024"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "compile failed: {}", String::from_utf8_lossy(&out.stderr));
+    runner
+}
+
+fn run_json(runner: &Path, prompt: &str, extra: &[&str]) -> Value {
+    let out = Command::new(runner)
+        .args(["-p", prompt, "--temp", "0", "-n", "48", "--json", "--n-probs", "5", "-t", "2"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "runner failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+/// Largest gap between our top-5 and the reference top-5 at one position: each reference id
+/// must be in ours with a log-prob within TOL, or be below our 5th by less than TOL.
+fn top5_gap(ours: &Value, reference: &Value) -> f64 {
+    let ours: Vec<(u64, f64)> = ours["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_u64().unwrap(), t["logprob"].as_f64().unwrap()))
+        .collect();
+    let fifth = ours.last().map_or(f64::NEG_INFINITY, |t| t.1);
+    let mut worst: f64 = 0.0;
+    for r in reference.as_array().unwrap() {
+        let (id, lp) = (r[0].as_u64().unwrap(), r[1].as_f64().unwrap());
+        let gap = match ours.iter().find(|t| t.0 == id) {
+            Some(t) => (t.1 - lp).abs(),
+            None => (fifth - lp).max(0.0),
+        };
+        worst = worst.max(gap);
+    }
+    worst
+}
+
+#[test]
+fn compiled_runner_reproduces_llama_cpp() {
+    let Some((model, reference)) = setup() else { return };
+    let dir = std::env::temp_dir().join(format!("modelc-runner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = compile(&model, &dir);
+    let mut worst_tf: f64 = 0.0;
+    for p in reference["prompts"].as_array().unwrap() {
+        let prompt = p["prompt"].as_str().unwrap();
+        let expect_prompt = ids(&p["tokens_add_special_true"]);
+        let forced = ids(&p["completion"]["tokens"]);
+        let forced_s = forced.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+        let tf = run_json(&runner, prompt, &["--forced-tokens", &forced_s]);
+        assert_eq!(ids(&tf["prompt_tokens"]), expect_prompt, "{}: prompt tokens", p["id"]);
+        assert_eq!(ids(&tf["tokens"]), forced, "{}: forced tokens", p["id"]);
+        let ours = tf["probs"].as_array().unwrap();
+        let theirs = p["teacher_forced"]["top5"].as_array().unwrap();
+        assert_eq!(ours.len(), theirs.len());
+        let gap = ours.iter().zip(theirs).map(|(o, t)| top5_gap(o, t)).fold(0.0, f64::max);
+        worst_tf = worst_tf.max(gap);
+        assert!(gap <= TOL, "{}: teacher-forced top-5 differs by {gap:.4} nat", p["id"]);
+
+        let free = run_json(&runner, prompt, &[]);
+        let got = ids(&free["tokens"]);
+        let lead = got.iter().zip(&forced).take_while(|(a, b)| a == b).count();
+        eprintln!("{}: {lead}/{} leading greedy tokens equal llama.cpp's (teacher-forced max gap {gap:.4})", p["id"], forced.len());
+        if lead < forced.len().min(got.len()) {
+            // At the parting position both candidates must be a near-tie by our log-probs.
+            let top = free["probs"][lead]["top_logprobs"].as_array().unwrap();
+            let lp = |id: u64| top.iter().find(|t| t["id"] == id).map(|t| t["logprob"].as_f64().unwrap());
+            let (a, b) = (lp(got[lead]), lp(forced[lead]));
+            eprintln!("  parts at {lead}: ours {} ({a:?}) vs llama.cpp {} ({b:?})", got[lead], forced[lead]);
+            let (Some(a), Some(b)) = (a, b) else { panic!("{}: llama.cpp's token is not in our top 5", p["id"]) };
+            assert!((a - b).abs() <= TOL, "{}: not a near-tie ({a} vs {b})", p["id"]);
+        }
+    }
+    eprintln!("worst teacher-forced top-5 gap over all prompts: {worst_tf:.4} nat");
+    std::fs::remove_dir_all(&dir).ok();
+}
