@@ -260,6 +260,13 @@ fn smollm2_plan_summary() {
         .map(|t| t.ggml_type.row_size(t.ne[0]).unwrap() * t.ne[1] * t.ne[2] * t.ne[3])
         .sum();
     assert_eq!(plan.weight_bytes(), file);
+    println!("plan JSON: {} bytes", plan.to_json().len());
+    let all = CompileOptions {
+        all_logits: true,
+        ..CompileOptions::default()
+    };
+    let all = compile(&model, &all, &mut |_, _| {}).expect("compiles with every row's logits");
+    println!("with every row's logits:\n{}", all.summary());
     // The decode arena holds no more than a few rows of activations and one row of logits.
     let one = plan.step(1, 1).expect("decode step");
     assert!(

@@ -399,3 +399,46 @@ fn dump_after_sees_every_pass() {
         "{last}"
     );
 }
+
+#[test]
+fn one_logit_row_of_a_padded_prompt() {
+    use ir::interp::{Outputs, Session, SessionOptions};
+    use ir::plan::exec::{PlanExec, StepArgs};
+    let gguf = tiny_llama(2, false, GgmlType::F16);
+    let model = compiler::load_model(&gguf).expect("lowers");
+    let plan = compile(
+        &model,
+        &CompileOptions {
+            all_logits: false,
+            ..copts()
+        },
+        &mut |_, _| {},
+    )
+    .expect("compiles");
+    let prompt = tiny_prompt();
+    let so = SessionOptions {
+        n_ctx: N_CTX,
+        interp: passes_common::opts(),
+        ..SessionOptions::default()
+    };
+    let mut s = Session::new(&gguf, &model, so);
+    let want = s.eval(&prompt, 0, &Outputs::Last).expect("eval").values;
+    let toks: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+    let c = ir::plan::schedule::chunks(&[1, 32], 0, 20, N_CTX).expect("schedule");
+    assert_eq!(c.len(), 1, "20 tokens run as one padded step of 32");
+    let c = c[0];
+    let mut ex = PlanExec::new(&plan, &gguf, passes_common::opts()).expect("executor");
+    let (t, p) = (c.tokens(&toks), c.positions());
+    let args = StepArgs {
+        tokens: &t,
+        positions: &p,
+        output_ids: &[c.last_row()],
+        kv_len: c.kv_len(),
+    };
+    let got = ex.run(32, 1, &args).expect("step").remove(0);
+    assert!(
+        got == want,
+        "last-row logits differ by {:e}",
+        passes_common::max_abs_diff(&got, &want)
+    );
+}

@@ -13,6 +13,11 @@
 //! plan-memory         liveness, in-place reuse, arena offsets, arena size
 //! ```
 //!
+//! [`compile`] runs them all and calls a hook after each: `--dump-after PASS` is
+//! `compile(source, &opts, &mut |p, m| if p.name == PASS { print!("{m}") })` ([`Module`]
+//! prints the graphs before `kernelize`, the plan after), and [`pass_names`] lists the names
+//! it accepts.
+//!
 //! Attention over the KV cache is one IR op ([`ir::graph::Op::Attention`]) and stays one
 //! kernel; no pass splits it. Every pass leaves the plan verified ([`ir::plan::Plan::verify`]
 //! runs after each) and computes what the graph computes: the tests run the interpreter on

@@ -106,11 +106,19 @@ impl<'p, 'w> PlanExec<'p, 'w> {
             }
             offsets.push(offs);
         }
+        let mut arena = Vec::new();
+        arena.try_reserve_exact(words).map_err(|_| {
+            PlanError::Exec(format!(
+                "cannot allocate an arena of {} bytes",
+                words as u64 * 4
+            ))
+        })?;
+        arena.resize(words, 0);
         Ok(PlanExec {
             plan,
             interp: Interpreter::new(weights, opts),
             offsets,
-            arena: vec![0; words],
+            arena,
             graphs: HashMap::new(),
         })
     }

@@ -57,6 +57,12 @@ impl Chunk {
         (0..self.n_tokens).map(|i| (self.pos0 + i) as i32).collect()
     }
 
+    /// The output row to request from a step with one logit row (`n_outputs == 1`): the
+    /// last real token's.
+    pub fn last_row(&self) -> i32 {
+        self.n_real.saturating_sub(1) as i32
+    }
+
     /// The KV length of the step: one past the last position written (padding included).
     pub fn kv_len(&self) -> u64 {
         self.pos0 as u64 + self.n_tokens as u64
@@ -132,6 +138,7 @@ mod tests {
         assert_eq!(c[2].positions()[0], 128);
         assert_eq!(c[2].kv_len(), 192);
         assert_eq!(c[2].tokens(&[7; 32])[63], 7);
+        assert_eq!(c[2].last_row(), 31);
     }
 
     #[test]

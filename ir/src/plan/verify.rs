@@ -101,10 +101,12 @@ impl Plan {
                 .ok_or_else(|| format!("value {}: base {:?} is not in the plan", v.name, v.base))?;
             match v.end() {
                 Some(end) if end <= size => {}
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "value {}: {} {} at offset {} nb {:?} reaches past its base of {size} bytes",
                     v.name, v.shape, v.dtype, v.offset, v.nb
-                )),
+                ))
+                }
             }
             let want = match v.base {
                 Base::Weight(w) => Some(self.weights[w.index()].dtype),

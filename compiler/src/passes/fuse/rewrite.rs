@@ -91,23 +91,14 @@ impl Uses {
     }
 }
 
-/// Where the fused kernel goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum At {
-    /// At the last member's place (its sources are all ready there).
-    Last,
-    /// At the first member's place (its results are then ready for everyone).
-    First,
-}
-
 /// Replaces the kernels `group` (ascending indices) of `step` by `new`, at the last member's
 /// place or, if that is not safe, at the first's. Returns whether it did.
 ///
-/// Safe means: `new` reads nothing a member writes; whatever a member writes that `new`
-/// does not is read by no one else and is no step output; readers of `new`'s results outside
-/// the group run after its place; its sources are written (outside the group) before its
-/// place; and no kernel between the first and last member touches what `new` writes or
-/// writes what it reads.
+/// Safe means: `new` reads nothing a member writes (the members' chain is computed inside
+/// it); whatever a member writes that `new` does not is read by no one else and is no step
+/// output; and every kernel between the first and the last member that depends on a member
+/// (reads what it writes, or writes what it reads or writes) keeps its order relative to that
+/// member once the member's work moves to the chosen place.
 pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel) -> bool {
     debug_assert!(group.windows(2).all(|w| w[0] < w[1]));
     let (Some(&first), Some(&last)) = (group.first(), group.last()) else {
@@ -115,9 +106,12 @@ pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel)
     };
     let inside = |k: &usize| group.contains(k);
     let loc = |v: &ValueId| step.value(*v).base;
-    let src_locs: Vec<Base> = new.srcs.iter().map(loc).collect();
     let dst_locs: Vec<Base> = new.dsts.iter().map(loc).collect();
-    if src_locs.iter().any(|l| uses.writers(*l).iter().any(inside)) {
+    if new
+        .srcs
+        .iter()
+        .any(|v| uses.writers(loc(v)).iter().any(inside))
+    {
         return false;
     }
     for &k in group {
@@ -130,31 +124,25 @@ pub fn replace_group(step: &mut Step, uses: &Uses, group: &[usize], new: Kernel)
             }
         }
     }
-    let between_ok = (first + 1..last).filter(|k| !inside(k)).all(|k| {
-        let kn = &step.kernels[k];
-        kn.srcs.iter().all(|s| !dst_locs.contains(&loc(s)))
-            && kn
-                .dsts
-                .iter()
-                .all(|d| !dst_locs.contains(&loc(d)) && !src_locs.contains(&loc(d)))
-    });
-    if !between_ok {
-        return false;
-    }
-    let ok_at = |at: At| {
-        let place = if at == At::Last { last } else { first };
-        dst_locs
-            .iter()
-            .all(|l| uses.readers(*l).iter().all(|r| inside(r) || *r > place))
-            && src_locs.iter().all(|l| {
-                uses.writers(*l)
-                    .iter()
-                    .all(|w| inside(w) || *w < place || dst_locs.contains(l))
+    let depends = |r: usize, m: usize| {
+        let (kr, km) = (&step.kernels[r], &step.kernels[m]);
+        let m_writes: Vec<Base> = km.dsts.iter().map(loc).collect();
+        kr.srcs.iter().any(|v| m_writes.contains(&loc(v)))
+            || kr.dsts.iter().any(|v| {
+                let l = loc(v);
+                m_writes.contains(&l) || km.srcs.iter().any(|s| loc(s) == l)
             })
     };
-    let place = if ok_at(At::Last) {
+    let keeps_order = |place: usize| {
+        (first + 1..last).filter(|r| !inside(r)).all(|r| {
+            group
+                .iter()
+                .all(|&m| !depends(r, m) || ((r < m) == (r < place)))
+        })
+    };
+    let place = if keeps_order(last) {
         last
-    } else if ok_at(At::First) {
+    } else if keeps_order(first) {
         first
     } else {
         return false;
