@@ -29,7 +29,11 @@ fn model_path(name: &str) -> Option<PathBuf> {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// A recorded piece: a string when the bytes are valid UTF-8, else an array of bytes.
@@ -43,8 +47,11 @@ fn piece_bytes(v: &Value) -> Vec<u8> {
 
 fn check_real_model(reference: &str, model: &str) {
     let Some(shared) = shared() else { return };
-    let Some(model) = model_path(model) else { return };
-    let text = std::fs::read_to_string(shared.join("reference").join(reference)).expect("reference json");
+    let Some(model) = model_path(model) else {
+        return;
+    };
+    let text =
+        std::fs::read_to_string(shared.join("reference").join(reference)).expect("reference json");
     let json: Value = serde_json::from_str(&text).expect("valid json");
     let file = GgufFile::open(&model).unwrap_or_else(|e| panic!("{e}"));
     let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
@@ -59,11 +66,15 @@ fn check_real_model(reference: &str, model: &str) {
         let got_true = vocab.tokenize(prompt, true, true);
         if got_false != want_false {
             bad += 1;
-            println!("{reference} {id}: add_special=false\n  want {want_false:?}\n  got  {got_false:?}");
+            println!(
+                "{reference} {id}: add_special=false\n  want {want_false:?}\n  got  {got_false:?}"
+            );
         }
         if got_true != want_true {
             bad += 1;
-            println!("{reference} {id}: add_special=true\n  want {want_true:?}\n  got  {got_true:?}");
+            println!(
+                "{reference} {id}: add_special=true\n  want {want_true:?}\n  got  {got_true:?}"
+            );
         }
         let pieces = p["pieces_add_special_false"].as_array().expect("pieces");
         assert_eq!(pieces.len(), want_false.len());
@@ -71,14 +82,20 @@ fn check_real_model(reference: &str, model: &str) {
             let got = vocab.token_to_piece(tok, true);
             if got != piece_bytes(piece).as_slice() {
                 bad += 1;
-                println!("{reference} {id}: piece of {tok}: want {piece} got {:?}", String::from_utf8_lossy(got));
+                println!(
+                    "{reference} {id}: piece of {tok}: want {piece} got {:?}",
+                    String::from_utf8_lossy(got)
+                );
             }
         }
         // the pieces concatenated give the prompt back
         let text = vocab.detokenize(&want_false, true);
         if text != prompt.as_bytes() {
             bad += 1;
-            println!("{reference} {id}: detokenize gives {:?}", String::from_utf8_lossy(&text));
+            println!(
+                "{reference} {id}: detokenize gives {:?}",
+                String::from_utf8_lossy(&text)
+            );
         }
     }
     println!("{reference}: {} prompts, {bad} mismatches", prompts.len());
@@ -87,7 +104,10 @@ fn check_real_model(reference: &str, model: &str) {
 
 #[test]
 fn smollm2_prompts_match_llama_cpp() {
-    check_real_model("ref-SmolLM2-135M-Instruct.Q4_1.json", "SmolLM2-135M-Instruct.Q4_1.gguf");
+    check_real_model(
+        "ref-SmolLM2-135M-Instruct.Q4_1.json",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    );
 }
 
 #[test]

@@ -19,13 +19,22 @@ fn vocab_dir() -> Option<PathBuf> {
 /// Inputs of a `.inp` file (separator "\n__ggml_vocab_test__\n"; the last input runs to the end).
 fn read_inputs(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.split("\n__ggml_vocab_test__\n").map(str::to_string).collect()
+    text.split("\n__ggml_vocab_test__\n")
+        .map(str::to_string)
+        .collect()
 }
 
 fn read_expected(path: &Path) -> Vec<Vec<u32>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap_or_else(|e| panic!("{}: '{t}': {e}", path.display()))).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|e| panic!("{}: '{t}': {e}", path.display()))
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -42,7 +51,11 @@ fn run_suite(name: &str) -> Option<(usize, usize)> {
     if inputs.len() == expected.len() + 1 && inputs.last().is_some_and(|s| s.is_empty()) {
         inputs.pop();
     }
-    assert_eq!(inputs.len(), expected.len(), "{name}: .inp and .out disagree on the number of cases");
+    assert_eq!(
+        inputs.len(),
+        expected.len(),
+        "{name}: .inp and .out disagree on the number of cases"
+    );
     let mut bad = 0;
     for (i, (text, want)) in inputs.iter().zip(&expected).enumerate() {
         let got = vocab.tokenize(text, false, false);

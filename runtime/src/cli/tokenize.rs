@@ -134,10 +134,14 @@ pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
         (Some(p), _) => p.clone(),
         (None, file) => {
             let bytes = match file {
-                Some(f) => std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?,
+                Some(f) => {
+                    std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?
+                }
                 None => {
                     let mut buf = Vec::new();
-                    std::io::stdin().read_to_end(&mut buf).context("cannot read standard input")?;
+                    std::io::stdin()
+                        .read_to_end(&mut buf)
+                        .context("cannot read standard input")?;
                     buf
                 }
             };
@@ -172,8 +176,13 @@ pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
 pub fn parse_ids(args: &[String], vocab: &Vocab) -> anyhow::Result<Vec<TokenId>> {
     let mut ids = Vec::new();
     for arg in args {
-        for part in arg.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()) {
-            let v: i64 = part.parse().with_context(|| format!("'{part}' is not a token id"))?;
+        for part in arg
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|s| !s.is_empty())
+        {
+            let v: i64 = part
+                .parse()
+                .with_context(|| format!("'{part}' is not a token id"))?;
             ids.push(vocab.check_id(v)?);
         }
     }
@@ -203,6 +212,9 @@ mod tests {
     fn pieces_are_escaped_readably() {
         let mut out = Vec::new();
         escape_piece(b"a\n\t\\\x01\xf0\x9f", &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), "a\\n\\t\\\\\\x01\\xF0\\x9F");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "a\\n\\t\\\\\\x01\\xF0\\x9F"
+        );
     }
 }

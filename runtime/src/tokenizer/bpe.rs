@@ -36,7 +36,11 @@ pub struct BpeMerges {
 impl BpeMerges {
     /// Builds the table from `tokenizer.ggml.merges` ("left right" per entry, split at the
     /// first space after the first character; the first occurrence of a pair sets its rank).
-    pub fn new(merges: &[String], token_to_id: &FxHashMap<Box<str>, TokenId>, n_vocab: u32) -> BpeMerges {
+    pub fn new(
+        merges: &[String],
+        token_to_id: &FxHashMap<Box<str>, TokenId>,
+        n_vocab: u32,
+    ) -> BpeMerges {
         let mut m = BpeMerges {
             pairs: FxHashMap::default(),
             extra: FxHashMap::default(),
@@ -47,8 +51,12 @@ impl BpeMerges {
         m.pairs.reserve(merges.len());
         let mut buf = String::new();
         for (rank, word) in merges.iter().enumerate() {
-            let Some(first_len) = word.chars().next().map(char::len_utf8) else { continue };
-            let Some(rel) = word[first_len..].find(' ') else { continue };
+            let Some(first_len) = word.chars().next().map(char::len_utf8) else {
+                continue;
+            };
+            let Some(rel) = word[first_len..].find(' ') else {
+                continue;
+            };
             let pos = first_len + rel;
             let (left, right) = (&word[..pos], &word[pos + 1..]);
             let l = m.intern(left, token_to_id);
@@ -81,9 +89,12 @@ impl BpeMerges {
     }
 
     fn lookup(&self, s: &str, token_to_id: &FxHashMap<Box<str>, TokenId>) -> u32 {
-        token_to_id.get(s).or_else(|| self.extra.get(s)).copied().unwrap_or(NO_SYM)
+        token_to_id
+            .get(s)
+            .or_else(|| self.extra.get(s))
+            .copied()
+            .unwrap_or(NO_SYM)
     }
-
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -187,7 +198,9 @@ impl BpeSession {
             if r.len == 0 || r.sym != right_sym {
                 continue;
             }
-            let Some(&(_, merged)) = cx.merges.pairs.get(&(left_sym, right_sym)) else { continue };
+            let Some(&(_, merged)) = cx.merges.pairs.get(&(left_sym, right_sym)) else {
+                continue;
+            };
             let ls = &mut self.symbols[left as usize];
             ls.len += r.len;
             ls.sym = merged;
@@ -196,7 +209,10 @@ impl BpeSession {
             if r.next >= 0 {
                 self.symbols[r.next as usize].prev = left;
             }
-            let (prev, next) = (self.symbols[left as usize].prev, self.symbols[left as usize].next);
+            let (prev, next) = (
+                self.symbols[left as usize].prev,
+                self.symbols[left as usize].next,
+            );
             if prev >= 0 {
                 self.add_bigram(cx.merges, prev, left);
             }
@@ -227,11 +243,20 @@ impl BpeSession {
 
     fn push_symbol(&mut self, sym: u32, start: u32, len: u32) {
         let idx = self.symbols.len() as i32;
-        self.symbols.push(Symbol { sym, start, len, prev: idx - 1, next: idx + 1 });
+        self.symbols.push(Symbol {
+            sym,
+            start,
+            len,
+            prev: idx - 1,
+            next: idx + 1,
+        });
     }
 
     fn add_bigram(&mut self, merges: &BpeMerges, left: i32, right: i32) {
-        let (l, r) = (self.symbols[left as usize].sym, self.symbols[right as usize].sym);
+        let (l, r) = (
+            self.symbols[left as usize].sym,
+            self.symbols[right as usize].sym,
+        );
         if l == NO_SYM || r == NO_SYM {
             return;
         }

@@ -16,7 +16,9 @@ use super::{TokenAttr, TokenId, VocabType};
 impl Vocab {
     /// The piece of `id` with `special = true`, computed once at load.
     pub(crate) fn piece_uncached(&self, id: TokenId) -> Vec<u8> {
-        let Some(t) = self.tokens.get(id as usize) else { return Vec::new() };
+        let Some(t) = self.tokens.get(id as usize) else {
+            return Vec::new();
+        };
         let attr = t.attr;
         if attr.contains(TokenAttr::UNKNOWN | TokenAttr::CONTROL | TokenAttr::USER_DEFINED) {
             return t.text.as_bytes().to_vec();
@@ -24,7 +26,9 @@ impl Vocab {
         if attr.contains(TokenAttr::NORMAL) {
             return match self.vocab_type {
                 VocabType::Spm => t.text.replace('\u{2581}', " ").into_bytes(),
-                VocabType::Bpe if self.escape_whitespaces => t.text.replace('\u{2581}', " ").into_bytes(),
+                VocabType::Bpe if self.escape_whitespaces => {
+                    t.text.replace('\u{2581}', " ").into_bytes()
+                }
                 VocabType::Bpe => decode_byte_level(&t.text),
             };
         }
@@ -38,7 +42,9 @@ impl Vocab {
     /// With `special = false`, control and unknown tokens give nothing. An id outside the
     /// vocabulary gives nothing (use [`Vocab::check_id`] to reject it first).
     pub fn token_to_piece(&self, id: TokenId, special: bool) -> &[u8] {
-        let Some(t) = self.tokens.get(id as usize) else { return &[] };
+        let Some(t) = self.tokens.get(id as usize) else {
+            return &[];
+        };
         if !special && t.attr.contains(TokenAttr::UNKNOWN | TokenAttr::CONTROL) {
             return &[];
         }
@@ -51,7 +57,10 @@ impl Vocab {
         if id >= 0 && (id as u64) < self.tokens.len() as u64 {
             Ok(id as TokenId)
         } else {
-            Err(super::TokenizerError::BadTokenId { id, n_vocab: self.tokens.len() })
+            Err(super::TokenizerError::BadTokenId {
+                id,
+                n_vocab: self.tokens.len(),
+            })
         }
     }
 
@@ -157,7 +166,7 @@ fn clean_up_spaces(text: &mut Vec<u8>) {
                 out.pop();
             } else if x1 != b't' && x1 != b'd' && i + 2 < src.len() {
                 let x2 = src[i + 2];
-                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                if (x1 == b'r' || x1 == b'v') && x2 == b'e' {
                     out.pop();
                 }
             }
@@ -186,7 +195,10 @@ pub struct StreamDecoder {
 impl StreamDecoder {
     /// A decoder; `special` renders control tokens (as `token_to_piece`'s `special`).
     pub fn new(special: bool) -> StreamDecoder {
-        StreamDecoder { held: Vec::new(), special }
+        StreamDecoder {
+            held: Vec::new(),
+            special,
+        }
     }
 
     /// Adds one token; returns the text that became complete (possibly empty).
@@ -210,7 +222,9 @@ impl StreamDecoder {
                 Err(e) => {
                     let valid = e.valid_up_to();
                     // SAFETY-free: the prefix was just validated.
-                    out.push_str(std::str::from_utf8(&self.held[start..start + valid]).unwrap_or_default());
+                    out.push_str(
+                        std::str::from_utf8(&self.held[start..start + valid]).unwrap_or_default(),
+                    );
                     start += valid;
                     match e.error_len() {
                         Some(n) => {
@@ -248,7 +262,10 @@ mod tests {
     fn clean_up_matches_llama_cpp_rules() {
         let mut t = b"Hello , world ! It ' s you 're he 's I 'm not 't ok .".to_vec();
         clean_up_spaces(&mut t);
-        assert_eq!(String::from_utf8(t).unwrap(), "Hello, world! It's you're he's I'm not 't ok.");
+        assert_eq!(
+            String::from_utf8(t).unwrap(),
+            "Hello, world! It's you're he's I'm not 't ok."
+        );
     }
 
     #[test]
@@ -268,7 +285,9 @@ mod tests {
             let mut got = String::new();
             for _ in 0..8 {
                 let mut next = || {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     (seed >> 33) as usize
                 };
                 let n = next() % 6;

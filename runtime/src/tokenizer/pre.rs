@@ -102,26 +102,48 @@ pub fn settings_for(name: &str) -> Option<PreSettings> {
         escape_whitespaces: false,
         no_default_bos: false,
     };
-    let nc = |t: PreType| PreSettings { clean_spaces: false, ..s(t) };
+    let nc = |t: PreType| PreSettings {
+        clean_spaces: false,
+        ..s(t)
+    };
     Some(match name {
         "default" => s(Default),
-        "minicpm5" => PreSettings { ignore_merges: true, ..s(Minicpm5) },
+        "minicpm5" => PreSettings {
+            ignore_merges: true,
+            ..s(Minicpm5)
+        },
         "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" | "jina-v5-nano" => PreSettings { ignore_merges: true, add_bos: true, ..s(Llama3) },
+        | "lfm2" | "jina-v5-nano" => PreSettings {
+            ignore_merges: true,
+            add_bos: true,
+            ..s(Llama3)
+        },
         "deepseek-llm" => nc(DeepseekLlm),
         "deepseek-coder" => nc(DeepseekCoder),
         "deepseek-v3" => nc(Deepseek3Llm),
         "spark2_5" => nc(Spark2_5),
-        "youtu" => PreSettings { ignore_merges: true, ..nc(Youtu) },
+        "youtu" => PreSettings {
+            ignore_merges: true,
+            ..nc(Youtu)
+        },
         "falcon" => s(Falcon),
         "mpt" => s(Mpt),
         "starcoder" => s(Starcoder),
         "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
         | "a.x-4.0" | "mellum" | "modern-bert" | "exaone4" => s(Gpt2),
         "jais-2" => s(Jais2),
-        "gemma4" | "granite-embed-multi-311m" => PreSettings { escape_whitespaces: true, ..s(Gemma4) },
-        "sarvam-moe" => PreSettings { escape_whitespaces: true, ..nc(SarvamMoe) },
-        "jina-v1-en" | "jina-v2-code" | "roberta-bpe" => PreSettings { add_sep: true, ..s(Gpt2) },
+        "gemma4" | "granite-embed-multi-311m" => PreSettings {
+            escape_whitespaces: true,
+            ..s(Gemma4)
+        },
+        "sarvam-moe" => PreSettings {
+            escape_whitespaces: true,
+            ..nc(SarvamMoe)
+        },
+        "jina-v1-en" | "jina-v2-code" | "roberta-bpe" => PreSettings {
+            add_sep: true,
+            ..s(Gpt2)
+        },
         "whitespace" => s(Whitespace),
         "refact" => s(Refact),
         "command-r" => nc(CommandR),
@@ -132,21 +154,34 @@ pub fn settings_for(name: &str) -> Option<PreSettings> {
         "dbrx" => s(Dbrx),
         "smaug-bpe" => s(Smaug),
         "poro-chat" => nc(Poro),
-        "glm4" | "chatglm-bpe" => PreSettings { no_default_bos: true, ..s(Chatglm4) },
+        "glm4" | "chatglm-bpe" => PreSettings {
+            no_default_bos: true,
+            ..s(Chatglm4)
+        },
         "viking" => nc(Viking),
         "jais" => s(Jais),
-        "tekken" => PreSettings { ignore_merges: true, add_bos: true, ..nc(Tekken) },
+        "tekken" => PreSettings {
+            ignore_merges: true,
+            add_bos: true,
+            ..nc(Tekken)
+        },
         "smollm" => nc(Smollm),
         "codeshell" => s(Codeshell),
         "bloom" => s(Bloom),
         "gpt3-finnish" => s(Gpt3Finnish),
         "exaone" => s(Exaone),
         "exaone-moe" => s(ExaoneMoe),
-        "chameleon" => PreSettings { add_bos: true, ..nc(Chameleon) },
+        "chameleon" => PreSettings {
+            add_bos: true,
+            ..nc(Chameleon)
+        },
         "minerva-7b" => s(Minerva),
         "megrez" => s(Qwen2),
         "gpt-4o" | "llama4" | "kanana2" | "talkie" => nc(Gpt4o),
-        "granite-embed-multi-97m" => PreSettings { ignore_merges: true, ..nc(GraniteEmbMulti) },
+        "granite-embed-multi-97m" => PreSettings {
+            ignore_merges: true,
+            ..nc(GraniteEmbMulti)
+        },
         "tiny_aya" | "cohere2moe" => nc(TinyAya),
         "superbpe" => nc(Superbpe),
         "trillion" => nc(Trillion),

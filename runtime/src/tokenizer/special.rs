@@ -43,16 +43,33 @@ impl SpecialMatcher {
         let mut ids: Vec<TokenId> = (0..tokens.len() as TokenId)
             .filter(|&id| tokens[id as usize].attr.contains(mask))
             .collect();
-        ids.sort_by(|&a, &b| tokens[b as usize].text.len().cmp(&tokens[a as usize].text.len()));
-        let texts: Vec<Box<str>> = ids.iter().map(|&id| tokens[id as usize].text.as_str().into()).collect();
+        ids.sort_by(|&a, &b| {
+            tokens[b as usize]
+                .text
+                .len()
+                .cmp(&tokens[a as usize].text.len())
+        });
+        let texts: Vec<Box<str>> = ids
+            .iter()
+            .map(|&id| tokens[id as usize].text.as_str().into())
+            .collect();
         let ac = AhoCorasick::new(texts.iter().map(|t| t.as_bytes())).ok();
         let attrs = ids.iter().map(|&id| tokens[id as usize].attr).collect();
-        SpecialMatcher { ids, attrs, texts, ac }
+        SpecialMatcher {
+            ids,
+            attrs,
+            texts,
+            ac,
+        }
     }
 
     /// Re-reads the attributes after later adjustments (LSTRIP / RSTRIP).
     pub(crate) fn refresh_attrs(&mut self, tokens: &[TokenData]) {
-        self.attrs = self.ids.iter().map(|&id| tokens[id as usize].attr).collect();
+        self.attrs = self
+            .ids
+            .iter()
+            .map(|&id| tokens[id as usize].attr)
+            .collect();
     }
 
     pub(crate) fn ids(&self) -> &[TokenId] {

@@ -39,7 +39,10 @@ enum Stage {
     EachNumber,
     KimiK2,
     AfmoeDigits,
-    Regex { re: Box<fancy_regex::Regex>, collapsed: bool },
+    Regex {
+        re: Box<fancy_regex::Regex>,
+        collapsed: bool,
+    },
 }
 
 /// A compiled pre-tokenizer: split expressions plus whether words are mapped through the GPT-2
@@ -96,7 +99,9 @@ fn collapsed_class(name: &str) -> Option<&'static str> {
 }
 
 fn uses_categories(expr: &str) -> bool {
-    CATEGORY_NAMES.iter().any(|n| expr.contains(&format!("\\p{{{n}}}")))
+    CATEGORY_NAMES
+        .iter()
+        .any(|n| expr.contains(&format!("\\p{{{n}}}")))
 }
 
 /// Translates an expression from llama.cpp's ECMAScript form to `fancy-regex` syntax with the
@@ -125,7 +130,10 @@ fn translate(expr: &str, collapsed: bool) -> Result<String, String> {
                     if chars.get(i) != Some(&'{') {
                         return Err("\\p without {".into());
                     }
-                    let close = chars[i..].iter().position(|&c| c == '}').ok_or("\\p{ without }")?;
+                    let close = chars[i..]
+                        .iter()
+                        .position(|&c| c == '}')
+                        .ok_or("\\p{ without }")?;
                     let name: String = chars[i + 1..i + close].iter().collect();
                     i += close + 1;
                     if !collapsed {
@@ -150,7 +158,9 @@ fn translate(expr: &str, collapsed: bool) -> Result<String, String> {
                     out.push(']');
                 }
                 'b' if !inside => out.push_str(ASCII_WORD_BOUNDARY),
-                'S' | 'D' | 'W' | 'b' => return Err(format!("\\{e} inside a class is not supported")),
+                'S' | 'D' | 'W' | 'b' => {
+                    return Err(format!("\\{e} inside a class is not supported"))
+                }
                 'r' | 'n' | 't' | 'f' | 'v' => {
                     out.push('\\');
                     out.push(e);
@@ -222,7 +232,10 @@ impl Splitter {
                         .backtrack_limit(100_000_000)
                         .build()
                         .map_err(|e| format!("pre-tokenizer expression '{expr}': {e}"))?;
-                    Stage::Regex { re: Box::new(re), collapsed }
+                    Stage::Regex {
+                        re: Box::new(re),
+                        collapsed,
+                    }
                 }
             };
             stages.push(stage);
@@ -330,14 +343,19 @@ fn split_gpt2(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<usiz
             if f2.is_letter() || f2.is_number() {
                 let letter = f2.is_letter();
                 pos += (c == ' ') as usize;
-                while if letter { f2.is_letter() } else { f2.is_number() } {
+                while if letter {
+                    f2.is_letter()
+                } else {
+                    f2.is_number()
+                } {
                     pos += 1;
                     f2 = fg(pos);
                 }
                 em.emit(pos);
                 continue;
             }
-            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
+            let other =
+                |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
             if other(f2) {
                 pos += (c == ' ') as usize;
                 while other(f2) {
@@ -366,7 +384,13 @@ fn split_gpt2(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<usiz
 /// Llama 3 (`digits` = 3): `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 /// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+` (llama.cpp
 /// `unicode_regex_split_custom_llama3`); with `digits` = 1 the same with `\p{N}` (Qwen2).
-fn split_llama3(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<usize>, digits: usize) {
+fn split_llama3(
+    cpts: &[char],
+    fl: &[Flags],
+    offsets: &[usize],
+    out: &mut Vec<usize>,
+    digits: usize,
+) {
     for (ini, end) in segments(offsets) {
         let fg = |p: usize| if p < end { fl[p] } else { Flags::NONE };
         let cp = |p: usize| if p < end { Some(cpts[p]) } else { None };
@@ -389,7 +413,9 @@ fn split_llama3(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<us
                 }
             }
             // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(c == '\r' || c == '\n' || f.is_number()) && (f.is_letter() || fg(pos + 1).is_letter()) {
+            if !(c == '\r' || c == '\n' || f.is_number())
+                && (f.is_letter() || fg(pos + 1).is_letter())
+            {
                 pos += 1;
                 while fg(pos).is_letter() {
                     pos += 1;
@@ -453,8 +479,8 @@ fn split_llama3(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<us
 fn split_each_number(fl: &[Flags], offsets: &[usize], out: &mut Vec<usize>) {
     for (ini, end) in segments(offsets) {
         let mut em = Emitter { out, prev: ini };
-        for pos in ini..end {
-            if fl[pos].is_number() {
+        for (pos, f) in fl.iter().enumerate().take(end).skip(ini) {
+            if f.is_number() {
                 em.emit(pos);
                 em.emit(pos + 1);
             }
@@ -514,7 +540,9 @@ fn split_kimi_k2(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<u
                         let n = cpts[pos + 1].to_ascii_lowercase();
                         if is_contraction_tail(n) {
                             pos += 2;
-                        } else if pos + 2 < end && is_contraction_pair(n, cpts[pos + 2].to_ascii_lowercase()) {
+                        } else if pos + 2 < end
+                            && is_contraction_pair(n, cpts[pos + 2].to_ascii_lowercase())
+                        {
                             pos += 3;
                         }
                     }
@@ -537,7 +565,8 @@ fn split_kimi_k2(cpts: &[char], fl: &[Flags], offsets: &[usize], out: &mut Vec<u
                 continue;
             }
             let mut f2 = if c == ' ' { fg(pos + 1) } else { f };
-            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
+            let other =
+                |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
             if other(f2) {
                 pos += (c == ' ') as usize;
                 while other(f2) {
@@ -695,31 +724,66 @@ mod tests {
     use crate::tokenizer::pre::{regex_exprs, PreType};
 
     fn words(s: &Splitter, text: &str) -> Vec<String> {
-        s.split(text).into_iter().map(|r| text[r].to_string()).collect()
+        s.split(text)
+            .into_iter()
+            .map(|r| text[r].to_string())
+            .collect()
     }
 
     #[test]
     fn gpt2_splits_like_the_regex() {
         let s = Splitter::new(&[GPT2_RE], true).unwrap();
-        assert_eq!(words(&s, "Hello world's  best\n\n 123!!"), [
-            "Hello", " world", "'s", " ", " best", "\n\n", " 123", "!!"
-        ]);
+        assert_eq!(
+            words(&s, "Hello world's  best\n\n 123!!"),
+            ["Hello", " world", "'s", " ", " best", "\n\n", " 123", "!!"]
+        );
     }
 
     #[test]
     fn llama3_groups_digits_by_three() {
         let s = Splitter::new(&[LLAMA3_RE], true).unwrap();
-        assert_eq!(words(&s, "x 1234567 I'M\r\n\n  y"), ["x", " ", "123", "456", "7", " I", "'M", "\r\n\n", " ", " y"]);
+        assert_eq!(
+            words(&s, "x 1234567 I'M\r\n\n  y"),
+            ["x", " ", "123", "456", "7", " I", "'M", "\r\n\n", " ", " y"]
+        );
     }
 
     #[test]
     fn every_expression_compiles() {
         use PreType::*;
         for t in [
-            Default, Llama3, Jais2, DeepseekLlm, Deepseek3Llm, Spark2_5, Youtu, DeepseekCoder,
-            Falcon, Starcoder, Gpt2, Qwen2, Qwen35, Poro, Viking, Tekken, Chameleon, Gpt4o,
-            GraniteEmbMulti, TinyAya, KimiK2, Superbpe, Bailingmoe, SeedCoder, Ufakzeka, Grok2,
-            Afmoe, Laguna, ExaoneMoe, Gemma4, Minicpm5, Whitespace,
+            Default,
+            Llama3,
+            Jais2,
+            DeepseekLlm,
+            Deepseek3Llm,
+            Spark2_5,
+            Youtu,
+            DeepseekCoder,
+            Falcon,
+            Starcoder,
+            Gpt2,
+            Qwen2,
+            Qwen35,
+            Poro,
+            Viking,
+            Tekken,
+            Chameleon,
+            Gpt4o,
+            GraniteEmbMulti,
+            TinyAya,
+            KimiK2,
+            Superbpe,
+            Bailingmoe,
+            SeedCoder,
+            Ufakzeka,
+            Grok2,
+            Afmoe,
+            Laguna,
+            ExaoneMoe,
+            Gemma4,
+            Minicpm5,
+            Whitespace,
         ] {
             let (exprs, _) = regex_exprs(t);
             Splitter::new(&exprs, false).unwrap_or_else(|e| panic!("{t:?}: {e}"));
@@ -756,7 +820,9 @@ mod tests {
         ];
         let mut s = String::new();
         for _ in 0..len {
-            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             s.push_str(POOL[((*seed >> 33) as usize) % POOL.len()]);
         }
         s
@@ -768,7 +834,11 @@ mod tests {
         let mut seed = 12345u64;
         for i in 0..3000 {
             let text = random_text(&mut seed, 1 + i % 40);
-            assert_eq!(fast.split(&text), general.split(&text), "{exprs:?} on {text:?}");
+            assert_eq!(
+                fast.split(&text),
+                general.split(&text),
+                "{exprs:?} on {text:?}"
+            );
         }
     }
 

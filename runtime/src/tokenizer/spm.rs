@@ -63,7 +63,10 @@ pub struct PairSet {
 impl PairSet {
     /// Collects the pairs of every token text.
     pub fn new<'a>(texts: impl Iterator<Item = &'a str>) -> PairSet {
-        let mut s = PairSet { ascii: vec![0; 128], other: FxHashSet::default() };
+        let mut s = PairSet {
+            ascii: vec![0; 128],
+            other: FxHashSet::default(),
+        };
         for t in texts {
             let mut prev = None;
             for c in t.chars() {
@@ -170,13 +173,21 @@ impl<'t> SpmSession<'t> {
         for (i, (off, c)) in text.char_indices().enumerate() {
             let idx = i as i32;
             let next = if i + 1 == n { -1 } else { idx + 1 };
-            self.symbols.push(Symbol { start: off as u32, len: c.len_utf8() as u32, prev: idx - 1, next });
+            self.symbols.push(Symbol {
+                start: off as u32,
+                len: c.len_utf8() as u32,
+                prev: idx - 1,
+                next,
+            });
         }
         for i in 1..self.symbols.len() {
             self.try_add_bigram(cx, text, i as i32 - 1, i as i32);
         }
         while let Some(b) = self.queue.pop() {
-            let (l, r) = (self.symbols[b.left as usize], self.symbols[b.right as usize]);
+            let (l, r) = (
+                self.symbols[b.left as usize],
+                self.symbols[b.right as usize],
+            );
             if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
                 continue;
             }
@@ -187,7 +198,10 @@ impl<'t> SpmSession<'t> {
             if r.next >= 0 {
                 self.symbols[r.next as usize].prev = b.left;
             }
-            let (prev, next) = (self.symbols[b.left as usize].prev, self.symbols[b.left as usize].next);
+            let (prev, next) = (
+                self.symbols[b.left as usize].prev,
+                self.symbols[b.left as usize].next,
+            );
             self.try_add_bigram(cx, text, prev, b.left);
             self.try_add_bigram(cx, text, b.left, next);
         }
@@ -214,8 +228,17 @@ impl<'t> SpmSession<'t> {
         }
         let (l, r) = (self.symbols[left as usize], self.symbols[right as usize]);
         let piece = &text[l.start as usize..(l.start + l.len + r.len) as usize];
-        let Some(&id) = cx.token_to_id.get(piece) else { return };
-        let Some(&score) = cx.scores.get(id as usize) else { return };
-        self.queue.push(Bigram { score, left, right, size: l.len + r.len });
+        let Some(&id) = cx.token_to_id.get(piece) else {
+            return;
+        };
+        let Some(&score) = cx.scores.get(id as usize) else {
+            return;
+        };
+        self.queue.push(Bigram {
+            score,
+            left,
+            right,
+            size: l.len + r.len,
+        });
     }
 }

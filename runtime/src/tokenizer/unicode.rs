@@ -191,7 +191,9 @@ fn byte_tables() -> &'static ([char; 256], [i16; 0x200]) {
     T.get_or_init(|| {
         let mut fwd = ['\0'; 256];
         let mut inv = [-1i16; 0x200];
-        let direct = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let direct = |b: u32| {
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+        };
         let mut n = 0u32;
         for b in 0u32..256 {
             let cpt = if direct(b) {

@@ -10,8 +10,8 @@ use super::bpe::{Alphabet, BpeContext, BpeMerges, BpeSession};
 use super::error::TokenizerError;
 use super::pre::{self, PreType};
 use super::special::{self, Fragment, SpecialMatcher};
-use super::spm::{PairSet, SpmContext, SpmSession};
 use super::split::Splitter;
+use super::spm::{PairSet, SpmContext, SpmSession};
 use super::unicode;
 use super::{TokenAttr, TokenId, TokenType, VocabType};
 use ir::gguf::{Array, GgufFile, Metadata, Value};
@@ -112,41 +112,94 @@ const WORD_CACHE_MAX_LEN: usize = 64;
 
 /// Texts that make a token the EOT token when `eot_token_id` is absent.
 const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
 const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
 const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-    "<|code_prefix|>", "<|prefix|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
 ];
 const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-    "<|code_suffix|>", "<|suffix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
 ];
 const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-    "<|code_middle|>", "<|middle|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Texts that always end generation (llama.cpp's end-of-generation list).
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
 
 fn bad(key: &'static str, msg: impl Into<String>) -> TokenizerError {
-    TokenizerError::BadKey { key, msg: msg.into() }
+    TokenizerError::BadKey {
+        key,
+        msg: msg.into(),
+    }
 }
 
 fn get_bool(md: &Metadata, key: &'static str) -> Result<Option<bool>, TokenizerError> {
     Ok(md.get_bool(key)?)
 }
-
 
 impl Vocab {
     /// Builds the vocabulary of a GGUF file from its `tokenizer.ggml.*` metadata.
@@ -161,7 +214,10 @@ impl Vocab {
 
     /// [`Vocab::from_gguf`] on a metadata table.
     pub fn from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError> {
-        let model = md.get_str(K_MODEL)?.ok_or(TokenizerError::MissingKey(K_MODEL))?.to_string();
+        let model = md
+            .get_str(K_MODEL)?
+            .ok_or(TokenizerError::MissingKey(K_MODEL))?
+            .to_string();
         let mut pre = md.get_str(K_PRE)?.unwrap_or("").to_string();
 
         let mut warnings: Vec<String> = Vec::new();
@@ -211,7 +267,8 @@ impl Vocab {
                         }
                     }
                 };
-                let s = settings.ok_or_else(|| TokenizerError::Invalid("pre-tokenizer table".into()))?;
+                let s = settings
+                    .ok_or_else(|| TokenizerError::Invalid("pre-tokenizer table".into()))?;
                 pre_type = Some(s.pre_type);
                 clean_spaces = s.clean_spaces;
                 ignore_merges = s.ignore_merges;
@@ -245,7 +302,10 @@ impl Vocab {
             return Err(bad(K_TOKENS, "the vocabulary is empty"));
         }
         if n_tokens > i32::MAX as usize {
-            return Err(bad(K_TOKENS, format!("{n_tokens} tokens is more than a token id can hold")));
+            return Err(bad(
+                K_TOKENS,
+                format!("{n_tokens} tokens is more than a token id can hold"),
+            ));
         }
         let scores: Option<Vec<f32>> = match md.get_array(K_SCORES)? {
             None => None,
@@ -256,7 +316,10 @@ impl Vocab {
                     _ => return Err(bad(K_SCORES, "expected an array of f32 or i32")),
                 };
                 if v.len() < n_tokens {
-                    return Err(bad(K_SCORES, format!("{} scores for {n_tokens} tokens", v.len())));
+                    return Err(bad(
+                        K_SCORES,
+                        format!("{} scores for {n_tokens} tokens", v.len()),
+                    ));
                 }
                 Some(v)
             }
@@ -265,7 +328,10 @@ impl Vocab {
             None => None,
             Some(Array::I32(v)) => {
                 if v.len() < n_tokens {
-                    return Err(bad(K_TOKEN_TYPE, format!("{} types for {n_tokens} tokens", v.len())));
+                    return Err(bad(
+                        K_TOKEN_TYPE,
+                        format!("{} types for {n_tokens} tokens", v.len()),
+                    ));
                 }
                 Some(v)
             }
@@ -332,7 +398,9 @@ impl Vocab {
         v.load_special_ids(md)?;
         v.detect_special_tokens();
         v.special = SpecialMatcher::new(&v.tokens);
-        v.pieces = (0..v.tokens.len() as TokenId).map(|id| v.piece_uncached(id).into_boxed_slice()).collect();
+        v.pieces = (0..v.tokens.len() as TokenId)
+            .map(|id| v.piece_uncached(id).into_boxed_slice())
+            .collect();
         v.apply_name_attributes(md)?;
         Ok(v)
     }
@@ -342,7 +410,9 @@ impl Vocab {
             let hex = format!("<0x{b:02X}>");
             let hex_id = self.token_to_id.get(hex.as_str()).copied();
             self.spm_byte_token[b as usize] = hex_id.or_else(|| {
-                std::str::from_utf8(&[b]).ok().and_then(|s| self.token_to_id.get(s).copied())
+                std::str::from_utf8(&[b])
+                    .ok()
+                    .and_then(|s| self.token_to_id.get(s).copied())
             });
         }
         if self.vocab_type == VocabType::Spm {
@@ -354,7 +424,10 @@ impl Vocab {
         let merges = match md.get_array(K_MERGES)? {
             None if self.pre == "kimi-k2" => Vec::new(),
             None => return Err(TokenizerError::MissingKey(K_MERGES)),
-            Some(a) => a.as_strs().ok_or_else(|| bad(K_MERGES, "expected an array of strings"))?.to_vec(),
+            Some(a) => a
+                .as_strs()
+                .ok_or_else(|| bad(K_MERGES, "expected an array of strings"))?
+                .to_vec(),
         };
         let merges = BpeMerges::new(&merges, &self.token_to_id, self.tokens.len() as u32);
         let pre_type = self.pre_type.unwrap_or(PreType::Default);
@@ -366,12 +439,19 @@ impl Vocab {
             if let Ok(s) = std::str::from_utf8(&[b]) {
                 single_byte[b as usize] = self.token_to_id.get(s).copied();
             }
-            hex_byte[b as usize] = self.token_to_id.get(format!("<0x{b:02X}>").as_str()).copied();
+            hex_byte[b as usize] = self
+                .token_to_id
+                .get(format!("<0x{b:02X}>").as_str())
+                .copied();
         }
         self.bpe = Some(BpeParts {
             merges,
             splitter,
-            alphabet: if byte_encode { Alphabet::ByteLevel } else { Alphabet::Raw },
+            alphabet: if byte_encode {
+                Alphabet::ByteLevel
+            } else {
+                Alphabet::Raw
+            },
             single_byte,
             hex_byte,
             drop_whitespace_words: self.model == "whitespace",
@@ -392,7 +472,8 @@ impl Vocab {
 
     fn load_special_ids(&mut self, md: &Metadata) -> Result<(), TokenizerError> {
         let n = self.tokens.len() as u64;
-        let keys: [(&str, fn(&mut SpecialIds) -> &mut Option<TokenId>); 17] = [
+        type Slot = fn(&mut SpecialIds) -> &mut Option<TokenId>;
+        let keys: [(&str, Slot); 17] = [
             (K_BOS, |s| &mut s.bos),
             (K_EOS, |s| &mut s.eos),
             ("tokenizer.ggml.eot_token_id", |s| &mut s.eot),
@@ -415,16 +496,22 @@ impl Vocab {
             let slot = field(&mut self.ids);
             if let Some(id) = *slot {
                 if u64::from(id) >= n {
-                    self.warnings.push(format!("default special token '{key}' = {id} out of vocab range, disabling"));
+                    self.warnings.push(format!(
+                        "default special token '{key}' = {id} out of vocab range, disabling"
+                    ));
                     *slot = None;
                 }
             }
             let Some(value) = md.get(key) else { continue };
             let Some(new_id) = value.as_int() else {
-                return Err(TokenizerError::BadKey { key: "special token id", msg: format!("'{key}' is not an integer") });
+                return Err(TokenizerError::BadKey {
+                    key: "special token id",
+                    msg: format!("'{key}' is not an integer"),
+                });
             };
             if new_id < 0 || new_id as u64 >= n {
-                let msg = format!("bad special token: '{key}' = {new_id}, using default id {slot:?}");
+                let msg =
+                    format!("bad special token: '{key}' = {new_id}, using default id {slot:?}");
                 self.warnings.push(msg);
             } else {
                 *slot = Some(new_id as TokenId);
@@ -440,7 +527,8 @@ impl Vocab {
             self.add_sep = b;
         }
         if self.pre_type == Some(PreType::Gemma4) && !self.add_bos {
-            self.warnings.push("override 'tokenizer.ggml.add_bos_token' to 'true' for Gemma4".into());
+            self.warnings
+                .push("override 'tokenizer.ggml.add_bos_token' to 'true' for Gemma4".into());
             self.add_bos = true;
         }
         for (add, id, add_key, id_key) in [
@@ -449,7 +537,9 @@ impl Vocab {
             (self.add_sep, self.ids.sep, K_ADD_SEP, K_SEP),
         ] {
             if add && id.is_none() {
-                return Err(TokenizerError::Invalid(format!("{add_key} is true, but {id_key} is not set")));
+                return Err(TokenizerError::Invalid(format!(
+                    "{add_key} is true, but {id_key} is not set"
+                )));
             }
         }
         Ok(())
@@ -460,7 +550,9 @@ impl Vocab {
     fn detect_special_tokens(&mut self) {
         let notes = &mut self.notes;
         let mut find = |tokens: &mut Vec<TokenData>, texts: &[&str]| -> Option<TokenId> {
-            let id = tokens.iter().position(|t| texts.contains(&t.text.as_str()))?;
+            let id = tokens
+                .iter()
+                .position(|t| texts.contains(&t.text.as_str()))?;
             notes.extend(force_control(tokens, id));
             Some(id as TokenId)
         };
@@ -495,7 +587,10 @@ impl Vocab {
             }
         }
         let mut eog = BTreeSet::new();
-        for id in [self.ids.fim_pad, self.ids.fim_rep, self.ids.fim_sep].into_iter().flatten() {
+        for id in [self.ids.fim_pad, self.ids.fim_rep, self.ids.fim_sep]
+            .into_iter()
+            .flatten()
+        {
             eog.insert(id);
         }
         for id in 0..t.len() {
@@ -505,11 +600,17 @@ impl Vocab {
             }
         }
         for tok in t.iter_mut() {
-            if matches!(tok.text.as_str(), "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>") {
+            if matches!(
+                tok.text.as_str(),
+                "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
+            ) {
                 tok.attr = TokenAttr::USER_DEFINED;
             }
         }
-        for id in [self.ids.eos, self.ids.eot, self.ids.eom].into_iter().flatten() {
+        for id in [self.ids.eos, self.ids.eot, self.ids.eom]
+            .into_iter()
+            .flatten()
+        {
             if eog.insert(id) {
                 self.warnings.push(format!(
                     "special token {id} ('{}') was not in the end-of-generation set; added",
@@ -524,7 +625,8 @@ impl Vocab {
         let has = |eog: &BTreeSet<TokenId>, t: &[TokenData], s: &str| find_eog(eog, t, s).is_some();
         let has_call = has(&eog, t, "<|call|>") || has(&eog, t, "<|calls|>");
         let has_end = has(&eog, t, "<|end|>");
-        if (has(&eog, t, "<|return|>") && has_call && has_end) || (has_call && has(&eog, t, "<|flush|>") && has_end) {
+        let has_return_or_flush = has(&eog, t, "<|return|>") || has(&eog, t, "<|flush|>");
+        if has_call && has_end && has_return_or_flush {
             if let Some(end) = find_eog(&eog, t, "<|end|>") {
                 eog.remove(&end);
                 t[end as usize].attr = TokenAttr::USER_DEFINED;
@@ -542,20 +644,41 @@ impl Vocab {
 
     /// Per-model attribute fixes keyed on names (llama.cpp "Handle per token attributes").
     fn apply_name_attributes(&mut self, md: &Metadata) -> Result<(), TokenizerError> {
-        let name = md.get("general.name").and_then(Value::as_str).unwrap_or("").to_lowercase();
-        let arch = md.get("general.architecture").and_then(Value::as_str).unwrap_or("");
+        let name = md
+            .get("general.name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_lowercase();
+        let arch = md
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let require = |v: &Vocab, text: &str| -> Result<usize, TokenizerError> {
-            v.token_to_id.get(text).map(|&id| id as usize).ok_or_else(|| {
-                TokenizerError::Invalid(format!("model '{name}' needs a token '{text}', which the vocabulary lacks"))
-            })
+            v.token_to_id
+                .get(text)
+                .map(|&id| id as usize)
+                .ok_or_else(|| {
+                    TokenizerError::Invalid(format!(
+                        "model '{name}' needs a token '{text}', which the vocabulary lacks"
+                    ))
+                })
         };
         let pre = self.pre.clone();
-        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"].iter().any(|p| pre.contains(p))
-            || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
+        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
+            .iter()
+            .any(|p| pre.contains(p))
+            || ["nomic-bert-moe", "jina-bert-v3"]
+                .iter()
+                .any(|a| arch.contains(a))
         {
             match self.token_to_id.get("<mask>") {
-                Some(&id) => self.tokens[id as usize].attr = self.tokens[id as usize].attr | TokenAttr::LSTRIP,
-                None => self.warnings.push("mask token is missing in vocab, please reconvert model".into()),
+                Some(&id) => {
+                    self.tokens[id as usize].attr =
+                        self.tokens[id as usize].attr | TokenAttr::LSTRIP
+                }
+                None => self
+                    .warnings
+                    .push("mask token is missing in vocab, please reconvert model".into()),
             }
         } else if name.contains("phi-3") || name.contains("phi3") {
             for &id in self.special.ids() {
@@ -570,7 +693,10 @@ impl Vocab {
             }
         } else if name.contains("modern-bert") {
             match self.token_to_id.get("[MASK]") {
-                Some(&id) => self.tokens[id as usize].attr = self.tokens[id as usize].attr | TokenAttr::LSTRIP,
+                Some(&id) => {
+                    self.tokens[id as usize].attr =
+                        self.tokens[id as usize].attr | TokenAttr::LSTRIP
+                }
                 None => self.warnings.push("mask token missing in vocab".into()),
             }
         }
@@ -594,11 +720,22 @@ impl Vocab {
     /// at pairs no token holds, per-call caches of repeated words): the plain llama.cpp
     /// algorithms, kept so tests can check that the fast path gives the same ids.
     #[doc(hidden)]
-    pub fn tokenize_plain(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+    pub fn tokenize_plain(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Vec<TokenId> {
         self.tokenize_impl(text, add_special, parse_special, false)
     }
 
-    fn tokenize_impl(&self, text: &str, add_special: bool, parse_special: bool, fast: bool) -> Vec<TokenId> {
+    fn tokenize_impl(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        fast: bool,
+    ) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         let fragments = if text.is_empty() {
             Vec::new()
@@ -695,7 +832,8 @@ impl Vocab {
         let mut arena: Vec<TokenId> = Vec::new();
         for r in bpe.splitter.split(text) {
             let word = &text[r];
-            if bpe.drop_whitespace_words && word.chars().all(|c| unicode::flags(c).is_whitespace()) {
+            if bpe.drop_whitespace_words && word.chars().all(|c| unicode::flags(c).is_whitespace())
+            {
                 continue;
             }
             if !use_cache || word.len() > WORD_CACHE_MAX_LEN {
@@ -749,7 +887,9 @@ impl Vocab {
     /// The attributes of token `id` after llama.cpp's adjustments (`UNDEFINED` if out of
     /// range).
     pub fn token_attr(&self, id: TokenId) -> TokenAttr {
-        self.tokens.get(id as usize).map_or(TokenAttr::UNDEFINED, |t| t.attr)
+        self.tokens
+            .get(id as usize)
+            .map_or(TokenAttr::UNDEFINED, |t| t.attr)
     }
     /// The type of token `id` derived from its attributes (`Undefined` if out of range).
     pub fn token_type(&self, id: TokenId) -> TokenType {
@@ -798,7 +938,9 @@ impl Vocab {
     /// Fill-in-the-middle tokens: prefix, suffix, middle, pad, repo, file separator.
     pub fn fim(&self) -> [Option<TokenId>; 6] {
         let i = &self.ids;
-        [i.fim_pre, i.fim_suf, i.fim_mid, i.fim_pad, i.fim_rep, i.fim_sep]
+        [
+            i.fim_pre, i.fim_suf, i.fim_mid, i.fim_pad, i.fim_rep, i.fim_sep,
+        ]
     }
     /// Whether tokenizing with `add_special` prepends BOS.
     pub fn add_bos(&self) -> bool {
@@ -862,7 +1004,10 @@ fn force_control(tokens: &mut [TokenData], id: usize) -> Option<String> {
         return None;
     }
     *a = *a | TokenAttr::CONTROL;
-    Some(format!("control-looking token {id} '{}' was not control-type; treated as control", tokens[id].text))
+    Some(format!(
+        "control-looking token {id} '{}' was not control-type; treated as control",
+        tokens[id].text
+    ))
 }
 
 /// Appends `text` with every space replaced by U+2581 (llama.cpp `llama_escape_whitespace`).
