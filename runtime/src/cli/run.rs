@@ -14,6 +14,8 @@ use std::path::PathBuf;
 /// Which engine evaluates the model.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// Compiled in memory to native CPU code (what `modelc compile` writes into a runner).
+    Cpu,
     /// The reference interpreter (slow, exact; the oracle).
     Interp,
 }
@@ -24,7 +26,7 @@ pub struct ModelArgs {
     /// The GGUF model.
     pub model: PathBuf,
     /// Which engine evaluates the model.
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
     pub backend: Backend,
     /// Context size in tokens (0: the model's training context, at most 4096 by default).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
@@ -32,8 +34,9 @@ pub struct ModelArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
-    /// Largest number of tokens evaluated at once.
-    #[arg(long = "ubatch-size", default_value_t = 512)]
+    /// Largest number of tokens evaluated at once (`-ub`); the CPU backend compiles the sizes
+    /// 1 and this one.
+    #[arg(long = "ubatch-size", default_value_t = 64)]
     pub n_ubatch: usize,
     /// Interpreter only: compute in plain f32, without llama.cpp's 8-bit activation and f16
     /// attention rounding.
@@ -80,10 +83,18 @@ pub fn make_engine<'a>(
     args: &ModelArgs,
     gguf: &'a GgufFile,
     model: &'a compiler::Model,
+    all_logits: bool,
 ) -> anyhow::Result<Box<dyn Engine + 'a>> {
     let n_ctx = resolve_n_ctx(args.n_ctx, model.hparams.n_ctx_train as usize);
     anyhow::ensure!(args.n_ubatch > 0, "the ubatch size must be at least 1");
     match args.backend {
+        Backend::Cpu => {
+            let ub = [1, args.n_ubatch as u32];
+            let opts = super::compile::compile_options(&ub, n_ctx, ir::graph::DType::F16, all_logits)?;
+            let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
+            let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            Ok(Box::new(crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?))
+        }
         Backend::Interp => Ok(Box::new(InterpEngine::new(gguf, model, n_ctx, args.n_ubatch, interp_options(args)))),
     }
 }
@@ -91,7 +102,7 @@ pub fn make_engine<'a>(
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let (gguf, model, vocab) = open_model(&args.model.model)?;
-    let mut engine = make_engine(&args.model, &gguf, &model)?;
+    let mut engine = make_engine(&args.model, &gguf, &model, false)?;
     run_generation(&args.gen, &gguf, &vocab, engine.as_mut())
 }
 
@@ -136,7 +147,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         args.model.n_ctx = 512;
     }
     let (gguf, model, vocab) = open_model(&args.model.model)?;
-    let mut engine = make_engine(&args.model, &gguf, &model)?;
+    let mut engine = make_engine(&args.model, &gguf, &model, true)?;
     print_perplexity(engine.as_mut(), &vocab, &args.file, args.model.n_ctx, args.n_batch)
 }
 
