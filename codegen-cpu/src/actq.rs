@@ -43,9 +43,10 @@ pub fn act_quant(block: &[u8], j: usize) -> i8 {
     block[ACT_QS_OFFSET + 16 * (j / 4) + j % 4] as i8
 }
 
-/// Bytes of one quantized activation row of `k` values (`k` a multiple of 32).
+/// Bytes of one quantized activation row of `k` values (`k` a multiple of 32; saturates
+/// at `usize::MAX` on overflow).
 pub fn act_row_bytes(k: usize) -> usize {
-    k / QK * ACT_BLOCK_BYTES
+    (k / QK).saturating_mul(ACT_BLOCK_BYTES)
 }
 
 /// Quantizes `x` (`{k, n}` f32, row-major: `n` rows of `k`) for weights of format `fmt` into
@@ -53,15 +54,31 @@ pub fn act_row_bytes(k: usize) -> usize {
 ///
 /// Errors: [`CodegenError::Shape`] when `k` is not a multiple of 32;
 /// [`CodegenError::BufferSize`] when `x` or `out` has the wrong length.
-pub fn quantize_act(fmt: &QuantFormat, k: usize, n: usize, x: &[f32], out: &mut [u8]) -> Result<()> {
-    if k % QK != 0 {
+pub fn quantize_act(
+    fmt: &QuantFormat,
+    k: usize,
+    n: usize,
+    x: &[f32],
+    out: &mut [u8],
+) -> Result<()> {
+    if !k.is_multiple_of(QK) {
         return Err(CodegenError::Shape(format!(
             "activation row of {k} values is not a multiple of {QK}"
         )));
     }
-    check_len("activations (f32 values)", k * n, x.len())?;
-    check_len("quantized activations", n * act_row_bytes(k), out.len())?;
-    for (xb, ob) in x.chunks_exact(QK).zip(out.chunks_exact_mut(ACT_BLOCK_BYTES)) {
+    let values = k.checked_mul(n);
+    let bytes = act_row_bytes(k).checked_mul(n);
+    let (Some(values), Some(bytes)) = (values, bytes) else {
+        return Err(CodegenError::Shape(format!(
+            "{n} activation rows of {k} values overflow"
+        )));
+    };
+    check_len("activations (f32 values)", values, x.len())?;
+    check_len("quantized activations", bytes, out.len())?;
+    for (xb, ob) in x
+        .chunks_exact(QK)
+        .zip(out.chunks_exact_mut(ACT_BLOCK_BYTES))
+    {
         quantize_block(fmt, xb, ob);
     }
     Ok(())

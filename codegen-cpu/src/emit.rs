@@ -5,10 +5,19 @@
 //! The x86-64 instruction each helper is meant to become is named in its doc: with
 //! `opt_level = "none"` Cranelift lowers the IR one pattern at a time, in the order it is
 //! emitted, so the generators write IR in the order the instructions should issue.
+//!
+//! Two facts of Cranelift 0.135's x86-64 lowering shape the kernels:
+//! - a load is folded into the instruction using it (a memory operand, or `vbroadcastss m32`
+//!   for a splat) only if the loaded value is used once *transitively*: when any value
+//!   computed from it is used twice — `pmaddwd` uses its input twice, a loop-carried sum is
+//!   used on both edges of the loop branch — the load becomes its own instruction. So data
+//!   the kernels would broadcast is stored pre-broadcast (a plain load is one instruction,
+//!   an unfolded broadcast three);
+//! - a `vconst` is never folded; constants are made once per function and stay in registers.
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I16X8, I32, I32X4, I64, I8X16};
-use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::types::{F32, F32X4, I16X8, I32X4, I64, I8X16};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 /// A function being emitted, with the memory flags every kernel load uses.
@@ -40,15 +49,6 @@ impl<'a> Emit<'a> {
         self.fb.ins().store(self.flags, v, p, off);
     }
 
-    /// Four copies of the 32-bit word at `[p + off]`, as `ty` (`vbroadcastss xmm, m32`).
-    pub fn broadcast32(&mut self, ty: Type, p: Value, off: usize) -> Value {
-        let is_float = ty == F32X4;
-        let scalar = self.load(if is_float { F32 } else { I32 }, p, off);
-        let lanes = if is_float { F32X4 } else { I32X4 };
-        let v = self.fb.ins().splat(lanes, scalar);
-        self.bitcast(ty, v)
-    }
-
     /// `n` (1..=4) f32 values from `[p + off]` into the low lanes of an f32x4 (the others 0),
     /// without reading past them.
     pub fn load_partial_f32(&mut self, p: Value, off: usize, n: usize) -> Value {
@@ -73,10 +73,42 @@ impl<'a> Emit<'a> {
         self.bitcast(ty, r)
     }
 
-    /// Sign-extending load of 8 bytes into `i16x8` (`pmovsxbw xmm, m64`).
-    pub fn sload8x8(&mut self, p: Value, off: usize) -> Value {
+    /// Four f16 values at `[p + off]` converted exactly to f32x4 (finite inputs only:
+    /// infinities and NaNs come out as large finite numbers). `c` holds the two constants.
+    ///
+    /// `pmovsxwd` sign-extends each f16 to 32 bits; shifting left by 13 puts exponent and
+    /// mantissa where f32 keeps them and a copy of the sign in bit 31; masking with
+    /// `0x8fffe000` clears the other sign copies. Read as f32 that is the value × 2^-112
+    /// (f16 subnormals become f32 subnormals), so one multiply by 2^112 finishes, exactly.
+    pub fn f16x4_to_f32x4(&mut self, p: Value, off: usize, c: &F16Consts) -> Value {
         let off = off_i32(off);
-        self.fb.ins().sload8x8(self.flags, p, off)
+        let h = self.fb.ins().sload16x4(self.flags, p, off);
+        let x = self.fb.ins().ishl_imm_u(h, 13);
+        let x = self.fb.ins().band(x, c.mask);
+        let f = self.bitcast(F32X4, x);
+        self.fb.ins().fmul(f, c.scale)
+    }
+
+    /// Four bf16 values at `[p + off]` converted to f32x4 (`pmovzxwd`, shift left by 16).
+    pub fn bf16x4_to_f32x4(&mut self, p: Value, off: usize) -> Value {
+        let off = off_i32(off);
+        let h = self.fb.ins().uload16x4(self.flags, p, off);
+        let x = self.fb.ins().ishl_imm_u(h, 16);
+        self.bitcast(F32X4, x)
+    }
+
+    /// The constants of [`Emit::f16x4_to_f32x4`], materialized once per function.
+    pub fn f16_consts(&mut self) -> F16Consts {
+        let mut mask = [0u8; 16];
+        let mut scale = [0u8; 16];
+        for i in 0..4 {
+            mask[4 * i..4 * i + 4].copy_from_slice(&0x8fff_e000u32.to_le_bytes());
+            scale[4 * i..4 * i + 4].copy_from_slice(&(2.0f32).powi(112).to_le_bytes());
+        }
+        F16Consts {
+            mask: self.vconst(I32X4, mask),
+            scale: self.vconst(F32X4, scale),
+        }
     }
 
     /// Lane reinterpretation between vector types (no instruction).
@@ -93,23 +125,9 @@ impl<'a> Emit<'a> {
         self.vconst(I8X16, [b; 16])
     }
 
-    /// A 128-bit constant with every 16-bit lane equal to `h`.
-    pub fn splat_i16_const(&mut self, h: i16) -> Value {
-        let mut bytes = [0u8; 16];
-        for c in bytes.chunks_exact_mut(2) {
-            c.copy_from_slice(&h.to_le_bytes());
-        }
-        self.vconst(I16X8, bytes)
-    }
-
     /// A 128-bit constant of type `ty` from its little-endian bytes (a RIP-relative load).
     pub fn vconst(&mut self, ty: Type, bytes: [u8; 16]) -> Value {
-        let c = self
-            .fb
-            .func
-            .dfg
-            .constants
-            .insert(bytes.to_vec().into());
+        let c = self.fb.func.dfg.constants.insert(bytes.to_vec().into());
         self.fb.ins().vconst(ty, c)
     }
 
@@ -124,20 +142,6 @@ impl<'a> Emit<'a> {
         let s = self.bitcast(I8X16, signed);
         let u = self.bitcast(I8X16, unsigned);
         self.fb.ins().x86_pmaddubsw(s, u)
-    }
-
-    /// `pmaddwd`: i16x8 × i16x8, adjacent 32-bit products added into i32x4. Written as the
-    /// widening-multiply-pairwise-add pattern that Cranelift's x86-64 backend matches.
-    pub fn pmaddwd(&mut self, a: Value, b: Value) -> Value {
-        let a = self.bitcast(I16X8, a);
-        let b = self.bitcast(I16X8, b);
-        let al = self.fb.ins().swiden_low(a);
-        let bl = self.fb.ins().swiden_low(b);
-        let ah = self.fb.ins().swiden_high(a);
-        let bh = self.fb.ins().swiden_high(b);
-        let lo = self.fb.ins().imul(al, bl);
-        let hi = self.fb.ins().imul(ah, bh);
-        self.fb.ins().iadd_pairwise(lo, hi)
     }
 
     /// Sum of adjacent i16 lanes into i32x4 (`pmaddwd` with a vector of ones).
@@ -175,7 +179,10 @@ impl<'a> Emit<'a> {
         let i = self.fb.use_var(i_var);
         let next = self.fb.ins().iadd_imm_s(i, 1);
         self.fb.def_var(i_var, next);
-        let more = self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, next, n as i64);
+        let more = self
+            .fb
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, next, n as i64);
         self.fb.ins().brif(more, head, &[], exit, &[]);
         self.fb.seal_block(head);
         self.fb.switch_to_block(exit);
@@ -207,6 +214,42 @@ impl<'a> Emit<'a> {
         self.fb.seal_block(exit);
     }
 
+    /// Emits `body` for `i = begin, begin + step, ...` while `i + step <= end` (runtime `i64`
+    /// bounds) and returns the first `i` not done, for a remainder loop.
+    pub fn strided_loop(
+        &mut self,
+        begin: Value,
+        end: Value,
+        step: usize,
+        mut body: impl FnMut(&mut Emit<'a>, Value),
+    ) -> Value {
+        let i_var = self.var(I64, begin);
+        let head = self.fb.create_block();
+        let exit = self.fb.create_block();
+        let first_end = self.fb.ins().iadd_imm_s(begin, step as i64);
+        let nonempty = self
+            .fb
+            .ins()
+            .icmp(IntCC::SignedLessThanOrEqual, first_end, end);
+        self.fb.ins().brif(nonempty, head, &[], exit, &[]);
+        self.fb.switch_to_block(head);
+        let i = self.fb.use_var(i_var);
+        body(self, i);
+        let i = self.fb.use_var(i_var);
+        let next = self.fb.ins().iadd_imm_s(i, step as i64);
+        self.fb.def_var(i_var, next);
+        let next_end = self.fb.ins().iadd_imm_s(next, step as i64);
+        let more = self
+            .fb
+            .ins()
+            .icmp(IntCC::SignedLessThanOrEqual, next_end, end);
+        self.fb.ins().brif(more, head, &[], exit, &[]);
+        self.fb.seal_block(head);
+        self.fb.switch_to_block(exit);
+        self.fb.seal_block(exit);
+        self.fb.use_var(i_var)
+    }
+
     /// `p + i * stride` for an `i64` index.
     pub fn offset_ptr(&mut self, p: Value, i: Value, stride: usize) -> Value {
         let off = self.fb.ins().imul_imm_s(i, stride as i64);
@@ -217,19 +260,12 @@ impl<'a> Emit<'a> {
     pub fn ret(&mut self) {
         self.fb.ins().return_(&[]);
     }
+}
 
-    /// A new block (for generators that need their own control flow).
-    #[allow(dead_code)]
-    pub fn block(&mut self) -> Block {
-        self.fb.create_block()
-    }
-
-    /// Jump helper taking plain values.
-    #[allow(dead_code)]
-    pub fn jump(&mut self, b: Block, args: &[Value]) {
-        let args: Vec<BlockArg> = args.iter().map(|&v| BlockArg::Value(v)).collect();
-        self.fb.ins().jump(b, &args);
-    }
+/// Constants of the f16 → f32 conversion ([`Emit::f16_consts`]).
+pub(crate) struct F16Consts {
+    mask: Value,
+    scale: Value,
 }
 
 /// A constant offset as Cranelift's `Offset32`. Kernel offsets are bounded by the shapes the

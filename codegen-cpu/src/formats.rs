@@ -77,9 +77,10 @@ impl QuantFormat {
         QK * self.bits as usize / 8
     }
 
-    /// Byte offset of the interleaved quants in a repacked group-block.
+    /// Byte offset of the interleaved quants in a repacked group-block: after the 4 rows'
+    /// f16 `d` (8 bytes) and, for Q4_1, their f16 `m` (8 bytes).
     pub fn group_qs_offset(&self) -> usize {
-        16 + if self.has_min { 16 } else { 0 }
+        8 + if self.has_min { 8 } else { 0 }
     }
 
     /// Bytes of one repacked group-block: [`GROUP_ROWS`] rows × one block. See

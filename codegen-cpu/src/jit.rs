@@ -48,6 +48,26 @@ pub enum CodegenError {
     /// A shape that the kernel generator cannot handle (not a multiple of the block size ...).
     #[error("bad shape: {0}")]
     Shape(String),
+    /// A quantized weight has an infinite or NaN f16 scale (the kernels' f16 conversion
+    /// handles finite values only; see [`crate::layout`]).
+    #[error("weight row {row}, block {block}: scale {field} is infinite or NaN")]
+    NonFiniteScale {
+        /// Row of the weight.
+        row: usize,
+        /// Block within the row.
+        block: usize,
+        /// `"d"` or `"m"`.
+        field: &'static str,
+    },
+    /// An F16 weight value is infinite or NaN (the kernels' f16 conversion handles finite
+    /// values only).
+    #[error("weight row {row}, column {col}: F16 value is infinite or NaN")]
+    NonFiniteWeight {
+        /// Row of the weight.
+        row: usize,
+        /// Column (index within the row).
+        col: usize,
+    },
     /// A buffer given to a kernel or to the repacker has the wrong size.
     #[error("buffer {what}: expected {expected} bytes, got {got}")]
     BufferSize {
@@ -59,6 +79,9 @@ pub enum CodegenError {
         got: usize,
     },
 }
+
+/// Function-name prefixes of the kernels this crate generates (see [`Jit::define`]).
+pub const RESERVED_PREFIXES: &[&str] = &["mul_mat_", "quantize_act_"];
 
 /// Result type of this crate.
 pub type Result<T, E = CodegenError> = std::result::Result<T, E>;
@@ -131,13 +154,11 @@ pub fn host_isa() -> Result<OwnedTargetIsa> {
     }
     let mut flags = settings::builder();
     let mut set = |name: &'static str, value: &'static str| {
-        flags
-            .set(name, value)
-            .map_err(|e| CodegenError::Setting {
-                name,
-                value,
-                msg: e.to_string(),
-            })
+        flags.set(name, value).map_err(|e| CodegenError::Setting {
+            name,
+            value,
+            msg: e.to_string(),
+        })
     };
     set("opt_level", "none")?;
     set("is_pic", "false")?;
@@ -216,10 +237,31 @@ impl Jit {
         sig
     }
 
+    /// Whether a function `name` has been defined in this module.
+    pub fn is_defined(&self, name: &str) -> bool {
+        self.names.values().any(|n| n == name)
+    }
+
     /// Declares, compiles and defines `func` under `name` (local linkage).
     ///
-    /// Errors: [`CodegenError::Compile`] with the verifier's or the backend's message.
-    pub fn define(&mut self, name: &str, mut func: Function) -> Result<FuncId> {
+    /// Names starting with one of [`RESERVED_PREFIXES`] belong to this crate's kernels
+    /// (safe wrappers such as `MatmulKernel::from_code` trust their signatures) and are
+    /// refused here.
+    ///
+    /// Errors: [`CodegenError::Compile`] with the verifier's or the backend's message, or for
+    /// a reserved name.
+    pub fn define(&mut self, name: &str, func: Function) -> Result<FuncId> {
+        if RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return Err(CodegenError::Compile {
+                name: name.to_string(),
+                msg: "name reserved for this crate's kernels".to_string(),
+            });
+        }
+        self.define_kernel(name, func)
+    }
+
+    /// [`Jit::define`] without the reserved-name check, for this crate's kernel generators.
+    pub(crate) fn define_kernel(&mut self, name: &str, mut func: Function) -> Result<FuncId> {
         let err = |msg: String| CodegenError::Compile {
             name: name.to_string(),
             msg,
@@ -250,7 +292,8 @@ impl Jit {
         if self.keep_disasm {
             let clif = self.ctx.func.display().to_string();
             if let Some(text) = self.ctx.compiled_code().and_then(|c| c.vcode.clone()) {
-                self.disasm.insert(name.to_string(), format!("{clif}\n{text}"));
+                self.disasm
+                    .insert(name.to_string(), format!("{clif}\n{text}"));
             }
         }
         self.ctx.clear();

@@ -10,16 +10,23 @@
 //!
 //! | bytes | quantized group-block |
 //! |-------|-----------------------|
-//! | 0..16 | `d` of rows 0..3, f32 (converted from f16 at repack: exact, and no conversion in the kernel) |
-//! | 16..32 | Q4_1 only: `m` of rows 0..3, f32 |
+//! | 0..8  | `d` of rows 0..3, f16 as in the file |
+//! | 8..16 | Q4_1 only: `m` of rows 0..3, f16 |
 //! | then  | quants in 16-byte chunks; chunk `c` holds bytes `4c..4c+4` of row 0, then of row 1, 2, 3 |
+//!
+//! The scales stay f16 (the kernels convert 4 at a time with integer instructions, exactly):
+//! storing them as f32 would make Q4_1 weights 20% larger, and decode reads every weight
+//! byte once per token. The kernels' conversion does not produce infinities or NaNs, so
+//! [`repack`] rejects weights with non-finite scales (llama.cpp's `ggml_validate_row_data`
+//! rejects them too, when asked to check tensors).
 //!
 //! For 4-bit formats byte `j` keeps ggml's packing (value `j` in the low nibble, `j + 16` in
 //! the high one), so chunk `c` holds values `4c..4c+4` (low nibbles) and `16+4c..16+4c+4`
 //! (high nibbles) of each row. For Q8_0, chunk `c` holds values `4c..4c+4`.
 //!
-//! Float weights (F32, F16, BF16) are stored as f32 (F16/BF16 converted exactly), one group as
-//! `K` vectors of the 4 rows' values at that `k` (16 bytes each).
+//! Float weights (F32, F16, BF16) keep their type; one group is `K` vectors of the 4 rows'
+//! values at that `k` (16 bytes for F32, 8 for F16 and BF16, converted to f32 in the kernel,
+//! exactly). F16 weights must be finite, for the same reason as the scales above.
 
 use half::{bf16, f16};
 use ir::ggml::GgmlType;
@@ -113,11 +120,17 @@ impl RepackedWeight {
     }
 }
 
-/// Bytes of one repacked group of 4 rows of `k` values of type `wtype`.
+/// Bytes of one repacked group of 4 rows of `k` values of type `wtype` (for a `k` that
+/// passed [`repack`] or `MatmulSpec::validate`).
 pub(crate) fn group_bytes(wtype: GgmlType, k: usize) -> usize {
+    group_bytes_checked(wtype, k).unwrap_or(usize::MAX)
+}
+
+/// [`group_bytes`], `None` on overflow.
+pub(crate) fn group_bytes_checked(wtype: GgmlType, k: usize) -> Option<usize> {
     match QuantFormat::of(wtype) {
-        Some(fmt) => k / QK * fmt.group_block_bytes(),
-        None => k * 4 * GROUP_ROWS,
+        Some(fmt) => (k / QK).checked_mul(fmt.group_block_bytes()),
+        None => k.checked_mul(wtype.type_size() * GROUP_ROWS),
     }
 }
 
@@ -146,8 +159,10 @@ pub fn repack(wtype: GgmlType, k: usize, m: usize, src: &[u8]) -> Result<Repacke
                 wtype.name()
             ))
         })?;
-    if QuantFormat::of(wtype).is_some() && k % QK != 0 {
-        return Err(CodegenError::Shape(format!("k = {k} is not a multiple of {QK}")));
+    if QuantFormat::of(wtype).is_some() && !k.is_multiple_of(QK) {
+        return Err(CodegenError::Shape(format!(
+            "k = {k} is not a multiple of {QK}"
+        )));
     }
     let expected = row_bytes
         .checked_mul(m)
@@ -159,11 +174,10 @@ pub fn repack(wtype: GgmlType, k: usize, m: usize, src: &[u8]) -> Result<Repacke
             got: src.len(),
         });
     }
-    let gb = group_bytes(wtype, k);
     let groups = m.div_ceil(GROUP_ROWS);
-    let total = gb
-        .checked_mul(groups)
-        .ok_or_else(|| CodegenError::Shape(format!("repacked size of {m} x {k} overflows")))?;
+    let overflow = || CodegenError::Shape(format!("repacked size of {m} x {k} overflows"));
+    let gb = group_bytes_checked(wtype, k).ok_or_else(overflow)?;
+    let total = gb.checked_mul(groups).ok_or_else(overflow)?;
     let mut data = AlignedBuf::zeroed(total);
     let dst = data.as_mut_slice();
     for row in 0..m {
@@ -171,11 +185,34 @@ pub fn repack(wtype: GgmlType, k: usize, m: usize, src: &[u8]) -> Result<Repacke
         let group = &mut dst[(row / GROUP_ROWS) * gb..(row / GROUP_ROWS + 1) * gb];
         let lane = row % GROUP_ROWS;
         match QuantFormat::of(wtype) {
-            Some(fmt) => repack_quant_row(&fmt, src_row, group, lane),
-            None => repack_float_row(wtype, src_row, group, lane),
+            Some(fmt) => {
+                check_scales(&fmt, src_row, row)?;
+                repack_quant_row(&fmt, src_row, group, lane)
+            }
+            None => repack_float_row(wtype, src_row, group, lane, row)?,
         }
     }
     Ok(RepackedWeight { wtype, k, m, data })
+}
+
+/// Checks that every f16 scale (`d`, and `m` for Q4_1) of a source row is finite.
+///
+/// Errors: [`CodegenError::NonFiniteScale`] naming the row and block.
+fn check_scales(fmt: &QuantFormat, src_row: &[u8], row: usize) -> Result<()> {
+    let n_scales = if fmt.has_min { 2 } else { 1 };
+    for (b, blk) in src_row.chunks_exact(fmt.src_block_bytes()).enumerate() {
+        for i in 0..n_scales {
+            let bits = u16::from_le_bytes([blk[2 * i], blk[2 * i + 1]]);
+            if bits & 0x7c00 == 0x7c00 {
+                return Err(CodegenError::NonFiniteScale {
+                    row,
+                    block: b,
+                    field: if i == 0 { "d" } else { "m" },
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes one row (`lane` of its group) of a quantized weight into its group's bytes.
@@ -186,11 +223,9 @@ fn repack_quant_row(fmt: &QuantFormat, src_row: &[u8], group: &mut [u8], lane: u
     let qs_dst = fmt.group_qs_offset();
     for (b, blk) in src_row.chunks_exact(sb).enumerate() {
         let g = &mut group[b * gbb..(b + 1) * gbb];
-        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        g[4 * lane..4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+        g[2 * lane..2 * lane + 2].copy_from_slice(&blk[0..2]);
         if fmt.has_min {
-            let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
-            g[16 + 4 * lane..16 + 4 * lane + 4].copy_from_slice(&m.to_le_bytes());
+            g[8 + 2 * lane..8 + 2 * lane + 2].copy_from_slice(&blk[2..4]);
         }
         for c in 0..fmt.qs_bytes() / 4 {
             let at = qs_dst + 16 * c + 4 * lane;
@@ -199,17 +234,36 @@ fn repack_quant_row(fmt: &QuantFormat, src_row: &[u8], group: &mut [u8], lane: u
     }
 }
 
-/// Writes one row (`lane` of its group) of a float weight into its group's bytes as f32.
-fn repack_float_row(wtype: GgmlType, src_row: &[u8], group: &mut [u8], lane: usize) {
+/// Writes one row (`lane` of its group) of a float weight into its group's bytes.
+///
+/// Errors: [`CodegenError::NonFiniteWeight`] for an infinite or NaN F16 value.
+fn repack_float_row(
+    wtype: GgmlType,
+    src_row: &[u8],
+    group: &mut [u8],
+    lane: usize,
+    row: usize,
+) -> Result<()> {
     let es = wtype.type_size();
     for (kk, e) in src_row.chunks_exact(es).enumerate() {
-        let v = match wtype {
-            GgmlType::F16 => f16::from_le_bytes([e[0], e[1]]).to_f32(),
-            GgmlType::BF16 => bf16::from_le_bytes([e[0], e[1]]).to_f32(),
-            _ => f32::from_le_bytes([e[0], e[1], e[2], e[3]]),
-        };
-        let at = kk * 16 + 4 * lane;
-        group[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        if wtype == GgmlType::F16 && u16::from_le_bytes([e[0], e[1]]) & 0x7c00 == 0x7c00 {
+            return Err(CodegenError::NonFiniteWeight { row, col: kk });
+        }
+        let at = (kk * GROUP_ROWS + lane) * es;
+        group[at..at + es].copy_from_slice(e);
+    }
+    Ok(())
+}
+
+/// Value `kk` of `lane` in a group of a float weight, as f32.
+pub(crate) fn float_weight(wtype: GgmlType, group: &[u8], lane: usize, kk: usize) -> f32 {
+    let es = wtype.type_size();
+    let at = (kk * GROUP_ROWS + lane) * es;
+    let e = &group[at..at + es];
+    match wtype {
+        GgmlType::F16 => f16::from_le_bytes([e[0], e[1]]).to_f32(),
+        GgmlType::BF16 => bf16::from_le_bytes([e[0], e[1]]).to_f32(),
+        _ => f32::from_le_bytes([e[0], e[1], e[2], e[3]]),
     }
 }
 
@@ -227,14 +281,13 @@ pub fn dequantize_row(w: &RepackedWeight, row: usize, out: &mut [f32]) -> Result
     let gb = w.group_bytes();
     let group = &w.data()[(row / GROUP_ROWS) * gb..(row / GROUP_ROWS + 1) * gb];
     let lane = row % GROUP_ROWS;
-    let f32_at = |g: &[u8], at: usize| f32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
     match QuantFormat::of(w.wtype) {
         Some(fmt) => {
             let gbb = fmt.group_block_bytes();
             for (b, ob) in out.chunks_exact_mut(QK).enumerate() {
                 let g = &group[b * gbb..(b + 1) * gbb];
-                let d = f32_at(g, 4 * lane);
-                let m = if fmt.has_min { f32_at(g, 16 + 4 * lane) } else { 0.0 };
+                let d = scale_d(g, lane);
+                let m = if fmt.has_min { scale_m(g, lane) } else { 0.0 };
                 for (j, o) in ob.iter_mut().enumerate() {
                     let q = quant_at(&fmt, g, lane, j);
                     *o = if fmt.has_min {
@@ -247,11 +300,21 @@ pub fn dequantize_row(w: &RepackedWeight, row: usize, out: &mut [f32]) -> Result
         }
         None => {
             for (kk, o) in out.iter_mut().enumerate() {
-                *o = f32_at(group, kk * 16 + 4 * lane);
+                *o = float_weight(w.wtype, group, lane, kk);
             }
         }
     }
     Ok(())
+}
+
+/// `d` of `lane` in a quantized group-block.
+pub(crate) fn scale_d(g: &[u8], lane: usize) -> f32 {
+    f16::from_le_bytes([g[2 * lane], g[2 * lane + 1]]).to_f32()
+}
+
+/// `m` of `lane` in a Q4_1 group-block.
+pub(crate) fn scale_m(g: &[u8], lane: usize) -> f32 {
+    f16::from_le_bytes([g[8 + 2 * lane], g[8 + 2 * lane + 1]]).to_f32()
 }
 
 /// The stored quant of value `j` (0..32) of `lane` in a group-block: unsigned nibble for 4-bit
@@ -301,6 +364,63 @@ mod tests {
                 let want = (0.5 + row as f32) * q as f32 - 1.0;
                 assert_eq!(out[j], want, "row {row} j {j}");
             }
+        }
+    }
+
+    #[test]
+    fn rejects_non_finite_scales() {
+        let mut src = vec![0u8; 2 * 20];
+        src[20..22].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        src[22..24].copy_from_slice(&f16::INFINITY.to_le_bytes());
+        match repack(GgmlType::Q4_1, 32, 2, &src) {
+            Err(CodegenError::NonFiniteScale {
+                row: 1,
+                block: 0,
+                field: "m",
+            }) => {}
+            other => panic!("expected a non-finite scale error, got {other:?}"),
+        }
+        src[22..24].copy_from_slice(&f16::from_f32(-0.5).to_le_bytes());
+        assert!(repack(GgmlType::Q4_1, 32, 2, &src).is_ok());
+    }
+
+    #[test]
+    fn float_weights_keep_their_type_and_reject_non_finite_f16() {
+        let vals = [1.5f32, -2.25, 0.0, 3e-6, 65504.0, -0.125];
+        let src16: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let srcb: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        for (t, src) in [(GgmlType::F16, &src16), (GgmlType::BF16, &srcb)] {
+            let w = repack(t, 3, 2, src).unwrap();
+            assert_eq!(
+                w.bytes(),
+                3 * 4 * 2,
+                "{t}: one group of 4 rows x 3 values x 2 bytes"
+            );
+            let mut row = [0.0f32; 3];
+            for r in 0..2 {
+                dequantize_row(&w, r, &mut row).unwrap();
+                for (j, v) in row.iter().enumerate() {
+                    let e = &src[(r * 3 + j) * 2..][..2];
+                    let want = if t == GgmlType::F16 {
+                        f16::from_le_bytes([e[0], e[1]]).to_f32()
+                    } else {
+                        bf16::from_le_bytes([e[0], e[1]]).to_f32()
+                    };
+                    assert_eq!(*v, want);
+                }
+            }
+        }
+        let mut bad = src16.clone();
+        bad[8..10].copy_from_slice(&f16::NAN.to_le_bytes());
+        match repack(GgmlType::F16, 3, 2, &bad) {
+            Err(CodegenError::NonFiniteWeight { row: 1, col: 1 }) => {}
+            other => panic!("expected a non-finite weight error, got {other:?}"),
         }
     }
 

@@ -4,13 +4,19 @@
 //! ggml convention (`ggml_mul_mat`): a weight `{K, M}` (M rows of K values) times
 //! activations `{K, N}` (N tokens) gives `{M, N}` f32, `out[t·M + r] = Σ_k w[r][k] · x[t][k]`.
 //! Quantized weights are multiplied with activations quantized to their 8-bit companion
-//! format first, as ggml does, and the per-block arithmetic is ggml's (see
-//! [`crate::kernels::quant`]).
+//! format first, as ggml does, and the per-block arithmetic is ggml's
+//! (`ggml_vec_dot_q4_1_q8_1` and friends): per block, an exact integer sum scaled by
+//! `d_w·d_a` (plus `m_w·s_a` for Q4_1), added up in f32. Only the order of the f32 additions
+//! differs from ggml's, as it does between ggml's own SIMD variants.
 //!
 //! Use: [`repack`](crate::layout::repack) the weight once; [`compile_matmul`] a kernel per
-//! shape; per call, [`MatmulKernel::prepare`] the activations, then [`MatmulKernel::call`]
-//! (one thread, any row range) or [`MatmulKernel::run`] (rows split over a
-//! [`ThreadPool`]).
+//! shape; per call, [`MatmulKernel::prepare`] the activations (or
+//! [`MatmulKernel::prepare_tokens`] per thread), then [`MatmulKernel::call`] (one thread,
+//! any row range) or [`MatmulKernel::run`] (rows split over a [`ThreadPool`]). To put many
+//! kernels in one JIT module (a whole plan), use [`define_matmul`] on one [`Jit`], finalize
+//! it, and take each kernel with [`MatmulKernel::from_code`].
+//!
+//! Measured with `kernel-bench` on this project's machine (see `src/bin/kernel-bench.rs`).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use ir::ggml::GgmlType;
 
-use crate::actq::{act_quant, act_row_bytes, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
+use crate::actq::{act_quant, act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 use crate::jit::{CodegenError, Jit, JitCode, Result};
 use crate::kernels::{self, build_matmul_fn, Tiling};
@@ -54,7 +60,7 @@ impl MatmulSpec {
         if self.k == 0 || self.m == 0 || self.n == 0 {
             return Err(CodegenError::Shape(format!("empty matmul {self}")));
         }
-        if self.k % self.wtype.block_size() != 0 {
+        if !self.k.is_multiple_of(self.wtype.block_size()) {
             return Err(CodegenError::Shape(format!(
                 "{self}: k is not a multiple of the {} block size {}",
                 self.wtype.name(),
@@ -62,9 +68,12 @@ impl MatmulSpec {
             )));
         }
         let too_big = |x: Option<usize>| x.is_none_or(|v| v > MAX_OFFSET);
+        // constant offsets: token rows of `out` and of the activations; up to 4 groups
         if too_big(self.m.checked_mul(self.n).and_then(|v| v.checked_mul(4)))
             || too_big(self.act_bytes_checked())
-            || too_big(layout::group_bytes(self.wtype, self.k).checked_mul(1))
+            || too_big(
+                layout::group_bytes_checked(self.wtype, self.k).and_then(|g| g.checked_mul(4)),
+            )
         {
             return Err(CodegenError::Shape(format!("{self}: buffers too large")));
         }
@@ -73,7 +82,9 @@ impl MatmulSpec {
 
     fn act_bytes_checked(&self) -> Option<usize> {
         match QuantFormat::of(self.wtype) {
-            Some(_) => act_row_bytes(self.k).checked_mul(self.n),
+            Some(_) => (self.k / QK)
+                .checked_mul(ACT_BLOCK_BYTES)?
+                .checked_mul(self.n),
             None => self.k.checked_mul(4)?.checked_mul(self.n),
         }
     }
@@ -83,40 +94,39 @@ impl MatmulSpec {
         self.act_bytes_checked().unwrap_or(usize::MAX)
     }
 
-    /// The tiling used by [`compile_matmul`]: decode (`n = 1`) streams the weights once;
-    /// larger `n` reuses each decoded weight block for 4 tokens.
+    /// The tiling used by [`compile_matmul`]: decode (`n = 1`) streams the weights once, one
+    /// group of 4 rows at a time; larger `n` reuses each decoded weight block for 4 tokens.
+    ///
+    /// Measured on this project's machine: two groups at a time (sharing the activation
+    /// loads) is ~10% faster while the weights are in cache, but 2.5× slower streaming them
+    /// from DRAM (two interleaved streams 1.4 KiB apart defeat the hardware prefetcher), and
+    /// decode streams from DRAM.
     pub fn default_tiling(&self) -> Tiling {
         let quant = QuantFormat::of(self.wtype).is_some();
-        match (quant, self.n) {
-            (true, 1) => Tiling {
-                tokens: 1,
-                unroll: 2,
-            },
-            (true, _) => Tiling {
-                tokens: 4,
-                unroll: 1,
-            },
-            (false, 1) => Tiling {
-                tokens: 1,
-                unroll: 8,
-            },
-            (false, _) => Tiling {
-                tokens: 4,
-                unroll: 4,
-            },
+        let (tokens, unroll, groups) = match (quant, self.n) {
+            (true, 1) => (1, 2, 1),
+            (true, _) => (4, 1, 1),
+            (false, 1) => (1, 8, 1),
+            (false, _) => (4, 4, 1),
+        };
+        Tiling {
+            tokens,
+            unroll,
+            groups,
         }
     }
 
-    /// The kernel's function name: `mul_mat_{type}_{k}x{m}x{n}_t{tokens}u{unroll}`.
+    /// The kernel's function name: `mul_mat_{type}_{k}x{m}x{n}_t{tokens}u{unroll}g{groups}`.
     pub fn kernel_name(&self, tiling: Tiling) -> String {
         format!(
-            "mul_mat_{}_{}x{}x{}_t{}u{}",
+            "mul_mat_{}_{}x{}x{}_t{}u{}g{}",
             self.wtype.name(),
             self.k,
             self.m,
             self.n,
             tiling.tokens,
-            tiling.unroll
+            tiling.unroll,
+            tiling.groups
         )
     }
 }
@@ -136,6 +146,12 @@ impl std::fmt::Display for MatmulSpec {
 }
 
 type KernelFn = unsafe extern "sysv64" fn(*const u8, *const u8, *mut f32, i64, i64);
+type QuantizeFn = unsafe extern "sysv64" fn(*const f32, *mut u8, i64);
+
+/// Name of the generated activation quantizer for a weight format.
+fn quantizer_name(wtype: GgmlType) -> String {
+    format!("quantize_act_{}", wtype.name())
+}
 
 /// A compiled matmul kernel for one [`MatmulSpec`]. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -143,6 +159,7 @@ pub struct MatmulKernel {
     spec: MatmulSpec,
     tiling: Tiling,
     entry: KernelFn,
+    quantize: Option<QuantizeFn>,
     _code: Arc<JitCode>,
 }
 
@@ -190,9 +207,10 @@ pub fn disassemble_matmul(spec: &MatmulSpec, tiling: Tiling) -> Result<String> {
 /// Errors: see [`compile_matmul_with`].
 pub fn define_matmul(jit: &mut Jit, spec: &MatmulSpec, tiling: Tiling) -> Result<String> {
     spec.validate()?;
-    if tiling.tokens == 0 || tiling.unroll == 0 || tiling.tokens > 8 {
+    if !(1..=8).contains(&tiling.tokens) || tiling.unroll == 0 || !(1..=4).contains(&tiling.groups)
+    {
         return Err(CodegenError::Shape(format!(
-            "tiling {tiling:?}: tokens must be 1..=8 and unroll at least 1"
+            "tiling {tiling:?}: tokens must be 1..=8, groups 1..=4, unroll at least 1"
         )));
     }
     let func = match QuantFormat::of(spec.wtype) {
@@ -208,6 +226,7 @@ pub fn define_matmul(jit: &mut Jit, spec: &MatmulSpec, tiling: Tiling) -> Result
         }
         None => {
             let shape = kernels::float::FloatShape {
+                wtype: spec.wtype,
                 k: spec.k,
                 m: spec.m,
                 n: spec.n,
@@ -217,21 +236,37 @@ pub fn define_matmul(jit: &mut Jit, spec: &MatmulSpec, tiling: Tiling) -> Result
         }
     };
     let name = spec.kernel_name(tiling);
-    jit.define(&name, func)?;
+    jit.define_kernel(&name, func)?;
+    if let Some(fmt) = QuantFormat::of(spec.wtype) {
+        let qname = quantizer_name(spec.wtype);
+        if !jit.is_defined(&qname) {
+            let qfunc = kernels::actq::build(jit, &fmt);
+            jit.define_kernel(&qname, qfunc)?;
+        }
+    }
     Ok(name)
 }
 
 impl MatmulKernel {
-    /// The kernel `name` of a finalized module, which must have been generated for `spec`
-    /// and `tiling` by [`define_matmul`].
+    /// The kernel for `spec` and `tiling` in a finalized module, where [`define_matmul`]
+    /// generated it (`name` is what it returned).
     ///
-    /// Errors: [`CodegenError::Compile`] when the module has no function of that name.
+    /// Errors: [`CodegenError::Compile`] when `name` is not the kernel name of `spec` and
+    /// `tiling` or the module has no such function.
     pub fn from_code(
         code: Arc<JitCode>,
         name: &str,
         spec: &MatmulSpec,
         tiling: Tiling,
     ) -> Result<MatmulKernel> {
+        // Only `define_matmul` defines functions with kernel names (`Jit::define` refuses
+        // them), so the name vouches for the function's signature and shape.
+        if name != spec.kernel_name(tiling) {
+            return Err(CodegenError::Compile {
+                name: name.to_string(),
+                msg: format!("not the kernel of {spec} with {tiling:?}"),
+            });
+        }
         let addr = code.address(name).ok_or_else(|| CodegenError::Compile {
             name: name.to_string(),
             msg: "not defined in this module".to_string(),
@@ -239,10 +274,24 @@ impl MatmulKernel {
         // SAFETY: `addr` is the entry of a function generated by `define_matmul` with the
         // `KernelFn` signature (System V, five arguments, no result); `_code` keeps it alive.
         let entry = unsafe { std::mem::transmute::<usize, KernelFn>(addr) };
+        let quantize = match QuantFormat::of(spec.wtype) {
+            Some(_) => {
+                let qname = quantizer_name(spec.wtype);
+                let qaddr = code.address(&qname).ok_or_else(|| CodegenError::Compile {
+                    name: qname.clone(),
+                    msg: "not defined in this module".to_string(),
+                })?;
+                // SAFETY: generated by `kernels::actq::build` with the `QuantizeFn`
+                // signature; `_code` keeps it alive.
+                Some(unsafe { std::mem::transmute::<usize, QuantizeFn>(qaddr) })
+            }
+            None => None,
+        };
         Ok(MatmulKernel {
             spec: *spec,
             tiling,
             entry,
+            quantize,
             _code: code,
         })
     }
@@ -270,11 +319,36 @@ impl MatmulKernel {
     /// Errors: [`CodegenError::BufferSize`] when a buffer has the wrong length.
     pub fn prepare(&self, x: &[f32], act: &mut [u8]) -> Result<()> {
         let s = &self.spec;
-        if let Some(fmt) = QuantFormat::of(s.wtype) {
-            return quantize_act(&fmt, s.k, s.n, x, act);
-        }
         check_len("activations (f32 values)", s.k * s.n, x.len())?;
         check_len("prepared activations", self.act_bytes(), act.len())?;
+        self.prepare_tokens(x, act, 0..s.n)
+    }
+
+    /// As [`MatmulKernel::prepare`] for the tokens `tokens` only (`x` and `act` are still
+    /// the whole buffers), so that a thread pool can split the work.
+    ///
+    /// Errors: [`CodegenError::BufferSize`] when a buffer has the wrong length;
+    /// [`CodegenError::Shape`] when `tokens` is not inside `0..n`.
+    pub fn prepare_tokens(&self, x: &[f32], act: &mut [u8], tokens: Range<usize>) -> Result<()> {
+        let s = &self.spec;
+        check_len("activations (f32 values)", s.k * s.n, x.len())?;
+        check_len("prepared activations", self.act_bytes(), act.len())?;
+        if tokens.start > tokens.end || tokens.end > s.n {
+            return Err(CodegenError::Shape(format!("tokens {tokens:?} of {}", s.n)));
+        }
+        if let Some(q) = self.quantize {
+            let arb = act_row_bytes(s.k);
+            let xs = &x[tokens.start * s.k..tokens.end * s.k];
+            let out = &mut act[tokens.start * arb..tokens.end * arb];
+            // SAFETY: `xs` holds `n_blocks · 32` f32 and `out` `n_blocks · ACT_BLOCK_BYTES`
+            // bytes (lengths checked above); the quantizer touches nothing else.
+            unsafe { q(xs.as_ptr(), out.as_mut_ptr(), (xs.len() / QK) as i64) };
+            return Ok(());
+        }
+        let (x, act) = (
+            &x[tokens.start * s.k..tokens.end * s.k],
+            &mut act[tokens.start * s.k * 4..tokens.end * s.k * 4],
+        );
         for (v, o) in x.iter().zip(act.chunks_exact_mut(4)) {
             let r = match s.wtype {
                 GgmlType::F16 => f16::from_f32(*v).to_f32(),
@@ -356,8 +430,8 @@ impl MatmulKernel {
         let m = self.spec.m;
         if rows.start > rows.end
             || rows.end > m
-            || rows.start % GROUP_ROWS != 0
-            || (rows.end % GROUP_ROWS != 0 && rows.end != m)
+            || !rows.start.is_multiple_of(GROUP_ROWS)
+            || (!rows.end.is_multiple_of(GROUP_ROWS) && rows.end != m)
         {
             return Err(CodegenError::Shape(format!(
                 "row range {rows:?} of {m} rows: must lie in 0..{m} and start/end on multiples of {GROUP_ROWS} (or end at {m})"
@@ -438,7 +512,15 @@ fn f32_at(b: &[u8], at: usize) -> f32 {
 
 /// Output row `r`, token `t`, computed in plain Rust from the repacked weight and prepared
 /// activations with the kernels' formula (used for the rows of a padded last group).
-fn scalar_row(s: &MatmulSpec, w: &RepackedWeight, act: &[u8], r: usize, t: usize) -> f32 {
+/// `w` and `act` must match `s` (as checked by `MatmulKernel::call`); indexes out of range
+/// panic.
+pub(crate) fn scalar_row(
+    s: &MatmulSpec,
+    w: &RepackedWeight,
+    act: &[u8],
+    r: usize,
+    t: usize,
+) -> f32 {
     let gb = w.group_bytes();
     let group = &w.data()[(r / GROUP_ROWS) * gb..][..gb];
     let lane = r % GROUP_ROWS;
@@ -455,14 +537,14 @@ fn scalar_row(s: &MatmulSpec, w: &RepackedWeight, act: &[u8], r: usize, t: usize
                     let q = layout::quant_at(&fmt, g, lane, j);
                     sumi += q * act_quant(a, j) as i32;
                 }
-                let (dw, da) = (f32_at(g, 4 * lane), f32_at(a, 0));
+                let (dw, da) = (layout::scale_d(g, lane), f32_at(a, 0));
                 if fmt.zero_point != 0 {
                     let at = ACT_AUX_OFFSET;
                     sumi -= i32::from_le_bytes([a[at], a[at + 1], a[at + 2], a[at + 3]]);
                 }
                 acc += sumi as f32 * (dw * da);
                 if fmt.has_min {
-                    acc += f32_at(g, 16 + 4 * lane) * f32_at(a, ACT_AUX_OFFSET);
+                    acc += layout::scale_m(g, lane) * f32_at(a, ACT_AUX_OFFSET);
                 }
             }
             acc
@@ -470,7 +552,8 @@ fn scalar_row(s: &MatmulSpec, w: &RepackedWeight, act: &[u8], r: usize, t: usize
         None => {
             let mut acc = 0.0f32;
             for kk in 0..s.k {
-                acc += f32_at(group, kk * 16 + 4 * lane) * f32_at(act, (t * s.k + kk) * 4);
+                let wv = layout::float_weight(s.wtype, group, lane, kk);
+                acc += wv * f32_at(act, (t * s.k + kk) * 4);
             }
             acc
         }

@@ -10,8 +10,12 @@
 
 use codegen_cpu::actq::{act_quant, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use codegen_cpu::formats::QuantFormat;
-use codegen_cpu::{compile_matmul, compile_matmul_with, repack, MatmulSpec, ThreadPool, Tiling};
-use ir::ggml::{f16_to_f32, f32_to_bf16, f32_to_f16, quantize_activations, vec_dot, GgmlType, Q8Flavor};
+use codegen_cpu::{
+    compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, ThreadPool, Tiling,
+};
+use ir::ggml::{
+    f16_to_f32, f32_to_bf16, f32_to_f16, quantize_activations, vec_dot, GgmlType, Q8Flavor,
+};
 
 /// SmolLM2-135M's matmul shapes `(k, m)`: q/o, k/v, gate/up, down.
 const SHAPES: [(usize, usize); 4] = [(576, 576), (576, 192), (576, 1536), (1536, 576)];
@@ -55,7 +59,7 @@ fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
         }
         _ => {
             let fmt = QuantFormat::of(t).unwrap();
-            for blk in data.chunks_exact_mut(t.type_size()) {
+            for (i, blk) in data.chunks_exact_mut(t.type_size()).enumerate() {
                 for b in blk.iter_mut() {
                     *b = rng.next() as u8;
                 }
@@ -67,7 +71,15 @@ fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
                         }
                     }
                 }
-                blk[0..2].copy_from_slice(&f32_to_f16(rng.range(0.001, 0.03)).to_le_bytes());
+                // mostly realistic positive scales; some negative, subnormal (f16 below
+                // 6.1e-5) and zero ones, which the kernels' f16 conversion must get exactly
+                let d = match i % 37 {
+                    3 => -rng.range(0.001, 0.03),
+                    7 => rng.range(-3e-6, 3e-6),
+                    11 => 0.0,
+                    _ => rng.range(0.001, 0.03),
+                };
+                blk[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
                 if fmt.has_min {
                     blk[2..4].copy_from_slice(&f32_to_f16(rng.range(-0.3, 0.0)).to_le_bytes());
                 }
@@ -99,7 +111,10 @@ fn exact_dot(t: GgmlType, w_row: &[u8], act_row: &[u8], x: &[f32]) -> (f64, f64)
             let aqs = if fmt.has_min { 4 } else { 2 };
             let mut val = 0.0f64;
             let mut mag = 0.0f64;
-            for (wb, ablk) in w_row.chunks_exact(t.type_size()).zip(act_row.chunks_exact(ab)) {
+            for (wb, ablk) in w_row
+                .chunks_exact(t.type_size())
+                .zip(act_row.chunks_exact(ab))
+            {
                 let dw = f16_to_f32(u16::from_le_bytes([wb[0], wb[1]])) as f64;
                 let da = f16_to_f32(u16::from_le_bytes([ablk[0], ablk[1]])) as f64;
                 let mut sumi: i64 = 0;
@@ -225,7 +240,14 @@ fn float_smollm2_shapes() {
     for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
         for (i, &(k, m)) in SHAPES.iter().enumerate() {
             for &n in &NS {
-                check(t, k, m, n, None, 401 + i as u64 * 7 + n as u64 + t.id() as u64);
+                check(
+                    t,
+                    k,
+                    m,
+                    n,
+                    None,
+                    401 + i as u64 * 7 + n as u64 + t.id() as u64,
+                );
             }
         }
     }
@@ -234,16 +256,54 @@ fn float_smollm2_shapes() {
 #[test]
 fn other_tilings_and_ragged_shapes() {
     let tilings = [
-        Tiling { tokens: 1, unroll: 1 },
-        Tiling { tokens: 2, unroll: 3 },
-        Tiling { tokens: 3, unroll: 2 },
-        Tiling { tokens: 6, unroll: 1 },
+        Tiling {
+            tokens: 1,
+            unroll: 1,
+            groups: 1,
+        },
+        Tiling {
+            tokens: 2,
+            unroll: 3,
+            groups: 2,
+        },
+        Tiling {
+            tokens: 3,
+            unroll: 2,
+            groups: 3,
+        },
+        Tiling {
+            tokens: 6,
+            unroll: 1,
+            groups: 1,
+        },
+        Tiling {
+            tokens: 1,
+            unroll: 2,
+            groups: 4,
+        },
     ];
-    for t in [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+    for t in [
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::F32,
+    ] {
         for (j, ti) in tilings.iter().enumerate() {
             // m not a multiple of 4 (padded last group), n not a multiple of the tile
             check(t, 160, 23, 7, Some(*ti), 500 + j as u64 + t.id() as u64);
             check(t, 32, 4, 1, Some(*ti), 600 + j as u64 + t.id() as u64);
+        }
+    }
+    // many tokens at a large k: the kernels cut the tokens into chunks (with a remainder
+    // that is not a whole number of tiles)
+    for t in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        check(t, 1536, 8, 67, None, 900 + t.id() as u64);
+    }
+    // float weights take any k, including k not a multiple of 4 or of the unroll
+    for (j, ti) in tilings.iter().enumerate() {
+        for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            check(t, 7, 5, 3, Some(*ti), 700 + j as u64 + t.id() as u64);
+            check(t, 13, 8, 1, Some(*ti), 800 + j as u64 + t.id() as u64);
         }
     }
 }
@@ -259,13 +319,25 @@ fn activation_quantizer_matches_ggml_x86() {
         quantize_act(&fmt, k, 1, &x, &mut ours).unwrap();
         let (at, theirs) = quantize_activations(t, &x, Q8Flavor::X86).unwrap();
         let (tb, qoff) = (at.type_size(), if fmt.has_min { 4 } else { 2 });
-        for (b, (o, g)) in ours.chunks_exact(ACT_BLOCK_BYTES).zip(theirs.chunks_exact(tb)).enumerate() {
+        for (b, (o, g)) in ours
+            .chunks_exact(ACT_BLOCK_BYTES)
+            .zip(theirs.chunks_exact(tb))
+            .enumerate()
+        {
             let d = f16_to_f32(u16::from_le_bytes([g[0], g[1]]));
-            assert_eq!(f32::from_le_bytes(o[0..4].try_into().unwrap()), d, "{t} block {b} d");
+            assert_eq!(
+                f32::from_le_bytes(o[0..4].try_into().unwrap()),
+                d,
+                "{t} block {b} d"
+            );
             if fmt.has_min {
                 let s = f16_to_f32(u16::from_le_bytes([g[2], g[3]]));
                 let at = ACT_AUX_OFFSET;
-                assert_eq!(f32::from_le_bytes(o[at..at + 4].try_into().unwrap()), s, "{t} block {b} s");
+                assert_eq!(
+                    f32::from_le_bytes(o[at..at + 4].try_into().unwrap()),
+                    s,
+                    "{t} block {b} s"
+                );
             }
             for j in 0..32 {
                 assert_eq!(act_quant(o, j), g[qoff + j] as i8, "{t} block {b} q{j}");
@@ -275,9 +347,69 @@ fn activation_quantizer_matches_ggml_x86() {
 }
 
 #[test]
+fn generated_quantizer_matches_reference_bitwise() {
+    let mut rng = Rng(4242);
+    let k = 32 * 12;
+    let n = 3;
+    let mut x = random_acts(k, n, &mut rng);
+    // special blocks: zeros; f16-subnormal scale; scale beyond f16 (inf); exact ties;
+    // one huge outlier; negative-only; scale just under the largest f16
+    for v in &mut x[0..32] {
+        *v = 0.0;
+    }
+    for (j, v) in x[32..64].iter_mut().enumerate() {
+        *v = (j as f32 - 16.0) * 3e-6;
+    }
+    for (j, v) in x[64..96].iter_mut().enumerate() {
+        *v = (j as f32 - 10.0) * 1e6;
+    }
+    for (j, v) in x[96..128].iter_mut().enumerate() {
+        *v = if j == 0 { 127.0 } else { j as f32 - 15.5 };
+    }
+    x[140] = 3e4;
+    for v in &mut x[160..192] {
+        *v = -v.abs() - 0.25;
+    }
+    for (j, v) in x[192..224].iter_mut().enumerate() {
+        *v = if j == 3 { -65500.0 * 127.0 } else { j as f32 };
+    }
+    for t in [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0] {
+        let fmt = QuantFormat::of(t).unwrap();
+        let kernel = compile_matmul(&MatmulSpec {
+            wtype: t,
+            k,
+            m: 4,
+            n,
+        })
+        .unwrap();
+        let mut jit_act = vec![0xEEu8; kernel.act_bytes()];
+        kernel.prepare(&x, &mut jit_act).unwrap();
+        let mut ref_act = vec![0u8; kernel.act_bytes()];
+        quantize_act(&fmt, k, n, &x, &mut ref_act).unwrap();
+        for (b, (j, r)) in jit_act
+            .chunks(ACT_BLOCK_BYTES)
+            .zip(ref_act.chunks(ACT_BLOCK_BYTES))
+            .enumerate()
+        {
+            assert_eq!(j, r, "{t}: block {b} differs");
+        }
+        // a token sub-range leaves the other tokens alone
+        let mut part = vec![0u8; kernel.act_bytes()];
+        kernel.prepare_tokens(&x, &mut part, 1..2).unwrap();
+        let arb = kernel.act_bytes() / n;
+        assert!(part[..arb].iter().all(|&b| b == 0));
+        assert_eq!(&part[arb..2 * arb], &ref_act[arb..2 * arb]);
+        assert!(part[2 * arb..].iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
 fn threaded_run_matches_single_thread_bitwise() {
     let mut rng = Rng(999);
-    for (t, k, m, n) in [(GgmlType::Q4_1, 576, 1536, 1), (GgmlType::Q8_0, 576, 578, 3)] {
+    for (t, k, m, n) in [
+        (GgmlType::Q4_1, 576, 1536, 1),
+        (GgmlType::Q8_0, 576, 578, 3),
+    ] {
         let spec = MatmulSpec { wtype: t, k, m, n };
         let kernel = compile_matmul(&spec).unwrap();
         let w = repack(t, k, m, &random_weight(t, k, m, &mut rng)).unwrap();
@@ -290,18 +422,38 @@ fn threaded_run_matches_single_thread_bitwise() {
             let pool = ThreadPool::new(threads).unwrap();
             let mut many = vec![f32::NAN; m * n];
             kernel.run(&pool, &w, &act, &mut many).unwrap();
-            assert!(one.iter().zip(&many).all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert!(one
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
         }
     }
 }
 
 #[test]
 fn bad_calls_are_errors() {
-    let spec = MatmulSpec { wtype: GgmlType::Q4_1, k: 64, m: 8, n: 2 };
+    let spec = MatmulSpec {
+        wtype: GgmlType::Q4_1,
+        k: 64,
+        m: 8,
+        n: 2,
+    };
     let kernel = compile_matmul(&spec).unwrap();
     let mut rng = Rng(5);
-    let w = repack(GgmlType::Q4_1, 64, 8, &random_weight(GgmlType::Q4_1, 64, 8, &mut rng)).unwrap();
-    let w_other = repack(GgmlType::Q4_1, 64, 4, &random_weight(GgmlType::Q4_1, 64, 4, &mut rng)).unwrap();
+    let w = repack(
+        GgmlType::Q4_1,
+        64,
+        8,
+        &random_weight(GgmlType::Q4_1, 64, 8, &mut rng),
+    )
+    .unwrap();
+    let w_other = repack(
+        GgmlType::Q4_1,
+        64,
+        4,
+        &random_weight(GgmlType::Q4_1, 64, 4, &mut rng),
+    )
+    .unwrap();
     let act = vec![0u8; kernel.act_bytes()];
     let mut out = vec![0.0; 16];
     assert!(kernel.call(&w, &act[1..], &mut out, 0..8).is_err());
@@ -310,7 +462,25 @@ fn bad_calls_are_errors() {
     assert!(kernel.call(&w, &act, &mut out, 2..8).is_err());
     assert!(kernel.call(&w, &act, &mut out, 0..9).is_err());
     assert!(kernel.call(&w, &act, &mut out, 4..8).is_ok());
-    assert!(compile_matmul(&MatmulSpec { wtype: GgmlType::Q6_K, k: 256, m: 4, n: 1 }).is_err());
-    assert!(compile_matmul(&MatmulSpec { wtype: GgmlType::Q4_0, k: 48, m: 4, n: 1 }).is_err());
-    assert!(compile_matmul(&MatmulSpec { wtype: GgmlType::F32, k: 4, m: 0, n: 1 }).is_err());
+    assert!(compile_matmul(&MatmulSpec {
+        wtype: GgmlType::Q6_K,
+        k: 256,
+        m: 4,
+        n: 1
+    })
+    .is_err());
+    assert!(compile_matmul(&MatmulSpec {
+        wtype: GgmlType::Q4_0,
+        k: 48,
+        m: 4,
+        n: 1
+    })
+    .is_err());
+    assert!(compile_matmul(&MatmulSpec {
+        wtype: GgmlType::F32,
+        k: 4,
+        m: 0,
+        n: 1
+    })
+    .is_err());
 }

@@ -27,7 +27,8 @@ fn smol_decode_only() {
     let path = std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let gguf = ir::gguf::GgufFile::open(&path).unwrap();
     let model = compiler::load_model(&gguf).unwrap();
-    let mut s = Session::new(&gguf, &model, SessionOptions { n_ctx: 1024, interp: InterpOptions::exact(), ..Default::default() });
+    let o = if std::env::var("LLAMA").is_ok() { InterpOptions::llama_cpp() } else { InterpOptions::exact() };
+    let mut s = Session::new(&gguf, &model, SessionOptions { n_ctx: 1024, interp: o, ..Default::default() });
     let t = Instant::now();
     for i in 0..20 {
         s.eval(&[200 + i], i, &Outputs::Last).unwrap();

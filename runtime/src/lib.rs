@@ -5,6 +5,7 @@ pub mod artifact;
 pub mod bench;
 pub mod chat;
 pub mod cli;
+pub mod cpu_engine;
 pub mod engine;
 pub mod generate;
 pub mod interp_engine;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
-//!     [--only shapes|decode|pp] [--tiling TOKENS,UNROLL] [--types Q4_1,Q8_0,...]
+//!     [--only bandwidth|shapes|decode|pp] [--tiling TOKENS,UNROLL[,GROUPS]] [--types Q4_1,Q8_0,...]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -13,7 +13,10 @@
 
 use std::time::Instant;
 
-use codegen_cpu::{compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, RepackedWeight, ThreadPool, Tiling};
+use codegen_cpu::{
+    compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, RepackedWeight,
+    ThreadPool, Tiling,
+};
 use ir::ggml::GgmlType;
 
 const N_LAYER: usize = 30;
@@ -34,10 +37,15 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         threads: vec![1, 2],
-        reps: 7,
+        reps: 21,
         only: None,
         tiling: None,
-        types: vec![GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16],
+        types: vec![
+            GgmlType::Q4_1,
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::F16,
+        ],
         disasm: None,
     };
     let mut it = std::env::args().skip(1);
@@ -58,12 +66,13 @@ fn parse_args() -> Result<Args, String> {
                     .split(',')
                     .map(|s| s.parse().map_err(|e| format!("--tiling: {e}")))
                     .collect::<Result<_, _>>()?;
-                if p.len() != 2 {
-                    return Err("--tiling TOKENS,UNROLL".into());
+                if p.len() != 2 && p.len() != 3 {
+                    return Err("--tiling TOKENS,UNROLL[,GROUPS]".into());
                 }
                 a.tiling = Some(Tiling {
                     tokens: p[0],
                     unroll: p[1],
+                    groups: p.get(2).copied().unwrap_or(1),
                 });
             }
             "--types" => {
@@ -87,7 +96,7 @@ fn parse_args() -> Result<Args, String> {
                 });
             }
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only shapes|decode|pp] [--tiling T,U] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -142,19 +151,22 @@ fn kernel(spec: &MatmulSpec, tiling: Option<Tiling>) -> MatmulKernel {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+/// Times of one call: median and minimum over the batches, in seconds.
+#[derive(Clone, Copy)]
+struct Timing {
+    median: f64,
+    min: f64,
 }
 
-/// Median over `reps` batches of the time of one `f()`, in seconds; a batch runs long
-/// enough (≥ 2 ms) to be timed.
-fn time_it(reps: usize, mut f: impl FnMut()) -> f64 {
+/// Median and minimum over `reps` batches of the time of one `f()`; a batch runs long
+/// enough (≥ 0.5 ms) to be timed. The machine is shared and noisy: the minimum is the closest
+/// to the uncontended speed, the median to what a user sees.
+fn time_it(reps: usize, mut f: impl FnMut()) -> Timing {
     f();
     let t0 = Instant::now();
     f();
     let once = t0.elapsed().as_secs_f64().max(1e-7);
-    let per_batch = ((2e-3 / once).ceil() as usize).clamp(1, 10_000);
+    let per_batch = ((5e-4 / once).ceil() as usize).clamp(1, 10_000);
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         let t = Instant::now();
@@ -163,35 +175,67 @@ fn time_it(reps: usize, mut f: impl FnMut()) -> f64 {
         }
         samples.push(t.elapsed().as_secs_f64() / per_batch as f64);
     }
-    median(samples)
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Timing {
+        median: samples[samples.len() / 2],
+        min: samples[0],
+    }
 }
 
 fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
-    println!("| kernel | shape {{K, M}} x N | tiling | threads | µs/call | GB/s | GMAC/s | compile ms |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| kernel | shape {{K, M}} x N | tiling | threads | µs/call (median) | µs/call (min) | GB/s (min) | GMAC/s (min) | compile ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut shapes: Vec<(GgmlType, usize, usize)> = Vec::new();
     for &t in &a.types {
-        for &(k, m) in &[(N_EMBD, N_EMBD), (N_EMBD, N_KV), (N_EMBD, N_FF), (N_FF, N_EMBD)] {
+        for &(k, m) in &[
+            (N_EMBD, N_EMBD),
+            (N_EMBD, N_KV),
+            (N_EMBD, N_FF),
+            (N_FF, N_EMBD),
+        ] {
             shapes.push((t, k, m));
         }
     }
     if a.types.contains(&GgmlType::Q8_0) {
         shapes.push((GgmlType::Q8_0, N_EMBD, N_VOCAB));
     }
+    // larger than L3 (32 MiB): streams from DRAM on every call, like decode does
+    if a.types.contains(&GgmlType::Q4_1) {
+        shapes.push((GgmlType::Q4_1, N_EMBD, 3 * N_VOCAB));
+    }
     for (t, k, m) in shapes {
         let w = random_weight(t, k, m, &mut rng);
         for n in [1usize, 64] {
+            if m > N_VOCAB && n > 1 {
+                continue;
+            }
             let spec = MatmulSpec { wtype: t, k, m, n };
             let t0 = Instant::now();
             let kern = kernel(&spec, a.tiling);
             let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let x: Vec<f32> = (0..k * n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
             let mut act = vec![0u8; kern.act_bytes()];
             if let Err(e) = kern.prepare(&x, &mut act) {
                 panic!("prepare: {e}");
             }
             let mut out = vec![0.0f32; m * n];
+            if m == N_KV {
+                // activation preparation does not depend on m: time it once per (type, k, n)
+                let p = time_it(a.reps, || {
+                    if let Err(e) = kern.prepare(&x, &mut act) {
+                        panic!("prepare: {e}");
+                    }
+                });
+                println!(
+                    "| {} prepare (quantize activations) | {{{k}}} x {n} | - | 1 | {:.1} | {:.1} | - | - | - |",
+                    t.name(),
+                    p.median * 1e6,
+                    p.min * 1e6
+                );
+            }
             for pool in pools {
                 let s = time_it(a.reps, || {
                     if let Err(e) = kern.run(pool, &w, &act, &mut out) {
@@ -199,14 +243,16 @@ fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
                     }
                 });
                 println!(
-                    "| {} | {{{k}, {m}}} x {n} | t{}u{} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    "| {} | {{{k}, {m}}} x {n} | t{}u{}g{} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                     t.name(),
                     kern.tiling().tokens,
                     kern.tiling().unroll,
+                    kern.tiling().groups,
                     pool.n_threads(),
-                    s * 1e6,
-                    w.bytes() as f64 / s / 1e9,
-                    (k * m * n) as f64 / s / 1e9,
+                    s.median * 1e6,
+                    s.min * 1e6,
+                    w.bytes() as f64 / s.min / 1e9,
+                    (k * m * n) as f64 / s.min / 1e9,
                     compile_ms
                 );
             }
@@ -221,7 +267,7 @@ struct Layer {
 /// One full step over all layers' matmuls for `n` tokens plus the output matmul for
 /// `n_out` tokens; activations are re-quantized where a real step would (once per distinct
 /// input: attn input, attn output, ffn input, ffn hidden).
-fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
+fn bench_sweep(a: &Args, pools: &[ThreadPool], roof: &[f64], n: usize, label: &str) {
     let mut rng = Rng(12345);
     let lt = GgmlType::Q4_1;
     let layers: Vec<Layer> = (0..N_LAYER)
@@ -238,7 +284,12 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
         })
         .collect();
     let output = random_weight(GgmlType::Q8_0, N_EMBD, N_VOCAB, &mut rng);
-    let spec = |k, m, nn| MatmulSpec { wtype: lt, k, m, n: nn };
+    let spec = |k, m, nn| MatmulSpec {
+        wtype: lt,
+        k,
+        m,
+        n: nn,
+    };
     let kq = kernel(&spec(N_EMBD, N_EMBD, n), a.tiling);
     let kkv = kernel(&spec(N_EMBD, N_KV, n), a.tiling);
     let kff = kernel(&spec(N_EMBD, N_FF, n), a.tiling);
@@ -252,8 +303,12 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
         },
         None,
     );
-    let x_embd: Vec<f32> = (0..N_EMBD * n).map(|i| ((i * 31) % 200) as f32 / 100.0 - 1.0).collect();
-    let x_ff: Vec<f32> = (0..N_FF * n).map(|i| ((i * 17) % 300) as f32 / 150.0 - 1.0).collect();
+    let x_embd: Vec<f32> = (0..N_EMBD * n)
+        .map(|i| ((i * 31) % 200) as f32 / 100.0 - 1.0)
+        .collect();
+    let x_ff: Vec<f32> = (0..N_FF * n)
+        .map(|i| ((i * 17) % 300) as f32 / 150.0 - 1.0)
+        .collect();
     let mut act_embd = vec![0u8; kq.act_bytes()];
     let mut act_ff = vec![0u8; kdown.act_bytes()];
     let mut act_out = vec![0u8; kout.act_bytes()];
@@ -261,8 +316,12 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
     let mut o_kv = vec![0.0f32; N_KV * n];
     let mut o_ff = vec![0.0f32; N_FF * n];
     let mut o_vocab = vec![0.0f32; N_VOCAB];
-    let total_bytes: usize = layers.iter().flat_map(|l| l.w.iter().map(|w| w.bytes())).sum::<usize>() + output.bytes();
-    for pool in pools {
+    let total_bytes: usize = layers
+        .iter()
+        .flat_map(|l| l.w.iter().map(|w| w.bytes()))
+        .sum::<usize>()
+        + output.bytes();
+    for (pi, pool) in pools.iter().enumerate() {
         let mut step = || -> Result<(), codegen_cpu::CodegenError> {
             for l in &layers {
                 kq.prepare(&x_embd, &mut act_embd)?;
@@ -286,14 +345,72 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], n: usize, label: &str) {
                 panic!("sweep: {e}");
             }
         });
+        let gbs = total_bytes as f64 / s.min / 1e9;
         println!(
-            "| {label} | {} | {:.3} | {:.1} | {:.1} |",
+            "| {label} | {} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} | {:.2} |",
             pool.n_threads(),
-            s * 1e3,
-            n as f64 / s,
-            total_bytes as f64 / s / 1e9
+            s.median * 1e3,
+            s.min * 1e3,
+            n as f64 / s.median,
+            n as f64 / s.min,
+            gbs,
+            gbs / roof[pi]
         );
     }
+}
+
+/// Read bandwidth of plain Rust code summing a 128 MiB buffer (beyond any cache), split over
+/// the pool's threads: the roofline the decode kernels are measured against (always run:
+/// the machine is shared, so the roof is measured next to the kernels). Returns the best
+/// GB/s per pool.
+fn bench_bandwidth(a: &Args, pools: &[ThreadPool]) -> Vec<f64> {
+    let mut best = Vec::new();
+    let words: Vec<u64> = (0..(128usize << 20) / 8).map(|i| i as u64).collect();
+    println!("| memory read (plain Rust sum) | threads | GB/s (median) | GB/s (best) |");
+    println!("|---|---|---|---|");
+    for pool in pools {
+        let sink = std::sync::atomic::AtomicU64::new(0);
+        let s = time_it(a.reps.min(5), || {
+            pool.run(&|ti, nt| {
+                let chunk = words.len().div_ceil(nt);
+                let part =
+                    &words[(ti * chunk).min(words.len())..((ti + 1) * chunk).min(words.len())];
+                let mut acc = [0u64; 8];
+                for c in part.chunks_exact(8) {
+                    for j in 0..8 {
+                        acc[j] = acc[j].wrapping_add(c[j]);
+                    }
+                }
+                sink.fetch_add(
+                    acc.iter().fold(0, |x, y| x ^ y),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            })
+        });
+        let bytes = (words.len() * 8) as f64;
+        best.push(bytes / s.min / 1e9);
+        println!(
+            "| 128 MiB | {} | {:.1} | {:.1} |",
+            pool.n_threads(),
+            bytes / s.median / 1e9,
+            bytes / s.min / 1e9
+        );
+        std::hint::black_box(sink.load(std::sync::atomic::Ordering::Relaxed));
+    }
+    println!();
+    println!("| thread pool | threads | µs per empty run (median) | µs (best) |");
+    println!("|---|---|---|---|");
+    for pool in pools {
+        let s = time_it(a.reps, || pool.run(&|_, _| {}));
+        println!(
+            "| run(empty job) | {} | {:.2} | {:.2} |",
+            pool.n_threads(),
+            s.median * 1e6,
+            s.min * 1e6
+        );
+    }
+    println!();
+    best
 }
 
 fn main() {
@@ -312,7 +429,10 @@ fn main() {
         }
         return;
     }
-    println!("host features: {}", codegen_cpu::jit::HostFeatures::detect());
+    println!(
+        "host features: {}",
+        codegen_cpu::jit::HostFeatures::detect()
+    );
     let pools: Vec<ThreadPool> = a
         .threads
         .iter()
@@ -322,18 +442,25 @@ fn main() {
         })
         .collect();
     let only = a.only.as_deref();
+    let roof = bench_bandwidth(&a, &pools);
     if only.is_none() || only == Some("shapes") {
         bench_shapes(&a, &pools);
         println!();
     }
     if only.is_none() || only == Some("decode") || only == Some("pp") {
-        println!("| sweep (matmuls only) | threads | ms/step | tokens/s | GB/s |");
-        println!("|---|---|---|---|---|");
+        println!("| sweep (matmuls only) | threads | ms/step (median) | ms/step (min) | tokens/s (median) | tokens/s (best) | GB/s (best) | share of read bandwidth |");
+        println!("|---|---|---|---|---|---|---|---|");
         if only != Some("pp") {
-            bench_sweep(&a, &pools, 1, "decode token (30 x 7 Q4_1 + output Q8_0)");
+            bench_sweep(
+                &a,
+                &pools,
+                &roof,
+                1,
+                "decode token (30 x 7 Q4_1 + output Q8_0)",
+            );
         }
         if only != Some("decode") {
-            bench_sweep(&a, &pools, 64, "prompt ubatch 64 (+ output for 1)");
+            bench_sweep(&a, &pools, &roof, 64, "prompt ubatch 64 (+ output for 1)");
         }
     }
 }

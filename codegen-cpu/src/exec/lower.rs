@@ -13,10 +13,14 @@ use std::sync::Arc;
 use ir::ggml::GgmlType;
 use ir::graph::{DType, Input, Op as IrOp, RopeParams};
 use ir::interp::WeightSource;
-use ir::plan::{Base, Epilogue, Kernel, KernelOp, MulMatSpec as PlanMulMat, Plan, RopeKvStoreSpec, Step, ValueId, WeightId};
+use ir::plan::{
+    Base, Epilogue, Kernel, KernelOp, MulMatSpec as PlanMulMat, Plan, RopeKvStoreSpec, Step,
+    ValueId, WeightId,
+};
 
-use super::mul_mat::{Epi, Mat, MulMat, Out, Prep};
+use super::mul_mat::{chunk_groups, Epi, Mat, MulMat, Out, Prep};
 use super::ops::{Attention, CacheRows, GetRows, Op, RopeKv, Table};
+use super::quantize::FastQuant;
 use super::view::{Ptr, View};
 use super::ExecError;
 use crate::actq::act_row_bytes;
@@ -33,6 +37,8 @@ pub(crate) struct Needs {
     pub tmp_floats: usize,
     /// Attention scores per thread.
     pub score_floats: usize,
+    /// Multi-token attention scratch per thread.
+    pub attn_floats: usize,
     /// Prepared activations per thread (unsplit preparation).
     pub act_private_bytes: usize,
     /// Shared prepared activations (split preparation).
@@ -81,6 +87,8 @@ pub(crate) struct Lowerer<'p, 'w, 's> {
     pub n_threads: usize,
     pub needs: Needs,
     pub specs: SpecTable,
+    /// Whether some activation quantizer fell back to the scalar reference.
+    pub slow_quant: bool,
     spec_index: HashMap<MatmulSpec, usize>,
     ropes: HashMap<(String, Option<WeightId>), Arc<RopeTable>>,
 }
@@ -114,6 +122,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             n_threads,
             needs: Needs::default(),
             specs: Vec::new(),
+            slow_quant: false,
             spec_index: HashMap::new(),
             ropes: HashMap::new(),
         }
@@ -136,12 +145,22 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         if r.ggml_type != w.dtype.ggml_type() || r.ne != w.shape.ne {
             return Err(format!(
                 "weight {}: the plan expects {} {}, the file has {} {:?}",
-                w.name, w.dtype, w.shape, r.ggml_type.name(), r.ne
+                w.name,
+                w.dtype,
+                w.shape,
+                r.ggml_type.name(),
+                r.ne
             ));
         }
-        let want = w.bytes().ok_or_else(|| format!("weight {} has no whole number of blocks", w.name))?;
+        let want = w
+            .bytes()
+            .ok_or_else(|| format!("weight {} has no whole number of blocks", w.name))?;
         if r.data.len() as u64 != want {
-            return Err(format!("weight {}: {} bytes of data, expected {want}", w.name, r.data.len()));
+            return Err(format!(
+                "weight {}: {} bytes of data, expected {want}",
+                w.name,
+                r.data.len()
+            ));
         }
         self.store.raw.insert(id, r.data);
         Ok(r.data)
@@ -154,7 +173,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         }
         let w = &self.plan.weights[id.index()];
         if w.dtype != DType::F32 {
-            return Err(format!("weight {} is {}: elementwise operands must be F32", w.name, w.dtype));
+            return Err(format!(
+                "weight {} is {}: elementwise operands must be F32",
+                w.name, w.dtype
+            ));
         }
         let data = self.raw(id)?;
         let v: Vec<f32> = data
@@ -174,7 +196,11 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         let w = self.plan.weights[id.index()].clone();
         let t = w.dtype.ggml_type();
         if !supports(t) {
-            return Err(format!("weight {} is {}: no CPU matmul kernel for this type yet", w.name, t.name()));
+            return Err(format!(
+                "weight {} is {}: no CPU matmul kernel for this type yet",
+                w.name,
+                t.name()
+            ));
         }
         if w.shape.ne[2] != 1 || w.shape.ne[3] != 1 {
             return Err(format!("weight {} {} is not a matrix", w.name, w.shape));
@@ -192,12 +218,22 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
 
     /// The view of value `id` of step `s`, bounds-checked against its buffer.
     pub fn view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
-        let v = s.values.get(id.index()).ok_or_else(|| format!("value id {} is not in the step", id.0))?;
-        let end = v.end().ok_or_else(|| format!("value {} has no valid extent", v.name))?;
+        let v = s
+            .values
+            .get(id.index())
+            .ok_or_else(|| format!("value id {} is not in the step", id.0))?;
+        let end = v
+            .end()
+            .ok_or_else(|| format!("value {} has no valid extent", v.name))?;
         let (ptr, limit) = match v.base {
             Base::Arena(b) => {
                 let buf = &s.buffers[b.index()];
-                let off = buf.offset.ok_or_else(|| format!("buffer {} has no arena offset (plan not memory-planned)", buf.name))?;
+                let off = buf.offset.ok_or_else(|| {
+                    format!(
+                        "buffer {} has no arena offset (plan not memory-planned)",
+                        buf.name
+                    )
+                })?;
                 if off + buf.bytes > self.arena_bytes as u64 {
                     return Err(format!("buffer {} ends past the arena", buf.name));
                 }
@@ -216,7 +252,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             }
         };
         if end > limit {
-            return Err(format!("value {} reaches byte {end} of a {limit}-byte buffer", v.name));
+            return Err(format!(
+                "value {} reaches byte {end} of a {limit}-byte buffer",
+                v.name
+            ));
         }
         let cast = |a: [u64; 4]| a.map(|x| x as usize);
         Ok(View {
@@ -232,7 +271,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     fn f32_view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
         let v = self.view(s, id)?;
         if v.dtype != DType::F32 || !v.rows_contiguous() {
-            return Err(format!("{} must be F32 with contiguous rows", s.values[id.index()].name));
+            return Err(format!(
+                "{} must be F32 with contiguous rows",
+                s.values[id.index()].name
+            ));
         }
         Ok(v)
     }
@@ -240,27 +282,39 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     /// The positions input of the step, which `pos` must be (positions are checked before
     /// each step, so kernels index the caches with them unchecked).
     fn positions(&mut self, s: &Step, pos: ValueId) -> Result<Ptr, String> {
-        let want = s.input(&Input::Positions).ok_or("the step has no positions input")?;
+        let want = s
+            .input(&Input::Positions)
+            .ok_or("the step has no positions input")?;
         if !s.values[pos.index()].same_view(&s.values[want.index()]) {
             return Err("positions must be the step's positions input".into());
         }
         Ok(self.view(s, pos)?.ptr)
     }
 
-    fn rope_table(&mut self, p: &RopeParams, ff: Option<WeightId>) -> Result<Arc<RopeTable>, String> {
+    fn rope_table(
+        &mut self,
+        p: &RopeParams,
+        ff: Option<WeightId>,
+    ) -> Result<Arc<RopeTable>, String> {
         let key = (format!("{p:?}"), ff);
         if let Some(t) = self.ropes.get(&key) {
             return Ok(t.clone());
         }
-        if p.n_rot == 0 || p.n_rot % 2 != 0 {
-            return Err(format!("rope n_rot = {} (must be even and positive)", p.n_rot));
+        if p.n_rot == 0 || !p.n_rot.is_multiple_of(2) {
+            return Err(format!(
+                "rope n_rot = {} (must be even and positive)",
+                p.n_rot
+            ));
         }
         let factors = match ff {
             Some(id) => {
                 let ptr = self.weight_f32(id)?;
                 let n = self.store.f32s[&id].len();
                 if n < (p.n_rot / 2) as usize {
-                    return Err(format!("rope frequency factors: {n} values, need {}", p.n_rot / 2));
+                    return Err(format!(
+                        "rope frequency factors: {n} values, need {}",
+                        p.n_rot / 2
+                    ));
                 }
                 // SAFETY: the copy holds `n` f32 values and lives in the store.
                 Some(unsafe { std::slice::from_raw_parts(ptr.0 as *const f32, n) })
@@ -289,7 +343,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     fn kernel_inner(&mut self, s: &Step, k: &Kernel) -> Result<Vec<Op>, String> {
         let ((lo, hi), nd) = k.op.arity();
         if k.srcs.len() < lo || k.srcs.len() > hi || k.dsts.len() != nd {
-            return Err(format!("{} takes {lo}..={hi} sources and {nd} results", k.op.name()));
+            return Err(format!(
+                "{} takes {lo}..={hi} sources and {nd} results",
+                k.op.name()
+            ));
         }
         let src = &k.srcs;
         let dst = k.dsts[0];
@@ -301,11 +358,21 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 let w = self.f32_view(s, src[1])?;
                 let y = self.f32_view(s, dst)?;
                 self.needs.tmp_floats = self.needs.tmp_floats.max(y.ne[0]);
-                vec![Op::Norm { x, w: Some(w), y, rms: true, eps: *eps }]
+                vec![Op::Norm {
+                    x,
+                    w: Some(w),
+                    y,
+                    rms: true,
+                    eps: *eps,
+                }]
             }
             KernelOp::Op(op) => match op {
                 IrOp::MulMat => {
-                    let spec = PlanMulMat { norm: None, n_mat: 1, epilogue: Epilogue::None };
+                    let spec = PlanMulMat {
+                        norm: None,
+                        n_mat: 1,
+                        epilogue: Epilogue::None,
+                    };
                     return self.mul_mat(s, k, &spec, &[src[1], src[0]]);
                 }
                 IrOp::GetRows => vec![self.get_rows(s, src[0], src[1], dst)?],
@@ -313,7 +380,13 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     let x = self.f32_view(s, src[0])?;
                     let y = self.f32_view(s, dst)?;
                     let rms = matches!(op, IrOp::RmsNorm { .. });
-                    vec![Op::Norm { x, w: None, y, rms, eps: *eps }]
+                    vec![Op::Norm {
+                        x,
+                        w: None,
+                        y,
+                        rms,
+                        eps: *eps,
+                    }]
                 }
                 IrOp::Add | IrOp::Mul => {
                     let a = self.f32_view(s, src[0])?;
@@ -322,10 +395,19 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     if b.ne[0] == 0 || b.kv != 0 && b.kv != y.kv {
                         return Err("the second source cannot be repeated over the first".into());
                     }
-                    let f = if matches!(op, IrOp::Add) { Binary::Add } else { Binary::Mul };
+                    let f = if matches!(op, IrOp::Add) {
+                        Binary::Add
+                    } else {
+                        Binary::Mul
+                    };
                     vec![Op::Binary { a, b, y, f }]
                 }
-                IrOp::Scale { .. } | IrOp::Silu | IrOp::Gelu | IrOp::Tanh | IrOp::SoftCap { .. } | IrOp::Cont => {
+                IrOp::Scale { .. }
+                | IrOp::Silu
+                | IrOp::Gelu
+                | IrOp::Tanh
+                | IrOp::SoftCap { .. }
+                | IrOp::Cont => {
                     let x = self.view(s, src[0])?;
                     if x.dtype != DType::F32 {
                         return Err("the source must be F32".into());
@@ -348,13 +430,21 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     let g = self.f32_view(s, src[0])?;
                     let u = self.f32_view(s, src[1])?;
                     let y = self.f32_view(s, dst)?;
-                    let f = if matches!(op, IrOp::Swiglu) { Glu::Swiglu } else { Glu::Geglu };
+                    let f = if matches!(op, IrOp::Swiglu) {
+                        Glu::Swiglu
+                    } else {
+                        Glu::Geglu
+                    };
                     vec![Op::Glu { g, u, y, f }]
                 }
                 IrOp::SoftMax { scale } => {
                     let x = self.f32_view(s, src[0])?;
                     let y = self.f32_view(s, dst)?;
-                    vec![Op::SoftMax { x, y, scale: *scale }]
+                    vec![Op::SoftMax {
+                        x,
+                        y,
+                        scale: *scale,
+                    }]
                 }
                 IrOp::Rope(p) => {
                     let ff = self.freq_factors(s, src.get(2).copied())?;
@@ -364,13 +454,27 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     self.check_rope_head(&x, p)?;
                     let pos = self.positions(s, src[1])?;
                     self.needs.tmp_floats = self.needs.tmp_floats.max(x.ne[0]);
-                    vec![Op::RopeKv(RopeKv { n_tokens: x.ne[2], pos, table: Some(table), k: None, q: Some((x, y)), v: None })]
+                    vec![Op::RopeKv(RopeKv {
+                        n_tokens: x.ne[2],
+                        pos,
+                        table: Some(table),
+                        k: None,
+                        q: Some((x, y)),
+                        v: None,
+                    })]
                 }
                 IrOp::KvStore => {
                     let cur = self.f32_view(s, src[1])?;
                     let cache = self.cache_rows(s, dst, cur.ne[0])?;
                     let pos = self.positions(s, src[2])?;
-                    vec![Op::RopeKv(RopeKv { n_tokens: cur.ne[1], pos, table: None, k: None, q: None, v: Some((cur, cache)) })]
+                    vec![Op::RopeKv(RopeKv {
+                        n_tokens: cur.ne[1],
+                        pos,
+                        table: None,
+                        k: None,
+                        q: None,
+                        v: Some((cur, cache)),
+                    })]
                 }
                 IrOp::Attention(p) => vec![self.attention(s, k, *p)?],
                 other => return Err(format!("no CPU kernel for op {}", other.name())),
@@ -390,7 +494,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
 
     fn check_rope_head(&self, x: &View, p: &RopeParams) -> Result<(), String> {
         if (p.n_rot as usize) > x.ne[0] {
-            return Err(format!("rope n_rot = {} exceeds the head size {}", p.n_rot, x.ne[0]));
+            return Err(format!(
+                "rope n_rot = {} exceeds the head size {}",
+                p.n_rot, x.ne[0]
+            ));
         }
         if x.kv != 0 || x.ne[3] != 1 {
             return Err("rope source must be {head, n_head, n_tokens}".into());
@@ -409,15 +516,31 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             return Err("KV cache must be F16 or F32 with contiguous rows".into());
         }
         if v.ne[0] < width || v.ne[1] < self.plan.n_ctx as usize {
-            return Err(format!("KV cache {{{}, {}}} cannot hold rows of {width} at {} positions", v.ne[0], v.ne[1], self.plan.n_ctx));
+            return Err(format!(
+                "KV cache {{{}, {}}} cannot hold rows of {width} at {} positions",
+                v.ne[0], v.ne[1], self.plan.n_ctx
+            ));
         }
-        Ok(CacheRows { ptr: v.ptr, stride: v.nb[1], f16: v.dtype == DType::F16 })
+        Ok(CacheRows {
+            ptr: v.ptr,
+            stride: v.nb[1],
+            f16: v.dtype == DType::F16,
+        })
     }
 
-    fn get_rows(&mut self, s: &Step, table: ValueId, ids: ValueId, dst: ValueId) -> Result<Op, String> {
+    fn get_rows(
+        &mut self,
+        s: &Step,
+        table: ValueId,
+        ids: ValueId,
+        dst: ValueId,
+    ) -> Result<Op, String> {
         let tv = &s.values[table.index()];
         let idv = self.view(s, ids)?;
-        if idv.dtype != DType::I32 || !idv.rows_contiguous() || idv.ne[1] * idv.ne[2] * idv.ne[3] != 1 {
+        if idv.dtype != DType::I32
+            || !idv.rows_contiguous()
+            || idv.ne[1] * idv.ne[2] * idv.ne[3] != 1
+        {
             return Err("ids must be a contiguous I32 vector".into());
         }
         let y = self.f32_view(s, dst)?;
@@ -428,15 +551,26 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         let table = match tv.base {
             Base::Weight(w) => {
                 let t = tv.dtype.ggml_type();
-                if tv.offset != 0 || !tv.is_contiguous() || tv.shape.ne[2] != 1 || tv.shape.ne[3] != 1 {
+                if tv.offset != 0
+                    || !tv.is_contiguous()
+                    || tv.shape.ne[2] != 1
+                    || tv.shape.ne[3] != 1
+                {
                     return Err("the embedding table must be a whole 2-D weight".into());
                 }
                 if ir::ggml::block_format(t).is_none() {
                     return Err(format!("no dequantizer for {}", t.name()));
                 }
                 let data = self.raw(w)?;
-                let row_bytes = t.row_size(ne0 as u64).ok_or("table row is not whole blocks")? as usize;
-                Table::Weight { data: Ptr(data.as_ptr() as *mut u8), t, row_bytes, n_rows: tv.shape.ne[1] as usize }
+                let row_bytes =
+                    t.row_size(ne0 as u64)
+                        .ok_or("table row is not whole blocks")? as usize;
+                Table::Weight {
+                    data: Ptr(data.as_ptr() as *mut u8),
+                    t,
+                    row_bytes,
+                    n_rows: tv.shape.ne[1] as usize,
+                }
             }
             _ => {
                 let v = self.view(s, table)?;
@@ -447,7 +581,13 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             }
         };
         let _ = GgmlType::F32;
-        Ok(Op::GetRows(GetRows { table, ids: idv.ptr, n: idv.ne[0], ne0, dst: y }))
+        Ok(Op::GetRows(GetRows {
+            table,
+            ids: idv.ptr,
+            n: idv.ne[0],
+            ne0,
+            dst: y,
+        }))
     }
 
     fn rope_kv_store(&mut self, s: &Step, _k: &Kernel, r: &RopeKvStoreSpec) -> Result<Op, String> {
@@ -490,17 +630,36 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             None
         };
         self.needs.tmp_floats = self.needs.tmp_floats.max(kx.ne[0]);
-        Ok(Op::RopeKv(RopeKv { n_tokens, pos, table: Some(table), k: Some((kx, kc)), q, v }))
+        Ok(Op::RopeKv(RopeKv {
+            n_tokens,
+            pos,
+            table: Some(table),
+            k: Some((kx, kc)),
+            q,
+            v,
+        }))
     }
 
-    fn attention(&mut self, s: &Step, k: &Kernel, params: ir::graph::AttnParams) -> Result<Op, String> {
+    fn attention(
+        &mut self,
+        s: &Step,
+        k: &Kernel,
+        params: ir::graph::AttnParams,
+    ) -> Result<Op, String> {
         let q = self.f32_view(s, k.srcs[0])?;
         let kc = self.view(s, k.srcs[1])?;
         let vc = self.view(s, k.srcs[2])?;
         let pos = self.positions(s, k.srcs[3])?;
         let out = self.f32_view(s, k.dsts[0])?;
-        if !matches!(kc.dtype, DType::F16 | DType::F32) || kc.dtype != vc.dtype || !kc.rows_contiguous() || !vc.rows_contiguous() {
-            return Err("K and V must be views of F16 or F32 caches of one type with contiguous rows".into());
+        if !matches!(kc.dtype, DType::F16 | DType::F32)
+            || kc.dtype != vc.dtype
+            || !kc.rows_contiguous()
+            || !vc.rows_contiguous()
+        {
+            return Err(
+                "K and V must be views of F16 or F32 caches of one type with contiguous rows"
+                    .into(),
+            );
         }
         let (d_k, n_head, n_tokens) = (q.ne[0], q.ne[1], q.ne[2]);
         let (n_head_kv, d_v) = (kc.ne[1], vc.ne[0]);
@@ -508,19 +667,38 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             return Err("query, key and value head shapes do not fit".into());
         }
         if kc.kv != 1 << 2 || vc.kv != 1 << 2 || kc.ne[2] != vc.ne[2] || q.kv != 0 {
-            return Err("K and V must be {head, n_head_kv, n_kv} with the KV length symbolic".into());
+            return Err(
+                "K and V must be {head, n_head_kv, n_kv} with the KV length symbolic".into(),
+            );
         }
         if out.ne[0] != d_v || out.ne[1] != n_head || out.ne[2] != n_tokens {
             return Err("the result must be {d_v, n_head, n_tokens}".into());
         }
         self.needs.score_floats = self.needs.score_floats.max(kc.ne[2]);
         self.needs.tmp_floats = self.needs.tmp_floats.max(d_k);
-        Ok(Op::Attention(Attention { q, k: kc, v: vc, pos, out, params }))
+        let a = Attention {
+            q,
+            k: kc,
+            v: vc,
+            pos,
+            out,
+            params,
+        };
+        if n_tokens > 1 {
+            self.needs.attn_floats = self.needs.attn_floats.max(a.prefill_floats());
+        }
+        Ok(Op::Attention(a))
     }
 
     /// A fused matmul; `srcs` in [`ir::plan::MulMatSpec`]'s order. Products whose weights
     /// need different input preparations become one op each (epilogue `None` only).
-    fn mul_mat(&mut self, s: &Step, k: &Kernel, spec: &PlanMulMat, srcs: &[ValueId]) -> Result<Vec<Op>, String> {
+    fn mul_mat(
+        &mut self,
+        s: &Step,
+        k: &Kernel,
+        spec: &PlanMulMat,
+        srcs: &[ValueId],
+    ) -> Result<Vec<Op>, String> {
         let x = self.f32_view(s, srcs[0])?;
         if x.ne[2] != 1 || x.ne[3] != 1 || x.kv != 0 {
             return Err("the input must be a 2-D f32 value {K, N}".into());
@@ -544,35 +722,62 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         for i in 0..n_mat {
             let wv = &s.values[srcs[next + i].index()];
             let Base::Weight(wid) = wv.base else {
-                return Err(format!("{}: the first operand of a matrix product must be a weight", wv.name));
+                return Err(format!(
+                    "{}: the first operand of a matrix product must be a weight",
+                    wv.name
+                ));
             };
             if wv.offset != 0 || !wv.is_contiguous() || wv.shape.ne[0] as usize != kk {
-                return Err(format!("{}: must be a whole weight with rows of K = {kk}", wv.name));
+                return Err(format!(
+                    "{}: must be a whole weight with rows of K = {kk}",
+                    wv.name
+                ));
             }
             let t = wv.dtype.ggml_type();
             let m = wv.shape.ne[1] as usize;
             let rw = self.repacked(wid)?;
-            let ms = MatmulSpec { wtype: t, k: kk, m, n };
+            let m_pad = m.next_multiple_of(4);
+            let ms = MatmulSpec {
+                wtype: t,
+                k: kk,
+                m: m_pad,
+                n,
+            };
             ms.validate().map_err(|e| e.to_string())?;
             let spec_i = self.spec(ms);
             preps.push(match QuantFormat::of(t) {
-                Some(f) => Prep::Quant(f),
+                Some(f) => {
+                    let q = FastQuant::new(f);
+                    self.slow_quant |= !q.is_fast();
+                    Prep::Quant(q)
+                }
                 None => match t {
                     GgmlType::F16 => Prep::F16,
                     GgmlType::BF16 => Prep::BF16,
                     _ => Prep::F32,
                 },
             });
-            mats.push(Mat { entry: None, spec: spec_i, weight: rw, m, dst: None });
+            mats.push(Mat {
+                entry: None,
+                spec: spec_i,
+                weight: rw,
+                m,
+                m_pad,
+                dst: None,
+                scratch: 0,
+            });
         }
         let epi_src = next + n_mat;
-        let out = |v: View| Out { ptr: v.ptr, stride: v.nb[1] };
+        let out = |v: View| Out {
+            ptr: v.ptr,
+            stride: v.nb[1],
+        };
         let epi = match spec.epilogue {
             Epilogue::None => {
                 for (i, mat) in mats.iter_mut().enumerate() {
                     let y = self.f32_view(s, k.dsts[i])?;
-                    if y.ne[0] != mat.m || y.ne[1] != n || y.nb[1] != 4 * mat.m || y.ne[2] * y.ne[3] != 1 {
-                        return Err(format!("result {i} must be a dense {{{}, {n}}} value", mat.m));
+                    if y.ne[0] != mat.m || y.ne[1] != n || y.ne[2] * y.ne[3] != 1 {
+                        return Err(format!("result {i} must be a {{{}, {n}}} value", mat.m));
                     }
                     mat.dst = Some(out(y));
                 }
@@ -582,7 +787,11 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 let r = self.f32_view(s, srcs[epi_src])?;
                 let y = self.f32_view(s, k.dsts[0])?;
                 let m = mats[0].m;
-                if r.ne[0] != m || (r.ne[1] != 1 && r.ne[1] != n) || r.ne[2] * r.ne[3] != 1 || r.kv != 0 {
+                if r.ne[0] != m
+                    || (r.ne[1] != 1 && r.ne[1] != n)
+                    || r.ne[2] * r.ne[3] != 1
+                    || r.kv != 0
+                {
                     return Err("the added value must be {M} or {M, N}".into());
                 }
                 if y.ne[0] != m || y.ne[1] != n || y.ne[2] * y.ne[3] != 1 {
@@ -596,14 +805,24 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 if mats[1].m != m || y.ne[0] != m || y.ne[1] != n || y.ne[2] * y.ne[3] != 1 {
                     return Err("gate, up and result must all have M rows and N tokens".into());
                 }
-                let f = if spec.epilogue == Epilogue::Swiglu { Glu::Swiglu } else { Glu::Geglu };
+                let f = if spec.epilogue == Epilogue::Swiglu {
+                    Glu::Swiglu
+                } else {
+                    Glu::Geglu
+                };
                 Epi::Glu { f, dst: out(y) }
             }
         };
         // One op per distinct input preparation.
-        let same = |a: &Prep, b: &Prep| std::mem::discriminant(a) == std::mem::discriminant(b) && match (a, b) {
-            (Prep::Quant(x), Prep::Quant(y)) => x.act == y.act && x.zero_point == y.zero_point,
-            _ => true,
+        let same = |a: &Prep, b: &Prep| {
+            std::mem::discriminant(a) == std::mem::discriminant(b)
+                && match (a, b) {
+                    (Prep::Quant(x), Prep::Quant(y)) => {
+                        x.format().act == y.format().act
+                            && x.format().zero_point == y.format().zero_point
+                    }
+                    _ => true,
+                }
         };
         if preps.iter().any(|p| !same(p, &preps[0])) {
             if !matches!(epi, Epi::None) {
@@ -620,7 +839,16 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn mul_mat_op(&mut self, x: View, k: usize, n: usize, norm: Option<(f32, Ptr)>, prep: Prep, mats: Vec<Mat>, epi: Epi) -> Op {
+    fn mul_mat_op(
+        &mut self,
+        x: View,
+        k: usize,
+        n: usize,
+        norm: Option<(f32, Ptr)>,
+        prep: Prep,
+        mut mats: Vec<Mat>,
+        epi: Epi,
+    ) -> Op {
         let arb = match prep {
             Prep::Quant(_) => act_row_bytes(k),
             _ => 4 * k,
@@ -633,10 +861,36 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             self.needs.act_private_bytes = self.needs.act_private_bytes.max(bytes);
         }
         self.needs.tmp_floats = self.needs.tmp_floats.max(k);
-        if !matches!(epi, Epi::None) {
-            let e = mats.iter().map(|m| m.m).sum::<usize>() * n * 4;
-            self.needs.epi_bytes = self.needs.epi_bytes.max(e);
+        // Scratch for the products that do not go straight to their result.
+        let mut e = 0;
+        for m in &mut mats {
+            let direct = matches!(epi, Epi::None)
+                && m.m == m.m_pad
+                && m.dst.is_some_and(|d| d.stride == 4 * m.m);
+            if !direct {
+                m.scratch = e;
+                e += 4 * m.m_pad * n;
+            }
         }
-        Op::MulMat(Box::new(MulMat { k, n, x, norm, prep, act_row_bytes: arb, split_prep, mats, epi }))
+        self.needs.epi_bytes = self.needs.epi_bytes.max(e);
+        let epilogue = !matches!(epi, Epi::None);
+        let total = if epilogue {
+            mats[0].m_pad / 4
+        } else {
+            mats.iter().map(|m| m.m_pad / 4).sum()
+        };
+        let chunk_groups = chunk_groups(total, n, self.n_threads, epilogue);
+        Op::MulMat(Box::new(MulMat {
+            k,
+            n,
+            x,
+            norm,
+            prep,
+            act_row_bytes: arb,
+            split_prep,
+            mats,
+            epi,
+            chunk_groups,
+        }))
     }
 }

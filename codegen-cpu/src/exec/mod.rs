@@ -14,19 +14,20 @@
 //!    AVX2 paths, chosen at run time.
 //!
 //! Running ([`CompiledPlan::step`]): the caller's token ids, positions and output rows are
-//! checked and written into the arena; one job on the [`ThreadPool`] runs every op on every
-//! thread (each thread computes its share: row groups of a matmul, tokens, heads, rows) with a
-//! spin [`barrier::Barrier`] after each op; the logits are a slice of the arena. Nothing is
-//! allocated while a step runs.
+//! checked and written into the arena; one job on the [`ThreadPool`] runs the ops in order on
+//! every thread, each op phase cut into chunks (row groups of a matmul, tokens, heads, rows)
+//! that the threads take from a shared counter ([`sync`]); the logits are a slice of the
+//! arena. Nothing is allocated while a step runs.
 //!
 //! Numerics follow llama.cpp's CPU backend: activations are converted to the weight type's
 //! `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0), attention rounds
 //! Q and the probabilities to f16 with an F16 cache, norms sum in f64. See each kernel's doc.
 
-mod barrier;
 mod lower;
 mod mul_mat;
 mod ops;
+mod quantize;
+mod sync;
 mod view;
 
 use std::marker::PhantomData;
@@ -43,10 +44,10 @@ use crate::jit::{CodegenError, Jit, JitCode};
 use crate::layout::AlignedBuf;
 use crate::matmul::define_matmul;
 use crate::pool::ThreadPool;
-use barrier::Barrier;
 use lower::{Lowerer, WeightStore};
 use mul_mat::KernelFn;
 use ops::{Ctx, Op, Scratch};
+use sync::StepSync;
 use view::{Ptr, View};
 
 /// What can go wrong loading or running a plan.
@@ -122,6 +123,9 @@ pub struct LoadStats {
     pub kv_bytes: usize,
     /// Scratch bytes (all threads).
     pub scratch_bytes: usize,
+    /// Whether every activation quantizer uses the vectorized path (else some fell back to
+    /// the scalar reference because this host lacks AVX2 or the check against it failed).
+    pub fast_act_quant: bool,
 }
 
 /// Time spent in one kind of kernel ([`ir::plan::KernelOp::name`]) while profiling.
@@ -129,7 +133,7 @@ pub struct LoadStats {
 pub struct KernelTime {
     /// The kernel kind (`rms_norm+mul+mul_mat×3`, `attention`, ...).
     pub kind: String,
-    /// Kernels of this kind run.
+    /// Runs of kernels of this kind.
     pub calls: u64,
     /// Wall seconds from the start of each kernel to the barrier after it (thread 0's view).
     pub seconds: f64,
@@ -144,6 +148,12 @@ struct StepExec {
     kinds: Vec<usize>,
     /// Nanoseconds per op, accumulated while profiling.
     times: Vec<AtomicU64>,
+    /// Runs of each op while profiling.
+    counts: Vec<AtomicU64>,
+    /// Index of each op's first phase in `sync`.
+    phase_base: Vec<usize>,
+    /// Chunk counters of every op phase.
+    sync: StepSync,
     tokens: Option<View>,
     positions: Option<View>,
     output_ids: Option<View>,
@@ -163,12 +173,15 @@ pub struct CompiledPlan<'w> {
     // Owners of the memory the ops point into.
     _arena: AlignedBuf,
     kv: AlignedBuf,
+    /// Byte offset and row size of each KV cache.
+    kv_rows: Vec<(usize, usize)>,
+    /// Rows (positions) of the caches a step may have written since the last clear.
+    kv_used: usize,
     _scratch_bufs: Vec<AlignedBuf>,
     _store: WeightStore<'w>,
     _code: Option<Arc<JitCode>>,
     scratch: Scratch,
     pool: ThreadPool,
-    barrier: Barrier,
     error: AtomicBool,
     profiling: bool,
     last_step: Option<usize>,
@@ -192,32 +205,57 @@ impl<'w> CompiledPlan<'w> {
     /// shape than the plan says, operand layouts the kernels do not take);
     /// [`ExecError::Codegen`] if Cranelift fails; [`ExecError::Threads`] if threads cannot be
     /// spawned.
-    pub fn new(plan: &Plan, weights: &'w dyn WeightSource, n_threads: usize) -> Result<CompiledPlan<'w>, ExecError> {
+    pub fn new(
+        plan: &Plan,
+        weights: &'w dyn WeightSource,
+        n_threads: usize,
+    ) -> Result<CompiledPlan<'w>, ExecError> {
         let t_load = Instant::now();
         let n_threads = n_threads.max(1);
         plan.verify().map_err(|e| ExecError::Plan(e.to_string()))?;
         if let Some(s) = plan.steps.iter().find(|s| !s.is_planned()) {
-            return Err(ExecError::Plan(format!("step n_tokens={} is not memory-planned", s.n_tokens)));
+            return Err(ExecError::Plan(format!(
+                "step n_tokens={} is not memory-planned",
+                s.n_tokens
+            )));
         }
         if plan.steps.is_empty() {
             return Err(ExecError::Plan("the plan has no steps".into()));
         }
         let too_big = |what: &str| ExecError::Plan(format!("{what} does not fit in memory"));
-        let arena_bytes = usize::try_from(plan.arena_bytes()).map_err(|_| too_big("the arena"))?.max(64);
+        let arena_bytes = usize::try_from(plan.arena_bytes())
+            .map_err(|_| too_big("the arena"))?
+            .max(64);
         let mut arena = AlignedBuf::zeroed(arena_bytes);
         let mut kv_ranges = Vec::with_capacity(plan.kv.len());
+        let mut kv_rows = Vec::with_capacity(plan.kv.len());
         let mut kv_total = 0usize;
         for c in &plan.kv {
-            let b = c.bytes().and_then(|b| usize::try_from(b).ok()).ok_or_else(|| too_big(&c.name))?;
+            let b = c
+                .bytes()
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| too_big(&c.name))?;
+            let row = c.dtype.row_size(c.shape.ne[0]).unwrap_or(0) as usize;
+            kv_rows.push((kv_total, row));
             kv_ranges.push((kv_total, b));
-            kv_total = kv_total.checked_add(b.next_multiple_of(64)).ok_or_else(|| too_big("the KV caches"))?;
+            kv_total = kv_total
+                .checked_add(b.next_multiple_of(64))
+                .ok_or_else(|| too_big("the KV caches"))?;
         }
         let mut kv = AlignedBuf::zeroed(kv_total.max(64));
         let arena_ptr = Ptr(arena.as_mut_slice().as_mut_ptr());
         let kv_ptr = Ptr(kv.as_mut_slice().as_mut_ptr());
 
         let mut store = WeightStore::new(weights);
-        let mut low = Lowerer::new(plan, &mut store, arena_ptr, arena_bytes, kv_ptr, kv_ranges, n_threads);
+        let mut low = Lowerer::new(
+            plan,
+            &mut store,
+            arena_ptr,
+            arena_bytes,
+            kv_ptr,
+            kv_ranges,
+            n_threads,
+        );
         let mut kinds: Vec<String> = Vec::new();
         let mut steps = Vec::with_capacity(plan.steps.len());
         for s in &plan.steps {
@@ -237,7 +275,8 @@ impl<'w> CompiledPlan<'w> {
                     op_kinds.push(kind);
                 }
             }
-            let plan_err = |m: String| ExecError::Plan(format!("step n_tokens={}: {m}", s.n_tokens));
+            let plan_err =
+                |m: String| ExecError::Plan(format!("step n_tokens={}: {m}", s.n_tokens));
             let mut input = |kind: Input| -> Result<Option<View>, ExecError> {
                 match s.input(&kind) {
                     Some(id) => Ok(Some(low_view(&mut low, s, id).map_err(plan_err)?)),
@@ -257,7 +296,10 @@ impl<'w> CompiledPlan<'w> {
                 if i.kind == Input::Data {
                     let v = low_view(&mut low, s, i.value).map_err(plan_err)?;
                     if v.dtype != DType::F32 || !is_dense(&v) {
-                        return Err(plan_err(format!("data input {} must be dense F32", s.values[i.value.index()].name)));
+                        return Err(plan_err(format!(
+                            "data input {} must be dense F32",
+                            s.values[i.value.index()].name
+                        )));
                     }
                     data.push((s.values[i.value.index()].name.clone(), v));
                 }
@@ -266,18 +308,30 @@ impl<'w> CompiledPlan<'w> {
             for o in &s.outputs {
                 outputs.push(low_view(&mut low, s, *o).map_err(plan_err)?);
             }
-            let first = outputs.first().ok_or_else(|| plan_err("no outputs".into()))?;
+            let first = outputs
+                .first()
+                .ok_or_else(|| plan_err("no outputs".into()))?;
             if first.dtype != DType::F32 || !is_dense(first) || first.kv != 0 {
                 return Err(plan_err("the logits must be a dense F32 value".into()));
             }
             let logits = (first.ptr, first.ne.iter().product());
             let times = (0..ops.len()).map(|_| AtomicU64::new(0)).collect();
+            let counts = (0..ops.len()).map(|_| AtomicU64::new(0)).collect();
+            let mut phase_base = Vec::with_capacity(ops.len());
+            let mut n_phases = 0;
+            for op in &ops {
+                phase_base.push(n_phases);
+                n_phases += op.phases();
+            }
             steps.push(StepExec {
                 n_tokens: s.n_tokens,
                 n_outputs: s.n_outputs,
                 ops,
                 kinds: op_kinds,
                 times,
+                counts,
+                phase_base,
+                sync: StepSync::new(n_phases),
                 tokens,
                 positions,
                 output_ids,
@@ -287,6 +341,7 @@ impl<'w> CompiledPlan<'w> {
             });
         }
         let needs = low.needs;
+        let fast_act_quant = !low.slow_quant;
         let specs = std::mem::take(&mut low.specs);
         drop(low);
 
@@ -332,10 +387,13 @@ impl<'w> CompiledPlan<'w> {
             bufs.push(b);
             p
         };
-        let per_thread = |alloc: &mut dyn FnMut(usize) -> Ptr, bytes: usize| (0..n_threads).map(|_| alloc(bytes)).collect::<Vec<_>>();
+        let per_thread = |alloc: &mut dyn FnMut(usize) -> Ptr, bytes: usize| {
+            (0..n_threads).map(|_| alloc(bytes)).collect::<Vec<_>>()
+        };
         let scratch = Scratch {
             tmp: per_thread(&mut alloc, 4 * needs.tmp_floats),
             scores: per_thread(&mut alloc, 4 * needs.score_floats),
+            attn: per_thread(&mut alloc, 4 * needs.attn_floats),
             act_private: per_thread(&mut alloc, needs.act_private_bytes),
             act_shared: alloc(needs.act_shared_bytes),
             epi: alloc(needs.epi_bytes),
@@ -352,6 +410,7 @@ impl<'w> CompiledPlan<'w> {
             arena_bytes,
             kv_bytes: kv_total,
             scratch_bytes,
+            fast_act_quant,
         };
         Ok(CompiledPlan {
             steps,
@@ -359,12 +418,13 @@ impl<'w> CompiledPlan<'w> {
             n_ctx: plan.n_ctx as usize,
             _arena: arena,
             kv,
+            kv_rows,
+            kv_used: 0,
             _scratch_bufs: bufs,
             _store: store,
             _code: code,
             scratch,
             pool,
-            barrier: Barrier::new(n_threads),
             error: AtomicBool::new(false),
             profiling: false,
             last_step: None,
@@ -385,7 +445,10 @@ impl<'w> CompiledPlan<'w> {
 
     /// The compiled steps as `(n_tokens, n_outputs)`, in the plan's order.
     pub fn steps(&self) -> Vec<(u32, u32)> {
-        self.steps.iter().map(|s| (s.n_tokens, s.n_outputs)).collect()
+        self.steps
+            .iter()
+            .map(|s| (s.n_tokens, s.n_outputs))
+            .collect()
     }
 
     /// What loading cost (compile and repack time) and holds.
@@ -393,9 +456,16 @@ impl<'w> CompiledPlan<'w> {
         &self.stats
     }
 
-    /// Sets every KV cache cell to zero.
+    /// Sets every KV cache cell to zero (only the rows steps may have written since the last
+    /// clear are touched, so untouched cache pages are never made resident).
     pub fn clear_kv(&mut self) {
-        self.kv.as_mut_slice().fill(0);
+        let used = self.kv_used;
+        let kv = self.kv.as_mut_slice();
+        for &(off, row) in &self.kv_rows {
+            let end = (off + used * row).min(kv.len());
+            kv[off..end].fill(0);
+        }
+        self.kv_used = 0;
     }
 
     /// Turns per-kernel timing on or off (off by default; on, thread 0 reads the clock
@@ -417,12 +487,9 @@ impl<'w> CompiledPlan<'w> {
             .collect();
         for s in &self.steps {
             for (i, t) in s.times.iter().enumerate() {
-                let ns = t.load(Ordering::Relaxed);
-                if ns > 0 {
-                    let e = &mut out[s.kinds[i]];
-                    e.seconds += ns as f64 * 1e-9;
-                    e.calls += 1;
-                }
+                let e = &mut out[s.kinds[i]];
+                e.seconds += t.load(Ordering::Relaxed) as f64 * 1e-9;
+                e.calls += s.counts[i].load(Ordering::Relaxed);
             }
         }
         out.retain(|k| k.calls > 0);
@@ -433,7 +500,7 @@ impl<'w> CompiledPlan<'w> {
     /// Forgets the accumulated profile.
     pub fn reset_profile(&mut self) {
         for s in &self.steps {
-            for t in &s.times {
+            for t in s.times.iter().chain(&s.counts) {
                 t.store(0, Ordering::Relaxed);
             }
         }
@@ -448,13 +515,24 @@ impl<'w> CompiledPlan<'w> {
     /// position is outside `0..n_ctx`, `kv_len` is outside `1..=n_ctx` or below a position,
     /// an output row is outside the ubatch, or a data input is missing;
     /// [`ExecError::Run`] when a kernel fails (a token id outside the embedding table).
-    pub fn step(&mut self, n_tokens: u32, n_outputs: u32, args: &StepArgs<'_>) -> Result<&[f32], ExecError> {
+    pub fn step(
+        &mut self,
+        n_tokens: u32,
+        n_outputs: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
         let si = self
             .steps
             .iter()
             .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_outputs)
-            .ok_or_else(|| ExecError::Input(format!("no step for {n_tokens} tokens and {n_outputs} outputs")))?;
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "no step for {n_tokens} tokens and {n_outputs} outputs"
+                ))
+            })?;
         self.write_inputs(si, args)?;
+        // Positions are below kv_len, so no row at or past it is written.
+        self.kv_used = self.kv_used.max(args.kv_len);
         self.run(si, args.kv_len)?;
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
@@ -486,15 +564,29 @@ impl<'w> CompiledPlan<'w> {
         let s = &self.steps[si];
         let n_ctx = self.n_ctx;
         if a.kv_len == 0 || a.kv_len > n_ctx {
-            return Err(ExecError::Input(format!("kv_len {} is outside 1..={n_ctx}", a.kv_len)));
+            return Err(ExecError::Input(format!(
+                "kv_len {} is outside 1..={n_ctx}",
+                a.kv_len
+            )));
         }
-        let ints = |what: &str, v: &Option<View>, vals: &[i32], lo: i64, hi: i64| -> Result<(), ExecError> {
+        let ints = |what: &str,
+                    v: &Option<View>,
+                    vals: &[i32],
+                    lo: i64,
+                    hi: i64|
+         -> Result<(), ExecError> {
             let Some(v) = v else { return Ok(()) };
             if vals.len() != v.ne[0] {
-                return Err(ExecError::Input(format!("{what}: the step takes {}, got {}", v.ne[0], vals.len())));
+                return Err(ExecError::Input(format!(
+                    "{what}: the step takes {}, got {}",
+                    v.ne[0],
+                    vals.len()
+                )));
             }
             if let Some(bad) = vals.iter().find(|&&x| (x as i64) < lo || (x as i64) >= hi) {
-                return Err(ExecError::Input(format!("{what}: {bad} is outside {lo}..{hi}")));
+                return Err(ExecError::Input(format!(
+                    "{what}: {bad} is outside {lo}..{hi}"
+                )));
             }
             for (i, x) in vals.iter().enumerate() {
                 // SAFETY: the input value is `ne[0]` contiguous I32 in the arena.
@@ -504,7 +596,13 @@ impl<'w> CompiledPlan<'w> {
         };
         ints("token ids", &s.tokens, a.tokens, 0, i32::MAX as i64)?;
         ints("positions", &s.positions, a.positions, 0, a.kv_len as i64)?;
-        ints("output rows", &s.output_ids, a.output_ids, 0, s.n_tokens as i64)?;
+        ints(
+            "output rows",
+            &s.output_ids,
+            a.output_ids,
+            0,
+            s.n_tokens as i64,
+        )?;
         for (name, v) in &s.data {
             let vals = a
                 .data
@@ -514,7 +612,10 @@ impl<'w> CompiledPlan<'w> {
                 .ok_or_else(|| ExecError::Input(format!("data input {name} not given")))?;
             let n: usize = v.ne.iter().product();
             if vals.len() != n {
-                return Err(ExecError::Input(format!("data input {name}: {n} values expected, got {}", vals.len())));
+                return Err(ExecError::Input(format!(
+                    "data input {name}: {n} values expected, got {}",
+                    vals.len()
+                )));
             }
             // SAFETY: a dense F32 value of `n` elements in the arena (checked at lowering).
             unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), v.ptr.0 as *mut f32, n) };
@@ -524,42 +625,61 @@ impl<'w> CompiledPlan<'w> {
 
     fn run(&mut self, si: usize, kv_len: usize) -> Result<(), ExecError> {
         let st = &self.steps[si];
-        let barrier = &self.barrier;
+        let sync = &st.sync;
         let scratch = &self.scratch;
         let error = &self.error;
         let profiling = self.profiling;
-        barrier.reset();
+        sync.reset();
         error.store(false, Ordering::Relaxed);
         let failed = AtomicBool::new(false);
-        self.pool.run(&|ti, nt| {
+        self.pool.run(&|ti, _| {
             let cx = Ctx {
                 ti,
-                nt,
                 kv_len,
-                barrier,
                 scratch,
                 error,
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
                 for (i, op) in st.ops.iter().enumerate() {
                     let t0 = (profiling && ti == 0).then(Instant::now);
-                    // SAFETY: the ops were lowered against this plan's buffers, the inputs
-                    // were checked by `write_inputs`, and every thread runs every op.
-                    unsafe { op.run(&cx) };
-                    if !barrier.wait() {
-                        return;
+                    for ph in 0..op.phases() {
+                        let id = st.phase_base[i] + ph;
+                        let n = op.n_chunks(ph, kv_len);
+                        let mut started = false;
+                        loop {
+                            let c = sync.grab(id);
+                            if c >= n {
+                                break;
+                            }
+                            // SAFETY: the ops were lowered against this plan's buffers, the
+                            // inputs were checked by `write_inputs`, every chunk of the
+                            // previous phases is done (waited below), and `grab` hands each
+                            // chunk to one thread.
+                            unsafe {
+                                if !started {
+                                    op.thread_init(ph, &cx);
+                                    started = true;
+                                }
+                                op.run_chunk(ph, c, &cx);
+                            }
+                            sync.finish(id);
+                        }
+                        if !sync.wait(id, n) {
+                            return;
+                        }
                     }
                     if let Some(t0) = t0 {
                         st.times[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        st.counts[i].fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }));
             if r.is_err() {
                 failed.store(true, Ordering::Relaxed);
-                barrier.poison();
+                sync.poison();
             }
         });
-        if failed.load(Ordering::Relaxed) || barrier.is_poisoned() {
+        if failed.load(Ordering::Relaxed) || sync.is_poisoned() {
             return Err(ExecError::Run {
                 n_tokens: st.n_tokens,
                 msg: "a kernel panicked".into(),
@@ -575,7 +695,11 @@ impl<'w> CompiledPlan<'w> {
     }
 }
 
-fn low_view(low: &mut Lowerer<'_, '_, '_>, s: &ir::plan::Step, id: ir::plan::ValueId) -> Result<View, String> {
+fn low_view(
+    low: &mut Lowerer<'_, '_, '_>,
+    s: &ir::plan::Step,
+    id: ir::plan::ValueId,
+) -> Result<View, String> {
     low.view(s, id)
 }
 

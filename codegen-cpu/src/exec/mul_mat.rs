@@ -2,44 +2,54 @@
 //! `rms_norm × weight` prologue, `n_mat` products sharing one input, and an epilogue
 //! (residual / bias add, SwiGLU / GeGLU).
 //!
-//! Two phases per call:
+//! Two steps per call:
 //!
 //! 1. **prepare**: each input row is normalized (prologue) and converted to the weight type's
 //!    `vec_dot_type` ([`crate::actq`]: Q8_1 for Q4_1, Q8_0 for Q4_0 / Q8_0; f16 / bf16
 //!    rounding for F16 / BF16 weights) — what ggml does before every quantized product. With
-//!    many tokens the rows are split over the threads and a barrier follows; with few tokens
-//!    every thread prepares all of them into its own buffer (cheaper than a barrier).
-//! 2. **products**: the 4-row groups of all weights are split over the threads; each thread
-//!    calls the generated kernel ([`crate::kernels`]) on its groups. With an epilogue, a
-//!    thread computes its rows in chunks into scratch and applies the epilogue to the chunk
-//!    while it is in cache (so a residual may be overwritten in place).
+//!    many tokens this is a phase of its own whose chunks are blocks of tokens; with few
+//!    tokens every thread prepares all of them into its own buffer before its first product
+//!    chunk (cheaper than waiting for each other).
+//! 2. **products**: chunks are runs of 4-row groups (of all weights together); a chunk calls
+//!    the generated kernel ([`crate::kernels`]) on its groups. With an epilogue, a chunk's
+//!    products go to scratch and the epilogue is applied to them while they are in cache
+//!    (so a residual may be overwritten in place).
 //!
-//! The last group of a weight whose row count is not a multiple of 4 is computed by a scalar
-//! loop ([`MulMat::tail_dot`]) from the dequantized row.
+//! A weight whose row count `M` is not a multiple of 4 gets a kernel generated for `M`
+//! rounded up (the repacked weight's last group is padded with zero rows); its products go
+//! to scratch and the real rows are copied out.
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
 use super::ops::Ctx;
-use super::view::{split, Ptr, View};
-use crate::actq::{quantize_act, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
-use crate::formats::{QuantFormat, GROUP_ROWS, QK};
+use super::quantize::FastQuant;
+use super::view::{Ptr, View};
+use crate::formats::GROUP_ROWS;
 use crate::kernels::elementwise::{binary, glu, Binary, Glu};
 use crate::kernels::norm::rms_norm_row;
-use crate::layout::{dequantize_row, RepackedWeight};
+use crate::layout::RepackedWeight;
 
 /// A generated matmul kernel's entry (see [`crate::kernels`]): `(w, act, out, g_begin, g_end)`.
 pub(crate) type KernelFn = unsafe extern "sysv64" fn(*const u8, *const u8, *mut f32, i64, i64);
 
-/// Groups of 4 rows computed between two epilogue applications.
-const CHUNK_GROUPS: usize = 16;
+/// Most products (rows × tokens) of a chunk with an epilogue: 64 KiB of f32 per weight, so a
+/// chunk's products are still in cache when the epilogue reads them.
+const CHUNK_VALUES: usize = 16384;
+
+/// Chunks per thread a product phase aims at (enough for a preempted thread's share to be
+/// picked up by the others).
+const CHUNKS_PER_THREAD: usize = 8;
+
+/// Tokens per chunk of a prepare phase.
+const PREP_TOKENS: usize = 4;
 
 /// How input rows are prepared for the products.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Prep {
     /// Quantized to the 8-bit companion format of the weight.
-    Quant(QuantFormat),
+    Quant(FastQuant),
     /// Kept as f32 (F32 weights).
     F32,
     /// Rounded through f16 (F16 weights: ggml converts the activations to F16).
@@ -66,8 +76,21 @@ pub(crate) struct Mat {
     pub weight: Arc<RepackedWeight>,
     /// Rows (`M`).
     pub m: usize,
-    /// The result, written directly by the kernel (epilogue `None`; `stride == 4·M`).
+    /// `M` rounded up to a multiple of 4: the kernel's row count and output row stride.
+    pub m_pad: usize,
+    /// Epilogue `None`: the result `{M, N}`. Written directly by the kernel when
+    /// `stride == 4·M` and `M == m_pad`, else through scratch at [`Mat::scratch`].
     pub dst: Option<Out>,
+    /// Byte offset of this weight's products in the epilogue scratch.
+    pub scratch: usize,
+}
+
+impl Mat {
+    /// Whether the kernel writes the result in place.
+    fn direct(&self) -> Option<Out> {
+        self.dst
+            .filter(|d| self.m == self.m_pad && d.stride == 4 * self.m)
+    }
 }
 
 /// What follows the products.
@@ -95,25 +118,54 @@ pub(crate) struct MulMat {
     pub prep: Prep,
     /// Bytes of one prepared input row.
     pub act_row_bytes: usize,
-    /// Whether preparation is split over threads (shared buffer + barrier).
+    /// Whether preparation is a phase of its own (shared buffer) rather than done by each
+    /// thread into its own buffer.
     pub split_prep: bool,
     pub mats: Vec<Mat>,
     pub epi: Epi,
+    /// Groups of 4 rows per product chunk (even, so paired-group kernels are not split).
+    pub chunk_groups: usize,
+}
+
+/// Groups per product chunk for `total` groups of `n` tokens on `n_threads` threads.
+pub(crate) fn chunk_groups(total: usize, n: usize, n_threads: usize, epilogue: bool) -> usize {
+    let mut g = total.div_ceil(CHUNKS_PER_THREAD * n_threads);
+    if epilogue {
+        g = g.min(CHUNK_VALUES / (GROUP_ROWS * n.max(1)));
+    }
+    g.max(2).next_multiple_of(2)
 }
 
 impl MulMat {
-    /// Runs this thread's part (module doc).
-    ///
-    /// # Safety
-    /// See [`super::ops::Op::run`].
-    pub unsafe fn run(&self, cx: &Ctx<'_>) {
-        let act = if self.split_prep {
-            cx.scratch.act_shared
+    /// 2 when preparation is a phase of its own, else 1.
+    pub fn phases(&self) -> usize {
+        1 + self.split_prep as usize
+    }
+
+    /// Groups of the product phase.
+    fn total_groups(&self) -> usize {
+        match self.epi {
+            Epi::None => self.mats.iter().map(|m| m.m_pad / GROUP_ROWS).sum(),
+            _ => self.mats[0].m_pad / GROUP_ROWS,
+        }
+    }
+
+    fn is_prep(&self, ph: usize) -> bool {
+        self.split_prep && ph == 0
+    }
+
+    /// Chunks of phase `ph`.
+    pub fn n_chunks(&self, ph: usize) -> usize {
+        if self.is_prep(ph) {
+            self.n.div_ceil(PREP_TOKENS)
         } else {
-            cx.scratch.act_private[cx.ti]
-        };
+            self.total_groups().div_ceil(self.chunk_groups)
+        }
+    }
+
+    /// Prepares tokens `t0..t1` into `act`.
+    unsafe fn prepare(&self, act: Ptr, t0: usize, t1: usize, cx: &Ctx<'_>) {
         let tmp = cx.scratch.tmp[cx.ti].0 as *mut f32;
-        let (t0, t1) = if self.split_prep { split(self.n, cx.ti, cx.nt) } else { (0, self.n) };
         for t in t0..t1 {
             let xr = self.x.at(t, 0, 0) as *const f32;
             let src = match self.norm {
@@ -125,123 +177,119 @@ impl MulMat {
             };
             self.prep_row(src, act.add(t * self.act_row_bytes));
         }
-        if self.split_prep && !cx.barrier.wait() {
+    }
+
+    /// Before a thread's first product chunk: its own prepared input (unsplit preparation).
+    ///
+    /// # Safety
+    /// See [`super::ops::Op::run_chunk`].
+    pub unsafe fn thread_init(&self, ph: usize, cx: &Ctx<'_>) {
+        if !self.split_prep && ph == 0 {
+            self.prepare(cx.scratch.act_private[cx.ti], 0, self.n, cx);
+        }
+    }
+
+    /// Runs chunk `c` of phase `ph` (module doc).
+    ///
+    /// # Safety
+    /// See [`super::ops::Op::run_chunk`].
+    pub unsafe fn run_chunk(&self, ph: usize, c: usize, cx: &Ctx<'_>) {
+        if self.is_prep(ph) {
+            let t0 = c * PREP_TOKENS;
+            self.prepare(cx.scratch.act_shared, t0, (t0 + PREP_TOKENS).min(self.n), cx);
             return;
         }
+        let act = if self.split_prep {
+            cx.scratch.act_shared
+        } else {
+            cx.scratch.act_private[cx.ti]
+        };
         let act = act.0 as *const u8;
+        let g0 = c * self.chunk_groups;
+        let g1 = (g0 + self.chunk_groups).min(self.total_groups());
         match &self.epi {
             Epi::None => {
-                let total: usize = self.mats.iter().map(|m| m.m.div_ceil(GROUP_ROWS)).sum();
-                let (g0, g1) = split(total, cx.ti, cx.nt);
                 let mut base = 0;
                 for mat in &self.mats {
-                    let gm = mat.m.div_ceil(GROUP_ROWS);
+                    let gm = mat.m_pad / GROUP_ROWS;
                     let lo = g0.max(base) - base;
                     let hi = g1.min(base + gm).saturating_sub(base);
-                    if let (true, Some(dst)) = (lo < hi, mat.dst) {
-                        self.products(mat, act, dst.ptr.0 as *mut f32, lo, hi, tmp);
+                    if lo < hi {
+                        match (mat.direct(), mat.dst) {
+                            (Some(d), _) => self.products(mat, act, d.ptr.0 as *mut f32, lo, hi),
+                            (None, Some(d)) => {
+                                let s = cx.scratch.epi.f32_at(mat.scratch);
+                                self.products(mat, act, s, lo, hi);
+                                let (r0, r1) = (lo * GROUP_ROWS, (hi * GROUP_ROWS).min(mat.m));
+                                for t in 0..self.n {
+                                    std::ptr::copy_nonoverlapping(
+                                        s.add(t * mat.m_pad + r0),
+                                        d.ptr.f32_at(t * d.stride + 4 * r0),
+                                        r1.saturating_sub(r0),
+                                    );
+                                }
+                            }
+                            (None, None) => {}
+                        }
                     }
                     base += gm;
                 }
             }
-            Epi::Add { .. } | Epi::Glu { .. } => self.with_epilogue(cx, act, tmp),
+            Epi::Add { .. } | Epi::Glu { .. } => self.with_epilogue(cx, act, g0, g1),
         }
     }
 
-    /// Products into scratch, chunk by chunk, each chunk followed by the epilogue.
-    unsafe fn with_epilogue(&self, cx: &Ctx<'_>, act: *const u8, tmp: *mut f32) {
+    /// Products of groups `g0..g1` into scratch, then the epilogue for their rows.
+    unsafe fn with_epilogue(&self, cx: &Ctx<'_>, act: *const u8, g: usize, ge: usize) {
         let m = self.mats[0].m;
+        let mp = self.mats[0].m_pad;
         let n = self.n;
-        let (g0, g1) = split(m.div_ceil(GROUP_ROWS), cx.ti, cx.nt);
         let epi = cx.scratch.epi;
-        let mut g = g0;
-        while g < g1 {
-            let ge = (g + CHUNK_GROUPS).min(g1);
-            for (i, mat) in self.mats.iter().enumerate() {
-                self.products(mat, act, epi.f32_at(4 * i * m * n), g, ge, tmp);
-            }
-            let (r0, r1) = (g * GROUP_ROWS, (ge * GROUP_ROWS).min(m));
-            for t in 0..n {
-                let s0 = epi.f32_at(4 * (t * m + r0)) as *const f32;
-                match &self.epi {
-                    Epi::Add { r, dst } => {
-                        let rr = r.at(t % r.ne[1], 0, 0) as *const f32;
-                        let d = dst.ptr.f32_at(t * dst.stride + 4 * r0);
-                        binary(Binary::Add, s0, rr.add(r0), r1 - r0, d, r1 - r0);
-                    }
-                    Epi::Glu { f, dst } => {
-                        let s1 = epi.f32_at(4 * (m * n + t * m + r0)) as *const f32;
-                        let d = dst.ptr.f32_at(t * dst.stride + 4 * r0);
-                        glu(*f, s0, s1, d, r1 - r0);
-                    }
-                    Epi::None => {}
-                }
-            }
-            g = ge;
+        for mat in &self.mats {
+            self.products(mat, act, epi.f32_at(mat.scratch), g, ge);
         }
-    }
-
-    /// Groups `g0..g1` of `mat` for all tokens into `out` (`{M, N}`, row stride `4·M`).
-    unsafe fn products(&self, mat: &Mat, act: *const u8, out: *mut f32, g0: usize, g1: usize, tmp: *mut f32) {
-        let full = mat.m / GROUP_ROWS;
-        let fe = g1.min(full);
-        if g0 < fe {
-            if let Some(entry) = mat.entry {
-                entry(mat.weight.data().as_ptr(), act, out, g0 as i64, fe as i64);
-            }
+        let (r0, r1) = (g * GROUP_ROWS, (ge * GROUP_ROWS).min(m));
+        if r0 >= r1 {
+            return;
         }
-        if g1 > full && g0 <= full {
-            for r in full * GROUP_ROWS..mat.m {
-                for t in 0..self.n {
-                    *out.add(t * mat.m + r) = self.tail_dot(mat, act, r, t, tmp);
+        for t in 0..n {
+            let s0 = epi.f32_at(self.mats[0].scratch + 4 * (t * mp + r0)) as *const f32;
+            match &self.epi {
+                Epi::Add { r, dst } => {
+                    let rr = r.at(t % r.ne[1], 0, 0) as *const f32;
+                    let d = dst.ptr.f32_at(t * dst.stride + 4 * r0);
+                    binary(Binary::Add, s0, rr.add(r0), r1 - r0, d, r1 - r0);
                 }
+                Epi::Glu { f, dst } => {
+                    let s1 = epi.f32_at(self.mats[1].scratch + 4 * (t * mp + r0)) as *const f32;
+                    let d = dst.ptr.f32_at(t * dst.stride + 4 * r0);
+                    glu(*f, s0, s1, d, r1 - r0);
+                }
+                Epi::None => {}
             }
         }
     }
 
-    /// Row `r` of `mat` times prepared input row `t`, in plain f32 from the dequantized
-    /// row (for the rows of a partial last group).
-    unsafe fn tail_dot(&self, mat: &Mat, act: *const u8, r: usize, t: usize, tmp: *mut f32) -> f32 {
-        let row = std::slice::from_raw_parts_mut(tmp, self.k);
-        if dequantize_row(&mat.weight, r, row).is_err() {
-            return 0.0;
+    /// Groups `g0..g1` of `mat` for all tokens into `out` (`{m_pad, N}`, row stride
+    /// `4·m_pad`).
+    unsafe fn products(&self, mat: &Mat, act: *const u8, out: *mut f32, g0: usize, g1: usize) {
+        if let Some(entry) = mat.entry {
+            entry(mat.weight.data().as_ptr(), act, out, g0 as i64, g1 as i64);
         }
-        let a = act.add(t * self.act_row_bytes);
-        let mut acc = 0f32;
-        match self.prep {
-            Prep::Quant(_) => {
-                for b in 0..self.k / QK {
-                    let blk = a.add(b * ACT_BLOCK_BYTES);
-                    let d = std::ptr::read_unaligned(blk as *const f32);
-                    for j in 0..QK {
-                        let q = *(blk.add(ACT_QS_OFFSET + j) as *const i8) as f32;
-                        acc += row[b * QK + j] * (d * q);
-                    }
-                }
-            }
-            _ => {
-                for (i, w) in row.iter().enumerate() {
-                    acc += w * std::ptr::read_unaligned(a.add(4 * i) as *const f32);
-                }
-            }
-        }
-        acc
     }
 
     /// Converts one f32 row into the prepared form at `dst`.
     unsafe fn prep_row(&self, src: *const f32, dst: *mut u8) {
         let x = std::slice::from_raw_parts(src, self.k);
         match self.prep {
-            Prep::Quant(fmt) => {
-                let out = std::slice::from_raw_parts_mut(dst, self.act_row_bytes);
-                // Sizes were checked when the kernel was lowered (`k` a multiple of 32,
-                // `act_row_bytes` its prepared size), so this cannot fail.
-                let _ = quantize_act(&fmt, self.k, 1, x, out);
-            }
+            Prep::Quant(q) => q.row(src, dst, self.k),
             Prep::F32 => std::ptr::copy_nonoverlapping(src as *const u8, dst, 4 * self.k),
             Prep::F16 => {
                 for (i, v) in x.iter().enumerate() {
-                    std::ptr::write_unaligned(dst.add(4 * i) as *mut f32, f16::from_f32(*v).to_f32());
+                    std::ptr::write_unaligned(
+                        dst.add(4 * i) as *mut f32,
+                        f16::from_f32(*v).to_f32(),
+                    );
                 }
             }
             Prep::BF16 => {

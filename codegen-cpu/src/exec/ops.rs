@@ -1,9 +1,11 @@
 //! The lowered kernels of a step (everything but the matrix products, which live in
-//! [`super::mul_mat`]) and how each splits its work over the threads.
+//! [`super::mul_mat`]) and how each cuts its work into chunks.
 //!
-//! Every op is run by every thread of the step with its thread index; each thread computes a
-//! disjoint part (rows, tokens, heads) and the step puts a barrier after every op. The
-//! arithmetic is in [`crate::kernels`].
+//! An op runs in one or more phases; each phase is a number of independent chunks (rows,
+//! tokens, heads, row groups) that the threads of the step take one at a time from a shared
+//! counter ([`super::sync`]); the next phase starts when every chunk of this one is done.
+//! So a thread the OS preempts delays only the chunk it holds, and uneven chunks (later
+//! tokens see more keys) balance themselves. The arithmetic is in [`crate::kernels`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,10 +13,11 @@ use std::sync::Arc;
 use ir::ggml::GgmlType;
 use ir::graph::AttnParams;
 
-use super::barrier::Barrier;
 use super::mul_mat::MulMat;
-use super::view::{split, Ptr, View};
-use crate::kernels::attention::{attend, KvRows, ScoreParams};
+use super::view::{Ptr, View};
+use crate::kernels::attention::{
+    attend, attend_tile, load_kv_f32, KvRows, ScoreParams, TileQuery, KEY_BLOCK, TILE_QUERIES,
+};
 use crate::kernels::elementwise::{binary, glu, soft_max_row, unary, Binary, Glu, Unary};
 use crate::kernels::embed::dequant_row;
 use crate::kernels::norm::{norm_row, rms_norm_row};
@@ -27,6 +30,9 @@ pub(crate) struct Scratch {
     pub tmp: Vec<Ptr>,
     /// Per thread: attention scores (`n_ctx` values).
     pub scores: Vec<Ptr>,
+    /// Per thread: a KV head converted to f32 and the tile scratch of multi-token attention
+    /// ([`Attention::prefill_floats`] values).
+    pub attn: Vec<Ptr>,
     /// Per thread: prepared activations of a matmul whose preparation is not split.
     pub act_private: Vec<Ptr>,
     /// Prepared activations shared by all threads (preparation split over tokens).
@@ -37,14 +43,10 @@ pub(crate) struct Scratch {
 
 /// What one thread sees while running one op.
 pub(crate) struct Ctx<'a> {
-    /// Thread index.
+    /// Thread index (selects the per-thread scratch).
     pub ti: usize,
-    /// Number of threads.
-    pub nt: usize,
     /// The step's KV length.
     pub kv_len: usize,
-    /// The barrier between phases of an op (and between ops).
-    pub barrier: &'a Barrier,
     /// Scratch buffers.
     pub scratch: &'a Scratch,
     /// Set when an op meets an index it cannot use (a row id out of range).
@@ -137,6 +139,20 @@ pub(crate) struct Attention {
     pub params: AttnParams,
 }
 
+impl Attention {
+    /// Keys a converted KV head holds (row length of the transposed keys).
+    pub fn ldk(&self) -> usize {
+        self.k.ne[2].next_multiple_of(KEY_BLOCK) + KEY_BLOCK
+    }
+
+    /// f32 scratch values per thread for multi-token steps: transposed keys, values, and a
+    /// tile's queries and scores.
+    pub fn prefill_floats(&self) -> usize {
+        let (d_k, d_v, ldk) = (self.q.ne[0], self.v.ne[0], self.ldk());
+        d_k * ldk + ldk * d_v + TILE_QUERIES * (d_k + ldk)
+    }
+}
+
 /// One lowered kernel.
 #[derive(Debug)]
 pub(crate) enum Op {
@@ -144,29 +160,94 @@ pub(crate) enum Op {
     MulMat(Box<MulMat>),
     RopeKv(RopeKv),
     Attention(Attention),
-    Unary { x: View, y: View, f: Unary },
-    Binary { a: View, b: View, y: View, f: Binary },
-    Glu { g: View, u: View, y: View, f: Glu },
-    Norm { x: View, w: Option<View>, y: View, rms: bool, eps: f32 },
-    SoftMax { x: View, y: View, scale: f32 },
+    Unary {
+        x: View,
+        y: View,
+        f: Unary,
+    },
+    Binary {
+        a: View,
+        b: View,
+        y: View,
+        f: Binary,
+    },
+    Glu {
+        g: View,
+        u: View,
+        y: View,
+        f: Glu,
+    },
+    Norm {
+        x: View,
+        w: Option<View>,
+        y: View,
+        rms: bool,
+        eps: f32,
+    },
+    SoftMax {
+        x: View,
+        y: View,
+        scale: f32,
+    },
+}
+
+/// Rows per chunk of the row-wise ops.
+const ROWS_PER_CHUNK: usize = 8;
+/// Tokens per chunk of rope / KV store and of multi-token attention.
+const TOKENS_PER_CHUNK: usize = 8;
+
+/// Rows `c·ROWS_PER_CHUNK ..` of `n`.
+fn rows_of(c: usize, n: usize) -> std::ops::Range<usize> {
+    (c * ROWS_PER_CHUNK).min(n)..((c + 1) * ROWS_PER_CHUNK).min(n)
 }
 
 impl Op {
-    /// Runs this thread's part of the op.
+    /// Phases of the op (a matmul that prepares its input on all threads has two).
+    pub fn phases(&self) -> usize {
+        match self {
+            Op::MulMat(m) => m.phases(),
+            _ => 1,
+        }
+    }
+
+    /// Chunks of phase `ph` for KV length `kv_len`.
+    pub fn n_chunks(&self, ph: usize, kv_len: usize) -> usize {
+        let rows = |y: &View| y.n_rows(kv_len).div_ceil(ROWS_PER_CHUNK);
+        match self {
+            Op::GetRows(g) => g.n.div_ceil(ROWS_PER_CHUNK),
+            Op::MulMat(m) => m.n_chunks(ph),
+            Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
+            Op::Attention(a) => a.n_chunks(),
+            Op::Unary { y, .. } | Op::Binary { y, .. } | Op::Glu { y, .. } | Op::Norm { y, .. } | Op::SoftMax { y, .. } => rows(y),
+        }
+    }
+
+    /// What a thread does once before its first chunk of phase `ph` (a matmul with
+    /// per-thread input preparation prepares it here).
+    ///
+    /// # Safety
+    /// As [`Op::run_chunk`].
+    pub unsafe fn thread_init(&self, ph: usize, cx: &Ctx<'_>) {
+        if let Op::MulMat(m) = self {
+            m.thread_init(ph, cx);
+        }
+    }
+
+    /// Runs chunk `c` of phase `ph`.
     ///
     /// # Safety
     /// The op was lowered from a verified plan against the buffers the context's pointers
-    /// point into, the step inputs were checked, and every thread of the step runs the op.
-    pub unsafe fn run(&self, cx: &Ctx<'_>) {
+    /// point into, the step inputs were checked, every chunk of the previous phase (and op)
+    /// is done, and no other thread runs chunk `c`.
+    pub unsafe fn run_chunk(&self, ph: usize, c: usize, cx: &Ctx<'_>) {
         match self {
-            Op::GetRows(g) => get_rows(g, cx),
-            Op::MulMat(m) => m.run(cx),
-            Op::RopeKv(r) => rope_kv(r, cx),
-            Op::Attention(a) => attention(a, cx),
+            Op::GetRows(g) => get_rows(g, c, cx),
+            Op::MulMat(m) => m.run_chunk(ph, c, cx),
+            Op::RopeKv(r) => rope_kv(r, c, cx),
+            Op::Attention(a) => a.run_chunk(c, cx),
             Op::Unary { x, y, f } => {
                 let ne = y.dims(cx.kv_len);
-                let (r0, r1) = split(ne[1] * ne[2] * ne[3], cx.ti, cx.nt);
-                for r in r0..r1 {
+                for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     let (src, dst) = (x.row(r, &ne), y.row(r, &ne));
                     if x.nb[0] == 4 {
                         unary(*f, src as *const f32, dst as *mut f32, ne[0]);
@@ -181,8 +262,7 @@ impl Op {
             Op::Binary { a, b, y, f } => {
                 let ne = y.dims(cx.kv_len);
                 let nb_ = b.dims(cx.kv_len);
-                let (r0, r1) = split(ne[1] * ne[2] * ne[3], cx.ti, cx.nt);
-                for r in r0..r1 {
+                for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
                     let brow = b.at(i1 % nb_[1], i2 % nb_[2], i3 % nb_[3]);
                     binary(*f, a.row(r, &ne) as *const f32, brow as *const f32, nb_[0], y.row(r, &ne) as *mut f32, ne[0]);
@@ -190,16 +270,14 @@ impl Op {
             }
             Op::Glu { g, u, y, f } => {
                 let ne = y.dims(cx.kv_len);
-                let (r0, r1) = split(ne[1] * ne[2] * ne[3], cx.ti, cx.nt);
-                for r in r0..r1 {
+                for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     glu(*f, g.row(r, &ne) as *const f32, u.row(r, &ne) as *const f32, y.row(r, &ne) as *mut f32, ne[0]);
                 }
             }
             Op::Norm { x, w, y, rms, eps } => {
                 let ne = y.dims(cx.kv_len);
                 let tmp = cx.scratch.tmp[cx.ti].0 as *mut f32;
-                let (r0, r1) = split(ne[1] * ne[2] * ne[3], cx.ti, cx.nt);
-                for r in r0..r1 {
+                for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
                     let (src, dst) = (x.row(r, &ne) as *const f32, y.row(r, &ne) as *mut f32);
                     let wrow = match w {
@@ -227,8 +305,7 @@ impl Op {
             }
             Op::SoftMax { x, y, scale } => {
                 let ne = y.dims(cx.kv_len);
-                let (r0, r1) = split(ne[1] * ne[2] * ne[3], cx.ti, cx.nt);
-                for r in r0..r1 {
+                for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     soft_max_row(x.row(r, &ne) as *const f32, y.row(r, &ne) as *mut f32, ne[0], *scale);
                 }
             }
@@ -236,9 +313,8 @@ impl Op {
     }
 }
 
-unsafe fn get_rows(g: &GetRows, cx: &Ctx<'_>) {
-    let (i0, i1) = split(g.n, cx.ti, cx.nt);
-    for i in i0..i1 {
+unsafe fn get_rows(g: &GetRows, c: usize, cx: &Ctx<'_>) {
+    for i in rows_of(c, g.n) {
         let id = *(g.ids.add(4 * i) as *const i32);
         let dst = g.dst.at(i, 0, 0) as *mut f32;
         let ok = match &g.table {
@@ -268,10 +344,10 @@ unsafe fn get_rows(g: &GetRows, cx: &Ctx<'_>) {
     }
 }
 
-unsafe fn rope_kv(r: &RopeKv, cx: &Ctx<'_>) {
+unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
     let tmp = cx.scratch.tmp[cx.ti].0 as *mut f32;
-    let (t0, t1) = split(r.n_tokens, cx.ti, cx.nt);
-    for t in t0..t1 {
+    let t0 = c * TOKENS_PER_CHUNK;
+    for t in t0..(t0 + TOKENS_PER_CHUNK).min(r.n_tokens) {
         let pos = *(r.pos.add(4 * t) as *const i32) as usize;
         if let Some((k, cache)) = &r.k {
             let d = k.ne[0];
@@ -297,59 +373,97 @@ unsafe fn rope_kv(r: &RopeKv, cx: &Ctx<'_>) {
     }
 }
 
-unsafe fn attention(a: &Attention, cx: &Ctx<'_>) {
-    let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
-    let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
-    let group = (n_head / n_head_kv.max(1)).max(1);
-    let n_kv = a.k.dims(cx.kv_len)[2];
-    let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
-    let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
-    let p = ScoreParams {
-        kq_scale: a.params.kq_scale,
-        softcap: a.params.softcap,
+/// Visible keys `lo..hi` of the query at `pos` among `n_kv` (causal mask, sliding window).
+fn visible(p: &AttnParams, pos: i64, n_kv: usize) -> (usize, usize) {
+    let hi = if p.causal { (pos + 1).clamp(0, n_kv as i64) } else { n_kv as i64 };
+    let lo = match p.window {
+        Some(w) => (pos - w as i64 + 1).clamp(0, hi),
+        None => 0,
     };
-    let f16 = a.k.dtype == ir::graph::DType::F16;
-    let one = |t: usize, h: usize| {
-        let pos = *(a.pos.add(4 * t) as *const i32) as i64;
-        let hi = if a.params.causal { (pos + 1).clamp(0, n_kv as i64) } else { n_kv as i64 };
-        let lo = match a.params.window {
-            Some(w) => (pos - w as i64 + 1).clamp(0, hi),
-            None => 0,
+    (lo as usize, hi as usize)
+}
+
+impl Attention {
+    /// One token: a chunk per query head. Many tokens: a chunk per (KV head, block of
+    /// tokens), the blocks of later tokens (more keys) first.
+    fn n_chunks(&self) -> usize {
+        let (n_head, n_tokens, n_head_kv) = (self.q.ne[1], self.q.ne[2], self.k.ne[1]);
+        if n_tokens == 1 {
+            n_head
+        } else {
+            n_head_kv * n_tokens.div_ceil(TOKENS_PER_CHUNK)
+        }
+    }
+
+    unsafe fn run_chunk(&self, c: usize, cx: &Ctx<'_>) {
+        let a = self;
+        let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
+        let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
+        let group = (n_head / n_head_kv.max(1)).max(1);
+        let n_kv = a.k.dims(cx.kv_len)[2];
+        let f16 = a.k.dtype == ir::graph::DType::F16;
+        let p = ScoreParams {
+            kq_scale: a.params.kq_scale,
+            softcap: a.params.softcap,
         };
-        let kvh = h / group;
-        let kv = KvRows {
+        let vis = |t: usize| visible(&a.params, *(a.pos.add(4 * t) as *const i32) as i64, n_kv);
+        let kv_rows = |kvh: usize| KvRows {
             k: a.k.at(kvh, 0, 0),
             k_stride: a.k.nb[2],
             v: a.v.at(kvh, 0, 0),
             v_stride: a.v.nb[2],
             f16,
         };
-        attend(
-            a.q.at(h, t, 0) as *const f32,
-            d_k,
-            &kv,
-            lo as usize,
-            hi as usize,
-            &p,
-            scores,
-            qbuf,
-            a.out.at(h, t, 0) as *mut f32,
-            d_v,
-        );
-    };
-    if n_tokens >= 2 * cx.nt {
-        // Later tokens see more keys: deal tokens round-robin so every thread gets a mix.
-        let mut t = cx.ti;
-        while t < n_tokens {
-            for h in 0..n_head {
-                one(t, h);
-            }
-            t += cx.nt;
+        if n_tokens == 1 {
+            let (lo, hi) = vis(0);
+            let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
+            let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
+            let h = c;
+            let kv = kv_rows(h / group);
+            attend(a.q.at(h, 0, 0) as *const f32, d_k, &kv, lo, hi, &p, scores, qbuf, a.out.at(h, 0, 0) as *mut f32, d_v);
+            return;
         }
-    } else {
-        let (i0, i1) = split(n_tokens * n_head, cx.ti, cx.nt);
-        for i in i0..i1 {
-            one(i / n_head, i % n_head);
+        // Chunk c: KV head c % n_head_kv, token block (last first).
+        let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
+        let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
+        let (ta, tb) = (blk * TOKENS_PER_CHUNK, ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens));
+        let j0 = (ta..tb).map(|t| vis(t).0).min().unwrap_or(0);
+        let j1 = (ta..tb).map(|t| vis(t).1).max().unwrap_or(0);
+        if j0 >= j1 {
+            for t in ta..tb {
+                for h in kvh * group..(kvh + 1) * group {
+                    let o = a.out.at(h, t, 0) as *mut f32;
+                    for d in 0..d_v {
+                        *o.add(d) = 0.0;
+                    }
+                }
+            }
+            return;
+        }
+        let ldk = a.ldk();
+        let base = cx.scratch.attn[cx.ti].0 as *mut f32;
+        let (kt, vf, tile) = (base, base.add(d_k * ldk), base.add(d_k * ldk + ldk * d_v));
+        load_kv_f32(&kv_rows(kvh), d_k, d_v, j0, j1, kt, ldk, vf);
+        let mut qs = [TileQuery { q: std::ptr::null(), lo: 0, hi: 0, out: std::ptr::null_mut() }; TILE_QUERIES];
+        let mut nq = 0;
+        for t in ta..tb {
+            let (lo, hi) = vis(t);
+            for h in kvh * group..(kvh + 1) * group {
+                qs[nq] = TileQuery {
+                    q: a.q.at(h, t, 0) as *const f32,
+                    lo: lo.max(j0),
+                    hi: hi.max(j0),
+                    out: a.out.at(h, t, 0) as *mut f32,
+                };
+                nq += 1;
+                if nq == TILE_QUERIES {
+                    attend_tile(&qs[..nq], d_k, d_v, j0, kt, ldk, vf, f16, &p, tile);
+                    nq = 0;
+                }
+            }
+        }
+        if nq > 0 {
+            attend_tile(&qs[..nq], d_k, d_v, j0, kt, ldk, vf, f16, &p, tile);
         }
     }
 }

@@ -72,23 +72,19 @@ impl View {
         let i1 = r % ne[1];
         let i2 = (r / ne[1]) % ne[2];
         let i3 = r / (ne[1] * ne[2]);
-        self.ptr.add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+        self.ptr
+            .add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
     }
 
     /// The first byte of row `(i1, i2, i3)`.
     #[inline]
     pub fn at(&self, i1: usize, i2: usize, i3: usize) -> *mut u8 {
-        self.ptr.add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+        self.ptr
+            .add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
     }
 
     /// Whether elements along dim 0 are adjacent (stride = element size).
     pub fn rows_contiguous(&self) -> bool {
         self.ne[0] <= 1 || self.nb[0] as u64 == self.dtype.type_size()
     }
-}
-
-/// Splits `0..n` into `nt` near-equal contiguous parts; part `ti`.
-#[inline]
-pub(crate) fn split(n: usize, ti: usize, nt: usize) -> (usize, usize) {
-    (n * ti / nt, n * (ti + 1) / nt)
 }

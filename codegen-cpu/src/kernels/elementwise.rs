@@ -50,7 +50,10 @@ const GELU_COEF_A: f32 = 0.044715;
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
-    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.336_54)), _mm256_set1_ps(88.722_83));
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.336_54)),
+        _mm256_set1_ps(88.722_83),
+    );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
@@ -67,7 +70,10 @@ pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
     let r2 = _mm256_mul_ps(r, r);
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
     // 2^n: n ∈ [-126, 128] after the clamp; 2^128 overflows to inf only for x ≥ 88.72.
-    let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
     _mm256_mul_ps(y, _mm256_castsi256_ps(e))
 }
 
@@ -225,7 +231,14 @@ pub(crate) enum Binary {
 /// # Safety
 /// `a` valid for `n` reads, `b` for `nb` reads, `y` for `n` writes; `y` may equal `a` or `b`
 /// but must not otherwise overlap them; `nb ≥ 1`.
-pub(crate) unsafe fn binary(f: Binary, a: *const f32, b: *const f32, nb: usize, y: *mut f32, n: usize) {
+pub(crate) unsafe fn binary(
+    f: Binary,
+    a: *const f32,
+    b: *const f32,
+    nb: usize,
+    y: *mut f32,
+    n: usize,
+) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if nb == n && has_avx2() {

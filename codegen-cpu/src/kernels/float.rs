@@ -1,25 +1,26 @@
-//! Generator of float matmul kernels: weights stored as f32 (F32, and F16/BF16 converted
-//! exactly at repack), activations as f32 rows.
+//! Generator of float matmul kernels: F32, F16 and BF16 weights (converted to f32 in
+//! registers, exactly), activations as f32 rows.
 //!
 //! ggml computes F16 (BF16) matmuls on activations rounded to F16 (BF16), its `vec_dot_type`,
 //! with products accumulated in f32. Products of two F16 (BF16) values are exact in f32, so
-//! this kernel on f32 weights and activations rounded the same way (done by
+//! this kernel on converted weights and activations rounded the same way (done by
 //! [`crate::matmul::MatmulKernel::prepare`]) computes the same sums up to summation order.
 //!
-//! Loop nest: 4 rows (one per lane) × a tile of T tokens; each `k` step loads the 4 rows'
-//! weights once and does one `vfmadd` per token with the broadcast activation; several
-//! accumulators per token hide the FMA latency.
+//! Loop nest: 4 rows (one per lane) × a tile of T tokens; each `k` step loads (and converts)
+//! the 4 rows' weights once and does one `vfmadd` per token with the activation lane
+//! broadcast by `pshufd`; several accumulators per token hide the FMA latency.
 
 use cranelift_codegen::ir::types::F32X4;
 use cranelift_codegen::ir::{InstBuilder, Value};
-
+use ir::ggml::GgmlType;
 
 use super::{KernelArgs, Tiling};
-use crate::emit::Emit;
+use crate::emit::{Emit, F16Consts};
 use crate::formats::GROUP_ROWS;
 
 /// Fixed shape of one generated kernel.
 pub(crate) struct FloatShape {
+    pub wtype: GgmlType,
     pub k: usize,
     pub m: usize,
     pub n: usize,
@@ -28,7 +29,8 @@ pub(crate) struct FloatShape {
 
 /// Emits the body of a float matmul kernel (see the module doc).
 pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &FloatShape) {
-    let group_stride = s.k * 4 * GROUP_ROWS;
+    let group_stride = s.k * s.wtype.type_size() * GROUP_ROWS;
+    let f16 = e.f16_consts();
     let arb = s.k * 4;
     let tokens = s.tiling.tokens.clamp(1, s.n);
     let full_tiles = s.n / tokens;
@@ -39,27 +41,40 @@ pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &FloatShape) {
         let wg = e.offset_ptr(w, g, group_stride);
         let og = e.offset_ptr(out, g, 4 * GROUP_ROWS);
         if full_tiles == 1 {
-            emit_tile(e, s, wg, act, og, tokens);
+            emit_tile(e, s, &f16, wg, act, og, tokens);
         } else if full_tiles > 1 {
             e.counted_loop(full_tiles, |e, ti| {
                 let at = e.offset_ptr(act, ti, tokens * arb);
                 let ot = e.offset_ptr(og, ti, tokens * out_row);
-                emit_tile(e, s, wg, at, ot, tokens);
+                emit_tile(e, s, &f16, wg, at, ot, tokens);
             });
         }
         if rem > 0 {
-            let at = e.fb.ins().iadd_imm_s(act, (full_tiles * tokens * arb) as i64);
-            let ot = e.fb.ins().iadd_imm_s(og, (full_tiles * tokens * out_row) as i64);
-            emit_tile(e, s, wg, at, ot, rem);
+            let at =
+                e.fb.ins()
+                    .iadd_imm_s(act, (full_tiles * tokens * arb) as i64);
+            let ot =
+                e.fb.ins()
+                    .iadd_imm_s(og, (full_tiles * tokens * out_row) as i64);
+            emit_tile(e, s, &f16, wg, at, ot, rem);
         }
     });
 }
 
-fn emit_tile(e: &mut Emit, s: &FloatShape, wg: Value, at: Value, ot: Value, nt: usize) {
+fn emit_tile(
+    e: &mut Emit,
+    s: &FloatShape,
+    f16: &F16Consts,
+    wg: Value,
+    at: Value,
+    ot: Value,
+    nt: usize,
+) {
     let arb = s.k * 4;
+    let wstep = s.wtype.type_size() * GROUP_ROWS; // bytes per `k` step of a group
     let unroll = s.tiling.unroll.clamp(1, s.k);
-    // Accumulators per token: enough independent FMA chains (about 8 in all).
-    let na = (8 / nt).clamp(1, 4);
+    // Accumulators per token: a few independent FMA chains, within the 16 vector registers.
+    let na = if nt >= 3 { 1 } else { 4 / nt };
     let zero = e.zero(F32X4);
     let acc: Vec<Vec<_>> = (0..nt)
         .map(|_| (0..na).map(|_| e.var(F32X4, zero)).collect())
@@ -85,7 +100,11 @@ fn emit_tile(e: &mut Emit, s: &FloatShape, wg: Value, at: Value, ot: Value, nt: 
                     })
                     .collect();
             }
-            let wv = e.load(F32X4, w, kk * 16);
+            let wv = match s.wtype {
+                GgmlType::F16 => e.f16x4_to_f32x4(w, kk * wstep, f16),
+                GgmlType::BF16 => e.bf16x4_to_f32x4(w, kk * wstep),
+                _ => e.load(F32X4, w, kk * wstep),
+            };
             for (t, acc_t) in acc.iter().enumerate() {
                 let ab = e.lane_broadcast32(av[t], kk % 4);
                 let var = acc_t[kk % na];
@@ -94,13 +113,13 @@ fn emit_tile(e: &mut Emit, s: &FloatShape, wg: Value, at: Value, ot: Value, nt: 
                 e.fb.def_var(var, y);
             }
         }
-        let w2 = e.fb.ins().iadd_imm_s(w, (ks * 16) as i64);
+        let w2 = e.fb.ins().iadd_imm_s(w, (ks * wstep) as i64);
         let a2 = e.fb.ins().iadd_imm_s(a, (ks * 4) as i64);
         e.fb.def_var(wp, w2);
         e.fb.def_var(ap, a2);
     };
     e.counted_loop(s.k / unroll, |e, _| step(e, unroll));
-    if s.k % unroll > 0 {
+    if !s.k.is_multiple_of(unroll) {
         step(e, s.k % unroll);
     }
     for (t, acc_t) in acc.iter().enumerate() {

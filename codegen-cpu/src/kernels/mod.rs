@@ -1,5 +1,9 @@
 //! Kernel generators: each emits one Cranelift function for one fixed shape.
 //!
+//! - `quant`: Q4_0 / Q4_1 / Q8_0 weights × 8-bit activations (integer dot products);
+//! - `float`: F32 / F16 / BF16 weights (stored as f32) × f32 activations;
+//! - `actq`: the activation quantizer feeding `quant`.
+//!
 //! Every matmul kernel has the same signature (System V):
 //!
 //! ```text
@@ -11,6 +15,7 @@
 //! f32 result; the call computes the rows of the 4-row groups `g_begin..g_end` for all `N`
 //! tokens.
 
+pub(crate) mod actq;
 pub(crate) mod attention;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
@@ -33,8 +38,11 @@ pub struct Tiling {
     /// Tokens (columns of the activation) computed together, reusing each decoded weight
     /// block from registers. The last tile of `N` may be smaller.
     pub tokens: usize,
-    /// Blocks (of 32 values, or of 8 `k` for float kernels) per loop iteration.
+    /// Blocks (of 32 values, or `k` steps for float kernels) per loop iteration.
     pub unroll: usize,
+    /// Groups of 4 rows computed together, sharing each activation load (quantized
+    /// kernels; float kernels use 1). The last groups of a call may be computed alone.
+    pub groups: usize,
 }
 
 /// The arguments every matmul kernel receives (see the module doc).

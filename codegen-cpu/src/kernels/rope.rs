@@ -17,7 +17,8 @@ use super::elementwise::has_avx2;
 
 /// `ggml_rope_yarn_corr_dim`.
 fn corr_dim(n_dims: u32, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
-    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
 }
 
 /// `ggml_rope_yarn_corr_dims`.
@@ -74,17 +75,12 @@ impl RopeTable {
         }
     }
 
-    /// Number of positions the table covers.
-    pub(crate) fn n_pos(&self) -> usize {
-        self.cs.len() / self.n_rot.max(2)
-    }
-
     /// Rotates one head of `d` values at position `pos` (`pos < n_pos`, `d ≥ n_rot`): reads
     /// `src`, writes `dst` (values past `n_rot` copied).
     ///
     /// # Safety
     /// `src` valid for `d` reads, `dst` for `d` writes; `dst` may equal `src` but must not
-    /// otherwise overlap it; `pos < self.n_pos()`.
+    /// otherwise overlap it; `pos` below the table's `n_pos`.
     pub(crate) unsafe fn rotate(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
         let half = self.n_rot / 2;
         let cs = self.cs.as_ptr().add(pos * half * 2);
@@ -106,7 +102,7 @@ impl RopeTable {
                 }
             }
         }
-        if src != dst as *const f32 {
+        if !std::ptr::eq(src, dst) {
             for i in self.n_rot..d {
                 *dst.add(i) = *src.add(i);
             }
@@ -135,7 +131,7 @@ pub(crate) unsafe fn store_f16(src: *const f32, dst: *mut u8, n: usize) {
 unsafe fn store_f16_avx2(src: *const f32, dst: *mut u8, n: usize) -> usize {
     let mut i = 0;
     while i + 8 <= n {
-        let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_loadu_ps(src.add(i)));
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.add(i)));
         _mm_storeu_si128(dst.add(2 * i) as *mut __m128i, h);
         i += 8;
     }

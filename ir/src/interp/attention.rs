@@ -1,19 +1,24 @@
-//! The KV cache write and attention over it, as llama.cpp computes them without flash
-//! attention (`build_attn_mha` in llama-graph.cpp: `kq = mul_mat(k, q)`, optional soft-cap,
-//! `soft_max_ext(kq, mask, kq_scale)`, `kqv = mul_mat(v, kq)`).
+//! The KV cache write and attention over it, in the three ways the interpreter can compute it
+//! (see [`super::InterpOptions`]):
 //!
-//! With `f16` rounding on, Q is rounded to f16 before the scores (ggml converts `src1` to the
-//! cache's F16 for the product) and the probabilities are rounded to f16 before the product
-//! with V, as llama.cpp's CPU backend does; K and V are whatever the cache holds.
+//! - exact: f32 scores, softmax and weighted sum;
+//! - llama.cpp without flash attention (`build_attn_mha`: `kq = mul_mat(k, q)`, optional
+//!   soft-cap, `soft_max_ext(kq, mask, kq_scale)`, `kqv = mul_mat(v, kq)`): Q rounded to f16
+//!   for the scores and the probabilities to f16 for the product with V;
+//! - llama.cpp's CPU flash attention ([`super::flash`]).
+//!
+//! K and V are whatever the cache holds (f16 values for an F16 cache).
 
+use super::avx2;
 use super::elementwise::soft_max_in_place;
+use super::flash;
 use super::layout::Lay;
 use super::matmul::dot;
 use crate::ggml::{f16_to_f32, f32_to_f16};
 use crate::graph::{AttnParams, DType};
 
 #[inline]
-fn round_f16(x: f32) -> f32 {
+pub(crate) fn round_f16(x: f32) -> f32 {
     f16_to_f32(f32_to_f16(x))
 }
 
@@ -45,6 +50,32 @@ pub(crate) fn kv_store(
     Ok(())
 }
 
+/// How attention computes (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttnMode {
+    /// f32 throughout.
+    Exact,
+    /// llama.cpp without flash attention.
+    F16,
+    /// llama.cpp's CPU flash attention.
+    Flash,
+}
+
+/// How to compute, beyond the op's parameters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttnCfg {
+    /// Rounding mode.
+    pub mode: AttnMode,
+    /// Follow llama.cpp's x86 operation order ([`avx2`]).
+    pub avx2: bool,
+    /// KV cache size in cells (the bound of the KV length).
+    pub n_ctx: usize,
+    /// Threads llama.cpp runs with (its split-KV decode path cuts the cache per thread).
+    pub llama_threads: usize,
+    /// Threads of this interpreter.
+    pub n_threads: usize,
+}
+
 /// The sources of one attention evaluation.
 pub(crate) struct AttnArgs<'a> {
     pub q: &'a [f32],
@@ -57,10 +88,29 @@ pub(crate) struct AttnArgs<'a> {
     pub out: Lay,
 }
 
-/// Attention for every token and head; see the module doc.
-pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, n_threads: usize) -> Vec<f32> {
+impl AttnArgs<'_> {
+    /// The visible cells `[lo, hi)` of the query of token `t`.
+    pub fn visible(&self, p: &AttnParams, t: usize) -> (usize, usize) {
+        let n_kv = self.lk.ne[2] as i64;
+        let pos = self.pos[t] as i64;
+        let hi = if p.causal { (pos + 1).clamp(0, n_kv) } else { n_kv };
+        let lo = match p.window {
+            Some(w) => (pos - w as i64 + 1).clamp(0, hi),
+            None => 0,
+        };
+        (lo as usize, hi as usize)
+    }
+
+    /// The KV head read by query head `h` (grouped-query attention).
+    pub fn kv_head(&self, h: usize) -> usize {
+        h / (self.lq.ne[1] / self.lk.ne[1])
+    }
+}
+
+/// Attention for every token and head; see the module doc. Tokens are split over threads.
+pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg) -> Vec<f32> {
     let n_tokens = a.lq.ne[2];
-    let n_threads = if n_tokens * a.lk.ne[2] < 4096 { 1 } else { n_threads.clamp(1, n_tokens) };
+    let n_threads = if n_tokens * a.lk.ne[2] < 4096 { 1 } else { cfg.n_threads.clamp(1, n_tokens) };
     let chunk = n_tokens.div_ceil(n_threads.max(1));
     let run = |lo: usize, hi: usize| -> Vec<f32> {
         let row = a.out.ne[0] * a.out.ne[1];
@@ -68,7 +118,12 @@ pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, n_threads: 
         for t in lo..hi {
             for h in 0..a.lq.ne[1] {
                 let o = (t - lo) * row + h * a.out.ne[0];
-                head(a, p, f16, t, h, &mut res[o..o + a.out.ne[0]]);
+                let dst = &mut res[o..o + a.out.ne[0]];
+                match cfg.mode {
+                    AttnMode::Flash => flash::head(a, p, cfg, t, h, dst),
+                    AttnMode::Exact => head(a, p, false, false, t, h, dst),
+                    AttnMode::F16 => head(a, p, true, cfg.avx2, t, h, dst),
+                }
             }
         }
         res
@@ -100,19 +155,19 @@ pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, n_threads: 
     out
 }
 
-/// One query head of one token: writes its `d_v` outputs to `dst`.
-fn head(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, t: usize, h: usize, dst: &mut [f32]) {
-    let (d_k, n_kv) = (a.lq.ne[0], a.lk.ne[2]);
-    let group = a.lq.ne[1] / a.lk.ne[1];
-    let kvh = h / group;
-    let pos = a.pos[t] as i64;
-    // Visible key cells [lo, hi).
-    let hi = if p.causal { (pos + 1).clamp(0, n_kv as i64) } else { n_kv as i64 };
-    let lo = match p.window {
-        Some(w) => (pos - w as i64 + 1).clamp(0, hi),
-        None => 0,
-    };
-    let (lo, hi) = (lo as usize, hi as usize);
+/// One query head of one token (llama.cpp without flash attention): writes its `d_v`
+/// outputs to `dst`. With `avx2`, the scores, exponentials and the weighted sum follow
+/// llama.cpp's x86 kernels: for a ubatch of two or more tokens the two products go through
+/// llamafile's tinyBLAS ([`avx2::dot_tinyblas`]: 8 lanes), for one token through
+/// `ggml_vec_dot_f16` ([`avx2::dot_f16`]: 4 × 8 lanes); the softmax through
+/// [`avx2::soft_max_exp`]. Lanes are indexed by the absolute cache cell, as the cache rows
+/// are (llama.cpp pads the KV length to a multiple of 32; padded cells weigh zero).
+fn head(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, avx2: bool, t: usize, h: usize, dst: &mut [f32]) {
+    let d_k = a.lq.ne[0];
+    let batch = a.lq.ne[2] >= 2;
+    let kvh = a.kv_head(h);
+    let (lo, hi) = a.visible(p, t);
+    dst.iter_mut().for_each(|x| *x = 0.0);
     if lo >= hi {
         return;
     }
@@ -121,27 +176,70 @@ fn head(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, t: usize, h: usize, dst: &m
     if f16 {
         q.iter_mut().for_each(|x| *x = round_f16(*x));
     }
-    let mut w = Vec::with_capacity(hi - lo);
+    let kq_dot: fn(&[f32], &[f32]) -> f32 = match (avx2, batch) {
+        (true, true) => avx2::dot_tinyblas,
+        (true, false) => avx2::dot_f16,
+        (false, _) => dot,
+    };
+    // Scores over the 8-aligned span [lo8, hi8); cells outside [lo, hi) are masked.
+    let (lo8, hi8) = if avx2 { (lo & !7, (hi + 7) & !7) } else { (lo, hi) };
+    let mut w = vec![f32::NEG_INFINITY; hi8 - lo8];
     let mut max = f32::NEG_INFINITY;
     for j in lo..hi {
         let ko = a.lk.off([0, kvh, j, 0]);
-        let mut s = dot(&q, &a.k[ko..ko + d_k]);
+        let mut s = kq_dot(&a.k[ko..ko + d_k], &q);
         if let Some(cap) = p.softcap {
             s = (s * (1.0 / cap)).tanh() * cap;
         }
         s *= p.kq_scale;
         max = max.max(s);
-        w.push(s);
+        w[j - lo8] = s;
     }
-    soft_max_in_place(&mut w, max);
-    dst.iter_mut().for_each(|x| *x = 0.0);
-    for (j, &pj) in (lo..hi).zip(&w) {
-        let pj = if f16 { round_f16(pj) } else { pj };
-        let vo = a.lv.off([0, kvh, j, 0]);
-        let d_v = dst.len();
-        for (o, &vv) in dst.iter_mut().zip(&a.v[vo..vo + d_v]) {
-            *o += pj * vv;
+    if avx2 {
+        let mut e = vec![0f32; w.len()];
+        let sum = avx2::soft_max_exp(&w, max, &mut e);
+        let inv = (1.0 / sum) as f32;
+        w = e.into_iter().map(|x| x * inv).collect();
+    } else {
+        soft_max_in_place(&mut w, max);
+    }
+    let d_v = dst.len();
+    if !avx2 {
+        for (j, &pj) in (lo..hi).zip(&w) {
+            let pj = if f16 { round_f16(pj) } else { pj };
+            let vo = a.lv.off([0, kvh, j, 0]);
+            for (o, &vv) in dst.iter_mut().zip(&a.v[vo..vo + d_v]) {
+                *o += pj * vv;
+            }
         }
+        return;
+    }
+    // Lane accumulators per output value: 8 (tinyBLAS) or 4 × 8 (ggml_vec_dot_f16).
+    let lanes = if batch { 8 } else { 32 };
+    let mut acc = vec![0f32; d_v * lanes];
+    for j in lo..hi {
+        let pj = w[j - lo8];
+        let pj = if f16 { round_f16(pj) } else { pj };
+        let lane = j % lanes;
+        let vo = a.lv.off([0, kvh, j, 0]);
+        for (d, &vv) in a.v[vo..vo + d_v].iter().enumerate() {
+            let x = &mut acc[d * lanes + lane];
+            *x = vv.mul_add(pj, *x);
+        }
+    }
+    for (d, o) in dst.iter_mut().enumerate() {
+        let l = &acc[d * lanes..(d + 1) * lanes];
+        *o = if batch {
+            let mut v = [0f32; 8];
+            v.copy_from_slice(l);
+            avx2::hsum8(&v)
+        } else {
+            let mut s4 = [[0f32; 8]; 4];
+            for (j, s) in s4.iter_mut().enumerate() {
+                s.copy_from_slice(&l[8 * j..8 * j + 8]);
+            }
+            avx2::reduce_4x8(s4)
+        };
     }
 }
 
@@ -160,8 +258,9 @@ mod tests {
         let v = [5.0, -6.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0];
         let out = Lay::of(&Shape::new(&[2, 2, 1]), 0);
         let args = AttnArgs { q: &q, lq, k: &k, lk, v: &v, lv: lk, pos: &[0], out };
+        let cfg = AttnCfg { mode: AttnMode::Exact, avx2: false, n_ctx: 4, llama_threads: 1, n_threads: 1 };
         let p = AttnParams { kq_scale: 0.5, softcap: None, window: None, causal: true };
-        let r = attention(&args, &p, false, 1);
+        let r = attention(&args, &p, &cfg);
         assert_eq!(r, vec![5.0, -6.0, 5.0, -6.0]);
     }
 
@@ -173,9 +272,13 @@ mod tests {
         let out = Lay::of(&Shape::new(&[1, 1, 1]), 0);
         let args = AttnArgs { q: &[1.0], lq, k: &[1.0, 2.0, 3.0], lk, v: &[10.0, 20.0, 30.0], lv: lk, pos: &[2], out };
         let p = AttnParams { kq_scale: 1.0, softcap: None, window: Some(1), causal: true };
-        assert_eq!(attention(&args, &p, false, 1), vec![30.0]);
+        for mode in [AttnMode::Exact, AttnMode::F16, AttnMode::Flash] {
+            let cfg = AttnCfg { mode, avx2: true, n_ctx: 3, llama_threads: 2, n_threads: 1 };
+            assert_eq!(attention(&args, &p, &cfg), vec![30.0], "{mode:?}");
+        }
+        let cfg = AttnCfg { mode: AttnMode::Exact, avx2: false, n_ctx: 3, llama_threads: 1, n_threads: 1 };
         let p = AttnParams { window: None, ..p };
-        let all = attention(&args, &p, false, 1)[0];
+        let all = attention(&args, &p, &cfg)[0];
         assert!(all > 20.0 && all < 30.0);
     }
 }

@@ -1,10 +1,12 @@
 //! The interpreter proper: binds a graph's inputs, runs its nodes in order, keeps the KV
 //! caches between runs.
 
-use super::attention::{attention, kv_store, AttnArgs};
+use super::attention::{attention, kv_store, AttnArgs, AttnCfg, AttnMode};
+use super::avx2;
 use super::elementwise::{binary, gelu, gelu_f16_table, glu, map_rows, norm_row, rms_norm_row, silu, soft_max_row, unary};
 use super::layout::{copy_to, permute, view, Lay};
 use super::matmul::{mul_mat, MatA, MatOpts};
+use super::qdot::Order;
 use super::rope::rope;
 use super::weights::WeightSource;
 use super::{InterpError, InterpOptions};
@@ -227,6 +229,9 @@ impl<'w> Interpreter<'w> {
                     let k = *k;
                     Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| x * k))
                 }
+                Op::Silu if self.opts.avx2_order => {
+                    Val::F(map_rows(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |a, y| avx2::silu_row(a, None, y)))
+                }
                 Op::Silu => Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), silu)),
                 Op::Gelu => {
                     let f = if self.opts.gelu_f16 { gelu_f16_table } else { gelu };
@@ -236,6 +241,18 @@ impl<'w> Interpreter<'w> {
                 Op::SoftCap { cap } => {
                     let c = *cap;
                     Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| (x * (1.0 / c)).tanh() * c))
+                }
+                Op::Swiglu if self.opts.avx2_order => {
+                    let g = ctx.floats(s[0]).map_err(err)?;
+                    let u = ctx.floats(s[1]).map_err(err)?;
+                    let l = lay(s[0]);
+                    let mut out = vec![0f32; l.alloc];
+                    for r in 0..l.n_rows() {
+                        let o = l.row_off(r);
+                        let n0 = l.ne[0];
+                        avx2::silu_row(&g[o..o + n0], Some(&u[o..o + n0]), &mut out[o..o + n0]);
+                    }
+                    Val::F(out)
                 }
                 Op::Swiglu | Op::Geglu => {
                     let g = ctx.floats(s[0]).map_err(err)?;
@@ -255,7 +272,7 @@ impl<'w> Interpreter<'w> {
                         Some(f) => Some(ctx.floats(*f).map_err(err)?),
                         None => None,
                     };
-                    Val::F(rope(&x, &lay(s[0]), pos, ff.as_deref(), p))
+                    Val::F(rope(&x, &lay(s[0]), pos, ff.as_deref(), p, self.opts.avx2_order))
                 }
                 Op::KvStore => {
                     let Val::State(si) = vals[s[0].index()] else {
@@ -283,7 +300,19 @@ impl<'w> Interpreter<'w> {
                         pos,
                         out: lo,
                     };
-                    Val::F(attention(&args, p, self.opts.attn_f16, self.opts.n_threads))
+                    let mode = match (self.opts.flash_attn, self.opts.attn_f16) {
+                        (true, _) => AttnMode::Flash,
+                        (false, true) => AttnMode::F16,
+                        (false, false) => AttnMode::Exact,
+                    };
+                    let cfg = AttnCfg {
+                        mode,
+                        avx2: self.opts.avx2_order,
+                        n_ctx: graph.tensor(s[1]).shape.ne[2] as usize,
+                        llama_threads: self.opts.llama_threads,
+                        n_threads: self.opts.n_threads,
+                    };
+                    Val::F(attention(&args, p, &cfg))
                 }
                 Op::Reshape { .. } => match &vals[s[0].index()] {
                     Val::W(d, t) => Val::W(d, *t),
@@ -376,6 +405,7 @@ impl<'w> Interpreter<'w> {
             round: self.opts.matmul_rounding,
             flavor: self.opts.q8_flavor,
             n_threads: self.opts.n_threads.max(1),
+            order: if self.opts.avx2_order { Order::Avx2 } else { Order::Reference },
         }
     }
 

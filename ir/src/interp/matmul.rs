@@ -13,8 +13,9 @@
 //! Rows of `a` are split over threads (`std::thread::scope`); each output element is computed
 //! by one thread in a fixed order, so results do not depend on the thread count.
 
+use super::avx2;
 use super::layout::Lay;
-use super::qdot::{self, Fast, Unpacked};
+use super::qdot::{self, Fast, Order, Unpacked};
 use crate::ggml::{self, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, GgmlType, Q8Flavor};
 use crate::graph::DType;
 
@@ -49,6 +50,8 @@ pub(crate) struct MatOpts {
     pub flavor: Q8Flavor,
     /// Threads to split rows over.
     pub n_threads: usize,
+    /// Summation order of the Q4_0 / Q4_1 / Q8_0 dot products.
+    pub order: Order,
 }
 
 /// f32 dot product in a fixed order: 32 lanes, lane `l` summing (multiply, then add: no fused
@@ -141,7 +144,7 @@ enum Kernel {
     /// Reference `vec_dot` of weight rows with activation rows in the companion format.
     Quant { act: Vec<u8>, act_row: usize },
     /// The same numbers through unpacked int8 rows ([`qdot`]).
-    Fast { kind: Fast, act: Unpacked },
+    Fast { kind: Fast, act: Unpacked, order: Order },
 }
 
 /// Computes `out = a · bᵀ` per slice; `b` and `out` are stored as [`Lay`] says.
@@ -185,14 +188,15 @@ pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts
                         (Some(kind), true) => {
                             let mut u = Unpacked::default();
                             qdot::unpack_act(&act, vdt == GgmlType::Q8_1, &mut u);
-                            Kernel::Fast { kind, act: u }
+                            Kernel::Fast { kind, act: u, order: opts.order }
                         }
                         _ => Kernel::Quant { act, act_row },
                     }
                 }
                 _ => Kernel::Float,
             };
-            let sc = Slice { a, a2, a3, rows: &rows, k, n_rows, kernel: &kernel };
+            let fdot = float_dot(opts.order, a_dtype, n_rows);
+            let sc = Slice { a, a2, a3, rows: &rows, k, n_rows, kernel: &kernel, fdot };
             let slice = compute_slice(&sc, m_rows, opts.n_threads)?;
             for n in 0..n_rows {
                 let o = lo.off([0, n, i2, i3]);
@@ -214,6 +218,21 @@ struct Slice<'s, 'a> {
     k: usize,
     n_rows: usize,
     kernel: &'s Kernel,
+    /// The dot product of the float kernel.
+    fdot: fn(&[f32], &[f32]) -> f32,
+}
+
+/// The dot product llama.cpp's CPU `mul_mat` uses for a float operand of type `dtype` and
+/// `n_rows` columns (see [`super::avx2`]): llamafile's tinyBLAS from two columns on, ggml's
+/// `vec_dot` of the type for one; [`dot`] when the order is the reference one.
+fn float_dot(order: Order, dtype: DType, n_rows: usize) -> fn(&[f32], &[f32]) -> f32 {
+    match (order, dtype, n_rows) {
+        (Order::Avx2, DType::F32 | DType::F16 | DType::BF16, n) if n >= 2 => avx2::dot_tinyblas,
+        (Order::Avx2, DType::F32, _) => avx2::dot_f32,
+        (Order::Avx2, DType::F16, _) => avx2::dot_f16,
+        (Order::Avx2, DType::BF16, _) => avx2::dot_bf16,
+        _ => dot,
+    }
 }
 
 /// One slice: returns `res[m * n_rows + n]`, rows of `a` split over threads.
@@ -248,8 +267,8 @@ fn compute_slice(sc: &Slice<'_, '_>, m_rows: usize, n_threads: usize) -> Result<
 fn run_rows(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String> {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
             return unsafe { run_rows_avx2(sc, lo, hi) };
         }
     }
@@ -257,7 +276,7 @@ fn run_rows(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn run_rows_avx2(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, String> {
     run_rows_body(sc, lo, hi)
 }
@@ -271,11 +290,11 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
     for m in lo..hi {
         let dst = &mut res[(m - lo) * n_rows..(m - lo + 1) * n_rows];
         match (sc.kernel, sc.a) {
-            (Kernel::Fast { kind, act }, MatA::Weight { ty, data, ne }) => {
+            (Kernel::Fast { kind, act, order }, MatA::Weight { ty, data, ne }) => {
                 let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
                 qdot::unpack_weight(*kind, w, &mut unpacked);
                 for (n, o) in dst.iter_mut().enumerate() {
-                    *o = qdot::dot(*kind, &unpacked, act, n);
+                    *o = qdot::dot(*kind, &unpacked, act, n, *order);
                 }
             }
             (Kernel::Quant { act, act_row }, MatA::Weight { ty, data, ne }) => {
@@ -287,7 +306,7 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
             _ => {
                 a_row_f32(sc.a, m, sc.a2, sc.a3, &mut buf, &mut unpacked)?;
                 for (n, o) in dst.iter_mut().enumerate() {
-                    *o = dot(&buf, &sc.rows[n * k..(n + 1) * k]);
+                    *o = (sc.fdot)(&buf, &sc.rows[n * k..(n + 1) * k]);
                 }
             }
         }
@@ -296,6 +315,7 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
 }
 
 /// The bytes of row `m` of slice `(a2, a3)` of a weight.
+#[inline(always)]
 fn weight_row<'d>(ty: GgmlType, data: &'d [u8], ne: &[usize; 4], m: usize, a2: usize, a3: usize, k: usize) -> Result<&'d [u8], String> {
     let rb = ty.row_size(k as u64).unwrap_or(0) as usize;
     let start = (m + ne[1] * (a2 + ne[2] * a3)) * rb;
@@ -303,6 +323,7 @@ fn weight_row<'d>(ty: GgmlType, data: &'d [u8], ne: &[usize; 4], m: usize, a2: u
 }
 
 /// Row `m` of slice `(a2, a3)` of `a` as f32.
+#[inline(always)]
 fn a_row_f32(a: &MatA<'_>, m: usize, a2: usize, a3: usize, buf: &mut [f32], unpacked: &mut Unpacked) -> Result<(), String> {
     match a {
         MatA::Weight { ty, data, ne } => {
@@ -337,7 +358,7 @@ mod tests {
         let b = [1.0f32, 0.0, 1.0, 0.0, 1.0, 0.0];
         let lb = Lay::of(&Shape::new(&[3, 2]), 0);
         let lo = Lay::of(&Shape::new(&[2, 2]), 0);
-        let opts = MatOpts { round: false, flavor: Q8Flavor::X86, n_threads: 2 };
+        let opts = MatOpts { round: false, flavor: Q8Flavor::X86, n_threads: 2, order: Order::Reference };
         let am = MatA::Float { dtype: DType::F32, data: &a, lay: la };
         let out = mul_mat(&am, &b, &lb, &lo, opts).unwrap();
         assert_eq!(out, vec![4.0, 10.0, 2.0, 5.0]);

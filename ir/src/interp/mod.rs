@@ -16,8 +16,10 @@
 //! in f64); mat-muls split rows over threads with `std::thread::scope`.
 
 mod attention;
+mod avx2;
 mod elementwise;
 mod exec;
+mod flash;
 mod layout;
 mod matmul;
 mod qdot;
@@ -42,12 +44,25 @@ pub struct InterpOptions {
     /// Round Q to f16 before the scores and the softmax probabilities to f16 before the
     /// product with V (llama.cpp without flash attention).
     pub attn_f16: bool,
+    /// Reproduce llama.cpp's CPU flash attention (f16 Q, online softmax, f16 V accumulator;
+    /// the tiled and split-KV variants where ggml uses them); takes precedence over
+    /// `attn_f16`. llama.cpp enables flash attention by default (`flash_attn_type` auto)
+    /// where the backend supports it, as the CPU does; `shared/fixtures/` was made with it off.
+    pub flash_attn: bool,
     /// Evaluate GELU from ggml's f16 table (`GGML_GELU_FP16`).
     pub gelu_f16: bool,
+    /// Follow the operation order of llama.cpp's x86-64 AVX2/FMA kernels where it is known
+    /// ([`avx2`](self) module: Q4_0 / Q4_1 / Q8_0 dot products, the vectorized `expf` of SiLU
+    /// and softmax, f16 dot products in attention) instead of ggml's scalar reference order.
+    pub avx2_order: bool,
     /// Which Q8_0 / Q8_1 activation quantizer to reproduce.
     pub q8_flavor: Q8Flavor,
     /// Threads for mat-muls and attention.
     pub n_threads: usize,
+    /// Threads llama.cpp runs with, for the one computation whose result depends on it: its
+    /// flash-attention decode over 512 or more cache cells cuts the cache into one chunk per
+    /// thread. The references in `shared/` were made with 2.
+    pub llama_threads: usize,
 }
 
 impl InterpOptions {
@@ -56,18 +71,24 @@ impl InterpOptions {
         InterpOptions {
             matmul_rounding: false,
             attn_f16: false,
+            flash_attn: false,
             gelu_f16: false,
+            avx2_order: false,
             q8_flavor: Q8Flavor::native(),
             n_threads: default_threads(),
+            llama_threads: 2,
         }
     }
 
-    /// Every rounding llama.cpp's CPU backend does, with this machine's Q8 flavor.
+    /// Every rounding llama.cpp's CPU backend does with its default settings (flash attention
+    /// on), with this machine's Q8 flavor.
     pub fn llama_cpp() -> InterpOptions {
         InterpOptions {
             matmul_rounding: true,
             attn_f16: true,
             gelu_f16: true,
+            avx2_order: true,
+            flash_attn: true,
             ..InterpOptions::exact()
         }
     }

@@ -75,6 +75,7 @@ fn minus8(v: u128) -> u128 {
 }
 
 /// Unpacks a weight row of `kind` (whole blocks) into `out`.
+#[inline(always)]
 pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
     let bs = match kind {
         Fast::Q4_0 => 18,
@@ -111,20 +112,58 @@ pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
 
 /// The f32 values of an unpacked weight row, computed as ggml's `dequantize_row_*` does
 /// (`q * d`, plus `m` for Q4_1): bit-identical to [`crate::ggml::dequantize`].
+#[inline(always)]
 pub(crate) fn dequant(kind: Fast, w: &Unpacked, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked by `has_avx2`).
+            return unsafe { dequant_avx2(kind, w, out) };
+        }
+    }
+    dequant_portable(kind, w, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX2.get_or_init(|| std::is_x86_feature_detected!("avx2"))
+}
+
+fn dequant_portable(kind: Fast, w: &Unpacked, out: &mut [f32]) {
     for (b, (o, q)) in out.chunks_exact_mut(32).zip(w.q.chunks_exact(32)).enumerate() {
-        let (Ok(o), Ok(q)) = (<&mut [f32; 32]>::try_from(o), <&[u8; 32]>::try_from(q)) else {
-            continue;
-        };
         let d = w.d[b];
-        if kind == Fast::Q4_1 {
-            let m = w.m[b];
-            for i in 0..32 {
-                o[i] = q[i] as i8 as f32 * d + m;
-            }
-        } else {
-            for i in 0..32 {
-                o[i] = q[i] as i8 as f32 * d;
+        let m = if kind == Fast::Q4_1 { Some(w.m[b]) } else { None };
+        for (y, &x) in o.iter_mut().zip(q) {
+            *y = match m {
+                Some(m) => x as i8 as f32 * d + m,
+                None => x as i8 as f32 * d,
+            };
+        }
+    }
+}
+
+/// [`dequant_portable`] with AVX2: the same multiply, then add, per value.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dequant_avx2(kind: Fast, w: &Unpacked, out: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_storeu_ps, _mm_loadl_epi64,
+    };
+    let nb = (out.len() / 32).min(w.q.len() / 32).min(w.d.len());
+    let with_m = kind == Fast::Q4_1 && w.m.len() >= nb;
+    for b in 0..nb {
+        let d = _mm256_set1_ps(w.d[b]);
+        let m = _mm256_set1_ps(if with_m { w.m[b] } else { 0.0 });
+        for part in 0..4 {
+            let o = b * 32 + part * 8;
+            // SAFETY: o + 8 <= nb * 32, within `w.q` and `out`; the load reads 8 bytes.
+            unsafe {
+                let q8 = _mm_loadl_epi64(w.q.as_ptr().add(o).cast());
+                let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+                let v = if with_m { _mm256_add_ps(v, m) } else { v };
+                _mm256_storeu_ps(out.as_mut_ptr().add(o), v);
             }
         }
     }
@@ -142,24 +181,86 @@ pub(crate) fn unpack_act(bytes: &[u8], with_sum: bool, out: &mut Unpacked) {
     }
 }
 
-/// Exact sum of 32 int8 products (|sum| ≤ 32 · 128², no overflow; wrapping ops keep the
-/// loop free of overflow checks so it vectorizes in every profile).
+/// Exact sum of 32 int8 products (|sum| ≤ 32 · 128², no overflow).
 #[inline(always)]
 fn isum(a: &[u8], b: &[u8]) -> i32 {
-    let (Ok(a), Ok(b)) = (<&[u8; 32]>::try_from(a), <&[u8; 32]>::try_from(b)) else {
-        return 0;
-    };
-    let mut s = 0i32;
-    for i in 0..32 {
-        s = s.wrapping_add((a[i] as i8 as i32).wrapping_mul(b[i] as i8 as i32));
-    }
-    s
+    a.iter().zip(b).take(32).fold(0i32, |s, (&x, &y)| s.wrapping_add((x as i8 as i32).wrapping_mul(y as i8 as i32)))
 }
 
-/// The dot product of an unpacked weight row with activation row `n` (blocks `n * nb ..`),
-/// computed in the reference's f32 order for `kind`.
+/// [`isum`] with AVX2: sign-extend to i16, multiply-add pairs to i32, add up (exact).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn isum_avx2(a: &[u8], b: &[u8]) -> i32 {
+    use std::arch::x86_64::{
+        _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256,
+        _mm256_madd_epi16, _mm_add_epi32, _mm_cvtsi128_si32, _mm_loadu_si128, _mm_shuffle_epi32,
+    };
+    if a.len() < 32 || b.len() < 32 {
+        return isum(a, b);
+    }
+    // SAFETY: both slices hold at least 32 bytes; each load reads 16.
+    unsafe {
+        let a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(a.as_ptr().cast()));
+        let a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(a.as_ptr().add(16).cast()));
+        let b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.as_ptr().cast()));
+        let b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.as_ptr().add(16).cast()));
+        let s = _mm256_add_epi32(_mm256_madd_epi16(a0, b0), _mm256_madd_epi16(a1, b1));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// Which summation order a dot product follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// ggml's portable scalar code ([`crate::ggml::vec_dot`]): one f32 sum, block after block.
+    Reference,
+    /// ggml's x86 AVX2 kernels (`ggml_vec_dot_q4_0_q8_0`, `_q4_1_q8_1`, `_q8_0_q8_0` in
+    /// ggml-cpu/arch/x86/quants.c): eight lanes, lane `l` holding the exact sum of products
+    /// `4l .. 4l + 4` of each block, accumulated as `acc_l = fma(dx * dy, lane, acc_l)`;
+    /// then [`super::avx2::hsum8`], plus (Q4_1) the separate f32 sum of `m * s`.
+    Avx2,
+}
+
+/// The dot product of an unpacked weight row with activation row `n` (blocks `n * nb ..`)
+/// in the given order.
 #[inline(always)]
-pub(crate) fn dot(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
+pub(crate) fn dot(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize, order: Order) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            return match order {
+                // SAFETY: the CPU supports AVX2 (checked by `has_avx2`).
+                Order::Reference => unsafe { dot_avx2(kind, w, a, n) },
+                // SAFETY: AVX2 and FMA are present (FMA checked in `has_fma`).
+                Order::Avx2 if has_fma() => unsafe { dot_lanes_simd(kind, w, a, n) },
+                Order::Avx2 => dot_lanes(kind, w, a, n),
+            };
+        }
+    }
+    match order {
+        Order::Reference => dot_with(kind, w, a, n, isum),
+        Order::Avx2 => dot_lanes(kind, w, a, n),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_fma() -> bool {
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(|| std::is_x86_feature_detected!("fma"))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
+    // SAFETY: this function only runs where AVX2 is available.
+    dot_with(kind, w, a, n, |x, y| unsafe { isum_avx2(x, y) })
+}
+
+#[inline(always)]
+fn dot_with(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize, isum: impl Fn(&[u8], &[u8]) -> i32) -> f32 {
     let nb = w.d.len();
     let ab = n * nb;
     let aq = &a.q[ab * 32..(ab + nb) * 32];
@@ -175,6 +276,68 @@ pub(crate) fn dot(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
         }
     }
     sumf
+}
+
+/// [`Order::Avx2`], lanes written out.
+fn dot_lanes(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
+    let nb = w.d.len();
+    let ab = n * nb;
+    let aq = &a.q[ab * 32..(ab + nb) * 32];
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (b, (wq, xq)) in w.q.chunks_exact(32).zip(aq.chunks_exact(32)).enumerate() {
+        let d = w.d[b] * a.d[ab + b];
+        if kind == Fast::Q4_1 {
+            summs += w.m[b] * a.m[ab + b];
+        }
+        for (l, acc) in acc.iter_mut().enumerate() {
+            let lane: i32 = (4 * l..4 * l + 4).map(|k| wq[k] as i8 as i32 * xq[k] as i8 as i32).sum();
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    let s = super::avx2::hsum8(&acc);
+    if kind == Fast::Q4_1 {
+        s + summs
+    } else {
+        s
+    }
+}
+
+/// [`Order::Avx2`] with the instructions ggml uses (`maddubs` of |w| and sign-adjusted
+/// activations, `madd` with ones, convert, `fmadd`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_lanes_simd(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_madd_epi16,
+        _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_sign_epi8, _mm256_storeu_ps,
+    };
+    let nb = w.d.len();
+    let ab = n * nb;
+    let aq = &a.q[ab * 32..(ab + nb) * 32];
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    let ones = _mm256_set1_epi16(1);
+    for (b, (wq, xq)) in w.q.chunks_exact(32).zip(aq.chunks_exact(32)).enumerate() {
+        let d = w.d[b] * a.d[ab + b];
+        if kind == Fast::Q4_1 {
+            summs += w.m[b] * a.m[ab + b];
+        }
+        // SAFETY: both chunks hold exactly 32 bytes.
+        let (x, y) = unsafe { (_mm256_loadu_si256(wq.as_ptr().cast()), _mm256_loadu_si256(xq.as_ptr().cast())) };
+        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let s = super::avx2::hsum8(&lanes);
+    if kind == Fast::Q4_1 {
+        s + summs
+    } else {
+        s
+    }
 }
 
 #[cfg(test)]
@@ -222,10 +385,19 @@ mod tests {
                 let (mut w, mut a) = (Unpacked::default(), Unpacked::default());
                 unpack_weight(kind, &row, &mut w);
                 unpack_act(&act, vdt == GgmlType::Q8_1, &mut a);
-                assert_eq!(dot(kind, &w, &a, 0).to_bits(), want.to_bits(), "{t}");
+                assert_eq!(dot(kind, &w, &a, 0, Order::Reference).to_bits(), want.to_bits(), "{t}");
+                assert_eq!(dot_with(kind, &w, &a, 0, isum).to_bits(), want.to_bits(), "{t} portable");
+                // The AVX2 order: the lane version and the instruction version agree, and
+                // both are within rounding of the reference.
+                let lanes = dot_lanes(kind, &w, &a, 0);
+                assert_eq!(dot(kind, &w, &a, 0, Order::Avx2).to_bits(), lanes.to_bits(), "{t} avx2");
+                assert!((lanes - want).abs() <= 1e-5 * want.abs().max(1.0), "{t}: {lanes} vs {want}");
                 let mut fast = vec![0f32; k];
+                let mut portable = vec![0f32; k];
                 let mut reference = vec![0f32; k];
                 dequant(kind, &w, &mut fast);
+                dequant_portable(kind, &w, &mut portable);
+                assert!(fast.iter().zip(&portable).all(|(a, b)| a.to_bits() == b.to_bits()), "{t}");
                 crate::ggml::dequantize(t, &row, &mut reference).unwrap();
                 let same = fast.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{t} dequantization differs");

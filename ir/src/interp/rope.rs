@@ -46,13 +46,16 @@ fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, out: &mut 
     }
 }
 
-/// Applies rope to `x {head, n_head, n_tokens}` with one position per token.
+/// Applies rope to `x {head, n_head, n_tokens}` with one position per token. With `fused`,
+/// each rotated value is computed as GCC compiles ggml's `x0*cos - x1*sin` and
+/// `x0*sin + x1*cos` with contraction on: the first product fused into a multiply-add.
 pub(crate) fn rope(
     x: &[f32],
     lay: &Lay,
     pos: &[i32],
     freq_factors: Option<&[f32]>,
     p: &RopeParams,
+    fused: bool,
 ) -> Vec<f32> {
     let mut out = x.to_vec();
     let n_rot = p.n_rot as usize;
@@ -70,8 +73,13 @@ pub(crate) fn rope(
                     RopeMode::Neox => (i, i + half),
                 };
                 let (x0, x1) = (src[a], src[b]);
-                dst[a] = x0 * c - x1 * s;
-                dst[b] = x0 * s + x1 * c;
+                if fused {
+                    dst[a] = x0.mul_add(c, -(x1 * s));
+                    dst[b] = x0.mul_add(s, x1 * c);
+                } else {
+                    dst[a] = x0 * c - x1 * s;
+                    dst[b] = x0 * s + x1 * c;
+                }
             }
         }
     }
@@ -102,7 +110,7 @@ mod tests {
         let lay = Lay::of(&Shape::new(&[6, 1, 2]), 0);
         let x: Vec<f32> = (0..12).map(|i| i as f32 * 0.3 - 1.0).collect();
         for mode in [RopeMode::Norm, RopeMode::Neox] {
-            let y = rope(&x, &lay, &[0, 5], None, &params(mode));
+            let y = rope(&x, &lay, &[0, 5], None, &params(mode), false);
             assert_eq!(&y[..6], &x[..6]);
             // Values past n_rot pass through.
             assert_eq!(&y[10..12], &x[10..12]);
@@ -114,9 +122,9 @@ mod tests {
     #[test]
     fn first_pair_rotates_by_position() {
         let lay = Lay::of(&Shape::new(&[4, 1, 1]), 0);
-        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Norm));
+        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Norm), true);
         assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[1] - 3f32.sin()).abs() < 1e-6);
-        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Neox));
+        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Neox), false);
         assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[2] - 3f32.sin()).abs() < 1e-6);
     }
 }

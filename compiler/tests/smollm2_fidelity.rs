@@ -1,0 +1,159 @@
+//! SmolLM2-135M-Instruct Q4_1 against llama.cpp: teacher-forced top-5 log-probabilities
+//! (`shared/reference/ref-SmolLM2-135M-Instruct.Q4_1.json`, field `teacher_forced.top5`).
+//!
+//! Each prompt (`tokens_add_special_true`) is decoded in the calls llama.cpp made
+//! (`server_prompt_decode_calls`), then llama.cpp's greedy tokens (`completion.tokens`) are
+//! fed back one at a time. At every generated position the log-probability of each of
+//! llama.cpp's top-5 ids must be within 0.1 nat of llama.cpp's, and any id of our top 5
+//! missing from llama.cpp's must rank below llama.cpp's fifth within that tolerance (ids may
+//! swap only where their log-probabilities are that close). The README of
+//! `shared/reference/` gives the scale: llama.cpp itself moves by about 0.05 nat on this
+//! model when the prompt is batched differently, and by up to 0.35 nat when the 8-bit
+//! activation rounding is dropped (an F32 copy of the weights).
+//!
+//! Run with the 8-bit rounding (llama.cpp's numbers) and without (exact f32 activations);
+//! the maximum deviation of each is printed. The 774-token prompt is included when
+//! `MODELC_FULL_TESTS` is set (about a minute more); the model file lives in
+//! `~/.cache/modelc/models/` and the test skips when it is absent.
+
+mod common;
+
+use ir::gguf::GgufFile;
+use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
+use std::path::PathBuf;
+
+const TOLERANCE: f64 = 0.1;
+
+struct Prompt {
+    id: String,
+    tokens: Vec<u32>,
+    calls: Vec<usize>,
+    completion: Vec<u32>,
+    top5: Vec<Vec<(u32, f64)>>,
+}
+
+fn model_path() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("SKIP: {} is absent", p.display());
+        None
+    }
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("array of ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
+    let s = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json")).expect("reference json");
+    let v: serde_json::Value = serde_json::from_str(&s).expect("reference json parses");
+    v["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| Prompt {
+            id: p["id"].as_str().unwrap_or("?").to_string(),
+            tokens: ids(&p["tokens_add_special_true"]),
+            calls: p["server_prompt_decode_calls"].as_array().expect("calls").iter().map(|c| c.as_u64().expect("call") as usize).collect(),
+            completion: ids(&p["completion"]["tokens"]),
+            top5: p["teacher_forced"]["top5"]
+                .as_array()
+                .expect("top5")
+                .iter()
+                .map(|pos| {
+                    pos.as_array()
+                        .expect("position")
+                        .iter()
+                        .map(|e| (e[0].as_u64().expect("id") as u32, e[1].as_f64().expect("logprob")))
+                        .collect()
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Natural-log softmax of `logits` in f64.
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = max + logits.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    logits.iter().map(|&x| x as f64 - lse).collect()
+}
+
+/// Outcome of one prompt: largest deviation, the position where ours and llama.cpp's argmax
+/// first differ (if any) with both candidates' log-probabilities.
+struct Outcome {
+    max_dev: f64,
+    first_split: Option<(usize, u32, f64, u32, f64)>,
+}
+
+fn run_prompt(gguf: &GgufFile, model: &compiler::Model, p: &Prompt, opts: InterpOptions) -> Outcome {
+    let so = SessionOptions { n_ctx: 2048, n_ubatch: 512, interp: opts, ..SessionOptions::default() };
+    let mut s = Session::new(gguf, model, so);
+    let mut pos = 0usize;
+    let mut last = None;
+    for &n in &p.calls {
+        let l = s.eval(&p.tokens[pos..pos + n], pos as u32, &Outputs::Last).expect("prompt eval");
+        pos += n;
+        last = Some(l.values);
+    }
+    assert_eq!(pos, p.tokens.len(), "{}: decode calls cover the prompt", p.id);
+    let mut logits = last.expect("at least one decode call");
+    let mut out = Outcome { max_dev: 0.0, first_split: None };
+    for (i, want) in p.top5.iter().enumerate() {
+        let lp = log_softmax(&logits);
+        for &(id, ref_lp) in want {
+            let d = (lp[id as usize] - ref_lp).abs();
+            out.max_dev = out.max_dev.max(d);
+            assert!(std::env::var_os("PROBE").is_some() || d <= TOLERANCE, "{} position {i}: id {id} logprob {} vs llama.cpp {ref_lp}", p.id, lp[id as usize]);
+        }
+        // Our top 5: an id llama.cpp does not list must rank below its fifth (within tolerance).
+        let mut order: Vec<usize> = (0..lp.len()).collect();
+        order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+        let fifth = want.last().map_or(f64::NEG_INFINITY, |w| w.1);
+        for &id in &order[..5] {
+            if !want.iter().any(|w| w.0 as usize == id) {
+                assert!(std::env::var_os("PROBE").is_some() || lp[id] <= fifth + TOLERANCE, "{} position {i}: id {id} ({}) is in our top 5, llama.cpp's fifth is {fifth}", p.id, lp[id]);
+            }
+        }
+        if std::env::var_os("PROBE").is_some() {
+            let pm = want.iter().map(|&(id, r)| (lp[id as usize] - r).abs()).fold(0.0, f64::max);
+            eprint!("{pm:.3} ");
+        }
+        if out.first_split.is_none() && order[0] as u32 != want[0].0 {
+            out.first_split = Some((i, want[0].0, lp[want[0].0 as usize], order[0] as u32, lp[order[0]]));
+        }
+        if i + 1 < p.top5.len() {
+            let tok = p.completion[i];
+            logits = s.eval(&[tok], (p.tokens.len() + i) as u32, &Outputs::Last).expect("decode").values;
+        }
+    }
+    out
+}
+
+#[test]
+fn smollm2_teacher_forced_top5_matches_llama_cpp() {
+    let (Some(shared), Some(path)) = (common::shared_dir(), model_path()) else { return };
+    let gguf = GgufFile::open(&path).expect("open SmolLM2");
+    let model = compiler::load_model(&gguf).expect("SmolLM2 lowers");
+    let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
+    let prompts = load_prompts(&shared);
+    for (label, opts) in [("8-bit rounding", InterpOptions::llama_cpp()), ("exact", InterpOptions::exact())] {
+        let mut worst: f64 = 0.0;
+        for p in &prompts {
+            if p.tokens.len() > 100 && !full {
+                eprintln!("{label}: {} ({} tokens) skipped; set MODELC_FULL_TESTS=1 to run it", p.id, p.tokens.len());
+                continue;
+            }
+            let o = run_prompt(&gguf, &model, p, opts);
+            worst = worst.max(o.max_dev);
+            let split = match o.first_split {
+                None => format!("argmax = llama.cpp's at all {} positions", p.top5.len()),
+                Some((i, a, la, b, lb)) => format!("argmax first differs at position {i}: llama.cpp {a} ({la:.4}) vs ours {b} ({lb:.4})"),
+            };
+            eprintln!("{label}: {:9} max |Δ logprob| {:.4}; {split}", p.id, o.max_dev);
+        }
+        eprintln!("{label}: max deviation over all positions {worst:.4} nat (tolerance {TOLERANCE})");
+    }
+}

@@ -1,0 +1,283 @@
+//! The compiled CPU plan ([`codegen_cpu::exec::CompiledPlan`]) as an [`Engine`]: what
+//! `modelc compile` runners and `modelc run` execute.
+//!
+//! Each [`Engine::decode`] call is cut into steps of the compiled ubatch sizes by
+//! [`ir::plan::schedule::chunks`] (full chunks of the largest size, then the tail padded to a
+//! compiled size as the plan's [`ir::plan::TailPolicy::Pad`] says, or run with smaller sizes;
+//! single tokens through ubatch 1). The KV cache lives in the compiled plan and persists
+//! across calls until [`Engine::clear`].
+//!
+//! A plan's steps produce either one logit row (the last real token: generation) or one row
+//! per token (perplexity, teacher forcing); [`build_plan`] can compile both kinds into one
+//! plan ([`LogitRows::Both`]). A call asking for all rows from a plan that only has
+//! last-row steps fails with a clear error, and vice versa.
+
+use crate::engine::{check_decode_args, Engine};
+use anyhow::Context;
+use codegen_cpu::exec::{CompiledPlan, StepArgs};
+use compiler::passes::{compile, CompileOptions};
+use ir::gguf::GgufFile;
+use ir::graph::DType;
+use ir::plan::schedule::chunks;
+use ir::plan::{Base, Plan, WeightId};
+
+/// Which logit rows the steps of a plan built by [`build_plan`] produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitRows {
+    /// One row per ubatch (generation).
+    Last,
+    /// One row per token.
+    All,
+    /// Both kinds of steps (the plan is compiled twice and merged).
+    Both,
+}
+
+/// Builds the plan of `model` for the ubatch sizes `ubatches` and a KV cache of `n_ctx`
+/// cells of `kv_type` (F16 is llama.cpp's default), by running [`compiler::passes::compile`].
+///
+/// # Errors
+/// What the passes report (bad sizes, unsupported graphs), or a merged plan that does not
+/// verify.
+pub fn build_plan(
+    model: &compiler::Model,
+    ubatches: &[u32],
+    n_ctx: u32,
+    kv_type: DType,
+    logits: LogitRows,
+) -> anyhow::Result<Plan> {
+    let opts = |all_logits: bool| CompileOptions {
+        ubatches: ubatches.to_vec(),
+        all_logits,
+        n_ctx,
+        kv_type,
+        ..CompileOptions::default()
+    };
+    let run = |all: bool| compile(model, &opts(all), &mut |_, _| {}).context("compiling the plan");
+    match logits {
+        LogitRows::Last => run(false),
+        LogitRows::All => run(true),
+        LogitRows::Both => {
+            let mut a = run(false)?;
+            merge_steps(&mut a, run(true)?)?;
+            Ok(a)
+        }
+    }
+}
+
+/// Adds the steps of `b` that `a` lacks to `a`, renumbering weights and KV caches by name.
+fn merge_steps(a: &mut Plan, b: Plan) -> anyhow::Result<()> {
+    let mut wmap = Vec::with_capacity(b.weights.len());
+    for w in &b.weights {
+        let id = match a.weight(&w.name) {
+            Some(id) => id,
+            None => {
+                a.weights.push(w.clone());
+                WeightId(a.weights.len() as u32 - 1)
+            }
+        };
+        wmap.push(id);
+    }
+    let mut kmap = Vec::with_capacity(b.kv.len());
+    for c in &b.kv {
+        let id = match a.kv.iter().position(|x| x.name == c.name) {
+            Some(i) => {
+                anyhow::ensure!(
+                    a.kv[i] == *c,
+                    "KV cache {} differs between the two plans",
+                    c.name
+                );
+                i
+            }
+            None => {
+                a.kv.push(c.clone());
+                a.kv.len() - 1
+            }
+        };
+        kmap.push(ir::plan::KvId(id as u32));
+    }
+    for mut s in b.steps {
+        if a.step(s.n_tokens, s.n_outputs).is_some() {
+            continue;
+        }
+        for v in &mut s.values {
+            v.base = match v.base {
+                Base::Weight(w) => Base::Weight(wmap[w.index()]),
+                Base::Kv(k) => Base::Kv(kmap[k.index()]),
+                other => other,
+            };
+        }
+        a.steps.push(s);
+    }
+    a.steps.sort_by_key(|s| (s.n_tokens, s.n_outputs));
+    a.verify().context("the merged plan does not verify")?;
+    Ok(())
+}
+
+/// A compiled plan with its KV cache, evaluating tokens (module doc).
+pub struct CpuEngine<'a> {
+    exec: CompiledPlan<'a>,
+    n_vocab: usize,
+    n_ctx: usize,
+    /// Sizes of the steps with one logit row, increasing.
+    last_sizes: Vec<u32>,
+    /// Sizes of the steps with a row per token, increasing.
+    all_sizes: Vec<u32>,
+    logits: Vec<f32>,
+    tokens: Vec<i32>,
+    positions: Vec<i32>,
+    out_ids: Vec<i32>,
+}
+
+impl<'a> CpuEngine<'a> {
+    /// Compiles `plan` (built for the model in `gguf`, e.g. by [`build_plan`]) on
+    /// `n_threads` threads; the caller keeps `gguf` alive (its embedding table is read in
+    /// place).
+    ///
+    /// # Errors
+    /// What [`CompiledPlan::new`] reports (a kernel the CPU backend cannot run, a weight the
+    /// file lacks or holds with another type or shape), or a plan without logits.
+    pub fn new(gguf: &'a GgufFile, plan: Plan, n_threads: usize) -> anyhow::Result<CpuEngine<'a>> {
+        let first = plan.steps.first().context("the plan has no steps")?;
+        let logits = first
+            .outputs
+            .first()
+            .context("the plan's steps have no logits output")?;
+        let n_vocab = first.values[logits.index()].shape.ne[0] as usize;
+        let mut last_sizes = Vec::new();
+        let mut all_sizes = Vec::new();
+        let mut max_rows = 0;
+        for s in &plan.steps {
+            if s.n_outputs == 1 {
+                last_sizes.push(s.n_tokens);
+            }
+            if s.n_outputs == s.n_tokens {
+                all_sizes.push(s.n_tokens);
+            }
+            max_rows = max_rows.max(s.n_tokens as usize);
+        }
+        last_sizes.sort_unstable();
+        all_sizes.sort_unstable();
+        let exec =
+            CompiledPlan::new(&plan, gguf, n_threads).context("compiling the plan for the CPU")?;
+        Ok(CpuEngine {
+            n_ctx: exec.n_ctx(),
+            exec,
+            n_vocab,
+            last_sizes,
+            all_sizes,
+            logits: Vec::with_capacity(n_vocab * max_rows),
+            tokens: Vec::with_capacity(max_rows),
+            positions: Vec::with_capacity(max_rows),
+            out_ids: Vec::with_capacity(max_rows),
+        })
+    }
+
+    /// The compiled plan (load statistics, per-kernel profile).
+    pub fn compiled(&self) -> &CompiledPlan<'a> {
+        &self.exec
+    }
+
+    /// The compiled plan, mutably (to turn profiling on).
+    pub fn compiled_mut(&mut self) -> &mut CompiledPlan<'a> {
+        &mut self.exec
+    }
+}
+
+impl Engine for CpuEngine<'_> {
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn max_ubatch(&self) -> usize {
+        self.last_sizes
+            .iter()
+            .chain(&self.all_sizes)
+            .copied()
+            .max()
+            .unwrap_or(1) as usize
+    }
+
+    fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]> {
+        check_decode_args(self, tokens, pos0)?;
+        let sizes = if all_logits {
+            &self.all_sizes
+        } else {
+            &self.last_sizes
+        };
+        anyhow::ensure!(
+            !sizes.is_empty(),
+            "this plan was compiled without steps that give {} (build it with LogitRows::Both)",
+            if all_logits {
+                "a logit row per token"
+            } else {
+                "one logit row per ubatch"
+            }
+        );
+        // One token (generation): its own step, without building a schedule.
+        if tokens.len() == 1 && sizes.first() == Some(&1) {
+            self.tokens.clear();
+            self.tokens.push(tokens[0] as i32);
+            self.positions.clear();
+            self.positions.push(pos0 as i32);
+            self.out_ids.clear();
+            self.out_ids.push(0);
+            let args = StepArgs {
+                tokens: &self.tokens,
+                positions: &self.positions,
+                output_ids: &self.out_ids,
+                kv_len: pos0 + 1,
+                data: &[],
+            };
+            let out = self.exec.step(1, 1, &args)?;
+            self.logits.clear();
+            self.logits.extend_from_slice(&out[..self.n_vocab]);
+            return Ok(&self.logits);
+        }
+        let cut = chunks(sizes, pos0 as u32, tokens.len() as u32, self.n_ctx as u32)?;
+        self.logits.clear();
+        let mut done = 0usize;
+        let n_vocab = self.n_vocab;
+        for (ci, c) in cut.iter().enumerate() {
+            let n_real = c.n_real as usize;
+            let real = &tokens[done..done + n_real];
+            self.tokens.clear();
+            self.tokens.extend(real.iter().map(|&t| t as i32));
+            let pad = *self.tokens.last().unwrap_or(&0);
+            self.tokens.resize(c.n_tokens as usize, pad);
+            self.positions.clear();
+            self.positions
+                .extend((0..c.n_tokens).map(|i| (c.pos0 + i) as i32));
+            self.out_ids.clear();
+            let n_outputs = if all_logits {
+                self.out_ids.extend(0..c.n_tokens as i32);
+                c.n_tokens
+            } else {
+                self.out_ids.push(c.n_real as i32 - 1);
+                1
+            };
+            let args = StepArgs {
+                tokens: &self.tokens,
+                positions: &self.positions,
+                output_ids: &self.out_ids,
+                kv_len: c.kv_len() as usize,
+                data: &[],
+            };
+            let out = self.exec.step(c.n_tokens, n_outputs, &args)?;
+            if all_logits {
+                self.logits.extend_from_slice(&out[..n_real * n_vocab]);
+            } else if ci + 1 == cut.len() {
+                self.logits.extend_from_slice(&out[..n_vocab]);
+            }
+            done += n_real;
+        }
+        Ok(&self.logits)
+    }
+
+    fn clear(&mut self) {
+        self.exec.clear_kv();
+    }
+}
