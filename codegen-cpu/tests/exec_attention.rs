@@ -137,20 +137,8 @@ fn smollm2_attn() -> AttnParams {
 
 #[test]
 fn smollm2_heads_f16_cache() {
-    check(
-        RopeMode::Norm,
-        smollm2_attn(),
-        DType::F16,
-        InterpOptions::llama_cpp(),
-        2,
-    );
-    check(
-        RopeMode::Norm,
-        smollm2_attn(),
-        DType::F16,
-        InterpOptions::llama_cpp(),
-        1,
-    );
+    check(RopeMode::Norm, smollm2_attn(), DType::F16, llama_cpp(), 2);
+    check(RopeMode::Norm, smollm2_attn(), DType::F16, llama_cpp(), 1);
 }
 
 #[test]
@@ -161,14 +149,14 @@ fn window_softcap_neox() {
         window: Some(8),
         causal: true,
     };
-    check(RopeMode::Neox, p, DType::F16, InterpOptions::llama_cpp(), 2);
+    check(RopeMode::Neox, p, DType::F16, llama_cpp(), 2);
 }
 
 #[test]
 fn f32_cache_rounds_nothing() {
     let opts = InterpOptions {
         attn_f16: false,
-        ..InterpOptions::llama_cpp()
+        ..llama_cpp()
     };
     check(RopeMode::Norm, smollm2_attn(), DType::F32, opts, 2);
 }

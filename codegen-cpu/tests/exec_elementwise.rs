@@ -10,7 +10,7 @@ mod exec_common;
 
 use exec_common::*;
 use ir::graph::{DType, Graph, Input, Op, Shape};
-use ir::interp::{InterpOptions, MemWeights};
+use ir::interp::MemWeights;
 
 const N: u64 = 7;
 
@@ -80,7 +80,7 @@ fn unfused_ops() {
             data: &data,
         };
         cpu.step(N as u32, N as u32, &args).expect("step");
-        let mut interp = ir::interp::Interpreter::new(&w, InterpOptions::llama_cpp());
+        let mut interp = ir::interp::Interpreter::new(&w, llama_cpp());
         let inputs = ir::interp::Inputs {
             tokens: &[],
             positions: &pos,

@@ -13,7 +13,7 @@ mod exec_common;
 use exec_common::*;
 use ir::ggml::GgmlType;
 use ir::graph::{DType, Graph, Input, Shape};
-use ir::interp::{InterpOptions, MemWeights};
+use ir::interp::MemWeights;
 
 const N_EMBD: u64 = 576;
 const N_FF: u64 = 1536;
@@ -116,13 +116,7 @@ fn check_layer(t: GgmlType, n: u64, n_threads: usize) {
         kv_len: n as usize,
         data: &data,
     };
-    let res = run_both(
-        &[(n as u32, g)],
-        &w,
-        &[run],
-        n_threads,
-        InterpOptions::llama_cpp(),
-    );
+    let res = run_both(&[(n as u32, g)], &w, &[run], n_threads, llama_cpp());
     let (c, i) = &res[0];
     for (j, name) in ["l_out", "Qcur", "Kcur", "Vcur", "ffn_inp"]
         .iter()
@@ -215,7 +209,7 @@ fn embedding_and_output() {
             kv_len: n as usize,
             data: &[],
         };
-        let res = run_both(&[(n as u32, g)], &w, &[run], 2, InterpOptions::llama_cpp());
+        let res = run_both(&[(n as u32, g)], &w, &[run], 2, llama_cpp());
         let (c, i) = &res[0];
         assert_eq!(
             c[1], i[1],
@@ -255,13 +249,7 @@ fn ragged_rows_and_plain_norm() {
         data: &data,
     };
     for nt in [1, 2] {
-        let res = run_both(
-            &[(3, g.clone())],
-            &w,
-            &[Run { ..run }],
-            nt,
-            InterpOptions::llama_cpp(),
-        );
+        let res = run_both(&[(3, g.clone())], &w, &[Run { ..run }], nt, llama_cpp());
         let (c, i) = &res[0];
         assert_close("ragged mul_mat", &c[0], &i[0], 1e-4);
         assert_close("rms_norm+mul", &c[1], &i[1], 1e-6);

@@ -136,7 +136,8 @@ impl<'a> Keys<'a> {
     }
 
     fn u32_req(&self, suffix: &str) -> Result<u32> {
-        self.u32_opt(suffix)?.ok_or_else(|| Error::MissingKey(self.key(suffix)))
+        self.u32_opt(suffix)?
+            .ok_or_else(|| Error::MissingKey(self.key(suffix)))
     }
 
     fn f32_opt(&self, suffix: &str) -> Result<Option<f32>> {
@@ -151,24 +152,37 @@ impl<'a> Keys<'a> {
         match self.md.get(&k) {
             None => Ok(None),
             Some(Value::Array(a)) => {
-                let v = a.to_i64s().ok_or_else(|| Self::bad(&k, "expected integers"))?;
+                let v = a
+                    .to_i64s()
+                    .ok_or_else(|| Self::bad(&k, "expected integers"))?;
                 if v.len() != n_layer as usize {
-                    return Err(Self::bad(&k, format!("array of {} values for {n_layer} layers", v.len())));
+                    return Err(Self::bad(
+                        &k,
+                        format!("array of {} values for {n_layer} layers", v.len()),
+                    ));
                 }
                 let first = *v.first().ok_or_else(|| Self::bad(&k, "empty array"))?;
                 if v.iter().any(|&x| x != first) {
                     return Err(Error::Unsupported(format!("{k}: per-layer values differ")));
                 }
-                u32::try_from(first).map(Some).map_err(|_| Self::bad(&k, format!("{first} is out of range")))
+                u32::try_from(first)
+                    .map(Some)
+                    .map_err(|_| Self::bad(&k, format!("{first} is out of range")))
             }
-            Some(v) => v.as_u32().map(Some).ok_or_else(|| Self::bad(&k, "expected an integer")),
+            Some(v) => v
+                .as_u32()
+                .map(Some)
+                .ok_or_else(|| Self::bad(&k, "expected an integer")),
         }
     }
 }
 
 fn positive(key: String, v: u32) -> Result<u32> {
     if v == 0 {
-        return Err(Error::BadKey { key, msg: "must be positive".into() });
+        return Err(Error::BadKey {
+            key,
+            msg: "must be positive".into(),
+        });
     }
     Ok(v)
 }
@@ -189,29 +203,56 @@ impl HParams {
             .get_str("general.architecture")
             .map_err(|e| Keys::bad("general.architecture", e))?
             .ok_or(Error::NoArch)?;
-        let arch = Arch::from_name(arch_name).ok_or_else(|| Error::UnsupportedArch(arch_name.to_string()))?;
-        let k = Keys { md, arch: arch_name };
-        let name = md.get_str("general.name").ok().flatten().map(str::to_string);
+        let arch = Arch::from_name(arch_name)
+            .ok_or_else(|| Error::UnsupportedArch(arch_name.to_string()))?;
+        let k = Keys {
+            md,
+            arch: arch_name,
+        };
+        let name = md
+            .get_str("general.name")
+            .ok()
+            .flatten()
+            .map(str::to_string);
 
         let n_ctx_train = positive(k.key("context_length"), k.u32_req("context_length")?)?;
         let n_embd = positive(k.key("embedding_length"), k.u32_req("embedding_length")?)?;
         let n_layer = positive(k.key("block_count"), k.u32_req("block_count")?)?;
         if n_layer > MAX_LAYERS {
-            return Err(Error::BadKey { key: k.key("block_count"), msg: format!("{n_layer} layers exceed {MAX_LAYERS}") });
+            return Err(Error::BadKey {
+                key: k.key("block_count"),
+                msg: format!("{n_layer} layers exceed {MAX_LAYERS}"),
+            });
         }
-        let n_ff = k.u32_or_arr("feed_forward_length", n_layer)?.ok_or_else(|| Error::MissingKey(k.key("feed_forward_length")))?;
+        let n_ff = k
+            .u32_or_arr("feed_forward_length", n_layer)?
+            .ok_or_else(|| Error::MissingKey(k.key("feed_forward_length")))?;
         let n_ff = positive(k.key("feed_forward_length"), n_ff)?;
-        let n_head = k.u32_or_arr("attention.head_count", n_layer)?.ok_or_else(|| Error::MissingKey(k.key("attention.head_count")))?;
+        let n_head = k
+            .u32_or_arr("attention.head_count", n_layer)?
+            .ok_or_else(|| Error::MissingKey(k.key("attention.head_count")))?;
         let n_head = positive(k.key("attention.head_count"), n_head)?;
-        let n_head_kv = positive(k.key("attention.head_count_kv"), k.u32_or_arr("attention.head_count_kv", n_layer)?.unwrap_or(n_head))?;
+        let n_head_kv = positive(
+            k.key("attention.head_count_kv"),
+            k.u32_or_arr("attention.head_count_kv", n_layer)?
+                .unwrap_or(n_head),
+        )?;
         if n_head % n_head_kv != 0 {
             return Err(Error::BadKey {
                 key: k.key("attention.head_count_kv"),
                 msg: format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
             });
         }
-        let n_embd_head_k = positive(k.key("attention.key_length"), k.u32_opt("attention.key_length")?.unwrap_or(n_embd / n_head))?;
-        let n_embd_head_v = positive(k.key("attention.value_length"), k.u32_opt("attention.value_length")?.unwrap_or(n_embd / n_head))?;
+        let n_embd_head_k = positive(
+            k.key("attention.key_length"),
+            k.u32_opt("attention.key_length")?
+                .unwrap_or(n_embd / n_head),
+        )?;
+        let n_embd_head_v = positive(
+            k.key("attention.value_length"),
+            k.u32_opt("attention.value_length")?
+                .unwrap_or(n_embd / n_head),
+        )?;
         let n_rot = k.u32_opt("rope.dimension_count")?.unwrap_or(n_embd_head_k);
         if n_rot == 0 || n_rot % 2 != 0 || n_rot > n_embd_head_k {
             return Err(Error::BadKey {
@@ -231,19 +272,29 @@ impl HParams {
                 .get_array("tokenizer.ggml.tokens")
                 .map_err(|e| Keys::bad("tokenizer.ggml.tokens", e))?
                 .map(|a| a.len() as u32)
-                .ok_or_else(|| Error::MissingKey(format!("{arch_name}.vocab_size (or tokenizer.ggml.tokens)")))?,
+                .ok_or_else(|| {
+                    Error::MissingKey(format!("{arch_name}.vocab_size (or tokenizer.ggml.tokens)"))
+                })?,
         };
         let n_vocab = positive(k.key("vocab_size"), n_vocab)?;
 
         // Rope.
         let rope_freq_base = k.f32_opt("rope.freq_base")?.unwrap_or(10000.0);
         let scaling_key = k.key("rope.scaling.type");
-        let rope_scaling_type = match md.get_str(&scaling_key).map_err(|e| Keys::bad(&scaling_key, e))? {
+        let rope_scaling_type = match md
+            .get_str(&scaling_key)
+            .map_err(|e| Keys::bad(&scaling_key, e))?
+        {
             None | Some("linear") => RopeScaling::Linear,
             Some("none") => RopeScaling::None,
             Some("yarn") => RopeScaling::Yarn,
             Some("longrope") => RopeScaling::LongRope,
-            Some(other) => return Err(Keys::bad(&scaling_key, format!("unknown rope scaling type '{other}'"))),
+            Some(other) => {
+                return Err(Keys::bad(
+                    &scaling_key,
+                    format!("unknown rope scaling type '{other}'"),
+                ))
+            }
         };
         let factor = match k.f32_opt("rope.scaling.factor")? {
             Some(f) => f,
@@ -253,12 +304,20 @@ impl HParams {
         if rope_scaling_type == RopeScaling::None {
             rope_freq_scale = 1.0;
         }
-        let n_ctx_orig_yarn = k.u32_opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train);
+        let n_ctx_orig_yarn = k
+            .u32_opt("rope.scaling.original_context_length")?
+            .unwrap_or(n_ctx_train);
         let rope_attn_factor = k.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
-        let yarn_ext_factor = if rope_scaling_type == RopeScaling::Yarn { 1.0 } else { 0.0 };
+        let yarn_ext_factor = if rope_scaling_type == RopeScaling::Yarn {
+            1.0
+        } else {
+            0.0
+        };
 
         let eps_key = k.key("attention.layer_norm_rms_epsilon");
-        let f_norm_rms_eps = k.f32_opt("attention.layer_norm_rms_epsilon")?.ok_or(Error::MissingKey(eps_key))?;
+        let f_norm_rms_eps = k
+            .f32_opt("attention.layer_norm_rms_epsilon")?
+            .ok_or(Error::MissingKey(eps_key))?;
 
         // Sliding window.
         let mut n_swa = 0;
@@ -268,20 +327,31 @@ impl HParams {
         let mut f_attention_scale = None;
         match arch {
             Arch::Gemma3 => {
-                n_swa = k.u32_opt("attention.sliding_window")?.ok_or_else(|| Error::MissingKey(k.key("attention.sliding_window")))?;
+                n_swa = k
+                    .u32_opt("attention.sliding_window")?
+                    .ok_or_else(|| Error::MissingKey(k.key("attention.sliding_window")))?;
                 let pk = k.key("attention.sliding_window_pattern");
                 match md.get(&pk) {
                     None => set_swa_pattern(&mut swa_layers, 6),
                     Some(Value::Array(a)) => {
-                        let v = a.to_i64s().ok_or_else(|| Keys::bad(&pk, "expected a number or a bool array"))?;
+                        let v = a
+                            .to_i64s()
+                            .ok_or_else(|| Keys::bad(&pk, "expected a number or a bool array"))?;
                         if v.len() != n_layer as usize {
-                            return Err(Keys::bad(&pk, format!("{} values for {n_layer} layers", v.len())));
+                            return Err(Keys::bad(
+                                &pk,
+                                format!("{} values for {n_layer} layers", v.len()),
+                            ));
                         }
                         for (l, x) in swa_layers.iter_mut().zip(v) {
                             *l = x != 0;
                         }
                     }
-                    Some(v) => set_swa_pattern(&mut swa_layers, v.as_u32().ok_or_else(|| Keys::bad(&pk, "expected an integer"))?),
+                    Some(v) => set_swa_pattern(
+                        &mut swa_layers,
+                        v.as_u32()
+                            .ok_or_else(|| Keys::bad(&pk, "expected an integer"))?,
+                    ),
                 }
                 rope_freq_base_swa = k.f32_opt("rope.freq_base_swa")?.unwrap_or(10000.0);
                 rope_freq_scale_swa = 1.0;
@@ -299,7 +369,8 @@ impl HParams {
         if n_swa == 0 {
             swa_layers.iter_mut().for_each(|l| *l = false);
         }
-        let softcap = |suffix: &str| -> Result<Option<f32>> { Ok(k.f32_opt(suffix)?.filter(|&c| c != 0.0)) };
+        let softcap =
+            |suffix: &str| -> Result<Option<f32>> { Ok(k.f32_opt(suffix)?.filter(|&c| c != 0.0)) };
 
         Ok(HParams {
             arch,

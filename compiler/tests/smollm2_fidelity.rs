@@ -11,10 +11,12 @@
 //! model when the prompt is batched differently, and by up to 0.35 nat when the 8-bit
 //! activation rounding is dropped (an F32 copy of the weights).
 //!
-//! Run with the 8-bit rounding (llama.cpp's numbers) and without (exact f32 activations);
-//! the maximum deviation of each is printed. The 774-token prompt is included when
-//! `MODELC_FULL_TESTS` is set (about a minute more); the model file lives in
-//! `~/.cache/modelc/models/` and the test skips when it is absent.
+//! With llama.cpp's arithmetic ([`InterpOptions::llama_cpp`]: 8-bit activation rounding,
+//! flash attention, x86 operation order) the interpreter reproduces llama.cpp's logits bit for
+//! bit, so the deviation printed is 0; the test asserts the tolerance above and the aim
+//! of 0.02. `MODELC_FULL_TESTS=1` adds the 774-token prompt (tiled flash attention, split-KV
+//! decode) and a report with exact f32 activations (about 3 minutes in a release build). The
+//! model lives in `~/.cache/modelc/models/`; the test skips when it is absent.
 
 mod common;
 
@@ -33,7 +35,8 @@ struct Prompt {
 }
 
 fn model_path() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = PathBuf::from(std::env::var("HOME").unwrap_or_default())
+        .join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if p.is_file() {
         Some(p)
     } else {
@@ -43,11 +46,16 @@ fn model_path() -> Option<PathBuf> {
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().expect("array of ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
-    let s = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json")).expect("reference json");
+    let s = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"))
+        .expect("reference json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("reference json parses");
     v["prompts"]
         .as_array()
@@ -56,7 +64,12 @@ fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
         .map(|p| Prompt {
             id: p["id"].as_str().unwrap_or("?").to_string(),
             tokens: ids(&p["tokens_add_special_true"]),
-            calls: p["server_prompt_decode_calls"].as_array().expect("calls").iter().map(|c| c.as_u64().expect("call") as usize).collect(),
+            calls: p["server_prompt_decode_calls"]
+                .as_array()
+                .expect("calls")
+                .iter()
+                .map(|c| c.as_u64().expect("call") as usize)
+                .collect(),
             completion: ids(&p["completion"]["tokens"]),
             top5: p["teacher_forced"]["top5"]
                 .as_array()
@@ -66,7 +79,12 @@ fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
                     pos.as_array()
                         .expect("position")
                         .iter()
-                        .map(|e| (e[0].as_u64().expect("id") as u32, e[1].as_f64().expect("logprob")))
+                        .map(|e| {
+                            (
+                                e[0].as_u64().expect("id") as u32,
+                                e[1].as_f64().expect("logprob"),
+                            )
+                        })
                         .collect()
                 })
                 .collect(),
@@ -77,7 +95,12 @@ fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
 /// Natural-log softmax of `logits` in f64.
 fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = max + logits.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    let lse = max
+        + logits
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
     logits.iter().map(|&x| x as f64 - lse).collect()
 }
 
@@ -88,25 +111,52 @@ struct Outcome {
     first_split: Option<(usize, u32, f64, u32, f64)>,
 }
 
-fn run_prompt(gguf: &GgufFile, model: &compiler::Model, p: &Prompt, opts: InterpOptions) -> Outcome {
-    let so = SessionOptions { n_ctx: 2048, n_ubatch: 512, interp: opts, ..SessionOptions::default() };
+/// Teacher-forces prompt `p`; with `strict`, asserts the tolerances at every position.
+fn run_prompt(
+    gguf: &GgufFile,
+    model: &compiler::Model,
+    p: &Prompt,
+    opts: InterpOptions,
+    strict: bool,
+) -> Outcome {
+    let so = SessionOptions {
+        n_ctx: 2048,
+        n_ubatch: 512,
+        interp: opts,
+        ..SessionOptions::default()
+    };
     let mut s = Session::new(gguf, model, so);
     let mut pos = 0usize;
     let mut last = None;
     for &n in &p.calls {
-        let l = s.eval(&p.tokens[pos..pos + n], pos as u32, &Outputs::Last).expect("prompt eval");
+        let l = s
+            .eval(&p.tokens[pos..pos + n], pos as u32, &Outputs::Last)
+            .expect("prompt eval");
         pos += n;
         last = Some(l.values);
     }
-    assert_eq!(pos, p.tokens.len(), "{}: decode calls cover the prompt", p.id);
+    assert_eq!(
+        pos,
+        p.tokens.len(),
+        "{}: decode calls cover the prompt",
+        p.id
+    );
     let mut logits = last.expect("at least one decode call");
-    let mut out = Outcome { max_dev: 0.0, first_split: None };
+    let mut out = Outcome {
+        max_dev: 0.0,
+        first_split: None,
+    };
     for (i, want) in p.top5.iter().enumerate() {
         let lp = log_softmax(&logits);
         for &(id, ref_lp) in want {
             let d = (lp[id as usize] - ref_lp).abs();
             out.max_dev = out.max_dev.max(d);
-            assert!(std::env::var_os("PROBE").is_some() || d <= TOLERANCE, "{} position {i}: id {id} logprob {} vs llama.cpp {ref_lp}", p.id, lp[id as usize]);
+            assert!(
+                !strict || d <= TOLERANCE,
+                "{} position {i}: id {id} logprob {} vs llama.cpp {ref_lp}",
+                p.id,
+                lp[id as usize]
+            );
         }
         // Our top 5: an id llama.cpp does not list must rank below its fifth (within tolerance).
         let mut order: Vec<usize> = (0..lp.len()).collect();
@@ -114,46 +164,86 @@ fn run_prompt(gguf: &GgufFile, model: &compiler::Model, p: &Prompt, opts: Interp
         let fifth = want.last().map_or(f64::NEG_INFINITY, |w| w.1);
         for &id in &order[..5] {
             if !want.iter().any(|w| w.0 as usize == id) {
-                assert!(std::env::var_os("PROBE").is_some() || lp[id] <= fifth + TOLERANCE, "{} position {i}: id {id} ({}) is in our top 5, llama.cpp's fifth is {fifth}", p.id, lp[id]);
+                assert!(
+                    !strict || lp[id] <= fifth + TOLERANCE,
+                    "{} position {i}: id {id} ({}) is in our top 5, llama.cpp's fifth is {fifth}",
+                    p.id,
+                    lp[id]
+                );
             }
         }
-        if std::env::var_os("PROBE").is_some() {
-            let pm = want.iter().map(|&(id, r)| (lp[id as usize] - r).abs()).fold(0.0, f64::max);
-            eprint!("{pm:.3} ");
-        }
         if out.first_split.is_none() && order[0] as u32 != want[0].0 {
-            out.first_split = Some((i, want[0].0, lp[want[0].0 as usize], order[0] as u32, lp[order[0]]));
+            out.first_split = Some((
+                i,
+                want[0].0,
+                lp[want[0].0 as usize],
+                order[0] as u32,
+                lp[order[0]],
+            ));
         }
         if i + 1 < p.top5.len() {
             let tok = p.completion[i];
-            logits = s.eval(&[tok], (p.tokens.len() + i) as u32, &Outputs::Last).expect("decode").values;
+            logits = s
+                .eval(&[tok], (p.tokens.len() + i) as u32, &Outputs::Last)
+                .expect("decode")
+                .values;
         }
     }
     out
 }
 
+/// Largest deviation the 8-bit rounding mode may show (the aim; it reaches 0).
+const AIM: f64 = 0.02;
+/// Sanity bound for exact f32 activations: llama.cpp's own rounding moves SmolLM2's
+/// log-probabilities by up to 0.35 nat at the first position (reference README) and more
+/// later in a sequence; beyond 1 nat something is broken.
+const EXACT_SANITY: f64 = 1.0;
+
 #[test]
 fn smollm2_teacher_forced_top5_matches_llama_cpp() {
-    let (Some(shared), Some(path)) = (common::shared_dir(), model_path()) else { return };
+    let (Some(shared), Some(path)) = (common::shared_dir(), model_path()) else {
+        return;
+    };
     let gguf = GgufFile::open(&path).expect("open SmolLM2");
     let model = compiler::load_model(&gguf).expect("SmolLM2 lowers");
     let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
     let prompts = load_prompts(&shared);
-    for (label, opts) in [("8-bit rounding", InterpOptions::llama_cpp()), ("exact", InterpOptions::exact())] {
+    let mut modes = vec![("8-bit rounding", InterpOptions::llama_cpp(), true)];
+    if full {
+        modes.push(("exact", InterpOptions::exact(), false));
+    } else {
+        eprintln!("exact f32 activations skipped; set MODELC_FULL_TESTS=1 to report them");
+    }
+    for (label, opts, strict) in modes {
         let mut worst: f64 = 0.0;
         for p in &prompts {
             if p.tokens.len() > 100 && !full {
-                eprintln!("{label}: {} ({} tokens) skipped; set MODELC_FULL_TESTS=1 to run it", p.id, p.tokens.len());
+                eprintln!(
+                    "{label}: {} ({} tokens) skipped; set MODELC_FULL_TESTS=1 to run it",
+                    p.id,
+                    p.tokens.len()
+                );
                 continue;
             }
-            let o = run_prompt(&gguf, &model, p, opts);
+            let o = run_prompt(&gguf, &model, p, opts, strict);
             worst = worst.max(o.max_dev);
             let split = match o.first_split {
                 None => format!("argmax = llama.cpp's at all {} positions", p.top5.len()),
                 Some((i, a, la, b, lb)) => format!("argmax first differs at position {i}: llama.cpp {a} ({la:.4}) vs ours {b} ({lb:.4})"),
             };
-            eprintln!("{label}: {:9} max |Δ logprob| {:.4}; {split}", p.id, o.max_dev);
+            eprintln!(
+                "{label}: {:9} max |Δ logprob| {:.5}; {split}",
+                p.id, o.max_dev
+            );
         }
-        eprintln!("{label}: max deviation over all positions {worst:.4} nat (tolerance {TOLERANCE})");
+        eprintln!("{label}: max deviation over all positions {worst:.5} nat");
+        if strict {
+            assert!(worst <= AIM, "{label}: {worst} nat exceeds {AIM}");
+        } else {
+            assert!(
+                worst <= EXACT_SANITY,
+                "{label}: {worst} nat exceeds {EXACT_SANITY}"
+            );
+        }
     }
 }

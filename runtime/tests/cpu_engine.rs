@@ -42,6 +42,15 @@ fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&s).expect("reference json parses")
 }
 
+/// The interpreter with llama.cpp's CPU arithmetic and flash attention off, as the fixtures
+/// were made and as the CPU engine computes attention.
+fn llama_cpp_no_flash() -> InterpOptions {
+    InterpOptions {
+        flash_attn: false,
+        ..InterpOptions::llama_cpp()
+    }
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -86,13 +95,7 @@ fn check_model(shared: &Path, name: &str) {
         build_plan(&model, &[1, 64], N_CTX, DType::F16, LogitRows::Both).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan.clone(), 2).expect("plan compiles for the CPU");
     let (cb, cs) = run(&mut cpu, &prompt);
-    let mut interp = InterpEngine::new(
-        &gguf,
-        &model,
-        N_CTX as usize,
-        64,
-        InterpOptions::llama_cpp(),
-    );
+    let mut interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, llama_cpp_no_flash());
     let (ib, is) = run(&mut interp, &prompt);
 
     let d = [
@@ -260,7 +263,7 @@ fn smollm2_matches_interpreter() {
     ];
     let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, InterpOptions::llama_cpp());
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, llama_cpp_no_flash());
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -305,7 +308,7 @@ fn smollm2_matches_interpreter() {
 /// moves by about 0.05 nat when the prompt is batched differently.) The 774-token prompt runs
 /// when `MODELC_FULL_TESTS` is set.
 #[test]
-#[ignore = "the interpreter deviates from this reference by up to 0.86 nat as well (lowering or reference settings under investigation); run with --ignored to see the CPU engine's deviation"]
+#[ignore = "fails today: the CPU engine deviates by up to 0.66 nat, the interpreter (non-flash) by up to 0.69, with argmax splits at the same positions: a difference shared upstream of both (lowering or the reference settings, e.g. flash attention); run with --ignored"]
 fn smollm2_teacher_forced_top5() {
     const TOLERANCE: f64 = 0.1;
     let (Some(shared), Some(gguf)) = (shared_dir(), smollm2()) else {
@@ -360,20 +363,15 @@ fn smollm2_teacher_forced_top5() {
                 .collect();
             let lp = log_softmax(&logits);
             for &(t, r) in &want {
-                let d = (lp[t] - r).abs();
-                dev = dev.max(d);
-                assert!(
-                    d <= TOLERANCE,
-                    "{id} position {i}: id {t} logprob {} vs llama.cpp {r}",
-                    lp[t]
-                );
+                dev = dev.max((lp[t] - r).abs());
             }
             let mut order: Vec<usize> = (0..lp.len()).collect();
             order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
             let fifth = want.last().map_or(f64::NEG_INFINITY, |w| w.1);
             for &t in &order[..5] {
                 if !want.iter().any(|w| w.0 == t) {
-                    assert!(lp[t] <= fifth + TOLERANCE, "{id} position {i}: id {t} ({}) is in our top 5; llama.cpp's fifth is {fifth}", lp[t]);
+                    // An id llama.cpp does not list counts by how far it rises above its fifth.
+                    dev = dev.max(lp[t] - fifth);
                 }
             }
             if split.is_none() && order[0] != want[0].0 {
@@ -390,6 +388,10 @@ fn smollm2_teacher_forced_top5() {
         eprintln!("{id:9}: max |Δ logprob| {dev:.4}; argmax first differs at {split:?}");
     }
     eprintln!("SmolLM2 teacher-forced: max deviation {worst:.4} nat (tolerance {TOLERANCE})");
+    assert!(
+        worst <= TOLERANCE,
+        "log-probabilities deviate from llama.cpp's by {worst} nat"
+    );
 }
 
 /// llama-bench's pp512 / tg64 on SmolLM2 with the compiled engine, then where the time goes.

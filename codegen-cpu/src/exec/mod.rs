@@ -5,7 +5,7 @@
 //! Loading ([`CompiledPlan::new`]):
 //! 1. the plan is verified; the arena ([`Plan::arena_bytes`]) and the KV caches
 //!    ([`Plan::kv_bytes`], F16 by default as llama.cpp) are allocated, zeroed;
-//! 2. each kernel is lowered ([`lower`]): operands become pointers with checked extents;
+//! 2. each kernel is lowered (module `lower`): operands become pointers with checked extents;
 //!    matmul weights are repacked into the kernels' layout ([`crate::layout`]), the
 //!    embedding table is read in place from the mapped file, small f32 weights are copied;
 //! 3. one Cranelift module is generated with a matmul kernel per distinct shape
@@ -16,12 +16,15 @@
 //! Running ([`CompiledPlan::step`]): the caller's token ids, positions and output rows are
 //! checked and written into the arena; one job on the [`ThreadPool`] runs the ops in order on
 //! every thread, each op phase cut into chunks (row groups of a matmul, tokens, heads, rows)
-//! that the threads take from a shared counter ([`sync`]); the logits are a slice of the
+//! that the threads take from a shared counter (module `sync`); the logits are a slice of the
 //! arena. Nothing is allocated while a step runs.
 //!
-//! Numerics follow llama.cpp's CPU backend: activations are converted to the weight type's
-//! `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0), attention rounds
-//! Q and the probabilities to f16 with an F16 cache, norms sum in f64. See each kernel's doc.
+//! Numerics follow llama.cpp's CPU backend without flash attention: activations are
+//! converted to the weight type's `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for
+//! Q8_0 / Q4_0), attention rounds Q and the probabilities to f16 with an F16 cache, norms sum
+//! in f64. Sums run in other orders than ggml's, so results agree to the last bits, not
+//! bit for bit (see the tests). llama.cpp's CPU flash attention (its default) is not
+//! reproduced.
 
 mod lower;
 mod mul_mat;
@@ -135,7 +138,7 @@ pub struct KernelTime {
     pub kind: String,
     /// Runs of kernels of this kind.
     pub calls: u64,
-    /// Wall seconds from the start of each kernel to the barrier after it (thread 0's view).
+    /// Wall seconds from thread 0 entering each kernel to all its chunks being done.
     pub seconds: f64,
 }
 
@@ -688,7 +691,8 @@ impl<'w> CompiledPlan<'w> {
         if error.load(Ordering::Relaxed) {
             return Err(ExecError::Run {
                 n_tokens: st.n_tokens,
-                msg: "get_rows: a row id is outside its table (token id past the vocabulary?)".into(),
+                msg: "get_rows: a row id is outside its table (token id past the vocabulary?)"
+                    .into(),
             });
         }
         Ok(())

@@ -196,7 +196,12 @@ impl MulMat {
     pub unsafe fn run_chunk(&self, ph: usize, c: usize, cx: &Ctx<'_>) {
         if self.is_prep(ph) {
             let t0 = c * PREP_TOKENS;
-            self.prepare(cx.scratch.act_shared, t0, (t0 + PREP_TOKENS).min(self.n), cx);
+            self.prepare(
+                cx.scratch.act_shared,
+                t0,
+                (t0 + PREP_TOKENS).min(self.n),
+                cx,
+            );
             return;
         }
         let act = if self.split_prep {

@@ -218,7 +218,11 @@ impl Op {
             Op::MulMat(m) => m.n_chunks(ph),
             Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
             Op::Attention(a) => a.n_chunks(),
-            Op::Unary { y, .. } | Op::Binary { y, .. } | Op::Glu { y, .. } | Op::Norm { y, .. } | Op::SoftMax { y, .. } => rows(y),
+            Op::Unary { y, .. }
+            | Op::Binary { y, .. }
+            | Op::Glu { y, .. }
+            | Op::Norm { y, .. }
+            | Op::SoftMax { y, .. } => rows(y),
         }
     }
 
@@ -265,13 +269,26 @@ impl Op {
                 for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
                     let (i1, i2, i3) = (r % ne[1], (r / ne[1]) % ne[2], r / (ne[1] * ne[2]));
                     let brow = b.at(i1 % nb_[1], i2 % nb_[2], i3 % nb_[3]);
-                    binary(*f, a.row(r, &ne) as *const f32, brow as *const f32, nb_[0], y.row(r, &ne) as *mut f32, ne[0]);
+                    binary(
+                        *f,
+                        a.row(r, &ne) as *const f32,
+                        brow as *const f32,
+                        nb_[0],
+                        y.row(r, &ne) as *mut f32,
+                        ne[0],
+                    );
                 }
             }
             Op::Glu { g, u, y, f } => {
                 let ne = y.dims(cx.kv_len);
                 for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
-                    glu(*f, g.row(r, &ne) as *const f32, u.row(r, &ne) as *const f32, y.row(r, &ne) as *mut f32, ne[0]);
+                    glu(
+                        *f,
+                        g.row(r, &ne) as *const f32,
+                        u.row(r, &ne) as *const f32,
+                        y.row(r, &ne) as *mut f32,
+                        ne[0],
+                    );
                 }
             }
             Op::Norm { x, w, y, rms, eps } => {
@@ -306,7 +323,12 @@ impl Op {
             Op::SoftMax { x, y, scale } => {
                 let ne = y.dims(cx.kv_len);
                 for r in rows_of(c, ne[1] * ne[2] * ne[3]) {
-                    soft_max_row(x.row(r, &ne) as *const f32, y.row(r, &ne) as *mut f32, ne[0], *scale);
+                    soft_max_row(
+                        x.row(r, &ne) as *const f32,
+                        y.row(r, &ne) as *mut f32,
+                        ne[0],
+                        *scale,
+                    );
                 }
             }
         }
@@ -318,9 +340,17 @@ unsafe fn get_rows(g: &GetRows, c: usize, cx: &Ctx<'_>) {
         let id = *(g.ids.add(4 * i) as *const i32);
         let dst = g.dst.at(i, 0, 0) as *mut f32;
         let ok = match &g.table {
-            Table::Weight { data, t, row_bytes, n_rows } => {
+            Table::Weight {
+                data,
+                t,
+                row_bytes,
+                n_rows,
+            } => {
                 id >= 0 && (id as usize) < *n_rows && {
-                    let row = std::slice::from_raw_parts(data.add(id as usize * row_bytes) as *const u8, *row_bytes);
+                    let row = std::slice::from_raw_parts(
+                        data.add(id as usize * row_bytes) as *const u8,
+                        *row_bytes,
+                    );
                     dequant_row(*t, row, dst, g.ne0)
                 }
             }
@@ -364,7 +394,12 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
         }
         if let (Some((src, dst)), Some(table)) = (&r.q, &r.table) {
             for h in 0..src.ne[1] {
-                table.rotate(src.at(h, t, 0) as *const f32, dst.at(h, t, 0) as *mut f32, src.ne[0], pos);
+                table.rotate(
+                    src.at(h, t, 0) as *const f32,
+                    dst.at(h, t, 0) as *mut f32,
+                    src.ne[0],
+                    pos,
+                );
             }
         }
         if let Some((v, cache)) = &r.v {
@@ -375,7 +410,11 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
 
 /// Visible keys `lo..hi` of the query at `pos` among `n_kv` (causal mask, sliding window).
 fn visible(p: &AttnParams, pos: i64, n_kv: usize) -> (usize, usize) {
-    let hi = if p.causal { (pos + 1).clamp(0, n_kv as i64) } else { n_kv as i64 };
+    let hi = if p.causal {
+        (pos + 1).clamp(0, n_kv as i64)
+    } else {
+        n_kv as i64
+    };
     let lo = match p.window {
         Some(w) => (pos - w as i64 + 1).clamp(0, hi),
         None => 0,
@@ -420,13 +459,27 @@ impl Attention {
             let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
             let h = c;
             let kv = kv_rows(h / group);
-            attend(a.q.at(h, 0, 0) as *const f32, d_k, &kv, lo, hi, &p, scores, qbuf, a.out.at(h, 0, 0) as *mut f32, d_v);
+            attend(
+                a.q.at(h, 0, 0) as *const f32,
+                d_k,
+                &kv,
+                lo,
+                hi,
+                &p,
+                scores,
+                qbuf,
+                a.out.at(h, 0, 0) as *mut f32,
+                d_v,
+            );
             return;
         }
         // Chunk c: KV head c % n_head_kv, token block (last first).
         let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
         let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
-        let (ta, tb) = (blk * TOKENS_PER_CHUNK, ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens));
+        let (ta, tb) = (
+            blk * TOKENS_PER_CHUNK,
+            ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
+        );
         let j0 = (ta..tb).map(|t| vis(t).0).min().unwrap_or(0);
         let j1 = (ta..tb).map(|t| vis(t).1).max().unwrap_or(0);
         if j0 >= j1 {
@@ -444,7 +497,12 @@ impl Attention {
         let base = cx.scratch.attn[cx.ti].0 as *mut f32;
         let (kt, vf, tile) = (base, base.add(d_k * ldk), base.add(d_k * ldk + ldk * d_v));
         load_kv_f32(&kv_rows(kvh), d_k, d_v, j0, j1, kt, ldk, vf);
-        let mut qs = [TileQuery { q: std::ptr::null(), lo: 0, hi: 0, out: std::ptr::null_mut() }; TILE_QUERIES];
+        let mut qs = [TileQuery {
+            q: std::ptr::null(),
+            lo: 0,
+            hi: 0,
+            out: std::ptr::null_mut(),
+        }; TILE_QUERIES];
         let mut nq = 0;
         for t in ta..tb {
             let (lo, hi) = vis(t);

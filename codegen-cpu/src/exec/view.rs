@@ -9,9 +9,9 @@ use ir::graph::{DType, MAX_DIMS};
 pub(crate) struct Ptr(pub *mut u8);
 
 // SAFETY: the pointed-to buffers are owned by the `CompiledPlan` (or borrowed from the
-// weights for its lifetime) and outlive every step; threads of one step touch disjoint
-// elements of any buffer they write, and a barrier separates a write from a read by another
-// thread.
+// weights for its lifetime) and outlive every step; the chunks of one phase touch disjoint
+// elements of any buffer they write, and the end of a phase separates a write from a read
+// in a later phase.
 unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}

@@ -13,6 +13,15 @@ use ir::graph::Graph;
 use ir::interp::{Inputs, InterpOptions, Interpreter, MemWeights};
 use ir::plan::Plan;
 
+/// The interpreter reproducing llama.cpp's CPU arithmetic without flash attention (what the
+/// executor implements; llama.cpp's `flash_attn` off, as in the fixtures).
+pub fn llama_cpp() -> InterpOptions {
+    InterpOptions {
+        flash_attn: false,
+        ..InterpOptions::llama_cpp()
+    }
+}
+
 /// KV cells of the test plans.
 pub const N_CTX: u32 = 256;
 

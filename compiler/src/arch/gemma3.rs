@@ -19,9 +19,15 @@ use ir::graph::TensorId;
 /// Lowers a gemma3 model; returns the logits.
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
     let hp = b.hp;
-    let (e, d_k, q_out) = (hp.n_embd as u64, hp.n_embd_head_k as u64, (hp.n_embd_head_k * hp.n_head) as u64);
+    let (e, d_k, q_out) = (
+        hp.n_embd as u64,
+        hp.n_embd_head_k as u64,
+        (hp.n_embd_head_k * hp.n_head) as u64,
+    );
     let (kv_k, kv_v) = (hp.n_embd_k_gqa() as u64, hp.n_embd_v_gqa() as u64);
-    let q_scale = hp.f_attention_scale.unwrap_or(1.0 / (hp.n_embd_head_k as f32).sqrt());
+    let q_scale = hp
+        .f_attention_scale
+        .unwrap_or(1.0 / (hp.n_embd_head_k as f32).sqrt());
     let emb = b.embed()?;
     let mut x = b.g.scale("inp_scaled", emb, (hp.n_embd as f32).sqrt())?;
     for il in 0..hp.n_layer {

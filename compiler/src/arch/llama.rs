@@ -45,15 +45,40 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         let mut inp_sa = x;
         let cur = b.layer_norm(x, il, "attn_norm.weight", e, "attn_norm")?;
         if var.require_qkv_bias {
-            for (name, n) in [("attn_q.bias", q_out), ("attn_k.bias", kv_k), ("attn_v.bias", kv_v)] {
+            for (name, n) in [
+                ("attn_q.bias", q_out),
+                ("attn_k.bias", kv_k),
+                ("attn_v.bias", kv_v),
+            ] {
                 if b.lw_opt(il, name, &[n])?.is_none() {
                     return Err(Error::MissingTensor(format!("blk.{il}.{name}")));
                 }
             }
         }
-        let q = b.proj(cur, il, "attn_q.weight", Some("attn_q.bias"), [e, q_out], "Qcur")?;
-        let k = b.proj(cur, il, "attn_k.weight", Some("attn_k.bias"), [e, kv_k], "Kcur")?;
-        let v = b.proj(cur, il, "attn_v.weight", Some("attn_v.bias"), [e, kv_v], "Vcur")?;
+        let q = b.proj(
+            cur,
+            il,
+            "attn_q.weight",
+            Some("attn_q.bias"),
+            [e, q_out],
+            "Qcur",
+        )?;
+        let k = b.proj(
+            cur,
+            il,
+            "attn_k.weight",
+            Some("attn_k.bias"),
+            [e, kv_k],
+            "Kcur",
+        )?;
+        let v = b.proj(
+            cur,
+            il,
+            "attn_v.weight",
+            Some("attn_v.bias"),
+            [e, kv_v],
+            "Vcur",
+        )?;
         let mut q = b.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?;
         let mut k = b.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?;
         let v = b.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?;
@@ -65,7 +90,14 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         let q = b.rope(q, il, "Qcur_rope")?;
         let k = b.rope(k, il, "Kcur_rope")?;
         let attn = b.attention(il, q, k, v, kq_scale)?;
-        let mut cur = b.proj(attn, il, "attn_output.weight", Some("attn_output.bias"), [q_out, e], "attn_out")?;
+        let mut cur = b.proj(
+            attn,
+            il,
+            "attn_output.weight",
+            Some("attn_output.bias"),
+            [q_out, e],
+            "attn_out",
+        )?;
         if il == hp.n_layer - 1 {
             cur = b.select_outputs(cur, "attn_out_sel")?;
             inp_sa = b.select_outputs(inp_sa, "inp_sa_sel")?;

@@ -137,8 +137,21 @@ impl<'m> Builder<'m> {
         let n = req.n_tokens as u64;
         let tokens = g.input("inp_tokens", Input::Tokens, DType::I32, Shape::new(&[n]));
         let pos = g.input("inp_pos", Input::Positions, DType::I32, Shape::new(&[n]));
-        let out_ids = g.input("inp_out_ids", Input::OutputIds, DType::I32, Shape::new(&[req.n_outputs as u64]));
-        Builder { g, hp, tensors, req, tokens, pos, out_ids }
+        let out_ids = g.input(
+            "inp_out_ids",
+            Input::OutputIds,
+            DType::I32,
+            Shape::new(&[req.n_outputs as u64]),
+        );
+        Builder {
+            g,
+            hp,
+            tensors,
+            req,
+            tokens,
+            pos,
+            out_ids,
+        }
     }
 
     /// Tokens in the ubatch.
@@ -148,7 +161,8 @@ impl<'m> Builder<'m> {
 
     /// The weight `name`, which must have shape `ne` (llama.cpp's `create_tensor`).
     pub fn weight(&mut self, name: &str, ne: &[u64]) -> Result<TensorId> {
-        self.weight_opt(name, ne)?.ok_or_else(|| Error::MissingTensor(name.to_string()))
+        self.weight_opt(name, ne)?
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))
     }
 
     /// The weight `name` if present (then it must have shape `ne`).
@@ -165,8 +179,15 @@ impl<'m> Builder<'m> {
             });
         }
         let dtype = DType::from_ggml(ty)
-            .filter(|d| *d == DType::F32 || ir::ggml::vec_dot_type(ty).is_some() || matches!(d, DType::F16 | DType::BF16))
-            .ok_or_else(|| Error::TensorType { name: name.to_string(), ty: ty.name().to_string() })?;
+            .filter(|d| {
+                *d == DType::F32
+                    || ir::ggml::vec_dot_type(ty).is_some()
+                    || matches!(d, DType::F16 | DType::BF16)
+            })
+            .ok_or_else(|| Error::TensorType {
+                name: name.to_string(),
+                ty: ty.name().to_string(),
+            })?;
         Ok(Some(self.g.weight(name, dtype, want)))
     }
 
@@ -189,18 +210,35 @@ impl<'m> Builder<'m> {
 
     /// `rms_norm(x) * w`, named `name` (the norm alone is `norm-{name}`).
     pub fn rms_norm_w(&mut self, x: TensorId, w: TensorId, name: &str) -> Result<TensorId> {
-        let n = self.g.rms_norm(&format!("norm-{name}"), x, self.hp.f_norm_rms_eps)?;
+        let n = self
+            .g
+            .rms_norm(&format!("norm-{name}"), x, self.hp.f_norm_rms_eps)?;
         Ok(self.g.mul(name, n, w)?)
     }
 
     /// RMS norm of `x` with layer weight `blk.{il}.{suffix}` of `n` values.
-    pub fn layer_norm(&mut self, x: TensorId, il: u32, suffix: &str, n: u64, name: &str) -> Result<TensorId> {
+    pub fn layer_norm(
+        &mut self,
+        x: TensorId,
+        il: u32,
+        suffix: &str,
+        n: u64,
+        name: &str,
+    ) -> Result<TensorId> {
         let w = self.lw(il, suffix, &[n])?;
         self.rms_norm_w(x, w, &format!("{name}-{il}"))
     }
 
     /// `mul_mat(w, x)` with the layer's optional bias added, named `{name}-{il}`.
-    pub fn proj(&mut self, x: TensorId, il: u32, w: &str, bias: Option<&str>, ne: [u64; 2], name: &str) -> Result<TensorId> {
+    pub fn proj(
+        &mut self,
+        x: TensorId,
+        il: u32,
+        w: &str,
+        bias: Option<&str>,
+        ne: [u64; 2],
+        name: &str,
+    ) -> Result<TensorId> {
         let wt = self.lw(il, w, &ne)?;
         let mut cur = self.g.mul_mat(&format!("{name}-{il}"), wt, x)?;
         if let Some(b) = bias {
@@ -218,8 +256,16 @@ impl<'m> Builder<'m> {
         RopeParams {
             mode: hp.rope_type,
             n_rot: hp.n_rot,
-            freq_base: if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base },
-            freq_scale: if swa { hp.rope_freq_scale_swa } else { hp.rope_freq_scale },
+            freq_base: if swa {
+                hp.rope_freq_base_swa
+            } else {
+                hp.rope_freq_base
+            },
+            freq_scale: if swa {
+                hp.rope_freq_scale_swa
+            } else {
+                hp.rope_freq_scale
+            },
             n_ctx_orig: hp.n_ctx_orig_yarn,
             ext_factor: hp.yarn_ext_factor,
             attn_factor: hp.rope_attn_factor,
@@ -255,13 +301,26 @@ impl<'m> Builder<'m> {
     /// of this ubatch in the layer's caches and attends over them.
     /// `q {d_k, n_head, T}`, `k {d_k, n_head_kv, T}`, `v {d_v, n_head_kv, T}` →
     /// `kqv_out-{il} {d_v * n_head, T}`.
-    pub fn attention(&mut self, il: u32, q: TensorId, k: TensorId, v: TensorId, kq_scale: f32) -> Result<TensorId> {
+    pub fn attention(
+        &mut self,
+        il: u32,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        kq_scale: f32,
+    ) -> Result<TensorId> {
         let hp = self.hp;
         let (n, n_ctx) = (self.n_tokens(), self.req.n_ctx as u64);
         let kv = self.req.kv_type;
         let es = kv.type_size();
         let mut stored = [TensorId(0); 2];
-        for (i, (kind, cur, d)) in [(KvKind::K, k, hp.n_embd_head_k), (KvKind::V, v, hp.n_embd_head_v)].into_iter().enumerate() {
+        for (i, (kind, cur, d)) in [
+            (KvKind::K, k, hp.n_embd_head_k),
+            (KvKind::V, v, hp.n_embd_head_v),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let tag = if kind == KvKind::K { "k" } else { "v" };
             let gqa = (d * hp.n_head_kv) as u64;
             let cache = self.g.input(
@@ -270,15 +329,35 @@ impl<'m> Builder<'m> {
                 kv,
                 Shape::new(&[gqa, n_ctx]),
             );
-            let cur = if self.g.tensor(cur).contiguous { cur } else { self.g.cont(&format!("{tag}cur_cont-{il}"), cur)? };
-            let flat = self.g.reshape(&format!("{tag}cur_2d-{il}"), cur, &[gqa, n])?;
-            let all = self.g.kv_store(&format!("cache_{tag}_store-{il}"), cache, flat, self.pos)?;
+            let cur = if self.g.tensor(cur).contiguous {
+                cur
+            } else {
+                self.g.cont(&format!("{tag}cur_cont-{il}"), cur)?
+            };
+            let flat = self
+                .g
+                .reshape(&format!("{tag}cur_2d-{il}"), cur, &[gqa, n])?;
+            let all = self
+                .g
+                .kv_store(&format!("cache_{tag}_store-{il}"), cache, flat, self.pos)?;
             let shape = Shape::new(&[d as u64, hp.n_head_kv as u64, n_ctx]).with_kv_dim(2);
-            stored[i] = self.g.view(&format!("{tag}-{il}"), all, shape, [es, es * d as u64, es * gqa, es * gqa * n_ctx], 0)?;
+            stored[i] = self.g.view(
+                &format!("{tag}-{il}"),
+                all,
+                shape,
+                [es, es * d as u64, es * gqa, es * gqa * n_ctx],
+                0,
+            )?;
         }
         let p = self.attn_params(il, kq_scale);
-        let kqv = self.g.attention(&format!("kqv-{il}"), q, stored[0], stored[1], self.pos, p)?;
-        Ok(self.g.reshape(&format!("kqv_out-{il}"), kqv, &[(hp.n_embd_head_v * hp.n_head) as u64, n])?)
+        let kqv = self
+            .g
+            .attention(&format!("kqv-{il}"), q, stored[0], stored[1], self.pos, p)?;
+        Ok(self.g.reshape(
+            &format!("kqv_out-{il}"),
+            kqv,
+            &[(hp.n_embd_head_v * hp.n_head) as u64, n],
+        )?)
     }
 
     /// `down(glu(gate(x), up(x)))` with the layer's `ffn_gate`, `ffn_up`, `ffn_down`.

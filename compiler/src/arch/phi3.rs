@@ -24,26 +24,67 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
     let (e, d, f) = (hp.n_embd as u64, hp.n_embd_head_k as u64, hp.n_ff as u64);
     let gqa = hp.n_embd_k_gqa() as u64;
     let q_out = d * hp.n_head as u64;
-    let factors_name = if b.req.n_ctx > hp.n_ctx_orig_yarn { "rope_factors_long.weight" } else { "rope_factors_short.weight" };
+    let factors_name = if b.req.n_ctx > hp.n_ctx_orig_yarn {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
+    };
     let factors = b.weight_opt(factors_name, &[hp.n_rot as u64 / 2])?;
     let mut x = b.embed()?;
     for il in 0..hp.n_layer {
         let cur = b.layer_norm(x, il, "attn_norm.weight", e, "attn_norm")?;
-        let (q, k, v) = if b.lw_opt(il, "attn_qkv.weight", &[e, q_out + 2 * gqa])?.is_some() {
-            let qkv = b.proj(cur, il, "attn_qkv.weight", Some("attn_qkv.bias"), [e, q_out + 2 * gqa], "wqkv")?;
+        let (q, k, v) = if b
+            .lw_opt(il, "attn_qkv.weight", &[e, q_out + 2 * gqa])?
+            .is_some()
+        {
+            let qkv = b.proj(
+                cur,
+                il,
+                "attn_qkv.weight",
+                Some("attn_qkv.bias"),
+                [e, q_out + 2 * gqa],
+                "wqkv",
+            )?;
             let row = 4 * (q_out + 2 * gqa);
             let mut part = |name: &str, heads: u32, off: u64| {
                 let shape = Shape::new(&[d, heads as u64, n]);
-                b.g.view(&format!("{name}-{il}"), qkv, shape, [4, 4 * d, row, row * n], 4 * off)
+                b.g.view(
+                    &format!("{name}-{il}"),
+                    qkv,
+                    shape,
+                    [4, 4 * d, row, row * n],
+                    4 * off,
+                )
             };
             let q = part("Qcur", hp.n_head, 0)?;
             let k = part("Kcur", hp.n_head_kv, q_out)?;
             let v = part("Vcur", hp.n_head_kv, q_out + gqa)?;
             (q, k, v)
         } else {
-            let q = b.proj(cur, il, "attn_q.weight", Some("attn_q.bias"), [e, q_out], "Qcur")?;
-            let k = b.proj(cur, il, "attn_k.weight", Some("attn_k.bias"), [e, gqa], "Kcur")?;
-            let v = b.proj(cur, il, "attn_v.weight", Some("attn_v.bias"), [e, gqa], "Vcur")?;
+            let q = b.proj(
+                cur,
+                il,
+                "attn_q.weight",
+                Some("attn_q.bias"),
+                [e, q_out],
+                "Qcur",
+            )?;
+            let k = b.proj(
+                cur,
+                il,
+                "attn_k.weight",
+                Some("attn_k.bias"),
+                [e, gqa],
+                "Kcur",
+            )?;
+            let v = b.proj(
+                cur,
+                il,
+                "attn_v.weight",
+                Some("attn_v.bias"),
+                [e, gqa],
+                "Vcur",
+            )?;
             let q = b.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?;
             let k = b.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?;
             let v = b.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?;
@@ -52,9 +93,17 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
         let p = b.rope_params(il);
         let q = b.g.rope(&format!("Qcur_rope-{il}"), q, b.pos, factors, p)?;
         let k = b.g.rope(&format!("Kcur_rope-{il}"), k, b.pos, factors, p)?;
-        let q = b.g.scale(&format!("Qcur_scaled-{il}"), q, 1.0 / (d as f32).sqrt())?;
+        let q =
+            b.g.scale(&format!("Qcur_scaled-{il}"), q, 1.0 / (d as f32).sqrt())?;
         let attn = b.attention(il, q, k, v, 1.0)?;
-        let mut cur = b.proj(attn, il, "attn_output.weight", Some("attn_output.bias"), [q_out, e], "attn_out")?;
+        let mut cur = b.proj(
+            attn,
+            il,
+            "attn_output.weight",
+            Some("attn_output.bias"),
+            [q_out, e],
+            "attn_out",
+        )?;
         let mut residual = x;
         if il == hp.n_layer - 1 {
             cur = b.select_outputs(cur, "attn_out_sel")?;
@@ -67,7 +116,8 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
         let half = Shape::new(&[f, n_out]);
         let nb = [4, 8 * f, 8 * f * n_out.max(1), 8 * f * n_out.max(1)];
         let gate = b.g.view(&format!("ffn_gate-{il}"), gu, half, nb, 0)?;
-        let up = b.g.view(&format!("ffn_up_half-{il}"), gu, half, nb, 4 * f)?;
+        let up =
+            b.g.view(&format!("ffn_up_half-{il}"), gu, half, nb, 4 * f)?;
         let act = b.g.swiglu(&format!("ffn_swiglu-{il}"), gate, up)?;
         let cur = b.proj(act, il, "ffn_down.weight", None, [f, e], "ffn_out")?;
         x = b.g.add(&format!("l_out-{il}"), cur, h)?;

@@ -8,5 +8,11 @@ use ir::graph::TensorId;
 
 /// Lowers a qwen2 model; returns the logits.
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
-    build_variant(b, Variant { require_qkv_bias: true, qk_norm: false })
+    build_variant(
+        b,
+        Variant {
+            require_qkv_bias: true,
+            qk_norm: false,
+        },
+    )
 }

@@ -8,5 +8,11 @@ use ir::graph::TensorId;
 
 /// Lowers a qwen3 model; returns the logits.
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
-    build_variant(b, Variant { require_qkv_bias: false, qk_norm: true })
+    build_variant(
+        b,
+        Variant {
+            require_qkv_bias: false,
+            qk_norm: true,
+        },
+    )
 }

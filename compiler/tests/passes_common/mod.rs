@@ -14,7 +14,7 @@ use ir::plan::Plan;
 pub fn opts() -> InterpOptions {
     InterpOptions {
         n_threads: 2,
-        ..InterpOptions::llama_cpp()
+        ..InterpOptions::rounded()
     }
 }
 

@@ -176,9 +176,10 @@ impl Graph {
     /// The weight input for GGUF tensor `name`, added on first use (a tied matrix used twice
     /// is one input).
     pub fn weight(&mut self, name: &str, dtype: DType, shape: Shape) -> TensorId {
-        let existing = self.tensors.iter().position(|t| {
-            t.name == name && matches!(t.def, Def::Input(Input::Weight))
-        });
+        let existing = self
+            .tensors
+            .iter()
+            .position(|t| t.name == name && matches!(t.def, Def::Input(Input::Weight)));
         match existing {
             Some(i) => TensorId(i as u32),
             None => self.input(name, Input::Weight, dtype, shape),
@@ -258,7 +259,12 @@ impl Graph {
 /// Builder shorthands, one per op, named after the ggml functions they stand for.
 #[allow(missing_docs)]
 impl Graph {
-    pub fn get_rows(&mut self, name: &str, table: TensorId, ids: TensorId) -> Result<TensorId, GraphError> {
+    pub fn get_rows(
+        &mut self,
+        name: &str,
+        table: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::GetRows, &[table, ids])
     }
     pub fn rms_norm(&mut self, name: &str, x: TensorId, eps: f32) -> Result<TensorId, GraphError> {
@@ -276,7 +282,12 @@ impl Graph {
     pub fn scale(&mut self, name: &str, x: TensorId, s: f32) -> Result<TensorId, GraphError> {
         self.op(name, Op::Scale { s }, &[x])
     }
-    pub fn mul_mat(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
+    pub fn mul_mat(
+        &mut self,
+        name: &str,
+        a: TensorId,
+        b: TensorId,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::MulMat, &[a, b])
     }
     pub fn rope(
@@ -292,7 +303,13 @@ impl Graph {
             None => self.op(name, Op::Rope(p), &[x, pos]),
         }
     }
-    pub fn kv_store(&mut self, name: &str, cache: TensorId, cur: TensorId, pos: TensorId) -> Result<TensorId, GraphError> {
+    pub fn kv_store(
+        &mut self,
+        name: &str,
+        cache: TensorId,
+        cur: TensorId,
+        pos: TensorId,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::KvStore, &[cache, cur, pos])
     }
     pub fn attention(
@@ -306,7 +323,12 @@ impl Graph {
     ) -> Result<TensorId, GraphError> {
         self.op(name, Op::Attention(p), &[q, k, v, pos])
     }
-    pub fn soft_max(&mut self, name: &str, x: TensorId, scale: f32) -> Result<TensorId, GraphError> {
+    pub fn soft_max(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        scale: f32,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::SoftMax { scale }, &[x])
     }
     pub fn silu(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {
@@ -318,17 +340,36 @@ impl Graph {
     pub fn softcap(&mut self, name: &str, x: TensorId, cap: f32) -> Result<TensorId, GraphError> {
         self.op(name, Op::SoftCap { cap }, &[x])
     }
-    pub fn swiglu(&mut self, name: &str, gate: TensorId, up: TensorId) -> Result<TensorId, GraphError> {
+    pub fn swiglu(
+        &mut self,
+        name: &str,
+        gate: TensorId,
+        up: TensorId,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::Swiglu, &[gate, up])
     }
-    pub fn geglu(&mut self, name: &str, gate: TensorId, up: TensorId) -> Result<TensorId, GraphError> {
+    pub fn geglu(
+        &mut self,
+        name: &str,
+        gate: TensorId,
+        up: TensorId,
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::Geglu, &[gate, up])
     }
     pub fn reshape(&mut self, name: &str, x: TensorId, ne: &[u64]) -> Result<TensorId, GraphError> {
         if ne.len() > MAX_DIMS {
-            return Err(GraphError::Structure(format!("reshape {name}: {} dims", ne.len())));
+            return Err(GraphError::Structure(format!(
+                "reshape {name}: {} dims",
+                ne.len()
+            )));
         }
-        self.op(name, Op::Reshape { ne: Shape::new(ne).ne }, &[x])
+        self.op(
+            name,
+            Op::Reshape {
+                ne: Shape::new(ne).ne,
+            },
+            &[x],
+        )
     }
     pub fn view(
         &mut self,
@@ -340,7 +381,12 @@ impl Graph {
     ) -> Result<TensorId, GraphError> {
         self.op(name, Op::View { shape, nb, offset }, &[x])
     }
-    pub fn permute(&mut self, name: &str, x: TensorId, axes: [u8; MAX_DIMS]) -> Result<TensorId, GraphError> {
+    pub fn permute(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        axes: [u8; MAX_DIMS],
+    ) -> Result<TensorId, GraphError> {
         self.op(name, Op::Permute { axes }, &[x])
     }
     pub fn cont(&mut self, name: &str, x: TensorId) -> Result<TensorId, GraphError> {

@@ -46,7 +46,10 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             let ids = &srcs[1];
             let n = want_i32_vec("ids", ids)?;
             if a.shape.rank() > 2 || a.shape.has_kv() || a.dtype == DType::I32 {
-                return Err(format!("table must be a 2-D float or block matrix, got {}", ts(a)));
+                return Err(format!(
+                    "table must be a 2-D float or block matrix, got {}",
+                    ts(a)
+                ));
             }
             if a.shape.ne[0] % a.dtype.block_size() != 0 {
                 return Err(format!("table {} rows are not whole blocks", ts(a)));
@@ -113,15 +116,27 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             want_f32("x", a)?;
             let n = want_i32_vec("pos", &srcs[1])?;
             if a.shape.ne[2] != n || a.shape.ne[3] != 1 || a.shape.has_kv() {
-                return Err(format!("x {} does not have pos {} tokens in ne2", ts(a), ts(&srcs[1])));
+                return Err(format!(
+                    "x {} does not have pos {} tokens in ne2",
+                    ts(a),
+                    ts(&srcs[1])
+                ));
             }
             if p.n_rot == 0 || p.n_rot % 2 != 0 || p.n_rot as u64 > a.shape.ne[0] {
-                return Err(format!("n_rot {} must be even and ≤ head size of x {}", p.n_rot, ts(a)));
+                return Err(format!(
+                    "n_rot {} must be even and ≤ head size of x {}",
+                    p.n_rot,
+                    ts(a)
+                ));
             }
             if let Some(ff) = srcs.get(2) {
                 want_f32("freq_factors", ff)?;
                 if ff.shape != Shape::new(&[p.n_rot as u64 / 2]) {
-                    return Err(format!("freq_factors {} must be {{n_rot / 2}} = {{{}}}", ts(ff), p.n_rot / 2));
+                    return Err(format!(
+                        "freq_factors {} must be {{n_rot / 2}} = {{{}}}",
+                        ts(ff),
+                        p.n_rot / 2
+                    ));
                 }
             }
             Ok((DType::F32, a.shape))
@@ -129,8 +144,12 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
         Op::KvStore => {
             let (cur, pos) = (&srcs[1], &srcs[2]);
             let n = want_i32_vec("pos", pos)?;
-            if !matches!(a.dtype, DType::F16 | DType::F32) || a.shape.rank() > 2 || a.shape.has_kv() {
-                return Err(format!("cache must be a 2-D F16 or F32 matrix, got {}", ts(a)));
+            if !matches!(a.dtype, DType::F16 | DType::F32) || a.shape.rank() > 2 || a.shape.has_kv()
+            {
+                return Err(format!(
+                    "cache must be a 2-D F16 or F32 matrix, got {}",
+                    ts(a)
+                ));
             }
             want_f32("cur", cur)?;
             if cur.shape != Shape::new(&[a.shape.ne[0], n]) {
@@ -153,7 +172,10 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             }
             let (q, ks, vs) = (a.shape, k.shape, v.shape);
             if q.has_kv() || q.ne[2] != n || q.ne[3] != 1 {
-                return Err(format!("q {} must be {{d_k, n_head, n_tokens = {n}}}", ts(a)));
+                return Err(format!(
+                    "q {} must be {{d_k, n_head, n_tokens = {n}}}",
+                    ts(a)
+                ));
             }
             if ks.ne[0] != q.ne[0] || ks.ne[3] != 1 || ks.kv & 0b1011 != 0 {
                 return Err(format!("k {} does not match q {}", ts(k), ts(a)));
@@ -162,17 +184,28 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
                 return Err(format!("v {} does not match k {}", ts(v), ts(k)));
             }
             if ks.ne[1] == 0 || q.ne[1] % ks.ne[1] != 0 {
-                return Err(format!("n_head of q {} is not a multiple of n_head_kv of k {}", ts(a), ts(k)));
+                return Err(format!(
+                    "n_head of q {} is not a multiple of n_head_kv of k {}",
+                    ts(a),
+                    ts(k)
+                ));
             }
             Ok((DType::F32, Shape::new(&[vs.ne[0], q.ne[1], q.ne[2]])))
         }
         Op::Reshape { ne } => {
             if !a.contiguous || a.shape.has_kv() {
-                return Err(format!("source {} must be contiguous, without KV dims", ts(a)));
+                return Err(format!(
+                    "source {} must be contiguous, without KV dims",
+                    ts(a)
+                ));
             }
             let out = Shape { ne: *ne, kv: 0 };
             if out.n_elements() != a.shape.n_elements() {
-                return Err(format!("source {} and target {} differ in size", ts(a), out));
+                return Err(format!(
+                    "source {} and target {} differ in size",
+                    ts(a),
+                    out
+                ));
             }
             if ne[0] % a.dtype.block_size() != 0 {
                 return Err(format!("target {out} splits blocks of {}", ts(a)));
@@ -185,19 +218,26 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
                 return Err(format!("view {shape} splits blocks of {}", ts(a)));
             }
             let bytes = |s: &Shape, nb: &[u64; MAX_DIMS]| -> Option<u64> {
-                if s.ne.iter().any(|&n| n == 0) {
+                if s.ne.contains(&0) {
                     return Some(0);
                 }
-                let mut end = (s.ne[0] / bs - 1).checked_mul(nb[0])?.checked_add(a.dtype.type_size())?;
+                let mut end = (s.ne[0] / bs - 1)
+                    .checked_mul(nb[0])?
+                    .checked_add(a.dtype.type_size())?;
                 for d in 1..MAX_DIMS {
                     end = end.checked_add((s.ne[d] - 1).checked_mul(nb[d])?)?;
                 }
                 Some(end)
             };
             let src_bytes = a.dtype.row_size(a.shape.ne[0]).and_then(|r| {
-                r.checked_mul(a.shape.ne[1])?.checked_mul(a.shape.ne[2])?.checked_mul(a.shape.ne[3])
+                r.checked_mul(a.shape.ne[1])?
+                    .checked_mul(a.shape.ne[2])?
+                    .checked_mul(a.shape.ne[3])
             });
-            match (bytes(shape, nb).and_then(|e| e.checked_add(*offset)), src_bytes) {
+            match (
+                bytes(shape, nb).and_then(|e| e.checked_add(*offset)),
+                src_bytes,
+            ) {
                 (Some(end), Some(total)) if end <= total => Ok((a.dtype, *shape)),
                 _ => Err(format!(
                     "view {shape} nb {nb:?} offset {offset} reaches past source {}",
@@ -214,7 +254,10 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
                 seen[x as usize] = true;
             }
             if a.dtype.block_size() > 1 && axes[0] != 0 {
-                return Err(format!("permute {axes:?} moves ne0 of block type {}", ts(a)));
+                return Err(format!(
+                    "permute {axes:?} moves ne0 of block type {}",
+                    ts(a)
+                ));
             }
             let mut out = Shape::new(&[]);
             for (i, &x) in axes.iter().enumerate() {

@@ -190,7 +190,10 @@ impl Op {
     /// Whether the result aliases its first source without computing anything (reshape,
     /// view, permute): a memory planner gives it no buffer of its own.
     pub fn is_view(&self) -> bool {
-        matches!(self, Op::Reshape { .. } | Op::View { .. } | Op::Permute { .. })
+        matches!(
+            self,
+            Op::Reshape { .. } | Op::View { .. } | Op::Permute { .. }
+        )
     }
 
     /// The source whose buffer the result overwrites, if the op updates state in place

@@ -47,7 +47,11 @@ impl fmt::Display for Graph {
             }
             writeln!(f)?;
         }
-        let names: Vec<&str> = self.outputs.iter().map(|o| self.tensor(*o).name.as_str()).collect();
+        let names: Vec<&str> = self
+            .outputs
+            .iter()
+            .map(|o| self.tensor(*o).name.as_str())
+            .collect();
         writeln!(f, "# outputs: {}", names.join(", "))
     }
 }

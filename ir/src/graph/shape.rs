@@ -61,7 +61,10 @@ impl Shape {
 
     /// Number of dimensions up to the last one that is not 1 (at least 1), as ggml prints.
     pub fn rank(&self) -> usize {
-        (1..MAX_DIMS).rev().find(|&d| self.ne[d] != 1 || self.is_kv(d)).map_or(1, |d| d + 1)
+        (1..MAX_DIMS)
+            .rev()
+            .find(|&d| self.ne[d] != 1 || self.is_kv(d))
+            .map_or(1, |d| d + 1)
     }
 
     /// The actual sizes once the KV length is `kv_len` (symbolic dimensions take `kv_len`).
@@ -80,7 +83,11 @@ impl Shape {
     /// dimension of `b` that is not 1 agrees with `self` on being symbolic.
     pub fn can_repeat(&self, b: &Shape) -> bool {
         (0..MAX_DIMS).all(|d| {
-            let sizes = if b.ne[d] == 0 { self.ne[d] == 0 } else { self.ne[d] % b.ne[d] == 0 };
+            let sizes = if b.ne[d] == 0 {
+                self.ne[d] == 0
+            } else {
+                self.ne[d] % b.ne[d] == 0
+            };
             sizes && (b.ne[d] == 1 && !b.is_kv(d) || self.is_kv(d) == b.is_kv(d))
         })
     }

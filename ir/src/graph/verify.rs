@@ -19,7 +19,12 @@ impl Graph {
             match &t.def {
                 Def::Node(n) => match self.nodes.get(n.index()) {
                     Some(node) if node.out.index() == i => {}
-                    _ => return bad(format!("tensor {} claims node {:?}, which does not produce it", t.name, n)),
+                    _ => {
+                        return bad(format!(
+                            "tensor {} claims node {:?}, which does not produce it",
+                            t.name, n
+                        ))
+                    }
                 },
                 Def::Input(kind) => {
                     let ok = match kind {
@@ -48,19 +53,31 @@ impl Graph {
         // Nodes: sources defined earlier, types as the rules give.
         for (ni, node) in self.nodes.iter().enumerate() {
             let Some(out) = self.tensors.get(node.out.index()) else {
-                return bad(format!("node {ni} writes tensor {:?}, not in the graph", node.out));
+                return bad(format!(
+                    "node {ni} writes tensor {:?}, not in the graph",
+                    node.out
+                ));
             };
             if out.def != Def::Node(NodeId(ni as u32)) {
-                return bad(format!("node {ni} writes {}, which another definition owns", out.name));
+                return bad(format!(
+                    "node {ni} writes {}, which another definition owns",
+                    out.name
+                ));
             }
             let mut types = Vec::with_capacity(node.srcs.len());
             for s in &node.srcs {
                 let Some(st) = self.tensors.get(s.index()) else {
-                    return bad(format!("node {} reads tensor {s:?}, not in the graph", out.name));
+                    return bad(format!(
+                        "node {} reads tensor {s:?}, not in the graph",
+                        out.name
+                    ));
                 };
                 if let Def::Node(src_node) = st.def {
                     if src_node.index() >= ni {
-                        return bad(format!("node {} reads {} before it is computed", out.name, st.name));
+                        return bad(format!(
+                            "node {} reads {} before it is computed",
+                            out.name, st.name
+                        ));
                     }
                 }
                 types.push(self.src_type(*s));

@@ -44,7 +44,11 @@ pub(crate) fn kv_store(
         let src = cur_lay.off([0, t, 0, 0]);
         for i in 0..n {
             let v = cur[src + i];
-            cache[dst + i] = if cache_dtype == DType::F16 { round_f16(v) } else { v };
+            cache[dst + i] = if cache_dtype == DType::F16 {
+                round_f16(v)
+            } else {
+                v
+            };
         }
     }
     Ok(())
@@ -93,7 +97,11 @@ impl AttnArgs<'_> {
     pub fn visible(&self, p: &AttnParams, t: usize) -> (usize, usize) {
         let n_kv = self.lk.ne[2] as i64;
         let pos = self.pos[t] as i64;
-        let hi = if p.causal { (pos + 1).clamp(0, n_kv) } else { n_kv };
+        let hi = if p.causal {
+            (pos + 1).clamp(0, n_kv)
+        } else {
+            n_kv
+        };
         let lo = match p.window {
             Some(w) => (pos - w as i64 + 1).clamp(0, hi),
             None => 0,
@@ -110,24 +118,13 @@ impl AttnArgs<'_> {
 /// Attention for every token and head; see the module doc. Tokens are split over threads.
 pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg) -> Vec<f32> {
     let n_tokens = a.lq.ne[2];
-    let n_threads = if n_tokens * a.lk.ne[2] < 4096 { 1 } else { cfg.n_threads.clamp(1, n_tokens) };
-    let chunk = n_tokens.div_ceil(n_threads.max(1));
-    let run = |lo: usize, hi: usize| -> Vec<f32> {
-        let row = a.out.ne[0] * a.out.ne[1];
-        let mut res = vec![0f32; (hi - lo) * row];
-        for t in lo..hi {
-            for h in 0..a.lq.ne[1] {
-                let o = (t - lo) * row + h * a.out.ne[0];
-                let dst = &mut res[o..o + a.out.ne[0]];
-                match cfg.mode {
-                    AttnMode::Flash => flash::head(a, p, cfg, t, h, dst),
-                    AttnMode::Exact => head(a, p, false, false, t, h, dst),
-                    AttnMode::F16 => head(a, p, true, cfg.avx2, t, h, dst),
-                }
-            }
-        }
-        res
+    let n_threads = if n_tokens * a.lk.ne[2] < 4096 {
+        1
+    } else {
+        cfg.n_threads.clamp(1, n_tokens)
     };
+    let chunk = n_tokens.div_ceil(n_threads.max(1));
+    let run = |lo: usize, hi: usize| -> Vec<f32> { heads(a, p, cfg, lo, hi) };
     let parts: Vec<Vec<f32>> = if n_threads <= 1 {
         vec![run(0, n_tokens)]
     } else {
@@ -139,7 +136,9 @@ pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg) -> Vec<
                     s.spawn(move || run(lo, hi.max(lo)))
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
         })
     };
     let mut out = vec![0f32; a.out.alloc];
@@ -155,6 +154,52 @@ pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg) -> Vec<
     out
 }
 
+/// Every head of tokens `lo..hi`, rows of `d_v * n_head` values; with FMA instructions when
+/// the CPU has them (the arithmetic is the same: `mul_add` is a fused multiply-add either way).
+fn heads(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, lo: usize, hi: usize) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *FMA.get_or_init(|| {
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        }) {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above).
+            return unsafe { heads_fma(a, p, cfg, lo, hi) };
+        }
+    }
+    heads_body(a, p, cfg, lo, hi)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn heads_fma(
+    a: &AttnArgs<'_>,
+    p: &AttnParams,
+    cfg: &AttnCfg,
+    lo: usize,
+    hi: usize,
+) -> Vec<f32> {
+    heads_body(a, p, cfg, lo, hi)
+}
+
+#[inline(always)]
+fn heads_body(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, lo: usize, hi: usize) -> Vec<f32> {
+    let row = a.out.ne[0] * a.out.ne[1];
+    let mut res = vec![0f32; (hi - lo) * row];
+    for t in lo..hi {
+        for h in 0..a.lq.ne[1] {
+            let o = (t - lo) * row + h * a.out.ne[0];
+            let dst = &mut res[o..o + a.out.ne[0]];
+            match cfg.mode {
+                AttnMode::Flash => flash::head(a, p, cfg, t, h, dst),
+                AttnMode::Exact => head(a, p, false, false, t, h, dst),
+                AttnMode::F16 => head(a, p, true, cfg.avx2, t, h, dst),
+            }
+        }
+    }
+    res
+}
+
 /// One query head of one token (llama.cpp without flash attention): writes its `d_v`
 /// outputs to `dst`. With `avx2`, the scores, exponentials and the weighted sum follow
 /// llama.cpp's x86 kernels: for a ubatch of two or more tokens the two products go through
@@ -162,7 +207,15 @@ pub(crate) fn attention(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg) -> Vec<
 /// `ggml_vec_dot_f16` ([`avx2::dot_f16`]: 4 × 8 lanes); the softmax through
 /// [`avx2::soft_max_exp`]. Lanes are indexed by the absolute cache cell, as the cache rows
 /// are (llama.cpp pads the KV length to a multiple of 32; padded cells weigh zero).
-fn head(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, avx2: bool, t: usize, h: usize, dst: &mut [f32]) {
+fn head(
+    a: &AttnArgs<'_>,
+    p: &AttnParams,
+    f16: bool,
+    avx2: bool,
+    t: usize,
+    h: usize,
+    dst: &mut [f32],
+) {
     let d_k = a.lq.ne[0];
     let batch = a.lq.ne[2] >= 2;
     let kvh = a.kv_head(h);
@@ -182,7 +235,11 @@ fn head(a: &AttnArgs<'_>, p: &AttnParams, f16: bool, avx2: bool, t: usize, h: us
         (false, _) => dot,
     };
     // Scores over the 8-aligned span [lo8, hi8); cells outside [lo, hi) are masked.
-    let (lo8, hi8) = if avx2 { (lo & !7, (hi + 7) & !7) } else { (lo, hi) };
+    let (lo8, hi8) = if avx2 {
+        (lo & !7, (hi + 7) & !7)
+    } else {
+        (lo, hi)
+    };
     let mut w = vec![f32::NEG_INFINITY; hi8 - lo8];
     let mut max = f32::NEG_INFINITY;
     for j in lo..hi {
@@ -257,9 +314,29 @@ mod tests {
         let k = [0.3, 0.1, 9.0, 9.0, 9.0, 9.0, 0.0, 0.0];
         let v = [5.0, -6.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0];
         let out = Lay::of(&Shape::new(&[2, 2, 1]), 0);
-        let args = AttnArgs { q: &q, lq, k: &k, lk, v: &v, lv: lk, pos: &[0], out };
-        let cfg = AttnCfg { mode: AttnMode::Exact, avx2: false, n_ctx: 4, llama_threads: 1, n_threads: 1 };
-        let p = AttnParams { kq_scale: 0.5, softcap: None, window: None, causal: true };
+        let args = AttnArgs {
+            q: &q,
+            lq,
+            k: &k,
+            lk,
+            v: &v,
+            lv: lk,
+            pos: &[0],
+            out,
+        };
+        let cfg = AttnCfg {
+            mode: AttnMode::Exact,
+            avx2: false,
+            n_ctx: 4,
+            llama_threads: 1,
+            n_threads: 1,
+        };
+        let p = AttnParams {
+            kq_scale: 0.5,
+            softcap: None,
+            window: None,
+            causal: true,
+        };
         let r = attention(&args, &p, &cfg);
         assert_eq!(r, vec![5.0, -6.0, 5.0, -6.0]);
     }
@@ -270,13 +347,39 @@ mod tests {
         let lq = Lay::of(&Shape::new(&[1, 1, 1]), 0);
         let lk = Lay::of(&Shape::new(&[1, 1, 3]).with_kv_dim(2), 3);
         let out = Lay::of(&Shape::new(&[1, 1, 1]), 0);
-        let args = AttnArgs { q: &[1.0], lq, k: &[1.0, 2.0, 3.0], lk, v: &[10.0, 20.0, 30.0], lv: lk, pos: &[2], out };
-        let p = AttnParams { kq_scale: 1.0, softcap: None, window: Some(1), causal: true };
+        let args = AttnArgs {
+            q: &[1.0],
+            lq,
+            k: &[1.0, 2.0, 3.0],
+            lk,
+            v: &[10.0, 20.0, 30.0],
+            lv: lk,
+            pos: &[2],
+            out,
+        };
+        let p = AttnParams {
+            kq_scale: 1.0,
+            softcap: None,
+            window: Some(1),
+            causal: true,
+        };
         for mode in [AttnMode::Exact, AttnMode::F16, AttnMode::Flash] {
-            let cfg = AttnCfg { mode, avx2: true, n_ctx: 3, llama_threads: 2, n_threads: 1 };
+            let cfg = AttnCfg {
+                mode,
+                avx2: true,
+                n_ctx: 3,
+                llama_threads: 2,
+                n_threads: 1,
+            };
             assert_eq!(attention(&args, &p, &cfg), vec![30.0], "{mode:?}");
         }
-        let cfg = AttnCfg { mode: AttnMode::Exact, avx2: false, n_ctx: 3, llama_threads: 1, n_threads: 1 };
+        let cfg = AttnCfg {
+            mode: AttnMode::Exact,
+            avx2: false,
+            n_ctx: 3,
+            llama_threads: 1,
+            n_threads: 1,
+        };
         let p = AttnParams { window: None, ..p };
         let all = attention(&args, &p, &cfg)[0];
         assert!(all > 20.0 && all < 30.0);

@@ -20,6 +20,7 @@ pub(crate) fn hsum8(x: &[f32; 8]) -> f32 {
 /// `x0 += x2, x1 += x3, x0 += x1`, then the halves added and two horizontal adds:
 /// `((t0 + t1) + (t2 + t3))` with `t_i = x0[i] + x0[i + 4]`.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn reduce_4x8(mut s: [[f32; 8]; 4]) -> f32 {
     for l in 0..8 {
         s[0][l] += s[2][l];
@@ -28,7 +29,12 @@ pub(crate) fn reduce_4x8(mut s: [[f32; 8]; 4]) -> f32 {
     for l in 0..8 {
         s[0][l] += s[1][l];
     }
-    let t = [s[0][0] + s[0][4], s[0][1] + s[0][5], s[0][2] + s[0][6], s[0][3] + s[0][7]];
+    let t = [
+        s[0][0] + s[0][4],
+        s[0][1] + s[0][5],
+        s[0][2] + s[0][6],
+        s[0][3] + s[0][7],
+    ];
     (t[0] + t[1]) + (t[2] + t[3])
 }
 
@@ -36,7 +42,7 @@ pub(crate) fn reduce_4x8(mut s: [[f32; 8]; 4]) -> f32 {
 /// values, each `acc = fma(x, y, acc)`; [`reduce_4x8`]; the leftover values (beyond a
 /// multiple of 32) added one by one in f64; the result rounded to f32. `x` and `y` hold f16
 /// values (the products are exact in f32).
-#[inline]
+#[inline(always)]
 pub(crate) fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !31;
@@ -61,7 +67,7 @@ pub(crate) fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
 /// columns: one 8-lane accumulator, `acc = fma(a, b, acc)` over chunks of 8, then
 /// [`hsum8`]. Lengths that are not a multiple of 8 are refused by tinyBLAS; they take
 /// [`dot_f32`] here as in ggml.
-#[inline]
+#[inline(always)]
 pub(crate) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     if n % 8 != 0 {
@@ -78,7 +84,7 @@ pub(crate) fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
 
 /// `ggml_vec_dot_f32` with AVX + FMA (vec.cpp): like [`dot_f16`] (4 × 8 lanes, fused
 /// multiply-adds, [`reduce_4x8`]) but the leftovers are added in f32.
-#[inline]
+#[inline(always)]
 pub(crate) fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !31;
@@ -101,7 +107,7 @@ pub(crate) fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
 /// `ggml_vec_dot_bf16` with AVX2 (vec.cpp): four 8-lane accumulators over chunks of 32,
 /// `c = c + x * y` (no fused multiply-add), combined as `(c1 + c3) + (c2 + c4)`, then
 /// [`hsum8`]; leftovers added in f64.
-#[inline]
+#[inline(always)]
 pub(crate) fn dot_bf16(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !31;
@@ -144,7 +150,7 @@ fn c(bits: u32) -> f32 {
 /// lane: `x = n ln2 + b` with `n` rounded by the 1.5·2^23 trick, a degree-5 polynomial in
 /// `b`, the exponent added to the bits; large |n| handled by the two-factor scaling. Within
 /// about 1.5 ulp of `exp`; this is bit-for-bit what each lane of ggml's vector computes.
-#[inline]
+#[inline(always)]
 pub(crate) fn v_expf(x: f32) -> f32 {
     let r = c(R);
     let z = x.mul_add(c(LOG2E), r);
@@ -154,7 +160,10 @@ pub(crate) fn v_expf(x: f32) -> f32 {
     let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
     let big = n.abs() > 126.0;
     let u = b * b;
-    let j = c(P0).mul_add(b, c(P1)).mul_add(u, c(P2).mul_add(b, c(P3))).mul_add(u, c(P4) * b);
+    let j = c(P0)
+        .mul_add(b, c(P1))
+        .mul_add(u, c(P2).mul_add(b, c(P3)))
+        .mul_add(u, c(P4) * b);
     if !big {
         return j.mul_add(k, k);
     }
@@ -169,7 +178,7 @@ pub(crate) fn v_expf(x: f32) -> f32 {
 }
 
 /// `ggml_v_silu`: `x / (1 + v_expf(0 - x))`.
-#[inline]
+#[inline(always)]
 pub(crate) fn v_silu(x: f32) -> f32 {
     x / (1.0 + v_expf(0.0 - x))
 }
@@ -179,7 +188,11 @@ pub(crate) fn v_silu(x: f32) -> f32 {
 pub(crate) fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     let whole = x.len() & !7;
     for i in 0..x.len() {
-        let s = if i < whole { v_silu(x[i]) } else { x[i] / (1.0 + (-x[i]).exp()) };
+        let s = if i < whole {
+            v_silu(x[i])
+        } else {
+            x[i] / (1.0 + (-x[i]).exp())
+        };
         y[i] = match g {
             Some(g) => s * g[i],
             None => s,
@@ -243,7 +256,10 @@ mod tests {
         assert_eq!(dot_f16(&a, &a), want);
         assert_eq!(dot_f32(&a, &a), want);
         assert_eq!(dot_bf16(&a, &a), want);
-        assert_eq!(dot_tinyblas(&a[..64], &a[..64]), a[..64].iter().map(|v| v * v).sum::<f32>());
+        assert_eq!(
+            dot_tinyblas(&a[..64], &a[..64]),
+            a[..64].iter().map(|v| v * v).sum::<f32>()
+        );
     }
 
     #[test]

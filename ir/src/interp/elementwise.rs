@@ -6,6 +6,7 @@ use super::layout::{for_each_index, Lay};
 use crate::ggml::{f16_to_f32, f32_to_f16};
 
 /// `sqrt(2 / π)` as ggml writes it (`SQRT_2_OVER_PI`).
+#[allow(clippy::excessive_precision)]
 const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4;
 /// `GELU_COEF_A` of ggml.
 const GELU_COEF_A: f32 = 0.044715;
@@ -107,7 +108,13 @@ pub(crate) fn unary(x: &[f32], lay: &Lay, f: impl Fn(f32) -> f32) -> Vec<f32> {
 }
 
 /// `f(a, b)` with `b` repeated over `a` (ggml's binary-op broadcasting).
-pub(crate) fn binary(a: &[f32], la: &Lay, b: &[f32], lb: &Lay, f: impl Fn(f32, f32) -> f32) -> Vec<f32> {
+pub(crate) fn binary(
+    a: &[f32],
+    la: &Lay,
+    b: &[f32],
+    lb: &Lay,
+    f: impl Fn(f32, f32) -> f32,
+) -> Vec<f32> {
     let mut out = vec![0f32; la.alloc];
     let n0 = la.ne[0];
     for r in 0..la.n_rows() {

@@ -3,7 +3,9 @@
 
 use super::attention::{attention, kv_store, AttnArgs, AttnCfg, AttnMode};
 use super::avx2;
-use super::elementwise::{binary, gelu, gelu_f16_table, glu, map_rows, norm_row, rms_norm_row, silu, soft_max_row, unary};
+use super::elementwise::{
+    binary, gelu, gelu_f16_table, glu, map_rows, norm_row, rms_norm_row, silu, soft_max_row, unary,
+};
 use super::layout::{copy_to, permute, view, Lay};
 use super::matmul::{mul_mat, MatA, MatOpts};
 use super::qdot::Order;
@@ -48,7 +50,10 @@ impl KvState {
     /// The values of cache `name` (one f32 per element; F16 caches hold f16 values), if it
     /// exists.
     pub fn get(&self, name: &str) -> Option<&[f32]> {
-        self.caches.iter().find(|c| c.name == name).map(|c| c.data.as_slice())
+        self.caches
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.data.as_slice())
     }
 
     fn bind(&mut self, t: &Tensor) -> Result<usize, InterpError> {
@@ -62,7 +67,10 @@ impl KvState {
             }
             return Ok(i);
         }
-        let n = t.shape.n_elements().ok_or_else(|| InterpError::Input(format!("KV cache {} is too large", t.name)))?;
+        let n = t
+            .shape
+            .n_elements()
+            .ok_or_else(|| InterpError::Input(format!("KV cache {} is too large", t.name)))?;
         self.caches.push(Cache {
             name: t.name.clone(),
             dtype: t.dtype,
@@ -137,7 +145,11 @@ impl<'w> Interpreter<'w> {
     /// Graph verification errors; a missing weight or one whose type or shape differs from
     /// the graph's; input lengths that do not match the graph; out-of-range token ids or
     /// positions (naming the node).
-    pub fn run(&mut self, graph: &Graph, inputs: &Inputs<'_>) -> Result<Vec<Vec<f32>>, InterpError> {
+    pub fn run(
+        &mut self,
+        graph: &Graph,
+        inputs: &Inputs<'_>,
+    ) -> Result<Vec<Vec<f32>>, InterpError> {
         self.run_inner(graph, inputs, None)
     }
 
@@ -200,7 +212,12 @@ impl<'w> Interpreter<'w> {
             };
             let lo = lay(node.out);
             let s = &node.srcs;
-            let ctx = Ctx { graph, vals: &vals, state: &self.state, kv_len };
+            let ctx = Ctx {
+                graph,
+                vals: &vals,
+                state: &self.state,
+                kv_len,
+            };
             let result: Val<'w> = match &node.op {
                 Op::GetRows => Val::F(self.get_rows(&ctx, s[0], s[1], &lo).map_err(err)?),
                 Op::RmsNorm { eps } => {
@@ -227,20 +244,34 @@ impl<'w> Interpreter<'w> {
                 }
                 Op::Scale { s: k } => {
                     let k = *k;
-                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| x * k))
+                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| {
+                        x * k
+                    }))
                 }
-                Op::Silu if self.opts.avx2_order => {
-                    Val::F(map_rows(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |a, y| avx2::silu_row(a, None, y)))
-                }
+                Op::Silu if self.opts.avx2_order => Val::F(map_rows(
+                    &ctx.floats(s[0]).map_err(err)?,
+                    &lay(s[0]),
+                    |a, y| avx2::silu_row(a, None, y),
+                )),
                 Op::Silu => Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), silu)),
                 Op::Gelu => {
-                    let f = if self.opts.gelu_f16 { gelu_f16_table } else { gelu };
+                    let f = if self.opts.gelu_f16 {
+                        gelu_f16_table
+                    } else {
+                        gelu
+                    };
                     Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), f))
                 }
-                Op::Tanh => Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), f32::tanh)),
+                Op::Tanh => Val::F(unary(
+                    &ctx.floats(s[0]).map_err(err)?,
+                    &lay(s[0]),
+                    f32::tanh,
+                )),
                 Op::SoftCap { cap } => {
                     let c = *cap;
-                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| (x * (1.0 / c)).tanh() * c))
+                    Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| {
+                        (x * (1.0 / c)).tanh() * c
+                    }))
                 }
                 Op::Swiglu if self.opts.avx2_order => {
                     let g = ctx.floats(s[0]).map_err(err)?;
@@ -272,11 +303,20 @@ impl<'w> Interpreter<'w> {
                         Some(f) => Some(ctx.floats(*f).map_err(err)?),
                         None => None,
                     };
-                    Val::F(rope(&x, &lay(s[0]), pos, ff.as_deref(), p, self.opts.avx2_order))
+                    Val::F(rope(
+                        &x,
+                        &lay(s[0]),
+                        pos,
+                        ff.as_deref(),
+                        p,
+                        self.opts.avx2_order,
+                    ))
                 }
                 Op::KvStore => {
                     let Val::State(si) = vals[s[0].index()] else {
-                        return Err(err("the cache source is not a KV cache input or store".into()));
+                        return Err(err(
+                            "the cache source is not a KV cache input or store".into()
+                        ));
                     };
                     let cur = ctx.floats(s[1]).map_err(err)?.into_owned();
                     let pos = ctx.ints(s[2]).map_err(err)?.to_vec();
@@ -322,11 +362,19 @@ impl<'w> Interpreter<'w> {
                     let src = ctx.floats(s[0]).map_err(err)?;
                     let es = graph.tensor(s[0]).dtype.type_size();
                     if graph.tensor(s[0]).dtype.block_size() > 1 {
-                        return Err(err("views of block-typed tensors are not supported by the interpreter".into()));
+                        return Err(err(
+                            "views of block-typed tensors are not supported by the interpreter"
+                                .into(),
+                        ));
                     }
                     Val::F(view(&src, &lo, nb, *offset, es).map_err(err)?)
                 }
-                Op::Permute { axes } => Val::F(permute(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), &lo, axes)),
+                Op::Permute { axes } => Val::F(permute(
+                    &ctx.floats(s[0]).map_err(err)?,
+                    &lay(s[0]),
+                    &lo,
+                    axes,
+                )),
                 Op::Cont => Val::F(copy_to(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), &lo)),
             };
             vals[node.out.index()] = result;
@@ -339,7 +387,12 @@ impl<'w> Interpreter<'w> {
                 }
             }
         }
-        let ctx = Ctx { graph, vals: &vals, state: &self.state, kv_len };
+        let ctx = Ctx {
+            graph,
+            vals: &vals,
+            state: &self.state,
+            kv_len,
+        };
         graph
             .outputs
             .iter()
@@ -350,11 +403,19 @@ impl<'w> Interpreter<'w> {
             .collect()
     }
 
-    fn bind_input(&mut self, t: &Tensor, kind: &Input, inputs: &Inputs<'_>) -> Result<Val<'w>, InterpError> {
+    fn bind_input(
+        &mut self,
+        t: &Tensor,
+        kind: &Input,
+        inputs: &Inputs<'_>,
+    ) -> Result<Val<'w>, InterpError> {
         let want = t.shape.ne[0] as usize;
         let ints = |what: &str, v: &[i32]| -> Result<Val<'w>, InterpError> {
             if v.len() != want {
-                return Err(InterpError::Input(format!("{what}: the graph takes {want} values, got {}", v.len())));
+                return Err(InterpError::Input(format!(
+                    "{what}: the graph takes {want} values, got {}",
+                    v.len()
+                )));
             }
             Ok(Val::I(v.to_vec()))
         };
@@ -368,18 +429,26 @@ impl<'w> Interpreter<'w> {
                     .data
                     .iter()
                     .find(|(n, _)| *n == t.name)
-                    .ok_or_else(|| InterpError::Input(format!("no data given for input {}", t.name)))?;
+                    .ok_or_else(|| {
+                        InterpError::Input(format!("no data given for input {}", t.name))
+                    })?;
                 let n = t.shape.n_elements().unwrap_or(0) as usize;
                 if v.len() != n || t.dtype == crate::graph::DType::I32 {
                     return Err(InterpError::Input(format!(
                         "input {} is {} {}: expected {n} f32 values, got {}",
-                        t.name, t.shape, t.dtype, v.len()
+                        t.name,
+                        t.shape,
+                        t.dtype,
+                        v.len()
                     )));
                 }
                 Ok(Val::F(v.to_vec()))
             }
             Input::Weight => {
-                let w = self.weights.weight(&t.name).ok_or_else(|| InterpError::MissingWeight(t.name.clone()))?;
+                let w = self
+                    .weights
+                    .weight(&t.name)
+                    .ok_or_else(|| InterpError::MissingWeight(t.name.clone()))?;
                 if w.ggml_type != t.dtype.ggml_type() || w.ne != t.shape.ne {
                     return Err(InterpError::WeightMismatch {
                         name: t.name.clone(),
@@ -387,7 +456,10 @@ impl<'w> Interpreter<'w> {
                         found: format!("{} {}", Shape { ne: w.ne, kv: 0 }, w.ggml_type),
                     });
                 }
-                let need = t.dtype.row_size(t.shape.ne[0]).and_then(|r| r.checked_mul(t.shape.ne[1] * t.shape.ne[2] * t.shape.ne[3]));
+                let need = t
+                    .dtype
+                    .row_size(t.shape.ne[0])
+                    .and_then(|r| r.checked_mul(t.shape.ne[1] * t.shape.ne[2] * t.shape.ne[3]));
                 if need != Some(w.data.len() as u64) {
                     return Err(InterpError::WeightMismatch {
                         name: t.name.clone(),
@@ -405,11 +477,21 @@ impl<'w> Interpreter<'w> {
             round: self.opts.matmul_rounding,
             flavor: self.opts.q8_flavor,
             n_threads: self.opts.n_threads.max(1),
-            order: if self.opts.avx2_order { Order::Avx2 } else { Order::Reference },
+            order: if self.opts.avx2_order {
+                Order::Avx2
+            } else {
+                Order::Reference
+            },
         }
     }
 
-    fn mul_mat(&self, ctx: &Ctx<'_, 'w>, a: TensorId, b: TensorId, lo: &Lay) -> Result<Vec<f32>, String> {
+    fn mul_mat(
+        &self,
+        ctx: &Ctx<'_, 'w>,
+        a: TensorId,
+        b: TensorId,
+        lo: &Lay,
+    ) -> Result<Vec<f32>, String> {
         let bv = ctx.floats(b)?;
         let lb = ctx.lay(b);
         let at = ctx.graph.tensor(a);
@@ -421,13 +503,29 @@ impl<'w> Interpreter<'w> {
             },
             _ => {
                 let data = ctx.floats(a)?;
-                return mul_mat(&MatA::Float { dtype: at.dtype, data: &data, lay: ctx.lay(a) }, &bv, &lb, lo, self.mat_opts());
+                return mul_mat(
+                    &MatA::Float {
+                        dtype: at.dtype,
+                        data: &data,
+                        lay: ctx.lay(a),
+                    },
+                    &bv,
+                    &lb,
+                    lo,
+                    self.mat_opts(),
+                );
             }
         };
         mul_mat(&am, &bv, &lb, lo, self.mat_opts())
     }
 
-    fn get_rows(&self, ctx: &Ctx<'_, 'w>, table: TensorId, ids: TensorId, lo: &Lay) -> Result<Vec<f32>, String> {
+    fn get_rows(
+        &self,
+        ctx: &Ctx<'_, 'w>,
+        table: TensorId,
+        ids: TensorId,
+        lo: &Lay,
+    ) -> Result<Vec<f32>, String> {
         let ids = ctx.ints(ids)?;
         let tt = ctx.graph.tensor(table);
         let (k, n_rows) = (tt.shape.ne[0] as usize, tt.shape.ne[1] as usize);
@@ -439,7 +537,10 @@ impl<'w> Interpreter<'w> {
         let lt = ctx.lay(table);
         for (n, &id) in ids.iter().enumerate() {
             if id < 0 || id as usize >= n_rows {
-                return Err(format!("row id {id} is outside table {} of {n_rows} rows", tt.name));
+                return Err(format!(
+                    "row id {id} is outside table {} of {n_rows} rows",
+                    tt.name
+                ));
             }
             let dst = &mut out[lo.off([0, n, 0, 0])..][..k];
             match (&table_f, &ctx.vals[table.index()]) {
@@ -449,7 +550,9 @@ impl<'w> Interpreter<'w> {
                 }
                 (None, Val::W(data, ty)) => {
                     let rb = ty.row_size(k as u64).unwrap_or(0) as usize;
-                    let row = data.get(id as usize * rb..(id as usize + 1) * rb).ok_or("table row out of range")?;
+                    let row = data
+                        .get(id as usize * rb..(id as usize + 1) * rb)
+                        .ok_or("table row out of range")?;
                     ggml::dequantize(*ty, row, dst).map_err(|e| e.to_string())?;
                 }
                 _ => return Err("table has no values".into()),
@@ -492,7 +595,10 @@ impl<'a, 'w> Ctx<'a, 'w> {
     fn ints(&self, id: TensorId) -> Result<&'a [i32], String> {
         match &self.vals[id.index()] {
             Val::I(v) => Ok(v.as_slice()),
-            _ => Err(format!("{} is not an I32 input", self.graph.tensor(id).name)),
+            _ => Err(format!(
+                "{} is not an I32 input",
+                self.graph.tensor(id).name
+            )),
         }
     }
 }

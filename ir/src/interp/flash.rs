@@ -46,9 +46,21 @@ fn scale_cap(p: &AttnParams) -> (f32, f32) {
 }
 
 /// One query head of token `t`; see the module doc.
-pub(crate) fn head(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, t: usize, h: usize, dst: &mut [f32]) {
+#[inline(always)]
+pub(crate) fn head(
+    a: &AttnArgs<'_>,
+    p: &AttnParams,
+    cfg: &AttnCfg,
+    t: usize,
+    h: usize,
+    dst: &mut [f32],
+) {
     let n_tokens = a.lq.ne[2];
-    let nek1 = a.lk.ne[2].div_ceil(KV_PAD).max(1).saturating_mul(KV_PAD).min(cfg.n_ctx.max(a.lk.ne[2]));
+    let nek1 = a.lk.ne[2]
+        .div_ceil(KV_PAD)
+        .max(1)
+        .saturating_mul(KV_PAD)
+        .min(cfg.n_ctx.max(a.lk.ne[2]));
     if cfg.avx2 && n_tokens >= Q_TILE && dst.len() % 8 == 0 {
         return tiled(a, p, t, h, dst);
     }
@@ -63,7 +75,16 @@ pub(crate) fn head(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, t: usize, h:
 }
 
 /// The reference kernel over cells `[c0, c1)` (intersected with the visible ones).
-fn one_chunk(a: &AttnArgs<'_>, p: &AttnParams, avx2: bool, t: usize, h: usize, c0: usize, c1: usize) -> Partial {
+#[inline(always)]
+fn one_chunk(
+    a: &AttnArgs<'_>,
+    p: &AttnParams,
+    avx2: bool,
+    t: usize,
+    h: usize,
+    c0: usize,
+    c1: usize,
+) -> Partial {
     let d_k = a.lq.ne[0];
     let d_v = a.lv.ne[0];
     let kvh = a.kv_head(h);
@@ -76,7 +97,11 @@ fn one_chunk(a: &AttnArgs<'_>, p: &AttnParams, avx2: bool, t: usize, h: usize, c
     for j in lo.max(c0)..hi.min(c1) {
         let ko = a.lk.off([0, kvh, j, 0]);
         let k = &a.k[ko..ko + d_k];
-        let mut s = if avx2 { avx2::dot_f16(k, &q) } else { dot(&q, k) } * scale;
+        let mut s = if avx2 {
+            avx2::dot_f16(k, &q)
+        } else {
+            dot(&q, k)
+        } * scale;
         if cap != 0.0 {
             s = cap * s.tanh();
         }
@@ -93,13 +118,26 @@ fn one_chunk(a: &AttnArgs<'_>, p: &AttnParams, avx2: bool, t: usize, h: usize, c
         for (x, &v) in acc.iter_mut().zip(&a.v[vo..vo + d_v]) {
             *x = round_f16(v.mul_add(vs, *x));
         }
-        sum = if avx2 { sum.mul_add(ms, vs) } else { sum * ms + vs };
+        sum = if avx2 {
+            sum.mul_add(ms, vs)
+        } else {
+            sum * ms + vs
+        };
     }
     Partial { m, s: sum, acc }
 }
 
 /// The split-KV decode: chunks of `ceil(nek1 / threads)` cells, merged in order.
-fn split(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, nek1: usize, t: usize, h: usize, dst: &mut [f32]) {
+#[inline(always)]
+fn split(
+    a: &AttnArgs<'_>,
+    p: &AttnParams,
+    cfg: &AttnCfg,
+    nek1: usize,
+    t: usize,
+    h: usize,
+    dst: &mut [f32],
+) {
     let nth = cfg.llama_threads.max(1);
     let cs = nek1.div_ceil(nth);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
@@ -128,6 +166,7 @@ fn split(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, nek1: usize, t: usize,
 }
 
 /// The tiled kernel for one query row.
+#[inline(always)]
 fn tiled(a: &AttnArgs<'_>, p: &AttnParams, t: usize, h: usize, dst: &mut [f32]) {
     let d_k = a.lq.ne[0];
     let kvh = a.kv_head(h);

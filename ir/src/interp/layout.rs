@@ -59,7 +59,11 @@ impl Lay {
     /// The row index (in `ne1, ne2, ne3` order) split into its three coordinates.
     #[inline]
     pub fn row_coords(&self, r: usize) -> [usize; 3] {
-        [r % self.ne[1], (r / self.ne[1]) % self.ne[2], r / (self.ne[1] * self.ne[2])]
+        [
+            r % self.ne[1],
+            (r / self.ne[1]) % self.ne[2],
+            r / (self.ne[1] * self.ne[2]),
+        ]
     }
 
     /// Whether the actual elements are back to back (no symbolic padding in use).
@@ -104,7 +108,11 @@ pub(crate) fn view(
         let byte = offset + (0..MAX_DIMS).map(|d| i[d] as u64 * nb[d]).sum::<u64>();
         match src.get((byte / elem_size) as usize) {
             Some(v) if byte % elem_size == 0 => out[o] = *v,
-            _ => err = Some(format!("view element {i:?} at byte {byte} is outside the source")),
+            _ => {
+                err = Some(format!(
+                    "view element {i:?} at byte {byte} is outside the source"
+                ))
+            }
         }
     });
     match err {
@@ -114,7 +122,12 @@ pub(crate) fn view(
 }
 
 /// `ggml_permute` materialized: source dimension `d` becomes dimension `axes[d]`.
-pub(crate) fn permute(src: &[f32], src_lay: &Lay, out_lay: &Lay, axes: &[u8; MAX_DIMS]) -> Vec<f32> {
+pub(crate) fn permute(
+    src: &[f32],
+    src_lay: &Lay,
+    out_lay: &Lay,
+    axes: &[u8; MAX_DIMS],
+) -> Vec<f32> {
     let mut out = vec![0f32; out_lay.alloc];
     for_each_index(src_lay, |i, s| {
         let mut o = [0usize; MAX_DIMS];

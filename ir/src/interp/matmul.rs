@@ -108,19 +108,35 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps};
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
     let n = a.len().min(b.len());
     let chunks = n / 32;
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let (mut s0, mut s1, mut s2, mut s3) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+    let (mut s0, mut s1, mut s2, mut s3) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
     // SAFETY: every load reads 8 floats at offset < chunks * 32 <= n of both slices.
     unsafe {
         for c in 0..chunks {
             let (x, y) = (pa.add(c * 32), pb.add(c * 32));
             s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(y)));
-            s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(y.add(8))));
-            s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(y.add(16))));
-            s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(x.add(24)), _mm256_loadu_ps(y.add(24))));
+            s1 = _mm256_add_ps(
+                s1,
+                _mm256_mul_ps(_mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(y.add(8))),
+            );
+            s2 = _mm256_add_ps(
+                s2,
+                _mm256_mul_ps(_mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(y.add(16))),
+            );
+            s3 = _mm256_add_ps(
+                s3,
+                _mm256_mul_ps(_mm256_loadu_ps(x.add(24)), _mm256_loadu_ps(y.add(24))),
+            );
         }
     }
     let mut lanes = [0f32; 32];
@@ -144,11 +160,21 @@ enum Kernel {
     /// Reference `vec_dot` of weight rows with activation rows in the companion format.
     Quant { act: Vec<u8>, act_row: usize },
     /// The same numbers through unpacked int8 rows ([`qdot`]).
-    Fast { kind: Fast, act: Unpacked, order: Order },
+    Fast {
+        kind: Fast,
+        act: Unpacked,
+        order: Order,
+    },
 }
 
 /// Computes `out = a · bᵀ` per slice; `b` and `out` are stored as [`Lay`] says.
-pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts) -> Result<Vec<f32>, String> {
+pub(crate) fn mul_mat(
+    a: &MatA<'_>,
+    b: &[f32],
+    lb: &Lay,
+    lo: &Lay,
+    opts: MatOpts,
+) -> Result<Vec<f32>, String> {
     let (a_ne, a_dtype) = match a {
         MatA::Weight { ty, ne, .. } => (*ne, DType::from_ggml(*ty).unwrap_or(DType::F32)),
         MatA::Float { dtype, lay, .. } => (lay.ne, *dtype),
@@ -168,18 +194,22 @@ pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts
             }
             let kernel = match (opts.round, a_dtype) {
                 (true, DType::F16) => {
-                    rows.iter_mut().for_each(|v| *v = f16_to_f32(f32_to_f16(*v)));
+                    rows.iter_mut()
+                        .for_each(|v| *v = f16_to_f32(f32_to_f16(*v)));
                     Kernel::Float
                 }
                 (true, DType::BF16) => {
-                    rows.iter_mut().for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v)));
+                    rows.iter_mut()
+                        .for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v)));
                     Kernel::Float
                 }
                 (true, DType::Block(t)) => {
-                    let vdt = ggml::vec_dot_type(t).ok_or_else(|| format!("no dot product for {t}"))?;
+                    let vdt =
+                        ggml::vec_dot_type(t).ok_or_else(|| format!("no dot product for {t}"))?;
                     let act_row = vdt
                         .row_size(k as u64)
-                        .ok_or_else(|| format!("{k} values are not whole {vdt} blocks"))? as usize;
+                        .ok_or_else(|| format!("{k} values are not whole {vdt} blocks"))?
+                        as usize;
                     let mut act = vec![0u8; act_row * n_rows];
                     for (src, dst) in rows.chunks_exact(k).zip(act.chunks_exact_mut(act_row)) {
                         ggml::quantize(vdt, src, dst, opts.flavor).map_err(|e| e.to_string())?;
@@ -188,7 +218,11 @@ pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts
                         (Some(kind), true) => {
                             let mut u = Unpacked::default();
                             qdot::unpack_act(&act, vdt == GgmlType::Q8_1, &mut u);
-                            Kernel::Fast { kind, act: u, order: opts.order }
+                            Kernel::Fast {
+                                kind,
+                                act: u,
+                                order: opts.order,
+                            }
                         }
                         _ => Kernel::Quant { act, act_row },
                     }
@@ -196,7 +230,16 @@ pub(crate) fn mul_mat(a: &MatA<'_>, b: &[f32], lb: &Lay, lo: &Lay, opts: MatOpts
                 _ => Kernel::Float,
             };
             let fdot = float_dot(opts.order, a_dtype, n_rows);
-            let sc = Slice { a, a2, a3, rows: &rows, k, n_rows, kernel: &kernel, fdot };
+            let sc = Slice {
+                a,
+                a2,
+                a3,
+                rows: &rows,
+                k,
+                n_rows,
+                kernel: &kernel,
+                fdot,
+            };
             let slice = compute_slice(&sc, m_rows, opts.n_threads)?;
             for n in 0..n_rows {
                 let o = lo.off([0, n, i2, i3]);
@@ -238,7 +281,11 @@ fn float_dot(order: Order, dtype: DType, n_rows: usize) -> fn(&[f32], &[f32]) ->
 /// One slice: returns `res[m * n_rows + n]`, rows of `a` split over threads.
 fn compute_slice(sc: &Slice<'_, '_>, m_rows: usize, n_threads: usize) -> Result<Vec<f32>, String> {
     let work = m_rows * sc.n_rows * sc.k;
-    let n_threads = if work < 1 << 17 { 1 } else { n_threads.clamp(1, m_rows.max(1)) };
+    let n_threads = if work < 1 << 17 {
+        1
+    } else {
+        n_threads.clamp(1, m_rows.max(1))
+    };
     if n_threads == 1 {
         return run_rows(sc, 0, m_rows);
     }
@@ -252,7 +299,10 @@ fn compute_slice(sc: &Slice<'_, '_>, m_rows: usize, n_threads: usize) -> Result<
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("matmul thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("matmul thread panicked".into()))
+            })
             .collect()
     });
     let mut res = Vec::with_capacity(m_rows * sc.n_rows);
@@ -300,7 +350,8 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
             (Kernel::Quant { act, act_row }, MatA::Weight { ty, data, ne }) => {
                 let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
                 for (n, o) in dst.iter_mut().enumerate() {
-                    *o = ggml::vec_dot(*ty, w, &act[n * act_row..(n + 1) * act_row]).map_err(|e| e.to_string())?;
+                    *o = ggml::vec_dot(*ty, w, &act[n * act_row..(n + 1) * act_row])
+                        .map_err(|e| e.to_string())?;
                 }
             }
             _ => {
@@ -316,15 +367,31 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
 
 /// The bytes of row `m` of slice `(a2, a3)` of a weight.
 #[inline(always)]
-fn weight_row<'d>(ty: GgmlType, data: &'d [u8], ne: &[usize; 4], m: usize, a2: usize, a3: usize, k: usize) -> Result<&'d [u8], String> {
+fn weight_row<'d>(
+    ty: GgmlType,
+    data: &'d [u8],
+    ne: &[usize; 4],
+    m: usize,
+    a2: usize,
+    a3: usize,
+    k: usize,
+) -> Result<&'d [u8], String> {
     let rb = ty.row_size(k as u64).unwrap_or(0) as usize;
     let start = (m + ne[1] * (a2 + ne[2] * a3)) * rb;
-    data.get(start..start + rb).ok_or_else(|| "weight row out of range".to_string())
+    data.get(start..start + rb)
+        .ok_or_else(|| "weight row out of range".to_string())
 }
 
 /// Row `m` of slice `(a2, a3)` of `a` as f32.
 #[inline(always)]
-fn a_row_f32(a: &MatA<'_>, m: usize, a2: usize, a3: usize, buf: &mut [f32], unpacked: &mut Unpacked) -> Result<(), String> {
+fn a_row_f32(
+    a: &MatA<'_>,
+    m: usize,
+    a2: usize,
+    a3: usize,
+    buf: &mut [f32],
+    unpacked: &mut Unpacked,
+) -> Result<(), String> {
     match a {
         MatA::Weight { ty, data, ne } => {
             let w = weight_row(*ty, data, ne, m, a2, a3, buf.len())?;
@@ -358,8 +425,17 @@ mod tests {
         let b = [1.0f32, 0.0, 1.0, 0.0, 1.0, 0.0];
         let lb = Lay::of(&Shape::new(&[3, 2]), 0);
         let lo = Lay::of(&Shape::new(&[2, 2]), 0);
-        let opts = MatOpts { round: false, flavor: Q8Flavor::X86, n_threads: 2, order: Order::Reference };
-        let am = MatA::Float { dtype: DType::F32, data: &a, lay: la };
+        let opts = MatOpts {
+            round: false,
+            flavor: Q8Flavor::X86,
+            n_threads: 2,
+            order: Order::Reference,
+        };
+        let am = MatA::Float {
+            dtype: DType::F32,
+            data: &a,
+            lay: la,
+        };
         let out = mul_mat(&am, &b, &lb, &lo, opts).unwrap();
         assert_eq!(out, vec![4.0, 10.0, 2.0, 5.0]);
     }
@@ -373,10 +449,17 @@ mod tests {
 
     #[test]
     fn dot_paths_agree_bit_for_bit() {
-        let a: Vec<f32> = (0..587).map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0).collect();
-        let b: Vec<f32> = (0..587).map(|i| ((i * 104729) % 991) as f32 / 89.0 - 5.5).collect();
+        let a: Vec<f32> = (0..587)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        let b: Vec<f32> = (0..587)
+            .map(|i| ((i * 104729) % 991) as f32 / 89.0 - 5.5)
+            .collect();
         for n in [0, 5, 8, 64, 587] {
-            assert_eq!(dot(&a[..n], &b[..n]).to_bits(), dot_portable(&a[..n], &b[..n]).to_bits());
+            assert_eq!(
+                dot(&a[..n], &b[..n]).to_bits(),
+                dot_portable(&a[..n], &b[..n]).to_bits()
+            );
         }
     }
 }

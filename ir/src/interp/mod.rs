@@ -5,15 +5,21 @@
 //!   with the exact reference dequantizer ([`crate::ggml::dequantize`]).
 //! - The KV caches are persistent state (F16 by default, as llama.cpp, or F32), kept by the
 //!   [`Interpreter`] across runs; ubatches of any size, any positions.
-//! - [`InterpOptions`] can reproduce llama.cpp's CPU rounding: activations converted to the
-//!   weight type's companion format (Q8_0 / Q8_1 / Q8_K, F16, BF16) before each product with
-//!   a weight; Q and the softmax probabilities rounded to f16 inside attention; GELU from
-//!   ggml's f16 table. `shared/fixtures/README.md` shows these roundings, not the weight
-//!   formats, are what separate llama.cpp's logits from an exact computation.
+//! - [`InterpOptions::exact`] computes with f32 activations throughout (the KV cache keeps
+//!   its own type). [`InterpOptions::llama_cpp`] reproduces llama.cpp's CPU backend on x86-64:
+//!   activations converted to the weight type's companion format (Q8_0 / Q8_1 / Q8_K, F16,
+//!   BF16) before each product with a weight; flash attention (or, with it off, Q and the
+//!   softmax probabilities rounded to f16); GELU from ggml's f16 table; and, where known, the
+//!   operation order of ggml's AVX2 kernels and of GCC's fused multiply-adds (`avx2`, `flash`
+//!   modules). With it the interpreter gives llama.cpp's logits bit for bit on the shared
+//!   fixtures (F32, F16, BF16, Q8_0, Q4_1 weights; llama, qwen2, qwen3, gemma3, phi3) and on
+//!   SmolLM2 Q4_1; `shared/fixtures/README.md` explains why the roundings matter.
 //! - [`Session`] is the token-level API: `eval(tokens, pos0, outputs) -> logits`.
 //!
-//! Kernels are plain loops in the order ggml-cpu computes (sums of squares and exponentials
-//! in f64); mat-muls split rows over threads with `std::thread::scope`.
+//! Kernels are plain loops written in the order ggml-cpu computes (sums of squares and
+//! exponentials in f64); the hot loops have AVX/AVX2 versions that perform the same
+//! operations; mat-muls split rows over threads with `std::thread::scope`, each output
+//! computed by one thread, so results do not depend on the thread count.
 
 mod attention;
 mod avx2;
@@ -90,6 +96,21 @@ impl InterpOptions {
             avx2_order: true,
             flash_attn: true,
             ..InterpOptions::exact()
+        }
+    }
+}
+
+impl InterpOptions {
+    /// llama.cpp's roundings ([`InterpOptions::llama_cpp`]) in ggml's scalar reference order:
+    /// no x86 operation order, so the result of every row depends only on that row and the
+    /// cache, never on the ubatch's size (llama.cpp's kernels switch with it: tinyBLAS from two
+    /// columns, tiled flash attention from 64 tokens, split-KV decode from 512 cells). For
+    /// comparing programs that batch differently (a plan that pads ubatches, a backend);
+    /// [`InterpOptions::llama_cpp`] for llama.cpp's exact numbers.
+    pub fn rounded() -> InterpOptions {
+        InterpOptions {
+            avx2_order: false,
+            ..InterpOptions::llama_cpp()
         }
     }
 }

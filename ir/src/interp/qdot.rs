@@ -86,7 +86,11 @@ pub(crate) fn unpack_weight(kind: Fast, row: &[u8], out: &mut Unpacked) {
     out.q.resize(nb * 32, 0);
     out.d.resize(nb, 0.0);
     out.m.resize(if kind == Fast::Q4_1 { nb } else { 0 }, 0.0);
-    for (b, (x, dst)) in row.chunks_exact(bs).zip(out.q.chunks_exact_mut(32)).enumerate() {
+    for (b, (x, dst)) in row
+        .chunks_exact(bs)
+        .zip(out.q.chunks_exact_mut(32))
+        .enumerate()
+    {
         out.d[b] = f16(x, 0);
         match kind {
             Fast::Q4_0 | Fast::Q4_1 => {
@@ -131,9 +135,17 @@ fn has_avx2() -> bool {
 }
 
 fn dequant_portable(kind: Fast, w: &Unpacked, out: &mut [f32]) {
-    for (b, (o, q)) in out.chunks_exact_mut(32).zip(w.q.chunks_exact(32)).enumerate() {
+    for (b, (o, q)) in out
+        .chunks_exact_mut(32)
+        .zip(w.q.chunks_exact(32))
+        .enumerate()
+    {
         let d = w.d[b];
-        let m = if kind == Fast::Q4_1 { Some(w.m[b]) } else { None };
+        let m = if kind == Fast::Q4_1 {
+            Some(w.m[b])
+        } else {
+            None
+        };
         for (y, &x) in o.iter_mut().zip(q) {
             *y = match m {
                 Some(m) => x as i8 as f32 * d + m,
@@ -184,7 +196,9 @@ pub(crate) fn unpack_act(bytes: &[u8], with_sum: bool, out: &mut Unpacked) {
 /// Exact sum of 32 int8 products (|sum| ≤ 32 · 128², no overflow).
 #[inline(always)]
 fn isum(a: &[u8], b: &[u8]) -> i32 {
-    a.iter().zip(b).take(32).fold(0i32, |s, (&x, &y)| s.wrapping_add((x as i8 as i32).wrapping_mul(y as i8 as i32)))
+    a.iter().zip(b).take(32).fold(0i32, |s, (&x, &y)| {
+        s.wrapping_add((x as i8 as i32).wrapping_mul(y as i8 as i32))
+    })
 }
 
 /// [`isum`] with AVX2: sign-extend to i16, multiply-add pairs to i32, add up (exact).
@@ -260,7 +274,13 @@ unsafe fn dot_avx2(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
 }
 
 #[inline(always)]
-fn dot_with(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize, isum: impl Fn(&[u8], &[u8]) -> i32) -> f32 {
+fn dot_with(
+    kind: Fast,
+    w: &Unpacked,
+    a: &Unpacked,
+    n: usize,
+    isum: impl Fn(&[u8], &[u8]) -> i32,
+) -> f32 {
     let nb = w.d.len();
     let ab = n * nb;
     let aq = &a.q[ab * 32..(ab + nb) * 32];
@@ -291,7 +311,9 @@ fn dot_lanes(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f32 {
             summs += w.m[b] * a.m[ab + b];
         }
         for (l, acc) in acc.iter_mut().enumerate() {
-            let lane: i32 = (4 * l..4 * l + 4).map(|k| wq[k] as i8 as i32 * xq[k] as i8 as i32).sum();
+            let lane: i32 = (4 * l..4 * l + 4)
+                .map(|k| wq[k] as i8 as i32 * xq[k] as i8 as i32)
+                .sum();
             *acc = d.mul_add(lane as f32, *acc);
         }
     }
@@ -325,8 +347,16 @@ unsafe fn dot_lanes_simd(kind: Fast, w: &Unpacked, a: &Unpacked, n: usize) -> f3
             summs += w.m[b] * a.m[ab + b];
         }
         // SAFETY: both chunks hold exactly 32 bytes.
-        let (x, y) = unsafe { (_mm256_loadu_si256(wq.as_ptr().cast()), _mm256_loadu_si256(xq.as_ptr().cast())) };
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)), ones);
+        let (x, y) = unsafe {
+            (
+                _mm256_loadu_si256(wq.as_ptr().cast()),
+                _mm256_loadu_si256(xq.as_ptr().cast()),
+            )
+        };
+        let p = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)),
+            ones,
+        );
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
     }
     let mut lanes = [0f32; 8];
@@ -357,7 +387,10 @@ mod tests {
     fn half_conversion_matches_ggml_for_every_value() {
         for h in 0..=u16::MAX {
             let (a, b) = (half_to_f32(h), crate::ggml::f16_to_f32(h));
-            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{h:#06x}: {a} vs {b}");
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{h:#06x}: {a} vs {b}"
+            );
         }
     }
 
@@ -373,11 +406,14 @@ mod tests {
                 // Sane f16 scales (|d| in about [2^-10, 2^-3]) at the block starts.
                 for blk in row.chunks_exact_mut(t.type_size()) {
                     for o in (0..if t == GgmlType::Q4_1 { 4 } else { 2 }).step_by(2) {
-                        let bits = 0x1400 + (rng(&mut seed) % 0x1c00) as u16 | (rng(&mut seed) as u16 & 0x8000);
+                        let bits = (0x1400 + (rng(&mut seed) % 0x1c00) as u16)
+                            | (rng(&mut seed) as u16 & 0x8000);
                         blk[o..o + 2].copy_from_slice(&bits.to_le_bytes());
                     }
                 }
-                let x: Vec<f32> = (0..k).map(|_| (rng(&mut seed) % 20001) as f32 / 10000.0 - 1.0).collect();
+                let x: Vec<f32> = (0..k)
+                    .map(|_| (rng(&mut seed) % 20001) as f32 / 10000.0 - 1.0)
+                    .collect();
                 let vdt = vec_dot_type(t).unwrap();
                 let mut act = vec![0u8; vdt.row_size(k as u64).unwrap() as usize];
                 quantize(vdt, &x, &mut act, Q8Flavor::X86).unwrap();
@@ -385,21 +421,44 @@ mod tests {
                 let (mut w, mut a) = (Unpacked::default(), Unpacked::default());
                 unpack_weight(kind, &row, &mut w);
                 unpack_act(&act, vdt == GgmlType::Q8_1, &mut a);
-                assert_eq!(dot(kind, &w, &a, 0, Order::Reference).to_bits(), want.to_bits(), "{t}");
-                assert_eq!(dot_with(kind, &w, &a, 0, isum).to_bits(), want.to_bits(), "{t} portable");
+                assert_eq!(
+                    dot(kind, &w, &a, 0, Order::Reference).to_bits(),
+                    want.to_bits(),
+                    "{t}"
+                );
+                assert_eq!(
+                    dot_with(kind, &w, &a, 0, isum).to_bits(),
+                    want.to_bits(),
+                    "{t} portable"
+                );
                 // The AVX2 order: the lane version and the instruction version agree, and
                 // both are within rounding of the reference.
                 let lanes = dot_lanes(kind, &w, &a, 0);
-                assert_eq!(dot(kind, &w, &a, 0, Order::Avx2).to_bits(), lanes.to_bits(), "{t} avx2");
-                assert!((lanes - want).abs() <= 1e-5 * want.abs().max(1.0), "{t}: {lanes} vs {want}");
+                assert_eq!(
+                    dot(kind, &w, &a, 0, Order::Avx2).to_bits(),
+                    lanes.to_bits(),
+                    "{t} avx2"
+                );
+                assert!(
+                    (lanes - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{t}: {lanes} vs {want}"
+                );
                 let mut fast = vec![0f32; k];
                 let mut portable = vec![0f32; k];
                 let mut reference = vec![0f32; k];
                 dequant(kind, &w, &mut fast);
                 dequant_portable(kind, &w, &mut portable);
-                assert!(fast.iter().zip(&portable).all(|(a, b)| a.to_bits() == b.to_bits()), "{t}");
+                assert!(
+                    fast.iter()
+                        .zip(&portable)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{t}"
+                );
                 crate::ggml::dequantize(t, &row, &mut reference).unwrap();
-                let same = fast.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = fast
+                    .iter()
+                    .zip(&reference)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{t} dequantization differs");
             }
         }

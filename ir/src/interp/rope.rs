@@ -122,9 +122,23 @@ mod tests {
     #[test]
     fn first_pair_rotates_by_position() {
         let lay = Lay::of(&Shape::new(&[4, 1, 1]), 0);
-        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Norm), true);
+        let y = rope(
+            &[1.0, 0.0, 0.0, 0.0],
+            &lay,
+            &[3],
+            None,
+            &params(RopeMode::Norm),
+            true,
+        );
         assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[1] - 3f32.sin()).abs() < 1e-6);
-        let y = rope(&[1.0, 0.0, 0.0, 0.0], &lay, &[3], None, &params(RopeMode::Neox), false);
+        let y = rope(
+            &[1.0, 0.0, 0.0, 0.0],
+            &lay,
+            &[3],
+            None,
+            &params(RopeMode::Neox),
+            false,
+        );
         assert!((y[0] - 3f32.cos()).abs() < 1e-6 && (y[2] - 3f32.sin()).abs() < 1e-6);
     }
 }

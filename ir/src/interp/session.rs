@@ -102,7 +102,11 @@ pub struct Session<'a> {
 
 impl<'a> Session<'a> {
     /// A session with an empty KV cache.
-    pub fn new(weights: &'a dyn WeightSource, source: &'a dyn GraphSource, opts: SessionOptions) -> Session<'a> {
+    pub fn new(
+        weights: &'a dyn WeightSource,
+        source: &'a dyn GraphSource,
+        opts: SessionOptions,
+    ) -> Session<'a> {
         Session {
             interp: Interpreter::new(weights, opts.interp),
             source,
@@ -148,7 +152,12 @@ impl<'a> Session<'a> {
     /// [`InterpError::Input`] if the positions run past `n_ctx`, `tokens` is empty or a row
     /// index is out of range; whatever building or running a graph reports (e.g. a token id
     /// outside the vocabulary, named with the embedding table).
-    pub fn eval(&mut self, tokens: &[u32], pos0: u32, outputs: &Outputs) -> Result<Logits, InterpError> {
+    pub fn eval(
+        &mut self,
+        tokens: &[u32],
+        pos0: u32,
+        outputs: &Outputs,
+    ) -> Result<Logits, InterpError> {
         let n = tokens.len();
         if n == 0 {
             return Err(InterpError::Input("no tokens to evaluate".into()));
@@ -166,18 +175,31 @@ impl<'a> Session<'a> {
             Outputs::None => vec![],
             Outputs::Rows(r) => {
                 if r.windows(2).any(|w| w[0] >= w[1]) || r.iter().any(|&i| i >= n) {
-                    return Err(InterpError::Input(format!("output rows {r:?} must be ascending and below {n}")));
+                    return Err(InterpError::Input(format!(
+                        "output rows {r:?} must be ascending and below {n}"
+                    )));
                 }
                 r.clone()
             }
         };
-        let mut logits = Logits { n_vocab: 0, rows: vec![], values: vec![] };
+        let mut logits = Logits {
+            n_vocab: 0,
+            rows: vec![],
+            values: vec![],
+        };
         let ub = self.opts.n_ubatch.max(1) as usize;
         for start in (0..n).step_by(ub) {
             let end = (start + ub).min(n);
-            let toks: Vec<i32> = tokens[start..end].iter().map(|&t| t.min(i32::MAX as u32) as i32).collect();
+            let toks: Vec<i32> = tokens[start..end]
+                .iter()
+                .map(|&t| t.min(i32::MAX as u32) as i32)
+                .collect();
             let pos: Vec<i32> = (start..end).map(|i| (pos0 as usize + i) as i32).collect();
-            let rows: Vec<usize> = want.iter().copied().filter(|&i| i >= start && i < end).collect();
+            let rows: Vec<usize> = want
+                .iter()
+                .copied()
+                .filter(|&i| i >= start && i < end)
+                .collect();
             let out_ids: Vec<i32> = rows.iter().map(|&i| (i - start) as i32).collect();
             let kv_len = pos0 as u64 + end as u64;
             self.graph(toks.len() as u32, out_ids.len() as u32)?;
@@ -197,7 +219,10 @@ impl<'a> Session<'a> {
             };
             let outs = self.interp.run(g, &inputs)?;
             if !rows.is_empty() {
-                let first = outs.into_iter().next().ok_or_else(|| InterpError::Build("the graph has no output".into()))?;
+                let first = outs
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| InterpError::Build("the graph has no output".into()))?;
                 let n_vocab = first.len() / rows.len();
                 logits.n_vocab = n_vocab;
                 logits.values.extend_from_slice(&first);
