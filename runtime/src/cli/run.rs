@@ -42,6 +42,10 @@ pub struct ModelArgs {
     /// attention rounding.
     #[arg(long = "no-rounding")]
     pub no_rounding: bool,
+    /// Interpreter only: attention as llama.cpp's flash-attention kernels (`on`, llama.cpp's
+    /// CPU default) or as its plain soft_max path (`off`).
+    #[arg(long = "flash-attn", default_value = "on", value_parser = ["on", "off"])]
+    pub flash_attn: String,
 }
 
 /// Arguments of `modelc run`.
@@ -75,6 +79,7 @@ fn interp_options(args: &ModelArgs) -> InterpOptions {
     if let Some(t) = args.threads {
         o.n_threads = t.max(1);
     }
+    o.flash_attn = args.flash_attn == "on" && !args.no_rounding;
     o
 }
 
