@@ -31,15 +31,24 @@ fn sample() -> GgufWriter {
         .add_kv("u64", Value::U64(1 << 40))
         .add_kv("i64", Value::I64(-(1 << 40)))
         .add_kv("f64", Value::F64(2.25))
-        .add_kv("strs", Value::Array(Array::String(vec!["a".into(), "ü".into(), "".into()])))
+        .add_kv(
+            "strs",
+            Value::Array(Array::String(vec!["a".into(), "ü".into(), "".into()])),
+        )
         .add_kv(
             "nested",
-            Value::Array(Array::Array(vec![Array::I32(vec![1, 2]), Array::F32(vec![]), Array::Bool(vec![true])])),
+            Value::Array(Array::Array(vec![
+                Array::I32(vec![1, 2]),
+                Array::F32(vec![]),
+                Array::Bool(vec![true]),
+            ])),
         );
     let f32s: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
     w.add_tensor("a", &[32, 2], GgmlType::F32, f32s).unwrap();
-    w.add_tensor("q", &[32], GgmlType::Q8_0, vec![1; 34]).unwrap();
-    w.add_tensor("empty", &[0, 4], GgmlType::F16, vec![]).unwrap();
+    w.add_tensor("q", &[32], GgmlType::Q8_0, vec![1; 34])
+        .unwrap();
+    w.add_tensor("empty", &[0, 4], GgmlType::F16, vec![])
+        .unwrap();
     w
 }
 
@@ -55,9 +64,15 @@ fn round_trip_every_value_type() {
         assert_eq!(md.get("i16"), Some(&Value::I16(-700)));
         assert_eq!(md.get_u32("u16").unwrap(), Some(700));
         assert_eq!(md.get_f32("f64").unwrap(), Some(2.25));
-        assert!(md.get_u32("i32").is_err(), "negative value must not read as u32");
+        assert!(
+            md.get_u32("i32").is_err(),
+            "negative value must not read as u32"
+        );
         assert!(md.get_str("u8").is_err());
-        assert_eq!(md.get_array("strs").unwrap().unwrap().as_strs().unwrap()[1], "ü");
+        assert_eq!(
+            md.get_array("strs").unwrap().unwrap().as_strs().unwrap()[1],
+            "ü"
+        );
         let Some(Value::Array(Array::Array(inner))) = md.get("nested") else {
             panic!("nested array lost")
         };
@@ -75,9 +90,13 @@ fn round_trip_every_value_type() {
             w2.add_kv(k, v.clone());
         }
         for t in f.tensors() {
-            w2.add_tensor(&t.name, t.shape(), t.ggml_type, f.tensor_data(t).to_vec()).unwrap();
+            w2.add_tensor(&t.name, t.shape(), t.ggml_type, f.tensor_data(t).to_vec())
+                .unwrap();
         }
-        assert_eq!(w2.to_bytes().unwrap(), sample().version(version).to_bytes().unwrap());
+        assert_eq!(
+            w2.to_bytes().unwrap(),
+            sample().version(version).to_bytes().unwrap()
+        );
     }
 }
 
@@ -109,7 +128,10 @@ fn expect_err(bytes: Vec<u8>, needle: &str) -> String {
         Ok(_) => panic!("expected an error containing '{needle}'"),
         Err(e) => {
             let msg = e.to_string();
-            assert!(msg.contains(needle), "error '{msg}' does not mention '{needle}'");
+            assert!(
+                msg.contains(needle),
+                "error '{msg}' does not mention '{needle}'"
+            );
             assert!(!msg.contains('\n'), "error must be one line: {msg}");
             msg
         }
@@ -122,8 +144,17 @@ fn truncation_anywhere_is_an_error_never_a_panic() {
     let f = GgufFile::from_bytes(bytes.clone()).unwrap();
     // Every prefix that cuts into the header or the tensor data must fail; prefixes that only
     // drop the padding after the last tensor with data may succeed.
-    let last_end = f.tensors().iter().map(|t| t.offset + t.n_bytes).max().unwrap();
-    let data_start = bytes.len() as u64 - f.tensors().iter().map(|t| t.n_bytes.next_multiple_of(32)).sum::<u64>();
+    let last_end = f
+        .tensors()
+        .iter()
+        .map(|t| t.offset + t.n_bytes)
+        .max()
+        .unwrap();
+    let data_start = bytes.len() as u64
+        - f.tensors()
+            .iter()
+            .map(|t| t.n_bytes.next_multiple_of(32))
+            .sum::<u64>();
     for n in 0..bytes.len() {
         let r = GgufFile::from_bytes(bytes[..n].to_vec());
         if (n as u64) < data_start + last_end {
@@ -220,7 +251,10 @@ fn broken_metadata() {
     expect_err(w.to_bytes().unwrap(), "general.alignment must be");
     let mut w = GgufWriter::new();
     w.add_kv("general.alignment", Value::U32(3));
-    assert!(w.to_bytes().is_err(), "the writer refuses an alignment that is not a power of two");
+    assert!(
+        w.to_bytes().is_err(),
+        "the writer refuses an alignment that is not a power of two"
+    );
 }
 
 /// A file with one metadata pair and the given raw tensor infos, then `data_len` data bytes.
@@ -242,21 +276,49 @@ fn with_tensor_infos(infos: &[(&str, &[u64], u32, u64)], data_len: usize) -> Vec
 #[test]
 fn broken_tensor_infos() {
     assert!(GgufFile::from_bytes(with_tensor_infos(&[("t", &[8], 0, 0)], 32)).is_ok());
-    expect_err(with_tensor_infos(&[("t", &[8], 4, 0)], 32), "unknown GGML type id 4");
-    expect_err(with_tensor_infos(&[("t", &[8], 0, 0)], 16), "beyond the end");
-    expect_err(with_tensor_infos(&[("t", &[8], 0, 8)], 64), "not a multiple of the alignment");
-    expect_err(with_tensor_infos(&[("t", &[1, 1, 1, 1, 1], 0, 0)], 32), "5 dimensions");
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 4, 0)], 32),
+        "unknown GGML type id 4",
+    );
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 0)], 16),
+        "beyond the end",
+    );
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 8)], 64),
+        "not a multiple of the alignment",
+    );
+    expect_err(
+        with_tensor_infos(&[("t", &[1, 1, 1, 1, 1], 0, 0)], 32),
+        "5 dimensions",
+    );
     expect_err(with_tensor_infos(&[("t", &[33], 2, 0)], 64), "block size");
-    expect_err(with_tensor_infos(&[("t", &[u64::MAX], 0, 0)], 64), "out of range");
-    expect_err(with_tensor_infos(&[("t", &[1 << 40, 1 << 40], 0, 0)], 64), "overflows");
-    expect_err(with_tensor_infos(&[("t", &[8], 0, u64::MAX - 31)], 64), "beyond the end");
+    expect_err(
+        with_tensor_infos(&[("t", &[u64::MAX], 0, 0)], 64),
+        "out of range",
+    );
+    expect_err(
+        with_tensor_infos(&[("t", &[1 << 40, 1 << 40], 0, 0)], 64),
+        "overflows",
+    );
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, u64::MAX - 31)], 64),
+        "beyond the end",
+    );
     expect_err(
         with_tensor_infos(&[("t", &[16], 0, 0), ("u", &[8], 0, 32)], 96),
         "'t' and 'u' overlap",
     );
-    expect_err(with_tensor_infos(&[("t", &[8], 0, 0), ("t", &[8], 0, 32)], 64), "duplicate tensor name 't'");
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 0), ("t", &[8], 0, 32)], 64),
+        "duplicate tensor name 't'",
+    );
     // Zero-element tensors may share offsets with anything.
-    assert!(GgufFile::from_bytes(with_tensor_infos(&[("t", &[8], 0, 0), ("z", &[0], 0, 0)], 32)).is_ok());
+    assert!(GgufFile::from_bytes(with_tensor_infos(
+        &[("t", &[8], 0, 0), ("z", &[0], 0, 0)],
+        32
+    ))
+    .is_ok());
 }
 
 #[test]
@@ -286,15 +348,20 @@ fn split_models_read_as_one() {
         w.add_kv("split.count", Value::U16(count));
         w.add_kv("split.tensors.count", Value::I32(3));
         for n in names {
-            w.add_tensor(*n, &[8], GgmlType::F32, vec![no as u8; 32]).unwrap();
+            w.add_tensor(*n, &[8], GgmlType::F32, vec![no as u8; 32])
+                .unwrap();
         }
-        w.write_to_file(&dir.join(format!("m-{:05}-of-{count:05}.gguf", no + 1))).unwrap();
+        w.write_to_file(&dir.join(format!("m-{:05}-of-{count:05}.gguf", no + 1)))
+            .unwrap();
     };
     shard(0, 3, &["a"]);
     shard(1, 3, &["b", "c"]);
     let first = dir.join("m-00001-of-00003.gguf");
     let e = GgufFile::open(&first).unwrap_err();
-    assert!(matches!(e, GgufError::Split { .. }) && e.to_string().contains("shard 3 of 3 is missing"), "{e}");
+    assert!(
+        matches!(e, GgufError::Split { .. }) && e.to_string().contains("shard 3 of 3 is missing"),
+        "{e}"
+    );
     shard(2, 3, &[]);
     let f = GgufFile::open(&first).unwrap();
     assert_eq!(f.n_shards(), 3);
@@ -308,7 +375,11 @@ fn split_models_read_as_one() {
     assert!(e.to_string().contains("also in an earlier shard"), "{e}");
     // A mismatched shard number.
     shard(1, 3, &["c"]);
-    std::fs::rename(dir.join("m-00002-of-00003.gguf"), dir.join("m-00003-of-00003.gguf")).unwrap();
+    std::fs::rename(
+        dir.join("m-00002-of-00003.gguf"),
+        dir.join("m-00003-of-00003.gguf"),
+    )
+    .unwrap();
     shard(1, 3, &["b"]);
     let e = GgufFile::open(&first).unwrap_err();
     assert!(e.to_string().contains("expected split.no = 2"), "{e}");
@@ -329,7 +400,10 @@ fn every_fixture_model_reads() {
         if path.extension().is_some_and(|e| e == "gguf") {
             let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
             assert!(f.tensors().len() >= 15, "{}", path.display());
-            assert_eq!(f.metadata().get_u32("tokenizer.ggml.bos_token_id").unwrap(), Some(1));
+            assert_eq!(
+                f.metadata().get_u32("tokenizer.ggml.bos_token_id").unwrap(),
+                Some(1)
+            );
             n += 1;
         }
     }
@@ -339,7 +413,11 @@ fn every_fixture_model_reads() {
         if path.extension().is_some_and(|e| e == "gguf") {
             let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
             assert!(f.tensors().is_empty());
-            assert!(f.metadata().get_array("tokenizer.ggml.tokens").unwrap().is_some());
+            assert!(f
+                .metadata()
+                .get_array("tokenizer.ggml.tokens")
+                .unwrap()
+                .is_some());
         }
     }
 }

@@ -85,7 +85,8 @@ pub fn read_embedded(exe: &Path) -> anyhow::Result<Option<Artifact>> {
     f.seek(SeekFrom::Start(len - 16 - n))?;
     let mut json = vec![0u8; n as usize];
     f.read_exact(&mut json)?;
-    let a: Artifact = serde_json::from_slice(&json).with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
+    let a: Artifact = serde_json::from_slice(&json)
+        .with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
     anyhow::ensure!(
         a.version == ARTIFACT_VERSION,
         "{}: artifact version {} is not supported by this runner (expected {ARTIFACT_VERSION})",
@@ -100,7 +101,10 @@ fn base_executable(exe: &Path) -> anyhow::Result<Vec<u8>> {
     let mut bytes = std::fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
     if bytes.len() >= 16 && &bytes[bytes.len() - 8..] == RUNNER_MAGIC {
         let n = u64::from_le_bytes(bytes[bytes.len() - 16..bytes.len() - 8].try_into()?) as usize;
-        let keep = bytes.len().checked_sub(16 + n).context("corrupt runner trailer")?;
+        let keep = bytes
+            .len()
+            .checked_sub(16 + n)
+            .context("corrupt runner trailer")?;
         bytes.truncate(keep);
     }
     Ok(bytes)
@@ -115,9 +119,18 @@ pub fn write_runner(artifact: &Artifact, out: &Path) -> anyhow::Result<()> {
     bytes.extend_from_slice(&json);
     bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
     bytes.extend_from_slice(RUNNER_MAGIC);
-    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = out.file_name().context("the output path has no file name")?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = out
+        .file_name()
+        .context("the output path has no file name")?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&bytes)?;

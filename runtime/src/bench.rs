@@ -104,7 +104,11 @@ pub fn run<'a>(
                 let secs = run_once(engine.as_mut(), test, n_vocab)?;
                 samples.push(n as f64 / secs);
             }
-            rows.push(Row { threads: t, test, samples });
+            rows.push(Row {
+                threads: t,
+                test,
+                samples,
+            });
         }
     }
     Ok(rows)
@@ -121,7 +125,14 @@ pub fn human_bytes(b: u64) -> String {
 
 /// Prints llama-bench's markdown table, then a decode-roofline table: GB/s of weights read
 /// per generated token (`weight_bytes` each) next to each `tg` rate.
-pub fn print_table(model_desc: &str, size_bytes: u64, n_params: u64, backend: &str, weight_bytes: u64, rows: &[Row]) {
+pub fn print_table(
+    model_desc: &str,
+    size_bytes: u64,
+    n_params: u64,
+    backend: &str,
+    weight_bytes: u64,
+    rows: &[Row],
+) {
     println!("| model                          |       size |     params | backend    | threads |            test |                  t/s |");
     println!("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |");
     for r in rows {
@@ -137,14 +148,23 @@ pub fn print_table(model_desc: &str, size_bytes: u64, n_params: u64, backend: &s
             format!("{m:.2} ± {sd:.2}"),
         );
     }
-    let tg: Vec<&Row> = rows.iter().filter(|r| matches!(r.test, Test::Tg(_))).collect();
+    let tg: Vec<&Row> = rows
+        .iter()
+        .filter(|r| matches!(r.test, Test::Tg(_)))
+        .collect();
     if !tg.is_empty() {
         println!();
         println!("| threads | test | t/s | weight GB/s |");
         println!("| ------: | ---: | --: | ----------: |");
         for r in tg {
             let (m, _) = r.mean_sd();
-            println!("| {} | {} | {:.2} | {:.1} |", r.threads, r.test, m, m * weight_bytes as f64 / 1e9);
+            println!(
+                "| {} | {} | {:.2} | {:.1} |",
+                r.threads,
+                r.test,
+                m,
+                m * weight_bytes as f64 / 1e9
+            );
         }
     }
 }

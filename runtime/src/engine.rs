@@ -42,7 +42,10 @@ pub fn check_decode_args(engine: &dyn Engine, tokens: &[u32], pos0: usize) -> an
         engine.n_ctx()
     );
     if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= engine.n_vocab()) {
-        anyhow::bail!("token id {bad} is outside the vocabulary (n_vocab = {})", engine.n_vocab());
+        anyhow::bail!(
+            "token id {bad} is outside the vocabulary (n_vocab = {})",
+            engine.n_vocab()
+        );
     }
     Ok(())
 }

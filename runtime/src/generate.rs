@@ -109,7 +109,11 @@ fn per_second(n: usize, ms: f64) -> f64 {
 pub fn top_logprobs(vocab: &Vocab, logits: &[f32], n: usize) -> Vec<TokenLogprob> {
     let log_z = log_sum_exp(logits);
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    let by = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
     let n = n.min(idx.len());
     if n > 0 && n < idx.len() {
         idx.select_nth_unstable_by(n - 1, by);
@@ -146,7 +150,10 @@ pub fn generate(
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Completion> {
-    anyhow::ensure!(!prompt.is_empty(), "the prompt is empty (no tokens to evaluate)");
+    anyhow::ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty (no tokens to evaluate)"
+    );
     let n_ctx = engine.n_ctx();
     anyhow::ensure!(
         prompt.len() < n_ctx,
@@ -174,7 +181,11 @@ pub fn generate(
     let mut tokens = Vec::new();
     let mut probs = (opts.n_probs > 0 || opts.forced.is_some()).then(Vec::new);
     let mut pos = prompt.len();
-    let limit = if opts.n_predict < 0 { usize::MAX } else { opts.n_predict as usize };
+    let limit = if opts.n_predict < 0 {
+        usize::MAX
+    } else {
+        opts.n_predict as usize
+    };
     let mut stop_type = "limit";
     while tokens.len() < limit {
         let token = match &opts.forced {
@@ -211,7 +222,12 @@ pub fn generate(
             on_text(&text);
             content.push_str(&text);
         }
-        if tokens.len() >= limit || opts.forced.as_ref().is_some_and(|f| tokens.len() >= f.len()) {
+        if tokens.len() >= limit
+            || opts
+                .forced
+                .as_ref()
+                .is_some_and(|f| tokens.len() >= f.len())
+        {
             break;
         }
         if pos + 1 > n_ctx {

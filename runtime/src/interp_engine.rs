@@ -55,7 +55,11 @@ impl Engine for InterpEngine<'_> {
 
     fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]> {
         check_decode_args(self, tokens, pos0)?;
-        let outputs = if all_logits { Outputs::All } else { Outputs::Last };
+        let outputs = if all_logits {
+            Outputs::All
+        } else {
+            Outputs::Last
+        };
         let l = self.session.eval(tokens, pos0 as u32, &outputs)?;
         self.logits = l.values;
         Ok(&self.logits)

@@ -42,7 +42,10 @@ pub fn perplexity(
     bos: Option<u32>,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> anyhow::Result<Perplexity> {
-    anyhow::ensure!(n_ctx >= 8, "the perplexity context (-c) must be at least 8 tokens");
+    anyhow::ensure!(
+        n_ctx >= 8,
+        "the perplexity context (-c) must be at least 8 tokens"
+    );
     anyhow::ensure!(
         tokens.len() >= 2 * n_ctx,
         "you need at least {} tokens to evaluate perplexity with a context of {n_ctx}; the text has {}",
@@ -140,7 +143,10 @@ mod tests {
     #[test]
     fn perplexity_of_a_known_distribution() {
         let n_vocab = 5;
-        let mut e = Markov { n_vocab, logits: vec![] };
+        let mut e = Markov {
+            n_vocab,
+            logits: vec![],
+        };
         let tokens: Vec<u32> = (0..100).map(|i| (i % n_vocab) as u32).collect();
         let r = perplexity(&mut e, &tokens, 16, 5, None, |_, _, _| {}).unwrap();
         let p = (2f64.exp()) / (2f64.exp() + 4.0);

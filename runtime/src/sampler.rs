@@ -105,7 +105,8 @@ impl Sampler {
 
     fn apply_penalties(&self, cand: &mut [(u32, f32)]) {
         let p = &self.params;
-        let active = p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        let active =
+            p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
         if !active || self.history.is_empty() {
             return;
         }
@@ -114,7 +115,9 @@ impl Sampler {
             *counts.entry(t).or_default() += 1;
         }
         for (&t, &n) in &counts {
-            let Some(c) = cand.get_mut(t as usize) else { continue };
+            let Some(c) = cand.get_mut(t as usize) else {
+                continue;
+            };
             if c.1 <= 0.0 {
                 c.1 *= p.repeat_penalty;
             } else {
@@ -199,13 +202,23 @@ mod tests {
 
     #[test]
     fn greedy_takes_the_first_maximum() {
-        let mut s = Sampler::new(SamplerParams { temp: 0.0, ..Default::default() }, 16);
+        let mut s = Sampler::new(
+            SamplerParams {
+                temp: 0.0,
+                ..Default::default()
+            },
+            16,
+        );
         assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0]), 1);
     }
 
     #[test]
     fn repeat_penalty_changes_the_greedy_choice() {
-        let params = SamplerParams { temp: 0.0, repeat_penalty: 2.0, ..Default::default() };
+        let params = SamplerParams {
+            temp: 0.0,
+            repeat_penalty: 2.0,
+            ..Default::default()
+        };
         let mut s = Sampler::new(params, 16);
         s.accept(1);
         assert_eq!(s.sample(&[2.0, 3.0, 0.0]), 0);
@@ -226,7 +239,14 @@ mod tests {
     #[test]
     fn seeded_draws_repeat_and_follow_the_distribution() {
         let logits = [0.0f32, 1.0, 2.0];
-        let params = SamplerParams { temp: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 7, ..Default::default() };
+        let params = SamplerParams {
+            temp: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..Default::default()
+        };
         let draws = |n| {
             let mut s = Sampler::new(params.clone(), 16);
             (0..n).map(|_| s.sample(&logits)).collect::<Vec<_>>()

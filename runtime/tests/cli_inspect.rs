@@ -22,12 +22,17 @@ fn shared() -> Option<PathBuf> {
 fn model(name: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("MODELC_MODELS")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/modelc/models")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/modelc/models"))
+        })?;
     let p = dir.join(name);
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipping: {} is absent (scripts/fetch-model --gemma fetches it)", p.display());
+        eprintln!(
+            "skipping: {} is absent (scripts/fetch-model --gemma fetches it)",
+            p.display()
+        );
         None
     }
 }
@@ -35,12 +40,25 @@ fn model(name: &str) -> Option<PathBuf> {
 #[test]
 fn inspect_matches_llama_cpp_for_the_real_models() {
     let Some(shared) = shared() else { return };
-    let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(shared.join("reference/models.json")).unwrap()).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(shared.join("reference/models.json")).unwrap(),
+    )
+    .unwrap();
     for r in reference.as_array().unwrap() {
-        let Some(path) = model(r["file"].as_str().unwrap()) else { continue };
-        let out = modelc().arg("inspect").arg(&path).arg("--json").output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let Some(path) = model(r["file"].as_str().unwrap()) else {
+            continue;
+        };
+        let out = modelc()
+            .arg("inspect")
+            .arg(&path)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let h = &d["hparams"];
         for (ours, theirs) in [
@@ -63,12 +81,21 @@ fn inspect_matches_llama_cpp_for_the_real_models() {
         assert_eq!(d["tensor_data_bytes"], r["tensor_data_bytes"]);
         for (ty, n) in r["type_mix_count"].as_object().unwrap() {
             assert_eq!(d["type_mix"][ty]["tensors"], *n, "{}: {ty}", r["file"]);
-            assert_eq!(d["type_mix"][ty]["bytes"], r["type_mix_bytes"][ty], "{}: {ty}", r["file"]);
+            assert_eq!(
+                d["type_mix"][ty]["bytes"], r["type_mix_bytes"][ty],
+                "{}: {ty}",
+                r["file"]
+            );
         }
         assert_eq!(d["tokenizer"]["model"], r["tokenizer.ggml.model"]);
         assert_eq!(d["tokenizer"]["pre"], r["tokenizer.ggml.pre"]);
         assert_eq!(d["chat_template"]["present"], r["chat_template_present"]);
-        let text = modelc().arg("inspect").arg(&path).arg("--metadata").output().unwrap();
+        let text = modelc()
+            .arg("inspect")
+            .arg(&path)
+            .arg("--metadata")
+            .output()
+            .unwrap();
         assert!(text.status.success());
         let s = String::from_utf8(text.stdout).unwrap();
         assert!(s.contains("arr[str,"), "long arrays are abbreviated");
@@ -79,9 +106,20 @@ fn inspect_matches_llama_cpp_for_the_real_models() {
 #[test]
 fn inspect_reads_vocab_only_files_and_fixtures() {
     let Some(shared) = shared() else { return };
-    for f in ["vocab/ggml-vocab-llama-spm.gguf", "fixtures/models/gemma3-Q4_K.gguf"] {
-        let out = modelc().arg("inspect").arg(shared.join(f)).output().unwrap();
-        assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
+    for f in [
+        "vocab/ggml-vocab-llama-spm.gguf",
+        "fixtures/models/gemma3-Q4_K.gguf",
+    ] {
+        let out = modelc()
+            .arg("inspect")
+            .arg(shared.join(f))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -99,8 +137,12 @@ fn broken_files_exit_1_with_one_line() {
         ("huge-count", huge),
         ("truncated", {
             let mut w = ir::gguf::GgufWriter::new();
-            w.add_kv("general.architecture", ir::gguf::Value::String("llama".into()));
-            w.add_tensor("t", &[64], ir::ggml::GgmlType::F32, vec![0; 256]).unwrap();
+            w.add_kv(
+                "general.architecture",
+                ir::gguf::Value::String("llama".into()),
+            );
+            w.add_tensor("t", &[64], ir::ggml::GgmlType::F32, vec![0; 256])
+                .unwrap();
             let b = w.to_bytes().unwrap();
             b[..b.len() - 10].to_vec()
         }),
@@ -110,13 +152,21 @@ fn broken_files_exit_1_with_one_line() {
         std::fs::write(&p, bytes).unwrap();
         let t0 = Instant::now();
         let out = modelc().arg("inspect").arg(&p).output().unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(5), "{name} took {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} took {:?}",
+            t0.elapsed()
+        );
         assert_eq!(out.status.code(), Some(1), "{name}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.lines().count(), 1, "{name}: {err}");
         assert!(err.contains("error") && err.contains(name), "{name}: {err}");
     }
-    let out = modelc().arg("inspect").arg(dir.join("missing.gguf")).output().unwrap();
+    let out = modelc()
+        .arg("inspect")
+        .arg(dir.join("missing.gguf"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -34,10 +34,15 @@ fn setup() -> Option<(PathBuf, Value)> {
         .unwrap_or(home.join(".cache/modelc/models"))
         .join("SmolLM2-135M-Instruct.Q4_1.gguf");
     if !model.is_file() {
-        eprintln!("skipping: {} is absent (scripts/fetch-model fetches it)", model.display());
+        eprintln!(
+            "skipping: {} is absent (scripts/fetch-model fetches it)",
+            model.display()
+        );
         return None;
     }
-    let reference = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json")).ok()?;
+    let reference =
+        std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"))
+            .ok()?;
     Some((model, serde_json::from_str(&reference).ok()?))
 }
 
@@ -51,22 +56,46 @@ fn compile(model: &Path, dir: &Path) -> PathBuf {
         .args(["-c", "1024"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "compile failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     runner
 }
 
 fn run_json(runner: &Path, prompt: &str, extra: &[&str]) -> Value {
     let out = Command::new(runner)
-        .args(["-p", prompt, "--temp", "0", "-n", "48", "--json", "--n-probs", "5", "-t", "2"])
+        .args([
+            "-p",
+            prompt,
+            "--temp",
+            "0",
+            "-n",
+            "48",
+            "--json",
+            "--n-probs",
+            "5",
+            "-t",
+            "2",
+        ])
         .args(extra)
         .output()
         .unwrap();
-    assert!(out.status.success(), "runner failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "runner failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u64> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 /// Largest gap between our top-5 and the reference top-5 at one position: each reference id
@@ -103,7 +132,9 @@ fn runner_within_target_of_llama_cpp() {
 }
 
 fn check_runner(tol_tf: f64, tol_tie: f64) {
-    let Some((model, reference)) = setup() else { return };
+    let Some((model, reference)) = setup() else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("modelc-runner-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let runner = compile(&model, &dir);
@@ -112,16 +143,33 @@ fn check_runner(tol_tf: f64, tol_tie: f64) {
         let prompt = p["prompt"].as_str().unwrap();
         let expect_prompt = ids(&p["tokens_add_special_true"]);
         let forced = ids(&p["completion"]["tokens"]);
-        let forced_s = forced.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+        let forced_s = forced
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ");
         let tf = run_json(&runner, prompt, &["--forced-tokens", &forced_s]);
-        assert_eq!(ids(&tf["prompt_tokens"]), expect_prompt, "{}: prompt tokens", p["id"]);
+        assert_eq!(
+            ids(&tf["prompt_tokens"]),
+            expect_prompt,
+            "{}: prompt tokens",
+            p["id"]
+        );
         assert_eq!(ids(&tf["tokens"]), forced, "{}: forced tokens", p["id"]);
         let ours = tf["probs"].as_array().unwrap();
         let theirs = p["teacher_forced"]["top5"].as_array().unwrap();
         assert_eq!(ours.len(), theirs.len());
-        let gap = ours.iter().zip(theirs).map(|(o, t)| top5_gap(o, t)).fold(0.0, f64::max);
+        let gap = ours
+            .iter()
+            .zip(theirs)
+            .map(|(o, t)| top5_gap(o, t))
+            .fold(0.0, f64::max);
         worst_tf = worst_tf.max(gap);
-        assert!(gap <= tol_tf, "{}: teacher-forced top-5 differs by {gap:.4} nat", p["id"]);
+        assert!(
+            gap <= tol_tf,
+            "{}: teacher-forced top-5 differs by {gap:.4} nat",
+            p["id"]
+        );
 
         let free = run_json(&runner, prompt, &[]);
         let got = ids(&free["tokens"]);
@@ -130,11 +178,24 @@ fn check_runner(tol_tf: f64, tol_tie: f64) {
         if lead < forced.len().min(got.len()) {
             // At the parting position both candidates must be a near-tie by our log-probs.
             let top = free["probs"][lead]["top_logprobs"].as_array().unwrap();
-            let lp = |id: u64| top.iter().find(|t| t["id"] == id).map(|t| t["logprob"].as_f64().unwrap());
+            let lp = |id: u64| {
+                top.iter()
+                    .find(|t| t["id"] == id)
+                    .map(|t| t["logprob"].as_f64().unwrap())
+            };
             let (a, b) = (lp(got[lead]), lp(forced[lead]));
-            eprintln!("  parts at {lead}: ours {} ({a:?}) vs llama.cpp {} ({b:?})", got[lead], forced[lead]);
-            let (Some(a), Some(b)) = (a, b) else { panic!("{}: llama.cpp's token is not in our top 5", p["id"]) };
-            assert!((a - b).abs() <= tol_tie, "{}: not a near-tie ({a} vs {b})", p["id"]);
+            eprintln!(
+                "  parts at {lead}: ours {} ({a:?}) vs llama.cpp {} ({b:?})",
+                got[lead], forced[lead]
+            );
+            let (Some(a), Some(b)) = (a, b) else {
+                panic!("{}: llama.cpp's token is not in our top 5", p["id"])
+            };
+            assert!(
+                (a - b).abs() <= tol_tie,
+                "{}: not a near-tie ({a} vs {b})",
+                p["id"]
+            );
         }
     }
     eprintln!("worst teacher-forced top-5 gap over all prompts: {worst_tf:.4} nat");

@@ -58,7 +58,11 @@ impl GgufError {
     /// Attaches `path` to a format error that was found in memory.
     pub(crate) fn with_path(self, p: &std::path::Path) -> GgufError {
         match self {
-            GgufError::Invalid { path: None, offset, msg } => GgufError::Invalid {
+            GgufError::Invalid {
+                path: None,
+                offset,
+                msg,
+            } => GgufError::Invalid {
                 path: Some(p.to_path_buf()),
                 offset,
                 msg,

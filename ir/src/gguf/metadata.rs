@@ -53,7 +53,10 @@ impl Metadata {
     /// `key` as a `u32` (any integer type whose value fits); `Ok(None)` when absent.
     pub fn get_u32(&self, key: &str) -> Result<Option<u32>, GgufError> {
         self.get(key)
-            .map(|v| v.as_u32().ok_or_else(|| wrong_type(key, "an integer that fits u32", v)))
+            .map(|v| {
+                v.as_u32()
+                    .ok_or_else(|| wrong_type(key, "an integer that fits u32", v))
+            })
             .transpose()
     }
 

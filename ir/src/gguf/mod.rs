@@ -118,7 +118,8 @@ impl GgufFile {
 
     fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
         let map = map_file(path)?;
-        Self::from_backing(Some(path.to_path_buf()), Backing::Mmap(map)).map_err(|e| e.with_path(path))
+        Self::from_backing(Some(path.to_path_buf()), Backing::Mmap(map))
+            .map_err(|e| e.with_path(path))
     }
 
     /// Reads a GGUF file held in memory (tests, fuzzing). Split keys are not followed.
@@ -182,7 +183,10 @@ impl GgufFile {
 
     /// Total size in bytes of all shards.
     pub fn file_size(&self) -> u64 {
-        self.shards.iter().map(|s| s.backing.bytes().len() as u64).sum()
+        self.shards
+            .iter()
+            .map(|s| s.backing.bytes().len() as u64)
+            .sum()
     }
 
     /// Number of files the model was read from.
@@ -192,12 +196,17 @@ impl GgufFile {
 
     /// Paths of the files the model was read from (empty for in-memory data).
     pub fn paths(&self) -> Vec<&Path> {
-        self.shards.iter().filter_map(|s| s.path.as_deref()).collect()
+        self.shards
+            .iter()
+            .filter_map(|s| s.path.as_deref())
+            .collect()
     }
 
     /// `general.architecture`, if present and a string.
     pub fn architecture(&self) -> Option<&str> {
-        self.metadata.get("general.architecture").and_then(Value::as_str)
+        self.metadata
+            .get("general.architecture")
+            .and_then(Value::as_str)
     }
 
     /// Total bytes of tensor data.

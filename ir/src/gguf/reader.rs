@@ -133,10 +133,16 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
         ));
     }
     if version == 1 {
-        return Err(invalid(4, "GGUF version 1 is obsolete and not supported (versions 2 and 3 are)"));
+        return Err(invalid(
+            4,
+            "GGUF version 1 is obsolete and not supported (versions 2 and 3 are)",
+        ));
     }
     if version != 2 && version != 3 {
-        return Err(invalid(4, format!("unsupported GGUF version {version} (supported: 2, 3)")));
+        return Err(invalid(
+            4,
+            format!("unsupported GGUF version {version} (supported: 2, 3)"),
+        ));
     }
     // Smallest possible tensor info: name length (8) + n_dims (4) + type (4) + offset (8).
     let n_tensors = c.count(24, &|| "tensor count".into())?;
@@ -149,8 +155,12 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
         let key = c.string(&|| format!("metadata key #{i}"))?;
         let ty_at = c.pos;
         let ty = c.u32(&|| format!("type of metadata key '{key}'"))?;
-        let ty = ValueType::from_id(ty)
-            .ok_or_else(|| invalid(ty_at, format!("metadata key '{key}' has unknown value type {ty}")))?;
+        let ty = ValueType::from_id(ty).ok_or_else(|| {
+            invalid(
+                ty_at,
+                format!("metadata key '{key}' has unknown value type {ty}"),
+            )
+        })?;
         let value = read_value(&mut c, ty, &key, 0)?;
         if metadata.get(&key).is_some() {
             return Err(invalid(key_at, format!("duplicate metadata key '{key}'")));
@@ -187,14 +197,21 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
             let at = c.pos;
             let v = c.u64(&|| format!("ne[{d}] of tensor '{name}'"))?;
             if v > i64::MAX as u64 {
-                return Err(invalid(at, format!("tensor '{name}' ne[{d}] = {v} is out of range")));
+                return Err(invalid(
+                    at,
+                    format!("tensor '{name}' ne[{d}] = {v} is out of range"),
+                ));
             }
             *slot = v;
         }
         let ty_at = c.pos;
         let ty_id = c.u32(&|| format!("type of tensor '{name}'"))?;
-        let ggml_type = GgmlType::from_id(ty_id)
-            .ok_or_else(|| invalid(ty_at, format!("tensor '{name}' has unknown GGML type id {ty_id}")))?;
+        let ggml_type = GgmlType::from_id(ty_id).ok_or_else(|| {
+            invalid(
+                ty_at,
+                format!("tensor '{name}' has unknown GGML type id {ty_id}"),
+            )
+        })?;
         let off_at = c.pos;
         let offset = c.u64(&|| format!("data offset of tensor '{name}'"))?;
 
@@ -202,7 +219,12 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .filter(|&n| n <= i64::MAX as u64)
-            .ok_or_else(|| invalid(nd_at, format!("tensor '{name}' element count {ne:?} overflows")))?;
+            .ok_or_else(|| {
+                invalid(
+                    nd_at,
+                    format!("tensor '{name}' element count {ne:?} overflows"),
+                )
+            })?;
         if ne[0] % ggml_type.block_size() as u64 != 0 {
             return Err(invalid(
                 nd_at,
@@ -260,7 +282,11 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
 }
 
 /// Every tensor lies inside the data section and no two overlap (zero-size tensors are exempt).
-fn check_tensor_extents(tensors: &[TensorInfo], data_offset: u64, data_len: u64) -> Result<(), GgufError> {
+fn check_tensor_extents(
+    tensors: &[TensorInfo],
+    data_offset: u64,
+    data_len: u64,
+) -> Result<(), GgufError> {
     for t in tensors {
         let end = t.offset.checked_add(t.n_bytes);
         if end.is_none_or(|e| e > data_len) {
@@ -279,14 +305,22 @@ fn check_tensor_extents(tensors: &[TensorInfo], data_offset: u64, data_len: u64)
         if w[0].offset + w[0].n_bytes > w[1].offset {
             return Err(invalid(
                 (data_offset + w[1].offset) as usize,
-                format!("tensors '{}' and '{}' overlap in the data section", w[0].name, w[1].name),
+                format!(
+                    "tensors '{}' and '{}' overlap in the data section",
+                    w[0].name, w[1].name
+                ),
             ));
         }
     }
     Ok(())
 }
 
-fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str, depth: usize) -> Result<Value, GgufError> {
+fn read_value(
+    c: &mut Cursor<'_>,
+    ty: ValueType,
+    key: &str,
+    depth: usize,
+) -> Result<Value, GgufError> {
     let what = || format!("value of metadata key '{key}'");
     Ok(match ty {
         ValueType::U8 => Value::U8(c.array::<1>(&what)?[0]),
@@ -304,7 +338,12 @@ fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str, depth: usize) -> Res
             match c.array::<1>(&what)?[0] {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                b => return Err(invalid(at, format!("metadata key '{key}': bool byte is {b}, expected 0 or 1"))),
+                b => {
+                    return Err(invalid(
+                        at,
+                        format!("metadata key '{key}': bool byte is {b}, expected 0 or 1"),
+                    ))
+                }
             }
         }
         ValueType::String => Value::String(c.string(&what)?),
@@ -322,8 +361,12 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, Gguf
     }
     let what = || format!("array of metadata key '{key}'");
     let ty_id = c.u32(&what)?;
-    let ty = ValueType::from_id(ty_id)
-        .ok_or_else(|| invalid(at, format!("metadata key '{key}': array of unknown value type {ty_id}")))?;
+    let ty = ValueType::from_id(ty_id).ok_or_else(|| {
+        invalid(
+            at,
+            format!("metadata key '{key}': array of unknown value type {ty_id}"),
+        )
+    })?;
     // Strings and arrays take at least 8 (length) and 12 (type + count) bytes per element.
     let min = match ty {
         ValueType::String => 8,
@@ -364,7 +407,9 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, Gguf
                     _ => {
                         return Err(invalid(
                             at + 12 + i,
-                            format!("metadata key '{key}': bool element {i} is {b}, expected 0 or 1"),
+                            format!(
+                                "metadata key '{key}': bool element {i} is {b}, expected 0 or 1"
+                            ),
                         ))
                     }
                 }

@@ -41,14 +41,20 @@ pub(crate) fn gather_shards(path: &Path, mut first: GgufFile) -> Result<GgufFile
     let no = md.get_u32("split.no")?.unwrap_or(0);
     if count <= 1 {
         if no != 0 {
-            return Err(split_err(path, format!("split.no is {no} but split.count is {count}")));
+            return Err(split_err(
+                path,
+                format!("split.no is {no} but split.count is {count}"),
+            ));
         }
         return Ok(first);
     }
     if no != 0 {
         return Err(split_err(
             path,
-            format!("this is shard {} of {count}; open the first shard (…-00001-of-{count:05}.gguf)", no + 1),
+            format!(
+                "this is shard {} of {count}; open the first shard (…-00001-of-{count:05}.gguf)",
+                no + 1
+            ),
         ));
     }
     let Some((prefix, file_no, file_count)) = parse_split_name(path) else {
@@ -68,7 +74,10 @@ pub(crate) fn gather_shards(path: &Path, mut first: GgufFile) -> Result<GgufFile
     for i in 1..count {
         let p = shard_path(dir, &prefix, i + 1, count);
         if !p.exists() {
-            return Err(split_err(&p, format!("shard {} of {count} is missing", i + 1)));
+            return Err(split_err(
+                &p,
+                format!("shard {} of {count} is missing", i + 1),
+            ));
         }
         let mut shard = GgufFile::open_one(&p)?;
         let s_no = shard.metadata.get_u32("split.no")?;
@@ -82,7 +91,10 @@ pub(crate) fn gather_shards(path: &Path, mut first: GgufFile) -> Result<GgufFile
         let shard_index = first.shards.len();
         for mut t in std::mem::take(&mut shard.tensors) {
             if !names.insert(t.name.clone()) {
-                return Err(split_err(&p, format!("tensor '{}' is also in an earlier shard", t.name)));
+                return Err(split_err(
+                    &p,
+                    format!("tensor '{}' is also in an earlier shard", t.name),
+                ));
             }
             t.shard = shard_index;
             first.tensors.push(t);
@@ -90,11 +102,18 @@ pub(crate) fn gather_shards(path: &Path, mut first: GgufFile) -> Result<GgufFile
         first.shards.append(&mut shard.shards);
     }
     check_no_extra_shards(dir, &prefix, count)?;
-    if let Some(total) = first.metadata.get("split.tensors.count").and_then(|v| v.as_u64()) {
+    if let Some(total) = first
+        .metadata
+        .get("split.tensors.count")
+        .and_then(|v| v.as_u64())
+    {
         if total != first.tensors.len() as u64 {
             return Err(split_err(
                 path,
-                format!("split.tensors.count is {total} but the shards hold {} tensors", first.tensors.len()),
+                format!(
+                    "split.tensors.count is {total} but the shards hold {} tensors",
+                    first.tensors.len()
+                ),
             ));
         }
     }

@@ -73,14 +73,21 @@ impl GgufWriter {
     ) -> Result<&mut Self, GgufError> {
         let name = name.into();
         if ne.len() > super::GGML_MAX_DIMS {
-            return Err(GgufError::Write(format!("tensor '{name}' has {} dimensions", ne.len())));
+            return Err(GgufError::Write(format!(
+                "tensor '{name}' has {} dimensions",
+                ne.len()
+            )));
         }
         let n0 = ne.first().copied().unwrap_or(1);
         let rows: u64 = ne.iter().skip(1).product();
         let expected = ggml_type
             .row_size(n0)
             .and_then(|r| r.checked_mul(rows))
-            .ok_or_else(|| GgufError::Write(format!("tensor '{name}': ne {ne:?} does not fit {ggml_type}")))?;
+            .ok_or_else(|| {
+                GgufError::Write(format!(
+                    "tensor '{name}': ne {ne:?} does not fit {ggml_type}"
+                ))
+            })?;
         if expected != data.len() as u64 {
             return Err(GgufError::Write(format!(
                 "tensor '{name}': {ggml_type} {ne:?} needs {expected} bytes, got {}",
@@ -99,7 +106,10 @@ impl GgufWriter {
     /// The complete file as bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
         if self.alignment == 0 || !self.alignment.is_power_of_two() {
-            return Err(GgufError::Write(format!("alignment {} is not a power of two", self.alignment)));
+            return Err(GgufError::Write(format!(
+                "alignment {} is not a power of two",
+                self.alignment
+            )));
         }
         let mut out = Vec::new();
         out.extend_from_slice(super::GGUF_MAGIC);
@@ -177,14 +187,30 @@ fn write_array(out: &mut Vec<u8>, a: &Array) {
     match a {
         Array::U8(v) => out.extend_from_slice(v),
         Array::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
-        Array::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Array::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::U16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::I16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::U32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::U64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::I64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Array::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Array::Bool(v) => out.extend(v.iter().map(|&x| u8::from(x))),
         Array::String(v) => v.iter().for_each(|s| write_str(out, s)),
         Array::Array(v) => v.iter().for_each(|a| write_array(out, a)),

@@ -56,13 +56,24 @@ pub fn parse_cache_type(s: &str) -> anyhow::Result<DType> {
 }
 
 /// Compile options for a model: sorted, deduplicated ubatch sizes; `n_ctx` resolved.
-pub fn compile_options(ubatch: &[u32], n_ctx: usize, kv_type: DType, all_logits: bool) -> anyhow::Result<CompileOptions> {
+pub fn compile_options(
+    ubatch: &[u32],
+    n_ctx: usize,
+    kv_type: DType,
+    all_logits: bool,
+) -> anyhow::Result<CompileOptions> {
     let mut ub: Vec<u32> = ubatch.to_vec();
     ub.sort_unstable();
     ub.dedup();
-    anyhow::ensure!(!ub.is_empty() && ub[0] > 0, "--ubatch needs sizes of at least 1");
+    anyhow::ensure!(
+        !ub.is_empty() && ub[0] > 0,
+        "--ubatch needs sizes of at least 1"
+    );
     anyhow::ensure!(ub[0] == 1, "--ubatch must include 1 (the decode step)");
-    anyhow::ensure!(n_ctx > 0 && n_ctx <= u32::MAX as usize, "bad context size {n_ctx}");
+    anyhow::ensure!(
+        n_ctx > 0 && n_ctx <= u32::MAX as usize,
+        "bad context size {n_ctx}"
+    );
     Ok(CompileOptions {
         ubatches: ub,
         all_logits,
@@ -83,7 +94,10 @@ pub fn build_plan(
 }
 
 fn default_output(model: &Path) -> PathBuf {
-    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
     PathBuf::from(stem)
 }
 
@@ -97,7 +111,8 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     }
     let t0 = Instant::now();
     let gguf = GgufFile::open(&args.model)?;
-    let model_path = std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
+    let model_path =
+        std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
     let n_ctx_train = compiler::HParams::from_gguf(&gguf)?.n_ctx_train as usize;
     let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_type = parse_cache_type(&args.cache_type)?;
@@ -116,13 +131,21 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         }
     })?;
     let summary = plan.summary();
-    let out = args.output.clone().unwrap_or_else(|| default_output(&args.model));
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args.model));
     let artifact = Artifact {
         version: ARTIFACT_VERSION,
         modelc_version: env!("CARGO_PKG_VERSION").to_string(),
         model_path,
         fingerprint: fingerprint(&gguf),
-        model_name: gguf.metadata().get_str("general.name").ok().flatten().map(str::to_string),
+        model_name: gguf
+            .metadata()
+            .get_str("general.name")
+            .ok()
+            .flatten()
+            .map(str::to_string),
         target: "cpu".into(),
         n_ctx,
         ubatch: opts.ubatches.iter().map(|&u| u as usize).collect(),

@@ -43,7 +43,11 @@ pub struct GenArgs {
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
     /// Last n tokens the penalties consider (0 disables, -1 = context size).
-    #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true)]
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
     pub repeat_last_n: i32,
     /// Frequency penalty (0.0 disables).
     #[arg(long = "frequency-penalty", default_value_t = 0.0)]
@@ -99,21 +103,26 @@ impl GenArgs {
     pub fn prompt_text(&self) -> anyhow::Result<String> {
         match (&self.prompt, &self.file) {
             (Some(p), _) => Ok(p.clone()),
-            (None, Some(f)) => {
-                std::fs::read_to_string(f).with_context(|| format!("reading the prompt file {}", f.display()))
-            }
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .with_context(|| format!("reading the prompt file {}", f.display())),
             (None, None) => anyhow::bail!("no prompt: give one with -p TEXT or -f FILE"),
         }
     }
 
     fn forced(&self, vocab: &Vocab) -> anyhow::Result<Option<Vec<TokenId>>> {
-        let Some(s) = &self.forced_tokens else { return Ok(None) };
+        let Some(s) = &self.forced_tokens else {
+            return Ok(None);
+        };
         let ids = s
             .split(|c: char| c.is_whitespace() || c == ',')
             .filter(|w| !w.is_empty())
             .map(|w| {
-                let id: i64 = w.parse().with_context(|| format!("--forced-tokens: '{w}' is not a token id"))?;
-                vocab.check_id(id).map_err(|e| anyhow::anyhow!("--forced-tokens: {e}"))
+                let id: i64 = w
+                    .parse()
+                    .with_context(|| format!("--forced-tokens: '{w}' is not a token id"))?;
+                vocab
+                    .check_id(id)
+                    .map_err(|e| anyhow::anyhow!("--forced-tokens: {e}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Some(ids))
@@ -122,16 +131,25 @@ impl GenArgs {
 
 /// Tokenizes the prompt (after the chat template when `--chat`) as llama-completion does:
 /// BOS where the model asks for one, special-token texts parsed.
-pub fn prompt_tokens(args: &GenArgs, file: &GgufFile, vocab: &Vocab) -> anyhow::Result<Vec<TokenId>> {
+pub fn prompt_tokens(
+    args: &GenArgs,
+    file: &GgufFile,
+    vocab: &Vocab,
+) -> anyhow::Result<Vec<TokenId>> {
     let mut text = args.prompt_text()?;
     if args.chat {
         let user = match &args.chat_template_file {
-            Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+            Some(p) => Some(
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            ),
             None => None,
         };
         let (tmpl, _) = template_for_model(file, user.as_deref(), None)?;
         let messages = [serde_json::json!({ "role": "user", "content": text })];
-        let opts = RenderOptions { add_generation_prompt: true, ..Default::default() };
+        let opts = RenderOptions {
+            add_generation_prompt: true,
+            ..Default::default()
+        };
         text = tmpl.render(&messages, &opts)?;
     }
     Ok(vocab.tokenize(&text, true, true))
@@ -139,7 +157,12 @@ pub fn prompt_tokens(args: &GenArgs, file: &GgufFile, vocab: &Vocab) -> anyhow::
 
 /// Runs one generation with these flags on `engine` and prints the result (streamed text, or
 /// the JSON object at the end).
-pub fn run_generation(args: &GenArgs, file: &GgufFile, vocab: &Vocab, engine: &mut dyn Engine) -> anyhow::Result<()> {
+pub fn run_generation(
+    args: &GenArgs,
+    file: &GgufFile,
+    vocab: &Vocab,
+    engine: &mut dyn Engine,
+) -> anyhow::Result<()> {
     let prompt = prompt_tokens(args, file, vocab)?;
     let opts = GenerateOptions {
         n_predict: args.n_predict,

@@ -78,7 +78,11 @@ pub fn value_to_string(v: &Value, max_items: usize) -> String {
                 })
                 .collect();
             let more = if n > max_items { ", …" } else { "" };
-            format!("arr[{},{n}] = [{}{more}]", a.elem_type().name(), items.join(", "))
+            format!(
+                "arr[{},{n}] = [{}{more}]",
+                a.elem_type().name(),
+                items.join(", ")
+            )
         }
         Value::F32(x) => format!("{x}"),
         Value::F64(x) => format!("{x}"),
@@ -113,7 +117,10 @@ pub fn describe(file: &GgufFile, path: &std::path::Path) -> anyhow::Result<Json>
     out.insert("n_kv".into(), json!(md.len()));
     out.insert("n_tensors".into(), json!(file.tensors().len()));
     out.insert("architecture".into(), json!(file.architecture()));
-    out.insert("name".into(), json!(md.get_str("general.name").ok().flatten()));
+    out.insert(
+        "name".into(),
+        json!(md.get_str("general.name").ok().flatten()),
+    );
     out.insert(
         "file_type".into(),
         json!(ftype.map(|f| json!({ "id": f, "name": file_type_name(f) }))),
@@ -121,7 +128,11 @@ pub fn describe(file: &GgufFile, path: &std::path::Path) -> anyhow::Result<Json>
     out.insert("file_size_bytes".into(), json!(file.file_size()));
     out.insert("tensor_data_bytes".into(), json!(data_bytes));
     out.insert("n_params".into(), json!(n_params));
-    let bpw = if n_params > 0 { data_bytes as f64 * 8.0 / n_params as f64 } else { 0.0 };
+    let bpw = if n_params > 0 {
+        data_bytes as f64 * 8.0 / n_params as f64
+    } else {
+        0.0
+    };
     out.insert("bits_per_weight".into(), json!(bpw));
     out.insert("hparams".into(), hparams_json(file));
     out.insert("tokenizer".into(), tokenizer_json(file)?);
@@ -145,7 +156,12 @@ pub fn describe(file: &GgufFile, path: &std::path::Path) -> anyhow::Result<Json>
         "type_mix".into(),
         Json::Object(
             mix.iter()
-                .map(|(k, (n, b, p))| (k.to_string(), json!({ "tensors": n, "bytes": b, "params": p })))
+                .map(|(k, (n, b, p))| {
+                    (
+                        k.to_string(),
+                        json!({ "tensors": n, "bytes": b, "params": p }),
+                    )
+                })
                 .collect(),
         ),
     );
@@ -185,7 +201,13 @@ fn tokenizer_json(file: &GgufFile) -> anyhow::Result<Json> {
 /// `s` with line breaks and other control characters escaped, so it prints on one line.
 fn one_line(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }
 
@@ -215,11 +237,20 @@ fn print_text(d: &Json, file: &GgufFile, metadata: bool) {
     }
     let size = d["file_size_bytes"].as_u64().unwrap_or(0);
     let data = d["tensor_data_bytes"].as_u64().unwrap_or(0);
-    println!("file size       = {:.2} MiB ({size} bytes)", size as f64 / 1048576.0);
+    println!(
+        "file size       = {:.2} MiB ({size} bytes)",
+        size as f64 / 1048576.0
+    );
     let bpw = d["bits_per_weight"].as_f64().unwrap_or(0.0);
-    println!("tensor data     = {:.2} MiB ({bpw:.2} BPW)", data as f64 / 1048576.0);
+    println!(
+        "tensor data     = {:.2} MiB ({bpw:.2} BPW)",
+        data as f64 / 1048576.0
+    );
     let n_params = d["n_params"].as_u64().unwrap_or(0);
-    println!("model params    = {:.2} M ({n_params})", n_params as f64 / 1e6);
+    println!(
+        "model params    = {:.2} M ({n_params})",
+        n_params as f64 / 1e6
+    );
     if let Json::Object(h) = &d["hparams"] {
         for (k, v) in h {
             println!("{k:<15} = {}", fmt_json(v));
@@ -233,14 +264,24 @@ fn print_text(d: &Json, file: &GgufFile, metadata: bool) {
     let ct = &d["chat_template"];
     println!(
         "chat template   = {}",
-        if ct["present"] == true { format!("present ({} bytes)", ct["bytes"]) } else { "none".into() }
+        if ct["present"] == true {
+            format!("present ({} bytes)", ct["bytes"])
+        } else {
+            "none".into()
+        }
     );
     if let Some(named) = ct["named"].as_array().filter(|a| !a.is_empty()) {
-        println!("named templates = {}", named.iter().map(fmt_json).collect::<Vec<_>>().join(", "));
+        println!(
+            "named templates = {}",
+            named.iter().map(fmt_json).collect::<Vec<_>>().join(", ")
+        );
     }
     if let Json::Object(mix) = &d["type_mix"] {
         for (k, v) in mix {
-            println!("type {k:<10} = {} tensors, {} bytes", v["tensors"], v["bytes"]);
+            println!(
+                "type {k:<10} = {} tensors, {} bytes",
+                v["tensors"], v["bytes"]
+            );
         }
     }
     if metadata {
@@ -250,7 +291,10 @@ fn print_text(d: &Json, file: &GgufFile, metadata: bool) {
                 Value::Array(_) => "arr".to_string(),
                 v => v.value_type().name().to_string(),
             };
-            println!("{i:5}: {ty:<4} {k:<45} = {}", one_line(&value_to_string(v, 8)));
+            println!(
+                "{i:5}: {ty:<4} {k:<45} = {}",
+                one_line(&value_to_string(v, 8))
+            );
         }
     }
     println!("\ntensors:");
@@ -274,7 +318,11 @@ fn hparams_json(file: &GgufFile) -> Json {
         Ok(h) => h,
         Err(e) => return json!({ "unavailable": e.to_string() }),
     };
-    let gqa = if h.n_head_kv > 0 { h.n_head / h.n_head_kv } else { 0 };
+    let gqa = if h.n_head_kv > 0 {
+        h.n_head / h.n_head_kv
+    } else {
+        0
+    };
     json!({
         "n_ctx_train": h.n_ctx_train,
         "n_embd": h.n_embd,

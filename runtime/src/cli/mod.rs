@@ -44,7 +44,9 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`) rewritten to their
 /// long forms, which clap understands.
-pub(crate) fn normalize_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+pub(crate) fn normalize_args(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
     args.map(|a| {
         let long = match a.to_str() {
             Some("-ub") => "--ubatch-size",

@@ -61,7 +61,8 @@ pub struct RunArgs {
 pub fn open_model(path: &std::path::Path) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
     let gguf = GgufFile::open(path)?;
     let model = compiler::load_model(&gguf).with_context(|| format!("{}", path.display()))?;
-    let vocab = Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
+    let vocab =
+        Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
     Ok((gguf, model, vocab))
 }
 
@@ -75,7 +76,11 @@ pub fn resolve_n_ctx(requested: usize, n_ctx_train: usize) -> usize {
 }
 
 fn interp_options(args: &ModelArgs) -> InterpOptions {
-    let mut o = if args.no_rounding { InterpOptions::exact() } else { InterpOptions::llama_cpp() };
+    let mut o = if args.no_rounding {
+        InterpOptions::exact()
+    } else {
+        InterpOptions::llama_cpp()
+    };
     if let Some(t) = args.threads {
         o.n_threads = t.max(1);
     }
@@ -95,12 +100,25 @@ pub fn make_engine<'a>(
     match args.backend {
         Backend::Cpu => {
             let ub = [1, args.n_ubatch as u32];
-            let opts = super::compile::compile_options(&ub, n_ctx, ir::graph::DType::F16, all_logits)?;
+            let opts =
+                super::compile::compile_options(&ub, n_ctx, ir::graph::DType::F16, all_logits)?;
             let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
-            let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            Ok(Box::new(crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?))
+            let threads = args
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            Ok(Box::new(crate::cpu_engine::CpuEngine::new(
+                gguf,
+                plan,
+                threads.max(1),
+            )?))
         }
-        Backend::Interp => Ok(Box::new(InterpEngine::new(gguf, model, n_ctx, args.n_ubatch, interp_options(args)))),
+        Backend::Interp => Ok(Box::new(InterpEngine::new(
+            gguf,
+            model,
+            n_ctx,
+            args.n_ubatch,
+            interp_options(args),
+        ))),
     }
 }
 
@@ -132,10 +150,15 @@ pub fn print_perplexity(
     n_ctx: usize,
     n_batch: usize,
 ) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(text_path).with_context(|| format!("reading {}", text_path.display()))?;
+    let text = std::fs::read_to_string(text_path)
+        .with_context(|| format!("reading {}", text_path.display()))?;
     let tokens = vocab.tokenize(&text, true, false);
     let bos = if vocab.add_bos() { vocab.bos() } else { None };
-    eprintln!("perplexity: tokenizing the input: {} tokens, {} chunks of {n_ctx}", tokens.len(), tokens.len() / n_ctx.max(1));
+    eprintln!(
+        "perplexity: tokenizing the input: {} tokens, {} chunks of {n_ctx}",
+        tokens.len(),
+        tokens.len() / n_ctx.max(1)
+    );
     let r = crate::perplexity::perplexity(engine, &tokens, n_ctx, n_batch, bos, |i, _, est| {
         print!("[{i}]{est:.4},");
         use std::io::Write;
@@ -153,7 +176,13 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
     }
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut engine = make_engine(&args.model, &gguf, &model, true)?;
-    print_perplexity(engine.as_mut(), &vocab, &args.file, args.model.n_ctx, args.n_batch)
+    print_perplexity(
+        engine.as_mut(),
+        &vocab,
+        &args.file,
+        args.model.n_ctx,
+        args.n_batch,
+    )
 }
 
 /// Arguments of `modelc graph`.

@@ -65,10 +65,20 @@ struct BenchArgs {
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
     /// Prompt sizes to test (`ppN`), comma-separated.
-    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
     n_prompt: Vec<usize>,
     /// Generation lengths to test (`tgN`), comma-separated.
-    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     n_gen: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
@@ -102,7 +112,8 @@ fn open_checked(artifact: &Artifact, model: Option<&PathBuf>) -> anyhow::Result<
     let path = model.unwrap_or(&artifact.model_path);
     let gguf = GgufFile::open(path).with_context(|| {
         if model.is_none() {
-            "the model recorded at compile time could not be opened; pass its path with -m".to_string()
+            "the model recorded at compile time could not be opened; pass its path with -m"
+                .to_string()
         } else {
             "opening the model".to_string()
         }
@@ -124,8 +135,14 @@ fn default_threads() -> usize {
 
 /// The plan to run: the stored one when the settings match, else recompiled for `n_ctx` /
 /// `all_logits` (the passes take milliseconds).
-fn plan_for(artifact: &Artifact, gguf: &GgufFile, n_ctx: usize, all_logits: bool) -> anyhow::Result<Plan> {
-    let stored: Plan = serde_json::from_value(artifact.plan.clone()).context("the runner's stored plan is corrupt")?;
+fn plan_for(
+    artifact: &Artifact,
+    gguf: &GgufFile,
+    n_ctx: usize,
+    all_logits: bool,
+) -> anyhow::Result<Plan> {
+    let stored: Plan = serde_json::from_value(artifact.plan.clone())
+        .context("the runner's stored plan is corrupt")?;
     if n_ctx == artifact.n_ctx && !all_logits {
         return Ok(stored);
     }
@@ -134,8 +151,16 @@ fn plan_for(artifact: &Artifact, gguf: &GgufFile, n_ctx: usize, all_logits: bool
     build_plan(gguf, &opts, &mut |_, _| {})
 }
 
-fn cpu_engine<'a>(gguf: &'a GgufFile, plan: Plan, threads: usize) -> anyhow::Result<Box<dyn Engine + 'a>> {
-    Ok(Box::new(crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?))
+fn cpu_engine<'a>(
+    gguf: &'a GgufFile,
+    plan: Plan,
+    threads: usize,
+) -> anyhow::Result<Box<dyn Engine + 'a>> {
+    Ok(Box::new(crate::cpu_engine::CpuEngine::new(
+        gguf,
+        plan,
+        threads.max(1),
+    )?))
 }
 
 /// Runs as the runner for `artifact` with the process's arguments.
@@ -147,27 +172,59 @@ pub fn main(artifact: Artifact) -> anyhow::Result<()> {
             let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = cli.common.n_ctx.unwrap_or(artifact.n_ctx);
             let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
-            let mut engine = cpu_engine(&gguf, plan, cli.common.threads.unwrap_or_else(default_threads))?;
+            let mut engine = cpu_engine(
+                &gguf,
+                plan,
+                cli.common.threads.unwrap_or_else(default_threads),
+            )?;
             run_generation(&cli.gen, &gguf, &vocab, engine.as_mut())
         }
         Some(RunnerCommand::Bench(b)) => {
             let gguf = open_checked(&artifact, b.model.as_ref())?;
-            let max = b.n_prompt.iter().chain(&b.n_gen).copied().max().unwrap_or(1);
+            let max = b
+                .n_prompt
+                .iter()
+                .chain(&b.n_gen)
+                .copied()
+                .max()
+                .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
             let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
-            let mut tests: Vec<Test> = b.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test::Pp(n)).collect();
+            let mut tests: Vec<Test> = b
+                .n_prompt
+                .iter()
+                .filter(|&&n| n > 0)
+                .map(|&n| Test::Pp(n))
+                .collect();
             tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
             let threads = b.threads.clone().unwrap_or_else(|| vec![default_threads()]);
-            let rows = bench::run(&mut |t| cpu_engine(&gguf, plan.clone(), t), &threads, &tests, b.reps)?;
+            let rows = bench::run(
+                &mut |t| cpu_engine(&gguf, plan.clone(), t),
+                &threads,
+                &tests,
+                b.reps,
+            )?;
             let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
-            let ftype = gguf.metadata().get_u32("general.file_type")?.map_or("?", super::inspect::file_type_name);
+            let ftype = gguf
+                .metadata()
+                .get_u32("general.file_type")?
+                .map_or("?", super::inspect::file_type_name);
             let desc = format!(
                 "{} {} {}",
                 gguf.architecture().unwrap_or("?"),
-                gguf.metadata().get_str("general.size_label")?.unwrap_or("?"),
+                gguf.metadata()
+                    .get_str("general.size_label")?
+                    .unwrap_or("?"),
                 ftype
             );
-            bench::print_table(&desc, gguf.tensor_data_bytes(), n_params, "CPU", gguf.tensor_data_bytes(), &rows);
+            bench::print_table(
+                &desc,
+                gguf.tensor_data_bytes(),
+                n_params,
+                "CPU",
+                gguf.tensor_data_bytes(),
+                &rows,
+            );
             Ok(())
         }
         Some(RunnerCommand::Perplexity(p)) => {
@@ -178,13 +235,24 @@ pub fn main(artifact: Artifact) -> anyhow::Result<()> {
             super::run::print_perplexity(engine.as_mut(), &vocab, &p.file, p.n_ctx, p.n_batch)
         }
         Some(RunnerCommand::Info { model }) => {
-            println!("compiled by modelc {} for {}", artifact.modelc_version, artifact.model_path.display());
-            println!("model name      = {}", artifact.model_name.as_deref().unwrap_or("-"));
+            println!(
+                "compiled by modelc {} for {}",
+                artifact.modelc_version,
+                artifact.model_path.display()
+            );
+            println!(
+                "model name      = {}",
+                artifact.model_name.as_deref().unwrap_or("-")
+            );
             println!("target          = {}", artifact.target);
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
-            println!("n_ctx           = {} (KV cache {})", artifact.n_ctx, artifact.kv_type);
-            let plan: Plan = serde_json::from_value(artifact.plan.clone()).context("the runner's stored plan is corrupt")?;
+            println!(
+                "n_ctx           = {} (KV cache {})",
+                artifact.n_ctx, artifact.kv_type
+            );
+            let plan: Plan = serde_json::from_value(artifact.plan.clone())
+                .context("the runner's stored plan is corrupt")?;
             print!("{}", plan.summary());
             if let Some(m) = model {
                 open_checked(&artifact, Some(&m))?;
