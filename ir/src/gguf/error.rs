@@ -7,12 +7,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     /// The file could not be opened, mapped or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The operating-system error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The bytes are not a valid GGUF file.
     #[error("{}invalid GGUF at byte {offset}: {msg}", path_prefix(path))]

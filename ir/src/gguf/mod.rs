@@ -94,9 +94,9 @@ impl std::fmt::Debug for GgufFile {
 }
 
 fn map_file(path: &Path) -> Result<memmap2::Mmap, GgufError> {
-    let io = |source| GgufError::Io {
+    let io = |error| GgufError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the map is read-only; modelc never writes through it. A file truncated by another
@@ -117,6 +117,17 @@ impl GgufFile {
     }
 
     fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
+        let meta = std::fs::metadata(path).map_err(|error| GgufError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        if !meta.is_file() {
+            return Err(GgufError::Invalid {
+                path: Some(path.to_path_buf()),
+                offset: 0,
+                msg: "not a regular file".into(),
+            });
+        }
         let map = map_file(path)?;
         Self::from_backing(Some(path.to_path_buf()), Backing::Mmap(map))
             .map_err(|e| e.with_path(path))

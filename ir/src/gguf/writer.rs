@@ -147,9 +147,9 @@ impl GgufWriter {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        let io = |source| GgufError::Io {
+        let io = |error| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let mut f = std::fs::File::create(&tmp).map_err(io)?;
         f.write_all(&bytes).map_err(io)?;

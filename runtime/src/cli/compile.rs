@@ -62,7 +62,12 @@ pub fn compile_options(
     kv_type: DType,
     all_logits: bool,
 ) -> anyhow::Result<CompileOptions> {
-    let mut ub: Vec<u32> = ubatch.to_vec();
+    // A ubatch larger than the context can never be filled: compile only those that fit.
+    let mut ub: Vec<u32> = ubatch
+        .iter()
+        .copied()
+        .filter(|&u| u as usize <= n_ctx)
+        .collect();
     ub.sort_unstable();
     ub.dedup();
     anyhow::ensure!(
@@ -91,6 +96,24 @@ pub fn build_plan(
 ) -> anyhow::Result<Plan> {
     let model = compiler::load_model(gguf)?;
     Ok(compiler::passes::compile(&model, opts, after)?)
+}
+
+/// Refuses a plan whose weights the CPU kernels cannot read yet, naming the types and one
+/// tensor of each, before a runner is written.
+fn check_target_supports(plan: &Plan) -> anyhow::Result<()> {
+    let mut missing: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for w in &plan.weights {
+        let t = w.dtype.ggml_type();
+        if !codegen_cpu::layout::supports(t) {
+            missing.entry(t.name()).or_insert(&w.name);
+        }
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the CPU target has no kernels yet for {} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1); try `modelc run --backend interp`",
+        missing.iter().map(|(t, n)| format!("{t} (e.g. {n})")).collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -130,6 +153,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
             println!("; after {}\n{m}", pass.name);
         }
     })?;
+    check_target_supports(&plan)?;
     let summary = plan.summary();
     let out = args
         .output

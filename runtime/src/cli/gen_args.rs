@@ -186,6 +186,9 @@ pub fn run_generation(
         println!("{}", serde_json::to_string(&completion)?);
     } else {
         let _ = stdout.lock().flush();
+        if completion.stop_type == "context" {
+            eprintln!("\nmodelc: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)", engine.n_ctx());
+        }
     }
     Ok(())
 }

@@ -60,7 +60,30 @@ pub(crate) fn normalize_args(
     .collect()
 }
 
-fn report(result: anyhow::Result<()>) -> ExitCode {
+/// Help and version go to stdout with status 0; a bad command line gives clap's first line
+/// (what was wrong) on stderr and status 1, like every other error.
+pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.to_string();
+    let first = text
+        .lines()
+        .next()
+        .unwrap_or("bad command line")
+        .trim_start_matches("error: ");
+    eprintln!("modelc: error: {first} (see --help)");
+    ExitCode::from(1)
+}
+
+pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -74,11 +97,14 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 /// executable that carries a compiled artifact runs as that model's runner instead.
 pub fn main() -> ExitCode {
     match std::env::current_exe().map(|exe| crate::artifact::read_embedded(&exe)) {
-        Ok(Ok(Some(artifact))) => return report(runner::main(artifact)),
+        Ok(Ok(Some(artifact))) => return runner::main(artifact),
         Ok(Err(e)) => return report(Err(e)),
         _ => {}
     }
-    let cli = Cli::parse_from(normalize_args(std::env::args_os()));
+    let cli = match Cli::try_parse_from(normalize_args(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Compile(args) => compile::run(args),

@@ -164,8 +164,14 @@ fn cpu_engine<'a>(
 }
 
 /// Runs as the runner for `artifact` with the process's arguments.
-pub fn main(artifact: Artifact) -> anyhow::Result<()> {
-    let cli = RunnerCli::parse_from(super::normalize_args(std::env::args_os()));
+pub fn main(artifact: Artifact) -> std::process::ExitCode {
+    match RunnerCli::try_parse_from(super::normalize_args(std::env::args_os())) {
+        Ok(cli) => super::report(run(artifact, cli)),
+        Err(e) => super::usage_error(e),
+    }
+}
+
+fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
     match cli.command {
         None => {
             let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
@@ -198,6 +204,10 @@ pub fn main(artifact: Artifact) -> anyhow::Result<()> {
                 .collect();
             tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
             let threads = b.threads.clone().unwrap_or_else(|| vec![default_threads()]);
+            anyhow::ensure!(
+                threads.iter().all(|&t| t > 0),
+                "bench: thread counts must be at least 1"
+            );
             let rows = bench::run(
                 &mut |t| cpu_engine(&gguf, plan.clone(), t),
                 &threads,
