@@ -3,9 +3,8 @@
 //!
 //! Plain Rust (a first version, not Cranelift). The `(cos, sin)` of every pair at every
 //! position is computed once at load time ([`RopeTable`]) exactly as ggml-cpu's
-//! `ggml_rope_cache_init` / `rope_yarn` compute them per call (theta multiplied by
-//! `theta_scale` in f32 pair after pair, YaRN ramp, frequency factors, `attn_factor`), so the
-//! rotation is bit-identical to `ir::interp`'s; the kernel itself is table lookups and four
+//! `ggml_rope_cache_init` / `rope_yarn` compute them per call, by `ir::interp::rope_cache`
+//! itself, so the rotation is bit-identical to the interpreter's; the kernel itself is table lookups and four
 //! multiplies per pair. Values past `n_rot` pass through unchanged.
 
 #[cfg(target_arch = "x86_64")]
@@ -14,24 +13,6 @@ use std::arch::x86_64::*;
 use ir::graph::{RopeMode, RopeParams};
 
 use super::elementwise::has_avx2;
-
-/// `ggml_rope_yarn_corr_dim`.
-fn corr_dim(n_dims: u32, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
-    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
-        / (2.0 * base.ln())
-}
-
-/// `ggml_rope_yarn_corr_dims`.
-fn corr_dims(p: &RopeParams) -> [f32; 2] {
-    let start = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
-    let end = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
-    [start.max(0.0), end.min(p.n_rot as f32 - 1.0)]
-}
-
-fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
-    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
-    1.0 - y.clamp(0.0, 1.0)
-}
 
 /// `(cos, sin)` of every rotated pair at positions `0..n_pos`: `n_pos × n_rot/2` pairs.
 #[derive(Clone, Debug)]
@@ -47,26 +28,11 @@ impl RopeTable {
     /// positions `0..n_pos`.
     pub(crate) fn new(p: &RopeParams, freq_factors: Option<&[f32]>, n_pos: usize) -> RopeTable {
         let half = (p.n_rot / 2) as usize;
-        let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
-        let cd = corr_dims(p);
         let mut cs = Vec::with_capacity(n_pos * half * 2);
+        let mut pairs = Vec::with_capacity(half);
         for pos in 0..n_pos {
-            let mut theta = pos as f32;
-            for i in 0..half {
-                let ff = freq_factors.and_then(|f| f.get(i).copied()).unwrap_or(1.0);
-                let theta_extrap = theta / ff;
-                let theta_interp = p.freq_scale * theta_extrap;
-                let mut th = theta_interp;
-                let mut mscale = p.attn_factor;
-                if p.ext_factor != 0.0 {
-                    let ramp_mix = yarn_ramp(cd[0], cd[1], 2 * i) * p.ext_factor;
-                    th = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
-                    mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
-                }
-                cs.push(th.cos() * mscale);
-                cs.push(th.sin() * mscale);
-                theta *= theta_scale;
-            }
+            ir::interp::rope_cache(p, pos as f32, freq_factors, &mut pairs);
+            cs.extend(pairs.iter().flat_map(|&(c, s)| [c, s]));
         }
         RopeTable {
             mode: p.mode,

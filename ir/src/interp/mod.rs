@@ -34,6 +34,7 @@ mod session;
 mod weights;
 
 pub use exec::{Inputs, Interpreter, KvState};
+pub use rope::rope_cache;
 pub use session::{GraphRequest, GraphSource, Logits, Outputs, Session, SessionOptions};
 pub use weights::{MemWeights, WeightRef, WeightSource};
 

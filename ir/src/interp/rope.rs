@@ -23,9 +23,16 @@ fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
     1.0 - y.clamp(0.0, 1.0)
 }
 
-/// The `(cos, sin)` of each pair for position `pos` (ggml's `ggml_rope_cache_init`: theta
-/// multiplied by `theta_scale` in f32, pair after pair).
-fn rope_cache(p: &RopeParams, pos: f32, freq_factors: Option<&[f32]>, out: &mut Vec<(f32, f32)>) {
+/// The `(cos, sin)` of each of the `n_rot / 2` pairs for position `pos` (ggml's
+/// `ggml_rope_cache_init`: theta multiplied by `theta_scale` in f32, pair after pair; YaRN
+/// ramp and magnitude; frequency factors, `n_rot / 2` of them, divide theta). Every backend's
+/// rope tables come from here, so they rotate exactly as the interpreter does.
+pub fn rope_cache(
+    p: &RopeParams,
+    pos: f32,
+    freq_factors: Option<&[f32]>,
+    out: &mut Vec<(f32, f32)>,
+) {
     out.clear();
     let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
     let cd = corr_dims(p);
