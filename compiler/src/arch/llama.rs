@@ -55,33 +55,7 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
                 }
             }
         }
-        let q = b.proj(
-            cur,
-            il,
-            "attn_q.weight",
-            Some("attn_q.bias"),
-            [e, q_out],
-            "Qcur",
-        )?;
-        let k = b.proj(
-            cur,
-            il,
-            "attn_k.weight",
-            Some("attn_k.bias"),
-            [e, kv_k],
-            "Kcur",
-        )?;
-        let v = b.proj(
-            cur,
-            il,
-            "attn_v.weight",
-            Some("attn_v.bias"),
-            [e, kv_v],
-            "Vcur",
-        )?;
-        let mut q = b.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?;
-        let mut k = b.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?;
-        let v = b.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?;
+        let [mut q, mut k, v] = b.qkv_heads(cur, il, [q_out, kv_k, kv_v])?;
         if var.qk_norm {
             let d = hp.n_embd_head_k as u64;
             q = b.layer_norm(q, il, "attn_q_norm.weight", d, "Qcur_normed")?;

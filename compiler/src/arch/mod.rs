@@ -229,6 +229,43 @@ impl<'m> Builder<'m> {
         self.rms_norm_w(x, w, &format!("{name}-{il}"))
     }
 
+    /// The separate Q, K and V projections of layer `il` (`attn_q/k/v.weight`, optional
+    /// biases) of `x {n_embd, n_tokens}`, each split into heads: `{n_embd_head, n_head(_kv),
+    /// n_tokens}`. `[q_out, k_out, v_out]` are the projections' output widths.
+    pub fn qkv_heads(&mut self, x: TensorId, il: u32, out: [u64; 3]) -> Result<[TensorId; 3]> {
+        let hp = self.hp;
+        let e = hp.n_embd as u64;
+        let q = self.proj(
+            x,
+            il,
+            "attn_q.weight",
+            Some("attn_q.bias"),
+            [e, out[0]],
+            "Qcur",
+        )?;
+        let k = self.proj(
+            x,
+            il,
+            "attn_k.weight",
+            Some("attn_k.bias"),
+            [e, out[1]],
+            "Kcur",
+        )?;
+        let v = self.proj(
+            x,
+            il,
+            "attn_v.weight",
+            Some("attn_v.bias"),
+            [e, out[2]],
+            "Vcur",
+        )?;
+        Ok([
+            self.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?,
+            self.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?,
+            self.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?,
+        ])
+    }
+
     /// `mul_mat(w, x)` with the layer's optional bias added, named `{name}-{il}`.
     pub fn proj(
         &mut self,

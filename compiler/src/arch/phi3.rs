@@ -61,33 +61,7 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
             let v = part("Vcur", hp.n_head_kv, q_out + gqa)?;
             (q, k, v)
         } else {
-            let q = b.proj(
-                cur,
-                il,
-                "attn_q.weight",
-                Some("attn_q.bias"),
-                [e, q_out],
-                "Qcur",
-            )?;
-            let k = b.proj(
-                cur,
-                il,
-                "attn_k.weight",
-                Some("attn_k.bias"),
-                [e, gqa],
-                "Kcur",
-            )?;
-            let v = b.proj(
-                cur,
-                il,
-                "attn_v.weight",
-                Some("attn_v.bias"),
-                [e, gqa],
-                "Vcur",
-            )?;
-            let q = b.heads(q, hp.n_embd_head_k, hp.n_head, &format!("Qcur_3d-{il}"))?;
-            let k = b.heads(k, hp.n_embd_head_k, hp.n_head_kv, &format!("Kcur_3d-{il}"))?;
-            let v = b.heads(v, hp.n_embd_head_v, hp.n_head_kv, &format!("Vcur_3d-{il}"))?;
+            let [q, k, v] = b.qkv_heads(cur, il, [q_out, gqa, gqa])?;
             (q, k, v)
         };
         let p = b.rope_params(il);
