@@ -189,31 +189,6 @@ impl<'a> Emit<'a> {
         self.fb.seal_block(exit);
     }
 
-    /// Emits `body` for each `i` in `[begin, end)` (runtime `i64` bounds; nothing when empty).
-    pub fn range_loop(
-        &mut self,
-        begin: Value,
-        end: Value,
-        mut body: impl FnMut(&mut Emit<'a>, Value),
-    ) {
-        let i_var = self.var(I64, begin);
-        let head = self.fb.create_block();
-        let exit = self.fb.create_block();
-        let nonempty = self.fb.ins().icmp(IntCC::SignedLessThan, begin, end);
-        self.fb.ins().brif(nonempty, head, &[], exit, &[]);
-        self.fb.switch_to_block(head);
-        let i = self.fb.use_var(i_var);
-        body(self, i);
-        let i = self.fb.use_var(i_var);
-        let next = self.fb.ins().iadd_imm_s(i, 1);
-        self.fb.def_var(i_var, next);
-        let more = self.fb.ins().icmp(IntCC::SignedLessThan, next, end);
-        self.fb.ins().brif(more, head, &[], exit, &[]);
-        self.fb.seal_block(head);
-        self.fb.switch_to_block(exit);
-        self.fb.seal_block(exit);
-    }
-
     /// Emits `body` for `i = begin, begin + step, ...` while `i + step <= end` (runtime `i64`
     /// bounds) and returns the first `i` not done, for a remainder loop.
     pub fn strided_loop(
@@ -248,6 +223,31 @@ impl<'a> Emit<'a> {
         self.fb.switch_to_block(exit);
         self.fb.seal_block(exit);
         self.fb.use_var(i_var)
+    }
+
+    /// Emits `body` for each `i` in `[begin, end)` (runtime `i64` bounds; nothing when empty).
+    pub fn range_loop(
+        &mut self,
+        begin: Value,
+        end: Value,
+        mut body: impl FnMut(&mut Emit<'a>, Value),
+    ) {
+        let i_var = self.var(I64, begin);
+        let head = self.fb.create_block();
+        let exit = self.fb.create_block();
+        let nonempty = self.fb.ins().icmp(IntCC::SignedLessThan, begin, end);
+        self.fb.ins().brif(nonempty, head, &[], exit, &[]);
+        self.fb.switch_to_block(head);
+        let i = self.fb.use_var(i_var);
+        body(self, i);
+        let i = self.fb.use_var(i_var);
+        let next = self.fb.ins().iadd_imm_s(i, 1);
+        self.fb.def_var(i_var, next);
+        let more = self.fb.ins().icmp(IntCC::SignedLessThan, next, end);
+        self.fb.ins().brif(more, head, &[], exit, &[]);
+        self.fb.seal_block(head);
+        self.fb.switch_to_block(exit);
+        self.fb.seal_block(exit);
     }
 
     /// `p + i * stride` for an `i64` index.

@@ -6,7 +6,8 @@
 //! each as its `K/32` blocks in order; one *group-block* holds block `b` of the 4 rows,
 //! interleaved so that one 32-bit SIMD lane holds one row (measured on this project's machine:
 //! this layout with the activation block broadcast reached parity with llama.cpp's 256-bit
-//! repacked kernels at decode, see issue 5):
+//! repacked kernels at decode, see issue 5, when the kernels still summed in ggml's scalar
+//! order):
 //!
 //! | bytes | quantized group-block |
 //! |-------|-----------------------|
@@ -22,7 +23,10 @@
 //!
 //! For 4-bit formats byte `j` keeps ggml's packing (value `j` in the low nibble, `j + 16` in
 //! the high one), so chunk `c` holds values `4c..4c+4` (low nibbles) and `16+4c..16+4c+4`
-//! (high nibbles) of each row. For Q8_0, chunk `c` holds values `4c..4c+4`.
+//! (high nibbles) of each row. For Q8_0, chunk `c` holds values `4c..4c+4`. So each chunk
+//! holds whole lanes of llama.cpp's x86 AVX2 dot products (lane `l` = the products of values
+//! `4l..4l+4` of a block): lanes `c` and `4 + c` for 4-bit formats, lane `c` for Q8_0, which
+//! is what lets the kernels sum in that order (see `kernels::quant`).
 //!
 //! Float weights (F32, F16, BF16) keep their type; one group is `K` vectors of the 4 rows'
 //! values at that `k` (16 bytes for F32, 8 for F16 and BF16, converted to f32 in the kernel,

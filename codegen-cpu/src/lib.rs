@@ -40,7 +40,7 @@ pub mod matmul;
 pub mod pool;
 
 pub use jit::{CodegenError, Jit, JitCode, Result};
-pub use kernels::Tiling;
+pub use kernels::{SumOrder, Tiling};
 pub use layout::{repack, RepackedWeight};
 pub use matmul::{compile_matmul, compile_matmul_with, MatmulKernel, MatmulSpec};
 pub use pool::ThreadPool;

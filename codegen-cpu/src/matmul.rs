@@ -4,10 +4,13 @@
 //! ggml convention (`ggml_mul_mat`): a weight `{K, M}` (M rows of K values) times
 //! activations `{K, N}` (N tokens) gives `{M, N}` f32, `out[t·M + r] = Σ_k w[r][k] · x[t][k]`.
 //! Quantized weights are multiplied with activations quantized to their 8-bit companion
-//! format first, as ggml does, and the per-block arithmetic is ggml's
-//! (`ggml_vec_dot_q4_1_q8_1` and friends): per block, an exact integer sum scaled by
-//! `d_w·d_a` (plus `m_w·s_a` for Q4_1), added up in f32. Only the order of the f32 additions
-//! differs from ggml's, as it does between ggml's own SIMD variants.
+//! format first, as ggml does, and every output element is the f32 value llama.cpp's x86
+//! AVX2 kernels compute (`ggml_vec_dot_q4_0_q8_0`, `_q4_1_q8_1`, `_q8_0_q8_0`), bit for
+//! bit: eight lane sums of exact integer products per block, each added with a fused
+//! multiply-add scaled by `d_w·d_a`, then ggml's `hsum_float_8` (plus the separate `m_w·s_a`
+//! sum for Q4_1); see [`crate::kernels`]' `quant` module and [`ir::ggml::vec_dot_avx2`]. The
+//! same order for every `n` (llama.cpp's tinyBLAS gives the same numbers for Q4_0 / Q8_0
+//! batches). Float weights are summed in this crate's own order (within rounding of ggml's).
 //!
 //! Use: [`repack`](crate::layout::repack) the weight once; [`compile_matmul`] a kernel per
 //! shape; per call, [`MatmulKernel::prepare`] the activations (or
@@ -27,7 +30,7 @@ use ir::ggml::GgmlType;
 use crate::actq::{act_quant, act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 use crate::jit::{CodegenError, Jit, JitCode, Result};
-use crate::kernels::{self, build_matmul_fn, Tiling};
+use crate::kernels::{self, build_matmul_fn, SumOrder, Tiling};
 use crate::layout::{self, RepackedWeight};
 use crate::pool::ThreadPool;
 
@@ -94,39 +97,57 @@ impl MatmulSpec {
         self.act_bytes_checked().unwrap_or(usize::MAX)
     }
 
-    /// The tiling used by [`compile_matmul`]: decode (`n = 1`) streams the weights once, one
-    /// group of 4 rows at a time; larger `n` reuses each decoded weight block for 4 tokens.
+    /// The tiling used by [`compile_matmul`]: quantized kernels compute one group of 4 rows
+    /// at a time, for one token at decode (`n = 1`, two blocks per loop iteration) and tiles
+    /// of 2 tokens otherwise (one block per iteration; see the `quant` kernel module, and
+    /// `kernel-bench --tiling` to measure others); float kernels stream the
+    /// weights once at decode and reuse each weight vector for 4 tokens otherwise.
     ///
-    /// Measured on this project's machine: two groups at a time (sharing the activation
-    /// loads) is ~10% faster while the weights are in cache, but 2.5× slower streaming them
-    /// from DRAM (two interleaved streams 1.4 KiB apart defeat the hardware prefetcher), and
-    /// decode streams from DRAM.
+    /// Measured on this project's machine (float kernels): two groups at a time (sharing the
+    /// activation loads) is ~10% faster while the weights are in cache, but 2.5× slower
+    /// streaming them from DRAM (two interleaved streams 1.4 KiB apart defeat the hardware
+    /// prefetcher), and decode streams from DRAM.
     pub fn default_tiling(&self) -> Tiling {
+        self.tiling_for(SumOrder::Ggml)
+    }
+
+    /// The default tiling of kernels that add in `order`: for [`SumOrder::Block`] quantized
+    /// kernels, one group of 4 rows for one token at decode (two blocks per iteration) and
+    /// tiles of 4 tokens otherwise (their four accumulators per group and token leave room).
+    pub fn tiling_for(&self, order: SumOrder) -> Tiling {
         let quant = QuantFormat::of(self.wtype).is_some();
-        let (tokens, unroll, groups) = match (quant, self.n) {
-            (true, 1) => (1, 2, 1),
-            (true, _) => (4, 1, 1),
-            (false, 1) => (1, 8, 1),
-            (false, _) => (4, 4, 1),
+        let (tokens, unroll, groups) = match (quant, order, self.n) {
+            (true, _, 1) => (1, 2, 1),
+            (true, SumOrder::Ggml, _) => (2, 1, 1),
+            (true, SumOrder::Block, _) => (4, 1, 1),
+            (false, _, 1) => (1, 8, 1),
+            (false, _, _) => (4, 4, 1),
         };
         Tiling {
             tokens,
             unroll,
             groups,
+            order,
         }
     }
 
-    /// The kernel's function name: `mul_mat_{type}_{k}x{m}x{n}_t{tokens}u{unroll}g{groups}`.
+    /// The kernel's function name:
+    /// `mul_mat_{type}_{k}x{m}x{n}_t{tokens}u{unroll}g{groups}` (`_block` appended for
+    /// [`SumOrder::Block`]).
     pub fn kernel_name(&self, tiling: Tiling) -> String {
         format!(
-            "mul_mat_{}_{}x{}x{}_t{}u{}g{}",
+            "mul_mat_{}_{}x{}x{}_t{}u{}g{}{}",
             self.wtype.name(),
             self.k,
             self.m,
             self.n,
             tiling.tokens,
             tiling.unroll,
-            tiling.groups
+            tiling.groups,
+            match tiling.order {
+                SumOrder::Ggml => "",
+                SumOrder::Block => "_block",
+            }
         )
     }
 }
@@ -222,7 +243,12 @@ pub fn define_matmul(jit: &mut Jit, spec: &MatmulSpec, tiling: Tiling) -> Result
                 n: spec.n,
                 tiling,
             };
-            build_matmul_fn(jit, |e, a| kernels::quant::emit(e, a, &shape))
+            match tiling.order {
+                SumOrder::Ggml => build_matmul_fn(jit, |e, a| kernels::quant::emit(e, a, &shape)),
+                SumOrder::Block => {
+                    build_matmul_fn(jit, |e, a| kernels::quant_block::emit(e, a, &shape))
+                }
+            }
         }
         None => {
             let shape = kernels::float::FloatShape {
@@ -528,26 +554,38 @@ pub(crate) fn scalar_row(
         Some(fmt) => {
             let arb = act_row_bytes(s.k);
             let gbb = fmt.group_block_bytes();
-            let mut acc = 0.0f32;
+            // the kernels' (and ggml's AVX2) order: see the `quant` kernel module
+            let mut acc = [0.0f32; 8];
+            let mut summs = 0.0f32;
             for b in 0..s.k / QK {
                 let g = &group[b * gbb..][..gbb];
                 let a = &act[t * arb + b * ACT_BLOCK_BYTES..][..ACT_BLOCK_BYTES];
-                let mut sumi: i32 = 0;
-                for j in 0..QK {
-                    let q = layout::quant_at(&fmt, g, lane, j);
-                    sumi += q * act_quant(a, j) as i32;
+                let d = layout::scale_d(g, lane) * f32_at(a, 0);
+                for (l, acc) in acc.iter_mut().enumerate() {
+                    let lane_sum: i32 = (4 * l..4 * l + 4)
+                        .map(|j| {
+                            let q = layout::quant_at(&fmt, g, lane, j) - fmt.zero_point;
+                            q * act_quant(a, j) as i32
+                        })
+                        .sum();
+                    *acc = d.mul_add(lane_sum as f32, *acc);
                 }
-                let (dw, da) = (layout::scale_d(g, lane), f32_at(a, 0));
-                if fmt.zero_point != 0 {
-                    let at = ACT_AUX_OFFSET;
-                    sumi -= i32::from_le_bytes([a[at], a[at + 1], a[at + 2], a[at + 3]]);
-                }
-                acc += sumi as f32 * (dw * da);
                 if fmt.has_min {
-                    acc += layout::scale_m(g, lane) * f32_at(a, ACT_AUX_OFFSET);
+                    summs += layout::scale_m(g, lane) * f32_at(a, ACT_AUX_OFFSET);
                 }
             }
-            acc
+            let r = [
+                acc[0] + acc[4],
+                acc[1] + acc[5],
+                acc[2] + acc[6],
+                acc[3] + acc[7],
+            ];
+            let sum = (r[0] + r[2]) + (r[1] + r[3]);
+            if fmt.has_min {
+                sum + summs
+            } else {
+                sum
+            }
         }
         None => {
             let mut acc = 0.0f32;

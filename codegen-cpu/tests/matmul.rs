@@ -6,15 +6,19 @@
 //!   (`quantize_activations(.., Q8Flavor::X86)`), then ggml's scalar `vec_dot` per row;
 //! - a private integer-exact formula in this file: per block the exact integer sum and the
 //!   magnitude `Σ|terms|`, which sets the tolerance: |kernel − reference| ≤ 1e-5 · Σ|terms|
-//!   (the kernels add the scaled block terms in another order; the integer sums are exact).
+//!   (float kernels add in their own order; the integer sums are exact).
+//!
+//! Quantized kernels must moreover equal `ir::ggml::vec_dot_avx2` (llama.cpp's x86 order)
+//! bit for bit (see also `matmul_exact.rs`).
 
 use codegen_cpu::actq::{act_quant, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES};
 use codegen_cpu::formats::QuantFormat;
 use codegen_cpu::{
-    compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, ThreadPool, Tiling,
+    compile_matmul, compile_matmul_with, repack, MatmulSpec, SumOrder, ThreadPool, Tiling,
 };
 use ir::ggml::{
-    f16_to_f32, f32_to_bf16, f32_to_f16, quantize_activations, vec_dot, GgmlType, Q8Flavor,
+    f16_to_f32, f32_to_bf16, f32_to_f16, quantize_activations, vec_dot, vec_dot_avx2, GgmlType,
+    Q8Flavor,
 };
 
 /// SmolLM2-135M's matmul shapes `(k, m)`: q/o, k/v, gate/up, down.
@@ -194,12 +198,37 @@ fn check(t: GgmlType, k: usize, m: usize, n: usize, tiling: Option<Tiling>, seed
             let (exact, mag) = exact_dot(t, w_row, &aq, xt);
             let ggml = vec_dot(t, w_row, &aq).unwrap() as f64;
             let got = out[tok * m + r] as f64;
+            if QuantFormat::of(t).is_some() && kernel.tiling().order == SumOrder::Ggml {
+                // quantized kernels: llama.cpp's x86 AVX2 order, bit for bit
+                let want = vec_dot_avx2(t, w_row, &aq).unwrap();
+                assert_eq!(
+                    out[tok * m + r].to_bits(),
+                    want.to_bits(),
+                    "{spec} tiling {:?}: row {r} token {tok}: kernel {got}, llama.cpp order {want}",
+                    kernel.tiling()
+                );
+            }
             let tol = 1e-5 * mag + 1e-30;
             assert!(
                 (got - exact).abs() <= tol && (ggml - exact).abs() <= tol,
                 "{spec} tiling {:?}: row {r} token {tok}: kernel {got}, exact {exact}, ggml {ggml}, tol {tol}",
                 kernel.tiling()
             );
+        }
+    }
+}
+
+/// The block-order kernels ([`SumOrder::Block`]) at SmolLM2's shapes, within rounding of
+/// the exact result.
+#[test]
+fn block_order_smollm2_shapes() {
+    for t in [GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0] {
+        for (i, &(k, m)) in SHAPES.iter().enumerate() {
+            for &n in &NS {
+                let spec = MatmulSpec { wtype: t, k, m, n };
+                let ti = spec.tiling_for(SumOrder::Block);
+                check(t, k, m, n, Some(ti), 31 + i as u64 * 5 + n as u64);
+            }
         }
     }
 }
@@ -260,26 +289,31 @@ fn other_tilings_and_ragged_shapes() {
             tokens: 1,
             unroll: 1,
             groups: 1,
+            order: SumOrder::Ggml,
         },
         Tiling {
             tokens: 2,
             unroll: 3,
             groups: 2,
+            order: SumOrder::Ggml,
         },
         Tiling {
             tokens: 3,
             unroll: 2,
             groups: 3,
+            order: SumOrder::Ggml,
         },
         Tiling {
             tokens: 6,
             unroll: 1,
             groups: 1,
+            order: SumOrder::Ggml,
         },
         Tiling {
             tokens: 1,
             unroll: 2,
             groups: 4,
+            order: SumOrder::Ggml,
         },
     ];
     for t in [
@@ -289,9 +323,12 @@ fn other_tilings_and_ragged_shapes() {
         GgmlType::F32,
     ] {
         for (j, ti) in tilings.iter().enumerate() {
-            // m not a multiple of 4 (padded last group), n not a multiple of the tile
-            check(t, 160, 23, 7, Some(*ti), 500 + j as u64 + t.id() as u64);
-            check(t, 32, 4, 1, Some(*ti), 600 + j as u64 + t.id() as u64);
+            for order in [SumOrder::Ggml, SumOrder::Block] {
+                let ti = Tiling { order, ..*ti };
+                // m not a multiple of 4 (padded last group), n not a multiple of the tile
+                check(t, 160, 23, 7, Some(ti), 500 + j as u64 + t.id() as u64);
+                check(t, 32, 4, 1, Some(ti), 600 + j as u64 + t.id() as u64);
+            }
         }
     }
     // many tokens at a large k: the kernels cut the tokens into chunks (with a remainder

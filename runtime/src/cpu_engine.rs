@@ -16,8 +16,8 @@ use crate::engine::{check_decode_args, Engine};
 use anyhow::Context;
 use codegen_cpu::exec::{CompiledPlan, StepArgs};
 use compiler::passes::{compile, CompileOptions};
-use ir::gguf::GgufFile;
 use ir::graph::DType;
+use ir::interp::WeightSource;
 use ir::plan::schedule::chunks;
 use ir::plan::{Base, Plan, WeightId};
 
@@ -131,12 +131,18 @@ pub struct CpuEngine<'a> {
 impl<'a> CpuEngine<'a> {
     /// Compiles `plan` (built for the model in `gguf`, e.g. by [`build_plan`]) on
     /// `n_threads` threads; the caller keeps `gguf` alive (its embedding table is read in
-    /// place).
+    /// place). `gguf` is a [`GgufFile`](ir::gguf::GgufFile), or a
+    /// [`ReleasingGguf`](crate::engine_weights::ReleasingGguf) over one to keep the file's
+    /// pages out of the resident set.
     ///
     /// # Errors
     /// What [`CompiledPlan::new`] reports (a kernel the CPU backend cannot run, a weight the
     /// file lacks or holds with another type or shape), or a plan without logits.
-    pub fn new(gguf: &'a GgufFile, plan: Plan, n_threads: usize) -> anyhow::Result<CpuEngine<'a>> {
+    pub fn new(
+        gguf: &'a dyn WeightSource,
+        plan: Plan,
+        n_threads: usize,
+    ) -> anyhow::Result<CpuEngine<'a>> {
         let first = plan.steps.first().context("the plan has no steps")?;
         let logits = first
             .outputs
@@ -170,6 +176,13 @@ impl<'a> CpuEngine<'a> {
             positions: Vec::with_capacity(max_rows),
             out_ids: Vec::with_capacity(max_rows),
         })
+    }
+
+    /// Attention as llama.cpp's CPU flash attention (`true`, the default, as llama.cpp's
+    /// `-fa auto`) or its soft_max path (`-fa off`); see
+    /// [`CompiledPlan::set_flash_attn`].
+    pub fn set_flash_attn(&mut self, on: bool) {
+        self.exec.set_flash_attn(on);
     }
 
     /// The compiled plan (load statistics, per-kernel profile).
@@ -266,7 +279,10 @@ impl Engine for CpuEngine<'_> {
                 kv_len: c.kv_len() as usize,
                 data: &[],
             };
-            let out = self.exec.step(c.n_tokens, n_outputs, &args)?;
+            // The call is one llama.cpp ubatch: its size chooses the attention kernel.
+            let out = self
+                .exec
+                .step_real(c.n_tokens, n_outputs, n_real, tokens.len(), &args)?;
             if all_logits {
                 self.logits.extend_from_slice(&out[..n_real * n_vocab]);
             } else if ci + 1 == cut.len() {

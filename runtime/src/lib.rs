@@ -7,6 +7,7 @@ pub mod chat;
 pub mod cli;
 pub mod cpu_engine;
 pub mod engine;
+pub mod engine_weights;
 pub mod generate;
 pub mod interp_engine;
 pub mod perplexity;

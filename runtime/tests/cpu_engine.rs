@@ -43,7 +43,7 @@ fn json(path: &Path) -> serde_json::Value {
 }
 
 /// The interpreter with llama.cpp's CPU arithmetic and flash attention off, as the fixtures
-/// were made and as the CPU engine computes attention.
+/// were made (the CPU engine with `set_flash_attn(false)` computes attention so).
 fn llama_cpp_no_flash() -> InterpOptions {
     InterpOptions {
         flash_attn: false,
@@ -94,6 +94,7 @@ fn check_model(shared: &Path, name: &str) {
     let plan =
         build_plan(&model, &[1, 64], N_CTX, DType::F16, LogitRows::Both).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan.clone(), 2).expect("plan compiles for the CPU");
+    cpu.set_flash_attn(false);
     let (cb, cs) = run(&mut cpu, &prompt);
     let mut interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, llama_cpp_no_flash());
     let (ib, is) = run(&mut interp, &prompt);
@@ -120,9 +121,31 @@ fn check_model(shared: &Path, name: &str) {
     );
 
     // One thread computes exactly what two do (the split changes who computes, not how).
-    let mut one = CpuEngine::new(&gguf, plan, 1).expect("plan compiles for one thread");
+    let mut one = CpuEngine::new(&gguf, plan.clone(), 1).expect("plan compiles for one thread");
+    one.set_flash_attn(false);
     let (ob, os) = run(&mut one, &prompt);
     assert!(ob == cb && os == cs, "{name}: 1 and 2 threads differ");
+
+    // Flash attention (the default) against the interpreter's.
+    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("plan compiles for the CPU");
+    let (fb, fs) = run(&mut cpu, &prompt);
+    let mut interp = InterpEngine::new(
+        &gguf,
+        &model,
+        N_CTX as usize,
+        64,
+        InterpOptions::llama_cpp(),
+    );
+    let (ib, is) = run(&mut interp, &prompt);
+    let d = [max_abs_diff(&fb, &ib), max_abs_diff(&fs, &is)];
+    eprintln!(
+        "{name}: flash attention, cpu vs interp batch {:.2e} step {:.2e}",
+        d[0], d[1]
+    );
+    assert!(
+        d[0] <= tol && d[1] <= tol,
+        "{name}: CPU engine vs interpreter with flash attention {d:?} exceeds {tol}"
+    );
 }
 
 #[test]
@@ -263,7 +286,7 @@ fn smollm2_matches_interpreter() {
     ];
     let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, llama_cpp_no_flash());
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, InterpOptions::llama_cpp());
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -300,15 +323,75 @@ fn smollm2_matches_interpreter() {
     eprintln!("SmolLM2: max |Δ logprob| of the interpreter's top 5, CPU engine vs interpreter: {worst:.4} nat");
 }
 
-/// SmolLM2 Q4_1 against llama.cpp (`shared/reference/ref-SmolLM2-135M-Instruct.Q4_1.json`):
-/// each prompt is decoded (in ubatches of at most 64), then llama.cpp's greedy tokens are fed
-/// back one at a time; at every generated position the log-probabilities of llama.cpp's top 5
-/// must be within 0.1 nat of llama.cpp's, and an id of our top 5 that llama.cpp does not list
-/// must rank below its fifth within that tolerance. (The reference README: llama.cpp itself
-/// moves by about 0.05 nat when the prompt is batched differently.) The 774-token prompt runs
-/// when `MODELC_FULL_TESTS` is set.
+/// SmolLM2: the compiled engine against the interpreter in llama.cpp mode (flash attention,
+/// llama.cpp's operation order; the interpreter reproduces llama.cpp's logits bit for bit on
+/// this model), bit for bit: a 12-token prompt (padded into the 16-token step: the attention
+/// kernel follows the 12 real tokens, as llama.cpp), then 4 tokens one at a time. Prints the
+/// largest logit difference.
 #[test]
-#[ignore = "fails today: the CPU engine deviates by up to 0.66 nat, the interpreter (non-flash) by up to 0.69, with argmax splits at the same positions: a difference shared upstream of both (lowering or the reference settings, e.g. flash attention); run with --ignored"]
+fn smollm2_bit_exact_with_interpreter() {
+    let Some(gguf) = smollm2() else { return };
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let prompt: Vec<u32> = vec![
+        504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
+    ];
+    let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan builds");
+    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, InterpOptions::llama_cpp());
+    let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
+    let mut i = interp
+        .decode(&prompt, 0, false)
+        .expect("interp decode")
+        .to_vec();
+    let mut worst = Vec::new();
+    for (step, next) in [897u32, 3163, 28, 260, 0].into_iter().enumerate() {
+        let lp = |l: &[f32]| log_softmax(l);
+        let (lc, li) = (lp(&c), lp(&i));
+        let dl = lc
+            .iter()
+            .zip(&li)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f64, f64::max);
+        let differ = c
+            .iter()
+            .zip(&i)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        worst.push((max_abs_diff(&c, &i), dl, differ));
+        if next == 0 {
+            break;
+        }
+        let pos = prompt.len() + step;
+        c = cpu
+            .decode(&[next], pos, false)
+            .expect("cpu decode")
+            .to_vec();
+        i = interp
+            .decode(&[next], pos, false)
+            .expect("interp decode")
+            .to_vec();
+    }
+    for (p, (d, dl, n)) in worst.iter().enumerate() {
+        eprintln!(
+            "position {p}: max |Δ logit| {d:.3e}, max |Δ logprob| {dl:.4} nat, {n} logits differ"
+        );
+    }
+    assert!(
+        worst.iter().all(|w| w.2 == 0),
+        "the CPU engine's logits differ from the interpreter's"
+    );
+}
+
+/// SmolLM2 Q4_1 against llama.cpp (`shared/reference/ref-SmolLM2-135M-Instruct.Q4_1.json`):
+/// each prompt is decoded in ubatches of 512 as llama.cpp did (`server_prompt_decode_calls`:
+/// one call, `n_ubatch` 512; the last ubatch padded to the 512-token step with the real count
+/// passed on, so attention takes the kernel llama.cpp took), then llama.cpp's greedy tokens are fed
+/// back one at a time; at every generated position the log-probabilities of llama.cpp's top
+/// 5 must be within 0.1 nat of llama.cpp's, and an id of our top 5 that llama.cpp does not
+/// list must rank below its fifth within that tolerance. (The reference README: llama.cpp
+/// itself moves by about 0.05 nat when the prompt is batched differently.) The 774-token
+/// prompt runs when `MODELC_FULL_TESTS` is set.
+#[test]
 fn smollm2_teacher_forced_top5() {
     const TOLERANCE: f64 = 0.1;
     let (Some(shared), Some(gguf)) = (shared_dir(), smollm2()) else {
@@ -319,7 +402,7 @@ fn smollm2_teacher_forced_top5() {
         .expect("reference json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("reference parses");
     let plan =
-        build_plan(&model, &[1, 64], 1024, DType::F16, LogitRows::Last).expect("plan builds");
+        build_plan(&model, &[1, 512], 1024, DType::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
     let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
     let mut worst = 0f64;
@@ -336,9 +419,9 @@ fn smollm2_teacher_forced_top5() {
         let completion = ids(&p["completion"]["tokens"]);
         cpu.clear();
         let mut logits = Vec::new();
-        for (i, c) in tokens.chunks(64).enumerate() {
+        for (i, c) in tokens.chunks(512).enumerate() {
             logits = cpu
-                .decode(c, i * 64, false)
+                .decode(c, i * 512, false)
                 .expect("prompt decode")
                 .to_vec();
         }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
-//!     [--only bandwidth|shapes|decode|pp] [--tiling TOKENS,UNROLL[,GROUPS]] [--types Q4_1,Q8_0,...]
+//!     [--only bandwidth|shapes|decode|pp] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -14,8 +14,8 @@
 use std::time::Instant;
 
 use codegen_cpu::{
-    compile_matmul, compile_matmul_with, repack, MatmulKernel, MatmulSpec, RepackedWeight,
-    ThreadPool, Tiling,
+    compile_matmul_with, repack, MatmulKernel, MatmulSpec, RepackedWeight, SumOrder, ThreadPool,
+    Tiling,
 };
 use ir::ggml::GgmlType;
 
@@ -30,6 +30,7 @@ struct Args {
     reps: usize,
     only: Option<String>,
     tiling: Option<Tiling>,
+    order: SumOrder,
     types: Vec<GgmlType>,
     disasm: Option<MatmulSpec>,
 }
@@ -40,6 +41,7 @@ fn parse_args() -> Result<Args, String> {
         reps: 21,
         only: None,
         tiling: None,
+        order: SumOrder::Ggml,
         types: vec![
             GgmlType::Q4_1,
             GgmlType::Q4_0,
@@ -73,7 +75,15 @@ fn parse_args() -> Result<Args, String> {
                     tokens: p[0],
                     unroll: p[1],
                     groups: p.get(2).copied().unwrap_or(1),
+                    order: SumOrder::Ggml,
                 });
+            }
+            "--order" => {
+                a.order = match val()?.as_str() {
+                    "ggml" => SumOrder::Ggml,
+                    "block" => SumOrder::Block,
+                    o => return Err(format!("--order {o}: ggml or block")),
+                }
             }
             "--types" => {
                 a.types = val()?
@@ -96,7 +106,7 @@ fn parse_args() -> Result<Args, String> {
                 });
             }
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -140,10 +150,10 @@ fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> RepackedWeig
     }
 }
 
-fn kernel(spec: &MatmulSpec, tiling: Option<Tiling>) -> MatmulKernel {
+fn kernel(spec: &MatmulSpec, tiling: Option<Tiling>, order: SumOrder) -> MatmulKernel {
     let r = match tiling {
-        Some(t) => compile_matmul_with(spec, t),
-        None => compile_matmul(spec),
+        Some(t) => compile_matmul_with(spec, Tiling { order, ..t }),
+        None => compile_matmul_with(spec, spec.tiling_for(order)),
     };
     match r {
         Ok(k) => k,
@@ -212,7 +222,7 @@ fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
             }
             let spec = MatmulSpec { wtype: t, k, m, n };
             let t0 = Instant::now();
-            let kern = kernel(&spec, a.tiling);
+            let kern = kernel(&spec, a.tiling, a.order);
             let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
             let x: Vec<f32> = (0..k * n)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
@@ -290,10 +300,10 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], roof: &[f64], n: usize, label: &s
         m,
         n: nn,
     };
-    let kq = kernel(&spec(N_EMBD, N_EMBD, n), a.tiling);
-    let kkv = kernel(&spec(N_EMBD, N_KV, n), a.tiling);
-    let kff = kernel(&spec(N_EMBD, N_FF, n), a.tiling);
-    let kdown = kernel(&spec(N_FF, N_EMBD, n), a.tiling);
+    let kq = kernel(&spec(N_EMBD, N_EMBD, n), a.tiling, a.order);
+    let kkv = kernel(&spec(N_EMBD, N_KV, n), a.tiling, a.order);
+    let kff = kernel(&spec(N_EMBD, N_FF, n), a.tiling, a.order);
+    let kdown = kernel(&spec(N_FF, N_EMBD, n), a.tiling, a.order);
     let kout = kernel(
         &MatmulSpec {
             wtype: GgmlType::Q8_0,
@@ -302,6 +312,7 @@ fn bench_sweep(a: &Args, pools: &[ThreadPool], roof: &[f64], n: usize, label: &s
             n: 1,
         },
         None,
+        a.order,
     );
     let x_embd: Vec<f32> = (0..N_EMBD * n)
         .map(|i| ((i * 31) % 200) as f32 / 100.0 - 1.0)
@@ -422,7 +433,10 @@ fn main() {
         }
     };
     if let Some(spec) = a.disasm {
-        let tiling = a.tiling.unwrap_or(spec.default_tiling());
+        let tiling = a.tiling.map_or(spec.tiling_for(a.order), |t| Tiling {
+            order: a.order,
+            ..t
+        });
         match codegen_cpu::matmul::disassemble_matmul(&spec, tiling) {
             Ok(s) => println!("{s}"),
             Err(e) => eprintln!("{e}"),

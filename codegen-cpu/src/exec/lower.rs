@@ -674,7 +674,6 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         if out.ne[0] != d_v || out.ne[1] != n_head || out.ne[2] != n_tokens {
             return Err("the result must be {d_v, n_head, n_tokens}".into());
         }
-        self.needs.score_floats = self.needs.score_floats.max(kc.ne[2]);
         self.needs.tmp_floats = self.needs.tmp_floats.max(d_k);
         let a = Attention {
             q,
@@ -684,9 +683,10 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             out,
             params,
         };
-        if n_tokens > 1 {
-            self.needs.attn_floats = self.needs.attn_floats.max(a.prefill_floats());
-        }
+        self.needs.score_floats = self.needs.score_floats.max(a.query_floats());
+        // Single-token steps too: a llama.cpp ubatch of 64 or more tokens cut into steps
+        // takes the tiled flash kernel in each of them.
+        self.needs.attn_floats = self.needs.attn_floats.max(a.prefill_floats());
         Ok(Op::Attention(a))
     }
 

@@ -19,12 +19,14 @@
 //! that the threads take from a shared counter (module `sync`); the logits are a slice of the
 //! arena. Nothing is allocated while a step runs.
 //!
-//! Numerics follow llama.cpp's CPU backend without flash attention: activations are
-//! converted to the weight type's `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for
-//! Q8_0 / Q4_0), attention rounds Q and the probabilities to f16 with an F16 cache, norms sum
-//! in f64. Sums run in other orders than ggml's, so results agree to the last bits, not
-//! bit for bit (see the tests). llama.cpp's CPU flash attention (its default) is not
-//! reproduced.
+//! Numerics follow llama.cpp's CPU backend on x86-64 (AVX2): activations are converted to the
+//! weight type's `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0);
+//! attention is llama.cpp's CPU flash attention (its default; [`CompiledPlan::set_flash_attn`]
+//! switches to its soft_max path, which rounds Q and the probabilities to f16 with an F16
+//! cache), chosen by the token count of llama.cpp's ubatch ([`CompiledPlan::step_real`]) and
+//! llama.cpp's thread count ([`CompiledPlan::set_llama_threads`]); norms, SiLU / SwiGLU,
+//! rope, softmax and the other elementwise kernels compute what `ir::interp` computes in
+//! llama.cpp mode bit for bit (see [`crate::kernels`] and their tests).
 
 mod lower;
 mod mul_mat;
@@ -187,6 +189,10 @@ pub struct CompiledPlan<'w> {
     pool: ThreadPool,
     error: AtomicBool,
     profiling: bool,
+    /// llama.cpp's flash attention (else its soft_max path).
+    flash: bool,
+    /// llama.cpp's thread count, for its split-KV flash decode.
+    llama_threads: usize,
     last_step: Option<usize>,
     stats: LoadStats,
     _w: PhantomData<&'w [u8]>,
@@ -430,6 +436,8 @@ impl<'w> CompiledPlan<'w> {
             pool,
             error: AtomicBool::new(false),
             profiling: false,
+            flash: true,
+            llama_threads: n_threads,
             last_step: None,
             stats,
             _w: PhantomData,
@@ -469,6 +477,25 @@ impl<'w> CompiledPlan<'w> {
             kv[off..end].fill(0);
         }
         self.kv_used = 0;
+    }
+
+    /// Attention as llama.cpp's CPU flash attention (`true`, the default, as llama.cpp's
+    /// `-fa auto` on the CPU) or as its soft_max path (`false`, `-fa off`).
+    pub fn set_flash_attn(&mut self, on: bool) {
+        self.flash = on;
+    }
+
+    /// Whether attention is llama.cpp's flash attention.
+    pub fn flash_attn(&self) -> bool {
+        self.flash
+    }
+
+    /// The thread count of the llama.cpp run to reproduce (default: this plan's thread
+    /// count): its flash-attention decode over 512 or more (padded) cache cells cuts the
+    /// cache into one chunk per thread, so the last bits of the result depend on it. 0 is
+    /// taken as 1.
+    pub fn set_llama_threads(&mut self, n: usize) {
+        self.llama_threads = n.max(1);
     }
 
     /// Turns per-kernel timing on or off (off by default; on, thread 0 reads the clock
@@ -524,6 +551,36 @@ impl<'w> CompiledPlan<'w> {
         n_outputs: u32,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
+        self.step_real(
+            n_tokens,
+            n_outputs,
+            n_tokens as usize,
+            n_tokens as usize,
+            args,
+        )
+    }
+
+    /// [`CompiledPlan::step`] for `n_real` real tokens padded to the step's `n_tokens` (the
+    /// first `n_real` rows are real; the padding rows' attention results are zeros), which
+    /// are part of (or all of) a llama.cpp ubatch of `n_llama` tokens: llama.cpp chooses its
+    /// flash-attention kernel by `n_llama`, and so does this step, so a ubatch cut into
+    /// compiled sizes or padded to one computes llama.cpp's numbers.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::step`]; `n_real` outside `1..=n_tokens`, `n_llama` below `n_real`.
+    pub fn step_real(
+        &mut self,
+        n_tokens: u32,
+        n_outputs: u32,
+        n_real: usize,
+        n_llama: usize,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
+        if n_real == 0 || n_real > n_tokens as usize || n_llama < n_real {
+            return Err(ExecError::Input(format!(
+                "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
+            )));
+        }
         let si = self
             .steps
             .iter()
@@ -536,7 +593,7 @@ impl<'w> CompiledPlan<'w> {
         self.write_inputs(si, args)?;
         // Positions are below kv_len, so no row at or past it is written.
         self.kv_used = self.kv_used.max(args.kv_len);
-        self.run(si, args.kv_len)?;
+        self.run(si, args.kv_len, n_real, n_llama)?;
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
         // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
@@ -626,12 +683,19 @@ impl<'w> CompiledPlan<'w> {
         Ok(())
     }
 
-    fn run(&mut self, si: usize, kv_len: usize) -> Result<(), ExecError> {
+    fn run(
+        &mut self,
+        si: usize,
+        kv_len: usize,
+        n_real: usize,
+        n_llama: usize,
+    ) -> Result<(), ExecError> {
         let st = &self.steps[si];
         let sync = &st.sync;
         let scratch = &self.scratch;
         let error = &self.error;
         let profiling = self.profiling;
+        let (flash, llama_threads) = (self.flash, self.llama_threads);
         sync.reset();
         error.store(false, Ordering::Relaxed);
         let failed = AtomicBool::new(false);
@@ -641,6 +705,10 @@ impl<'w> CompiledPlan<'w> {
                 kv_len,
                 scratch,
                 error,
+                n_real,
+                n_llama,
+                flash,
+                llama_threads,
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
                 for (i, op) in st.ops.iter().enumerate() {

@@ -16,10 +16,11 @@ use ir::graph::AttnParams;
 use super::mul_mat::MulMat;
 use super::view::{Ptr, View};
 use crate::kernels::attention::{
-    attend, attend_tile, load_kv_f32, KvRows, ScoreParams, TileQuery, KEY_BLOCK, TILE_QUERIES,
+    attend, attend_tile, load_kv_f32, KvRows, ScoreParams, TileQuery, TILE_QUERIES,
 };
 use crate::kernels::elementwise::{binary, glu, soft_max_row, unary, Binary, Glu, Unary};
 use crate::kernels::embed::dequant_row;
+use crate::kernels::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
 use crate::kernels::norm::{norm_row, rms_norm_row};
 use crate::kernels::rope::{store_f16, store_f32, RopeTable};
 
@@ -51,6 +52,15 @@ pub(crate) struct Ctx<'a> {
     pub scratch: &'a Scratch,
     /// Set when an op meets an index it cannot use (a row id out of range).
     pub error: &'a AtomicBool,
+    /// Real tokens of the step (the first `n_real` rows; the rest pad it to its size).
+    pub n_real: usize,
+    /// Tokens of the llama.cpp ubatch these tokens belong to (its `n_tokens`, which chooses
+    /// the flash-attention kernel; at least `n_real`).
+    pub n_llama: usize,
+    /// Attention as llama.cpp's CPU flash attention (else its soft_max path).
+    pub flash: bool,
+    /// llama.cpp's thread count (its split-KV flash decode cuts the cache per thread).
+    pub llama_threads: usize,
 }
 
 /// Where `ggml_get_rows` reads.
@@ -142,14 +152,21 @@ pub(crate) struct Attention {
 impl Attention {
     /// Keys a converted KV head holds (row length of the transposed keys).
     pub fn ldk(&self) -> usize {
-        self.k.ne[2].next_multiple_of(KEY_BLOCK) + KEY_BLOCK
+        // Whole flash-attention tiles past the last cell (the tiled kernel reads them).
+        self.k.ne[2].next_multiple_of(KV_TILE) + KV_TILE
     }
 
     /// f32 scratch values per thread for multi-token steps: transposed keys, values, and a
-    /// tile's queries and scores.
+    /// tile's queries and scores (or the flash tiled kernel's accumulator and tile).
     pub fn prefill_floats(&self) -> usize {
         let (d_k, d_v, ldk) = (self.q.ne[0], self.v.ne[0], self.ldk());
-        d_k * ldk + ldk * d_v + TILE_QUERIES * (d_k + ldk)
+        d_k * ldk + ldk * d_v + (TILE_QUERIES * (d_k + ldk)).max(flash::tiled_scratch(d_v))
+    }
+
+    /// f32 scratch values per thread for one query of flash attention (and the scores of
+    /// the soft_max path).
+    pub fn query_floats(&self) -> usize {
+        flash::query_scratch(self.q.ne[0], self.v.ne[0], self.k.ne[2])
     }
 }
 
@@ -435,6 +452,9 @@ impl Attention {
     }
 
     unsafe fn run_chunk(&self, c: usize, cx: &Ctx<'_>) {
+        if cx.flash {
+            return self.run_flash(c, cx);
+        }
         let a = self;
         let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
@@ -522,6 +542,120 @@ impl Attention {
         }
         if nq > 0 {
             attend_tile(&qs[..nq], d_k, d_v, j0, kt, ldk, vf, f16, &p, tile);
+        }
+    }
+}
+
+impl Attention {
+    /// Chunk `c` with llama.cpp's flash attention ([`crate::kernels::flash`]): the kernel
+    /// chosen from the token count of llama.cpp's ubatch (each query's result depends only
+    /// on the kernel, not on which step computes it); rows of padding tokens are zeroed.
+    unsafe fn run_flash(&self, c: usize, cx: &Ctx<'_>) {
+        let a = self;
+        let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
+        let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
+        let group = (n_head / n_head_kv.max(1)).max(1);
+        let n_ctx = a.k.ne[2];
+        let n_kv = a.k.dims(cx.kv_len)[2];
+        let n_real = cx.n_real.clamp(1, n_tokens);
+        let n_llama = cx.n_llama.max(n_real);
+        let p = FlashParams::new(a.params.kq_scale, a.params.softcap);
+        let pos = |t: usize| *(a.pos.add(4 * t) as *const i32) as i64;
+        let vis = |t: usize| visible(&a.params, pos(t), n_kv);
+        // llama.cpp's KV length: one past the last real position (the step's, unpadded).
+        let kv_real = if n_real < n_tokens {
+            (0..n_real).map(|t| pos(t) + 1).max().unwrap_or(1) as usize
+        } else {
+            cx.kv_len
+        };
+        let nek1 = padded_kv(kv_real, n_ctx);
+        let kv_rows = |kvh: usize| KvRows {
+            k: a.k.at(kvh, 0, 0),
+            k_stride: a.k.nb[2],
+            v: a.v.at(kvh, 0, 0),
+            v_stride: a.v.nb[2],
+            f16: a.k.dtype == ir::graph::DType::F16,
+        };
+        let scratch = cx.scratch.scores[cx.ti].0 as *mut f32;
+        let one = |t: usize, h: usize| {
+            let (lo, hi) = vis(t);
+            flash::query(
+                a.q.at(h, t, 0) as *const f32,
+                d_k,
+                &kv_rows(h / group),
+                lo,
+                hi,
+                n_llama,
+                nek1,
+                cx.llama_threads,
+                &p,
+                scratch,
+                a.out.at(h, t, 0) as *mut f32,
+                d_v,
+            )
+        };
+        // Chunk c: one head (one token), or a KV head and a block of tokens, last first.
+        let (kvh, heads, ta, tb) = if n_tokens == 1 {
+            (c / group, c..c + 1, 0, 1)
+        } else {
+            let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
+            let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
+            let tb = ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens);
+            (
+                kvh,
+                kvh * group..(kvh + 1) * group,
+                blk * TOKENS_PER_CHUNK,
+                tb,
+            )
+        };
+        for t in ta.max(n_real)..tb {
+            for h in heads.clone() {
+                let o = a.out.at(h, t, 0) as *mut f32;
+                for d in 0..d_v {
+                    *o.add(d) = 0.0;
+                }
+            }
+        }
+        let tb = tb.min(n_real);
+        if ta >= tb {
+            return;
+        }
+        if n_llama < Q_TILE || !d_v.is_multiple_of(8) {
+            for t in ta..tb {
+                for h in heads.clone() {
+                    one(t, h);
+                }
+            }
+            return;
+        }
+        // Tiled: the block's cells converted to f32 once, from a multiple of the KV tile.
+        let j0 = (ta..tb).map(|t| vis(t).0).min().unwrap_or(0);
+        let j1 = (ta..tb).map(|t| vis(t).1).max().unwrap_or(0);
+        let t0 = j0 / KV_TILE * KV_TILE;
+        let ldk = a.ldk();
+        let base = cx.scratch.attn[cx.ti].0 as *mut f32;
+        let (kt, vf, tile) = (base, base.add(d_k * ldk), base.add(d_k * ldk + ldk * d_v));
+        if t0 < j1 {
+            load_kv_f32(&kv_rows(kvh), d_k, d_v, t0, j1, kt, ldk, vf);
+        }
+        for t in ta..tb {
+            let (lo, hi) = vis(t);
+            for h in heads.clone() {
+                flash::tiled_query(
+                    a.q.at(h, t, 0) as *const f32,
+                    d_k,
+                    lo,
+                    hi,
+                    t0,
+                    kt,
+                    ldk,
+                    vf,
+                    &p,
+                    tile,
+                    a.out.at(h, t, 0) as *mut f32,
+                    d_v,
+                );
+            }
         }
     }
 }

@@ -4,10 +4,11 @@
 //!
 //! Plain Rust (a first version, not Cranelift): AVX2 + FMA through `std::arch` when the host
 //! has them ([`has_avx2`]), scalar loops otherwise. Each function matches what ggml-cpu
-//! computes (`ggml-cpu/vec.h`, `vec.cpp`, `ops.cpp`) and what `ir::interp` computes, with one
-//! documented difference: SiLU and the softmax exponentials use a vectorized `expf` (as
-//! ggml's `ggml_v_expf` / `ggml_v_silu` do on AVX2), accurate to about 1 ulp instead of the
-//! libm value the interpreter uses.
+//! computes on x86-64 with AVX2 (`ggml-cpu/vec.h`, `vec.cpp`, `ops.cpp`) bit for bit, as
+//! `ir::interp` does with `InterpOptions::llama_cpp` (`ir::interp::llama_cpu`): SiLU and
+//! SwiGLU take ggml's vectorized `ggml_v_expf` ([`exp256`]) for the values in whole groups
+//! of 8 and libm's `expf` for the rest; the tests compare every kernel with the
+//! interpreter's routine with `to_bits`.
 //!
 //! Every kernel takes raw pointers: the plan lets results overwrite their sources in place
 //! (`KernelOp::may_alias`), and each element is read before the same element is written.
@@ -39,10 +40,10 @@ const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// ggml's `GELU_COEF_A`.
 const GELU_COEF_A: f32 = 0.044715;
 
-/// `e^x` for 8 lanes (Cody–Waite range reduction to `r ∈ [-ln2/2, ln2/2]`, a degree-6
-/// polynomial for `e^r`, `2^n` built in the exponent bits). Relative error about 1e-7;
-/// inputs below -87.3 give about 1e-38 instead of 0, inputs above about 88.37 give infinity
-/// (the softmax feeds only values ≤ 0; SiLU then gives -0 as it should).
+/// ggml's `ggml_v_expf` for AVX2 + FMA (vec.h), 8 lanes: `x = n·ln2 + b` with `n` rounded
+/// by the 1.5·2^23 trick, a degree-5 polynomial in `b`, the exponent added to the bits, the
+/// two-factor scaling when some |n| > 126. Operation for operation what ggml computes, so
+/// each lane equals `ir::interp::llama_cpu::v_expf` bit for bit (checked by the tests).
 ///
 /// # Safety
 /// The host must have AVX2 and FMA.
@@ -50,34 +51,51 @@ const GELU_COEF_A: f32 = 0.044715;
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
-    let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-87.336_54)),
-        _mm256_set1_ps(88.722_83),
+    let f = |b: u32| _mm256_set1_ps(f32::from_bits(b));
+    let r = f(0x4b40_0000);
+    let z = _mm256_fmadd_ps(x, f(0x3fb8_aa3b), r);
+    let n = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(n, f(0x35bf_be8e), _mm256_fnmadd_ps(n, f(0x3f31_7200), x));
+    let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+    let k = _mm256_castsi256_ps(_mm256_add_epi32(
+        e,
+        _mm256_castps_si256(_mm256_set1_ps(1.0)),
+    ));
+    let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+    let c = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+    let u = _mm256_mul_ps(b, b);
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(f(0x3c07_2010), b, f(0x3d2b_9f17)),
+            u,
+            _mm256_fmadd_ps(f(0x3e2a_af33), b, f(0x3eff_fedb)),
+        ),
+        u,
+        _mm256_mul_ps(f(0x3f7f_fff6), b),
     );
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(std::f32::consts::LOG2_E),
-    ));
-    // r = x - n·ln2 in two steps (ln2 = HI + LO, HI exact in few bits).
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.398_199_9e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.333_452e-3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.166_579_6e-2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.166_666_65));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5));
-    let r2 = _mm256_mul_ps(r, r);
-    let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));
-    // 2^n: n ∈ [-126, 128] after the clamp; 2^128 overflows to inf only for x ≥ 88.72.
-    let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-        _mm256_cvtps_epi32(n),
-        _mm256_set1_epi32(127),
-    ));
-    _mm256_mul_ps(y, _mm256_castsi256_ps(e))
+    if _mm256_movemask_ps(c) == 0 {
+        return _mm256_fmadd_ps(j, k, k);
+    }
+    let g = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+        _mm256_set1_epi32(0x8200_0000u32 as i32),
+    );
+    let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+    let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    let d = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+    _mm256_or_ps(
+        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(
+            d,
+            _mm256_or_ps(
+                _mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)),
+            ),
+        ),
+    )
 }
 
-/// `x / (1 + e^-x)` for 8 lanes (ggml's `ggml_v_silu`).
+/// `x / (1 + e^-x)` for 8 lanes (ggml's `ggml_v_silu`: `e^-x` by [`exp256`] of `0 - x`).
 ///
 /// # Safety
 /// The host must have AVX2 and FMA.
@@ -87,6 +105,13 @@ pub(crate) unsafe fn exp256(x: __m256) -> __m256 {
 unsafe fn silu256(x: __m256) -> __m256 {
     let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
     _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+}
+
+/// ggml's `ggml_v_silu` on one value (the scalar form of [`silu256`], for hosts without
+/// AVX2): `x / (1 + v_expf(0 - x))`.
+#[inline]
+fn v_silu(x: f32) -> f32 {
+    x / (1.0 + ir::interp::llama_cpu::v_expf(0.0 - x))
 }
 
 /// `ggml_silu_f32`: `x / (1 + e^-x)`.
@@ -138,7 +163,9 @@ pub(crate) enum Unary {
     Copy,
 }
 
-/// `y[i] = f(x[i])` for `n` values.
+/// `y[i] = f(x[i])` for `n` values (one row: SiLU takes ggml's vectorized form for the
+/// values in whole groups of 8 from `x`, its scalar form for the rest, as
+/// `ggml_vec_silu_f32`).
 ///
 /// # Safety
 /// `x` and `y` must be valid for `n` f32 reads / writes; they may be the same pointer but
@@ -149,9 +176,11 @@ pub(crate) unsafe fn unary(f: Unary, x: *const f32, y: *mut f32, n: usize) {
     if f == Unary::Silu && has_avx2() {
         i = silu_avx2(x, y, n);
     }
+    let whole = n & !7;
     for i in i..n {
         let v = *x.add(i);
         *y.add(i) = match f {
+            Unary::Silu if i < whole => v_silu(v),
             Unary::Silu => silu(v),
             Unary::Gelu => gelu(v),
             Unary::Tanh => v.tanh(),
@@ -183,7 +212,8 @@ pub(crate) enum Glu {
     Geglu,
 }
 
-/// `y[i] = act(g[i]) · u[i]` for `n` values.
+/// `y[i] = act(g[i]) · u[i]` for `n` values (one row, or a part of one starting at a
+/// multiple of 8: SiLU as in [`unary`], `ggml_vec_swiglu_f32`).
 ///
 /// # Safety
 /// `g`, `u` valid for `n` reads and `y` for `n` writes; `y` may equal `g` or `u` but must not
@@ -194,9 +224,11 @@ pub(crate) unsafe fn glu(f: Glu, g: *const f32, u: *const f32, y: *mut f32, n: u
     if f == Glu::Swiglu && has_avx2() {
         i = swiglu_avx2(g, u, y, n);
     }
+    let whole = n & !7;
     for i in i..n {
         let a = *g.add(i);
         let act = match f {
+            Glu::Swiglu if i < whole => v_silu(a),
             Glu::Swiglu => silu(a),
             Glu::Geglu => gelu(a),
         };
@@ -309,7 +341,9 @@ unsafe fn exp_shifted_avx2(w: *mut f32, n: usize, max: f32) -> (usize, f64) {
     (i, (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
 }
 
-/// `ggml_soft_max_ext` without mask over one row: `y = softmax(x · scale)`.
+/// `ggml_soft_max_ext` without mask over one row: `y = softmax(x · scale)`, as the
+/// interpreter computes it (`ir::interp::llama_cpu::soft_max_row`: `expf` of each value in
+/// order, the sum in f64, then `y · (1 / sum)`).
 ///
 /// # Safety
 /// `x` valid for `n` reads, `y` for `n` writes; `y` may equal `x`.
@@ -320,9 +354,136 @@ pub(crate) unsafe fn soft_max_row(x: *const f32, y: *mut f32, n: usize, scale: f
         *y.add(i) = v;
         max = max.max(v);
     }
-    let sum = exp_shifted_sum(y, n, max);
+    let mut sum = 0f64;
+    for i in 0..n {
+        let e = (*y.add(i) - max).exp();
+        *y.add(i) = e;
+        sum += e as f64;
+    }
     let inv = (1.0 / sum) as f32;
     for i in 0..n {
         *y.add(i) *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ir::interp::llama_cpu;
+
+    /// xorshift64 values uniform in `[lo, hi)`.
+    fn random(n: usize, lo: f32, hi: f32, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+            })
+            .collect()
+    }
+
+    fn assert_bits(what: &str, a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                x.to_bits() == y.to_bits(),
+                "{what}[{i}]: {x:e} vs the interpreter's {y:e}"
+            );
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn exp256_is_ggml_v_expf() {
+        if !has_avx2() {
+            return;
+        }
+        let mut x = random(4096, -110.0, 95.0, 1);
+        x.extend([
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -87.5,
+            -126.5 * std::f32::consts::LN_2,
+            -150.0,
+            -200.0,
+            0.0,
+            -0.0,
+            88.7,
+        ]);
+        while x.len() % 8 != 0 {
+            x.push(1.0);
+        }
+        let mut y = vec![0f32; x.len()];
+        for (xs, ys) in x.chunks_exact(8).zip(y.chunks_exact_mut(8)) {
+            // SAFETY: AVX2 and FMA checked above; 8 values each.
+            unsafe { _mm256_storeu_ps(ys.as_mut_ptr(), exp256(_mm256_loadu_ps(xs.as_ptr()))) };
+        }
+        let want: Vec<f32> = x.iter().map(|&v| llama_cpu::v_expf(v)).collect();
+        assert_bits("v_expf", &y, &want);
+    }
+
+    #[test]
+    fn swiglu_and_silu_are_the_interpreters() {
+        // SmolLM2's n_ff, and a row with a tail beyond the groups of 8.
+        for (n, seed) in [(1536usize, 2u64), (1541, 3)] {
+            let g = random(n, -12.0, 12.0, seed);
+            let u = random(n, -3.0, 3.0, seed + 10);
+            let mut want = vec![0f32; n];
+            llama_cpu::silu_row(&g, Some(&u), &mut want);
+            let mut y = vec![0f32; n];
+            // SAFETY: three rows of `n` values.
+            unsafe { glu(Glu::Swiglu, g.as_ptr(), u.as_ptr(), y.as_mut_ptr(), n) };
+            assert_bits("swiglu", &y, &want);
+            llama_cpu::silu_row(&g, None, &mut want);
+            // SAFETY: two rows of `n` values.
+            unsafe { unary(Unary::Silu, g.as_ptr(), y.as_mut_ptr(), n) };
+            assert_bits("silu", &y, &want);
+            // In place, as the plan may run it.
+            let mut z = g.clone();
+            // SAFETY: one row, read before written element by element.
+            unsafe { unary(Unary::Silu, z.as_ptr(), z.as_mut_ptr(), n) };
+            assert_bits("silu in place", &z, &want);
+        }
+    }
+
+    #[test]
+    fn softmax_and_gelu_are_the_interpreters() {
+        let x = random(577, -20.0, 20.0, 4);
+        let mut want = vec![0f32; x.len()];
+        llama_cpu::soft_max_row(&x, &mut want, 0.3);
+        let mut y = vec![0f32; x.len()];
+        // SAFETY: two rows of the same length.
+        unsafe { soft_max_row(x.as_ptr(), y.as_mut_ptr(), x.len(), 0.3) };
+        assert_bits("soft_max", &y, &want);
+        let x = random(20000, -12.0, 12.0, 5);
+        let g: Vec<f32> = x.iter().map(|&v| gelu(v)).collect();
+        let want: Vec<f32> = x.iter().map(|&v| llama_cpu::gelu_f16(v)).collect();
+        assert_bits("gelu", &g, &want);
+    }
+
+    #[test]
+    fn add_and_mul_are_exact() {
+        let a = random(576, -5.0, 5.0, 6);
+        let b = random(576, -5.0, 5.0, 7);
+        let mut y = vec![0f32; 576];
+        // SAFETY: rows of 576 values.
+        unsafe {
+            binary(
+                Binary::Add,
+                a.as_ptr(),
+                b.as_ptr(),
+                576,
+                y.as_mut_ptr(),
+                576,
+            )
+        };
+        let want: Vec<f32> = a.iter().zip(&b).map(|(x, z)| x + z).collect();
+        assert_bits("add", &y, &want);
+        // SAFETY: as above, `b` repeated every 64 values.
+        unsafe { binary(Binary::Mul, a.as_ptr(), b.as_ptr(), 64, y.as_mut_ptr(), 576) };
+        let want: Vec<f32> = a.iter().enumerate().map(|(i, x)| x * b[i % 64]).collect();
+        assert_bits("mul", &y, &want);
     }
 }

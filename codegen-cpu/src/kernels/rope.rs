@@ -4,8 +4,8 @@
 //! Plain Rust (a first version, not Cranelift). The `(cos, sin)` of every pair at every
 //! position is computed once at load time ([`RopeTable`]) exactly as ggml-cpu's
 //! `ggml_rope_cache_init` / `rope_yarn` compute them per call, by `ir::interp::rope_cache`
-//! itself, so the rotation is bit-identical to the interpreter's; the kernel itself is table lookups and four
-//! multiplies per pair. Values past `n_rot` pass through unchanged.
+//! itself, and the rotation fuses its multiply-adds as GCC does in ggml (and the interpreter in
+//! llama.cpp mode), so results are bit-identical to the interpreter's. Values past `n_rot` pass through unchanged.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -42,31 +42,42 @@ impl RopeTable {
     }
 
     /// Rotates one head of `d` values at position `pos` (`pos < n_pos`, `d ≥ n_rot`): reads
-    /// `src`, writes `dst` (values past `n_rot` copied).
+    /// `src`, writes `dst` (values past `n_rot` copied). Each pair as GCC compiles ggml's
+    /// `x0*cos - x1*sin`, `x0*sin + x1*cos` (contraction on): `fma(x0, cos, -(x1*sin))` and
+    /// `fma(x0, sin, x1*cos)`, as `ir::interp::llama_cpu::rope`.
     ///
     /// # Safety
     /// `src` valid for `d` reads, `dst` for `d` writes; `dst` may equal `src` but must not
     /// otherwise overlap it; `pos` below the table's `n_pos`.
     pub(crate) unsafe fn rotate(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            return self.rotate_fma(src, dst, d, pos);
+        }
+        self.rotate_body(src, dst, d, pos)
+    }
+
+    /// [`RopeTable::rotate`] with FMA instructions (the same arithmetic as `mul_add`).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn rotate_fma(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
+        self.rotate_body(src, dst, d, pos)
+    }
+
+    #[inline(always)]
+    unsafe fn rotate_body(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
         let half = self.n_rot / 2;
         let cs = self.cs.as_ptr().add(pos * half * 2);
-        match self.mode {
-            RopeMode::Norm => {
-                for i in 0..half {
-                    let (c, s) = (*cs.add(2 * i), *cs.add(2 * i + 1));
-                    let (x0, x1) = (*src.add(2 * i), *src.add(2 * i + 1));
-                    *dst.add(2 * i) = x0 * c - x1 * s;
-                    *dst.add(2 * i + 1) = x0 * s + x1 * c;
-                }
-            }
-            RopeMode::Neox => {
-                for i in 0..half {
-                    let (c, s) = (*cs.add(2 * i), *cs.add(2 * i + 1));
-                    let (x0, x1) = (*src.add(i), *src.add(i + half));
-                    *dst.add(i) = x0 * c - x1 * s;
-                    *dst.add(i + half) = x0 * s + x1 * c;
-                }
-            }
+        let (sa, sb) = match self.mode {
+            RopeMode::Norm => (2, 1),
+            RopeMode::Neox => (1, half),
+        };
+        for i in 0..half {
+            let (c, s) = (*cs.add(2 * i), *cs.add(2 * i + 1));
+            let (a, b) = (sa * i, sa * i + sb);
+            let (x0, x1) = (*src.add(a), *src.add(b));
+            *dst.add(a) = x0.mul_add(c, -(x1 * s));
+            *dst.add(b) = x0.mul_add(s, x1 * c);
         }
         if !std::ptr::eq(src, dst) {
             for i in self.n_rot..d {
@@ -110,4 +121,52 @@ unsafe fn store_f16_avx2(src: *const f32, dst: *mut u8, n: usize) -> usize {
 /// `src` valid for `n` reads, `dst` for `4n` bytes of writes; no overlap.
 pub(crate) unsafe fn store_f32(src: *const f32, dst: *mut u8, n: usize) {
     std::ptr::copy_nonoverlapping(src as *const u8, dst, 4 * n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_is_the_interpreters() {
+        let mut s = 9u64;
+        let x: Vec<f32> = (0..64 * 9 * 5)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect();
+        let pos = [0, 1, 17, 300, 1023];
+        for mode in [RopeMode::Norm, RopeMode::Neox] {
+            let p = RopeParams {
+                mode,
+                n_rot: 64,
+                freq_base: 100000.0,
+                freq_scale: 1.0,
+                n_ctx_orig: 8192,
+                ext_factor: 0.0,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+            };
+            let want = ir::interp::llama_cpu::rope(&x, [64, 9, 5], &pos, None, &p);
+            let table = RopeTable::new(&p, None, 1024);
+            let mut y = x.clone();
+            for (t, &ps) in pos.iter().enumerate() {
+                for h in 0..9 {
+                    let o = (t * 9 + h) * 64;
+                    // SAFETY: one head of 64 values, in place.
+                    unsafe {
+                        table.rotate(y.as_ptr().add(o), y.as_mut_ptr().add(o), 64, ps as usize)
+                    };
+                }
+            }
+            assert!(
+                y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{mode:?}"
+            );
+        }
+    }
 }

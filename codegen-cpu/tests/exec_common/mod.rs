@@ -87,10 +87,15 @@ pub fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> 
 /// Plan of `graphs` (one step each, `n_outputs = n_tokens`) through kernelize, the six
 /// fusions and memory planning.
 pub fn plan_of(graphs: &[(u32, Graph)]) -> Plan {
+    plan_with_ctx(graphs, N_CTX)
+}
+
+/// [`plan_of`] with a KV cache of `n_ctx` cells.
+pub fn plan_with_ctx(graphs: &[(u32, Graph)], n_ctx: u32) -> Plan {
     let opts = CompileOptions {
         ubatches: graphs.iter().map(|(n, _)| *n).collect(),
         all_logits: true,
-        n_ctx: N_CTX,
+        n_ctx,
         ..CompileOptions::default()
     };
     let gs: Vec<(StepShape, Graph)> = graphs
@@ -156,6 +161,9 @@ pub fn run_both(
 ) -> Vec<RunOutputs> {
     let plan = plan_of(graphs);
     let mut cpu = CompiledPlan::new(&plan, weights, n_threads).expect("plan compiles");
+    // The same attention as the interpreter: flash or soft_max path, llama.cpp's threads.
+    cpu.set_flash_attn(opts.flash_attn);
+    cpu.set_llama_threads(opts.llama_threads);
     let mut interp = Interpreter::new(weights, opts);
     let mut out = Vec::new();
     for r in runs {

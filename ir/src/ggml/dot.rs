@@ -152,6 +152,78 @@ pub fn vec_dot_f32(
     vec_dot(wtype, w_row, &act)
 }
 
+/// The dot product of one weight row with one activation row as llama.cpp's x86 AVX2 kernels
+/// compute it (`ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q8_0_q8_0`
+/// in ggml-cpu/arch/x86/quants.c; llamafile's tinyBLAS gives the same numbers for Q4_0 and
+/// Q8_0 batches), for `wtype` Q4_0, Q4_1 or Q8_0; the interpreter's `avx2_order`.
+///
+/// Order: eight f32 lanes; per block `d = dx * dy`, and lane `l` (0..8) does
+/// `acc_l = fma(d, isum_l, acc_l)` with `isum_l` the exact i32 sum of the products of values
+/// `4l .. 4l + 4` (natural order; for 4-bit formats `(q - 8)` for Q4_0, `q` for Q4_1); Q4_1
+/// also sums `mx * sy` in a separate f32 (multiply, then add). At the end ggml's
+/// `hsum_float_8`: `((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7))`,
+/// plus that sum for Q4_1. `act_row` is in [`vec_dot_type`]`(wtype)` (Q8_0 or Q8_1) as
+/// [`quantize_activations`] makes it.
+///
+/// # Errors
+/// [`BlockDataError::Unsupported`] for other weight types; the length errors of
+/// [`vec_dot`].
+pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, BlockDataError> {
+    let (zero, has_min, bits4) = match wtype {
+        GgmlType::Q4_0 => (8, false, true),
+        GgmlType::Q4_1 => (0, true, true),
+        GgmlType::Q8_0 => (0, false, false),
+        _ => {
+            return Err(BlockDataError::Unsupported {
+                op: "vec_dot_avx2",
+                ty: wtype,
+            })
+        }
+    };
+    let at = if has_min {
+        GgmlType::Q8_1
+    } else {
+        GgmlType::Q8_0
+    };
+    let n = row_values(wtype, w_row)?;
+    check_lengths(at, "activation row", n, act_row.len())?;
+    let (wq0, aq0) = if has_min { (4, 4) } else { (2, 2) };
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (x, y) in w_row
+        .chunks_exact(wtype.type_size())
+        .zip(act_row.chunks_exact(at.type_size()))
+    {
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        if has_min {
+            summs += f16_at(x, 2) * f16_at(y, 2);
+        }
+        let wq = |j: usize| -> i32 {
+            if bits4 {
+                let b = x[wq0 + j % 16];
+                let q = if j < 16 { b & 0x0f } else { b >> 4 };
+                q as i32 - zero
+            } else {
+                x[wq0 + j] as i8 as i32
+            }
+        };
+        for (l, a) in acc.iter_mut().enumerate() {
+            let lane: i32 = (4 * l..4 * l + 4)
+                .map(|j| wq(j) * (y[aq0 + j] as i8 as i32))
+                .sum();
+            *a = d.mul_add(lane as f32, *a);
+        }
+    }
+    let r = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    let sum = (r[0] + r[2]) + (r[1] + r[3]);
+    Ok(if has_min { sum + summs } else { sum })
+}
+
 /// Number of values in a row of whole blocks.
 fn row_values(t: GgmlType, row: &[u8]) -> Result<usize, BlockDataError> {
     let ts = t.type_size();
@@ -442,4 +514,90 @@ fn iq4_xs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
         }
     }
     sumf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml::f32_to_f16;
+    use crate::graph::{DType, Graph, Input, Shape};
+    use crate::interp::{Inputs, InterpOptions, Interpreter, MemWeights};
+
+    /// xorshift
+    fn next(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    /// [`vec_dot_avx2`] gives the interpreter's numbers in llama.cpp's x86 order (its
+    /// `avx2_order`, `InterpOptions::llama_cpp`), bit for bit, for one and several tokens.
+    #[test]
+    fn vec_dot_avx2_matches_the_interpreter() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        // elements where ggml's scalar order gives another f32 (the test can tell them apart)
+        let mut differ = 0;
+        for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            for (k, m, n) in [(96usize, 5usize, 1usize), (64, 3, 3)] {
+                let mut w = vec![0u8; t.row_size(k as u64).unwrap() as usize * m];
+                w.iter_mut().for_each(|b| *b = next(&mut seed) as u8);
+                for blk in w.chunks_exact_mut(t.type_size()) {
+                    let d = (next(&mut seed) % 1000) as f32 * 3e-5 - 0.01;
+                    blk[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+                    if t == GgmlType::Q4_1 {
+                        let mn = -((next(&mut seed) % 1000) as f32) * 2e-4;
+                        blk[2..4].copy_from_slice(&f32_to_f16(mn).to_le_bytes());
+                    }
+                }
+                let x: Vec<f32> = (0..k * n)
+                    .map(|_| (next(&mut seed) % 20001) as f32 / 5000.0 - 2.0)
+                    .collect();
+                let mut g = Graph::new();
+                let wt = g.weight("w", DType::Block(t), Shape::new(&[k as u64, m as u64]));
+                let xt = g.input(
+                    "x",
+                    Input::Data,
+                    DType::F32,
+                    Shape::new(&[k as u64, n as u64]),
+                );
+                let y = g.mul_mat("y", wt, xt).unwrap();
+                g.outputs.push(y);
+                let mut mw = MemWeights::new();
+                mw.insert("w", t, [k as u64, m as u64, 1, 1], w.clone());
+                let opts = InterpOptions {
+                    q8_flavor: Q8Flavor::X86,
+                    n_threads: 1,
+                    ..InterpOptions::llama_cpp()
+                };
+                let data = [("x", &x[..])];
+                let inputs = Inputs {
+                    tokens: &[],
+                    positions: &[],
+                    output_ids: &[],
+                    kv_len: 0,
+                    data: &data,
+                };
+                let out = Interpreter::new(&mw, opts).run(&g, &inputs).unwrap();
+                let rb = w.len() / m;
+                for tok in 0..n {
+                    let (_, act) =
+                        quantize_activations(t, &x[tok * k..(tok + 1) * k], Q8Flavor::X86).unwrap();
+                    for r in 0..m {
+                        let ours = vec_dot_avx2(t, &w[r * rb..(r + 1) * rb], &act).unwrap();
+                        let scalar = vec_dot(t, &w[r * rb..(r + 1) * rb], &act).unwrap();
+                        differ += (scalar.to_bits() != ours.to_bits()) as usize;
+                        assert_eq!(
+                            ours.to_bits(),
+                            out[0][tok * m + r].to_bits(),
+                            "{t} k={k} n={n} row {r} token {tok}: {ours} vs {}",
+                            out[0][tok * m + r]
+                        );
+                    }
+                }
+            }
+        }
+        assert!(differ > 0, "no element tells the two orders apart");
+        assert!(vec_dot_avx2(GgmlType::Q6_K, &[0; 210], &[0; 292]).is_err());
+    }
 }

@@ -22,7 +22,7 @@ mod quant;
 mod types;
 
 pub use dequant::dequantize;
-pub use dot::{quantize_activations, vec_dot, vec_dot_f32, vec_dot_type};
+pub use dot::{quantize_activations, vec_dot, vec_dot_avx2, vec_dot_f32, vec_dot_type};
 pub use error::{BlockDataError, DequantError};
 pub use format::{
     block_format, block_formats, BitPiece, BlockFormat, Decode, Field, FieldKind, Index, IntCode,

@@ -192,6 +192,83 @@ impl GgufFile {
             .unwrap_or(&[])
     }
 
+    /// Tells the kernel that this process does not need, for now, the mapped pages holding
+    /// bytes `range` of shard `shard`'s file (`madvise(MADV_DONTNEED)`), so they leave the
+    /// resident set: what a loader calls once it has copied (repacked) the tensors there.
+    /// The range is clipped to the file and widened to whole pages; returns the length of the
+    /// clipped range (0 for in-memory data from [`GgufFile::from_bytes`], an empty range, an
+    /// unknown shard, and on platforms without `madvise`).
+    ///
+    /// The data stays valid and unchanged: the map is private and read-only, and never
+    /// written, so the kernel only drops the page-table entries; a later read of those bytes
+    /// (e.g. the embedding rows `get_rows` reads in place) faults the page back in from the
+    /// page cache, or the file when the cache was evicted. Borrowed slices
+    /// ([`GgufFile::tensor_data`]) stay usable. llama.cpp's loader does the same with
+    /// `llama_mmap::unmap_fragment` (there by unmapping the parts no tensor uses).
+    ///
+    /// # Errors
+    /// [`GgufError::Io`] naming the file when `madvise` fails.
+    pub fn release_pages(
+        &self,
+        shard: usize,
+        range: std::ops::Range<u64>,
+    ) -> Result<u64, GgufError> {
+        let Some(s) = self.shards.get(shard) else {
+            return Ok(0);
+        };
+        let Backing::Mmap(map) = &s.backing else {
+            return Ok(0);
+        };
+        let end = range.end.min(map.len() as u64);
+        if range.start >= end {
+            return Ok(0);
+        }
+        #[cfg(unix)]
+        {
+            // memmap2 widens the start down to a page boundary and the kernel rounds the
+            // length up to whole pages.
+            let (start, len) = (range.start as usize, (end - range.start) as usize);
+            // SAFETY: `MADV_DONTNEED` on a private mapping discards private (copy-on-write)
+            // changes, and this map is read-only and never written, so it has none: the bytes
+            // every live borrow sees are the file's, before and after (doc above).
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) }
+                .map_err(|error| GgufError::Io {
+                path: s.path.clone().unwrap_or_default(),
+                error,
+            })?;
+            Ok(end - range.start)
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(0)
+        }
+    }
+
+    /// [`GgufFile::release_pages`] for the data of tensor `t` (from this file's table).
+    ///
+    /// # Errors
+    /// As [`GgufFile::release_pages`].
+    pub fn release_tensor_pages(&self, t: &TensorInfo) -> Result<u64, GgufError> {
+        let Some(s) = self.shards.get(t.shard) else {
+            return Ok(0);
+        };
+        let start = s.data_offset.saturating_add(t.offset);
+        self.release_pages(t.shard, start..start.saturating_add(t.n_bytes))
+    }
+
+    /// [`GgufFile::release_pages`] for every byte of every shard (header included: the
+    /// metadata and tensor table were copied out when the file was opened).
+    ///
+    /// # Errors
+    /// As [`GgufFile::release_pages`].
+    pub fn release_all_pages(&self) -> Result<u64, GgufError> {
+        let mut n = 0;
+        for (i, s) in self.shards.iter().enumerate() {
+            n += self.release_pages(i, 0..s.backing.bytes().len() as u64)?;
+        }
+        Ok(n)
+    }
+
     /// Total size in bytes of all shards.
     pub fn file_size(&self) -> u64 {
         self.shards

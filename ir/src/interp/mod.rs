@@ -163,3 +163,140 @@ pub enum InterpError {
     #[error("building the graph: {0}")]
     Build(String),
 }
+
+/// The interpreter's llama.cpp arithmetic (the `avx2`, `flash`, `elementwise` and `rope`
+/// modules with [`InterpOptions::llama_cpp`]), exposed for backends that must compute the
+/// same numbers bit for bit and for their tests. Each function is the interpreter's own
+/// routine (scalar code, not meant for hot loops); the backends' fast kernels are checked
+/// against these.
+pub mod llama_cpu {
+    use super::attention::{attention as attn, AttnArgs, AttnCfg, AttnMode};
+    use super::layout::Lay;
+    use crate::graph::{AttnParams, RopeParams, Shape};
+
+    /// ggml's AVX2 `ggml_v_expf`, one lane.
+    pub fn v_expf(x: f32) -> f32 {
+        super::avx2::v_expf(x)
+    }
+
+    /// `ggml_vec_swiglu_f32` / `ggml_vec_silu_f32` on one row: ggml's vectorized SiLU for
+    /// the values in whole groups of 8, its scalar SiLU for the rest; times `g` when given.
+    pub fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
+        super::avx2::silu_row(x, g, y)
+    }
+
+    /// `ggml_vec_soft_max_f32` (AVX2): `y = exp(x - max)`, returns the f64 sum.
+    pub fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+        super::avx2::soft_max_exp(x, max, y)
+    }
+
+    /// `ggml_vec_dot_f16` (AVX/F16C) of two rows of f16 values.
+    pub fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
+        super::avx2::dot_f16(x, y)
+    }
+
+    /// `ggml_rms_norm` of one row (sum of squares in f64, in order).
+    pub fn rms_norm_row(x: &[f32], y: &mut [f32], eps: f32) {
+        super::elementwise::rms_norm_row(x, y, eps)
+    }
+
+    /// `ggml_norm` of one row.
+    pub fn norm_row(x: &[f32], y: &mut [f32], eps: f32) {
+        super::elementwise::norm_row(x, y, eps)
+    }
+
+    /// `ggml_soft_max_ext` without mask of one row.
+    pub fn soft_max_row(x: &[f32], y: &mut [f32], scale: f32) {
+        super::elementwise::soft_max_row(x, y, scale)
+    }
+
+    /// GELU from ggml's f16 table.
+    pub fn gelu_f16(x: f32) -> f32 {
+        super::elementwise::gelu_f16_table(x)
+    }
+
+    /// Rope of dense `x {d, n_head, n_tokens}` (`ne` = those three), one position per token,
+    /// with GCC's fused multiply-adds (as the interpreter in llama.cpp mode).
+    pub fn rope(
+        x: &[f32],
+        ne: [usize; 3],
+        pos: &[i32],
+        freq_factors: Option<&[f32]>,
+        p: &RopeParams,
+    ) -> Vec<f32> {
+        let lay = Lay::of(&Shape::new(&ne.map(|n| n as u64)), 0);
+        super::rope::rope(x, &lay, pos, freq_factors, p, true)
+    }
+
+    /// Sizes of one [`attention`] evaluation.
+    #[derive(Clone, Copy, Debug)]
+    pub struct AttnDims {
+        /// Key (and query) head size.
+        pub d_k: usize,
+        /// Value head size.
+        pub d_v: usize,
+        /// Query heads.
+        pub n_head: usize,
+        /// KV heads (divides `n_head`).
+        pub n_head_kv: usize,
+        /// Tokens of the ubatch (llama.cpp's `n_tokens`: chooses the kernel).
+        pub n_tokens: usize,
+        /// KV length (cells `0..n_kv` of the cache are read).
+        pub n_kv: usize,
+        /// KV cache size in cells (bounds the padded KV length).
+        pub n_ctx: usize,
+    }
+
+    /// Attention as the interpreter computes it in llama.cpp mode: `flash` = llama.cpp's CPU
+    /// flash attention (with `llama_threads` for its split-KV decode), else its soft_max
+    /// path. `q {d_k, n_head, n_tokens}` dense; `k {d_k, n_head_kv, n_kv}` and
+    /// `v {d_v, n_head_kv, n_kv}` dense (values as the cache holds them); one position per
+    /// token. Returns `{d_v, n_head, n_tokens}` dense.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: &AttnDims,
+        pos: &[i32],
+        params: &AttnParams,
+        flash: bool,
+        llama_threads: usize,
+    ) -> Vec<f32> {
+        let d = dims;
+        let kv = |w: usize| {
+            Lay::of(
+                &Shape::new(&[w as u64, d.n_head_kv as u64, d.n_ctx as u64]).with_kv_dim(2),
+                d.n_kv as u64,
+            )
+        };
+        let args = AttnArgs {
+            q,
+            lq: Lay::of(
+                &Shape::new(&[d.d_k as u64, d.n_head as u64, d.n_tokens as u64]),
+                0,
+            ),
+            k,
+            lk: kv(d.d_k),
+            v,
+            lv: kv(d.d_v),
+            pos,
+            out: Lay::of(
+                &Shape::new(&[d.d_v as u64, d.n_head as u64, d.n_tokens as u64]),
+                0,
+            ),
+        };
+        let cfg = AttnCfg {
+            mode: if flash {
+                AttnMode::Flash
+            } else {
+                AttnMode::F16
+            },
+            avx2: true,
+            n_ctx: d.n_ctx,
+            llama_threads,
+            n_threads: 1,
+        };
+        attn(&args, params, &cfg)
+    }
+}

@@ -30,7 +30,9 @@ pub struct CompileArgs {
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Ubatch sizes to specialise for, comma-separated (1 for decode, larger for prompts).
-    #[arg(long = "ubatch", value_delimiter = ',', default_value = "1,64")]
+    /// The sizes between 1 and 64 let short prompts and prompt tails run as one padded step
+    /// instead of token by token (a 28-token prompt: one 32-token step).
+    #[arg(long = "ubatch", value_delimiter = ',', default_value = "1,8,16,32,64")]
     pub ubatch: Vec<u32>,
     /// Default context size of the runner (0: the training context, at most 4096).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]

@@ -42,9 +42,9 @@ pub struct ModelArgs {
     /// attention rounding.
     #[arg(long = "no-rounding")]
     pub no_rounding: bool,
-    /// Interpreter only: attention as llama.cpp's flash-attention kernels (`on`, llama.cpp's
-    /// CPU default) or as its plain soft_max path (`off`).
-    #[arg(long = "flash-attn", default_value = "on", value_parser = ["on", "off"])]
+    /// Attention as llama.cpp's flash-attention kernels (`on`, llama.cpp's CPU default) or as
+    /// its plain soft_max path (`off`), as llama.cpp's `-fa`.
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off"])]
     pub flash_attn: String,
 }
 
@@ -106,11 +106,9 @@ pub fn make_engine<'a>(
             let threads = args
                 .threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            Ok(Box::new(crate::cpu_engine::CpuEngine::new(
-                gguf,
-                plan,
-                threads.max(1),
-            )?))
+            let mut e = crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?;
+            e.set_flash_attn(args.flash_attn == "on");
+            Ok(Box::new(e))
         }
         Backend::Interp => Ok(Box::new(InterpEngine::new(
             gguf,

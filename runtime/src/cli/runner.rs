@@ -13,6 +13,7 @@ use super::gen_args::{run_generation, GenArgs};
 use crate::artifact::{fingerprint, Artifact};
 use crate::bench::{self, Test};
 use crate::engine::Engine;
+use crate::engine_weights::ReleasingGguf;
 use crate::tokenizer::Vocab;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -134,33 +135,40 @@ fn default_threads() -> usize {
 }
 
 /// The plan to run: the stored one when the settings match, else recompiled for `n_ctx` /
-/// `all_logits` (the passes take milliseconds).
+/// `all_logits` (the passes take milliseconds). Takes the stored plan out of `artifact`, so
+/// that its JSON tree is freed before the weights are loaded.
 fn plan_for(
-    artifact: &Artifact,
+    artifact: &mut Artifact,
     gguf: &GgufFile,
     n_ctx: usize,
     all_logits: bool,
 ) -> anyhow::Result<Plan> {
-    let stored: Plan = serde_json::from_value(artifact.plan.clone())
-        .context("the runner's stored plan is corrupt")?;
+    let stored = std::mem::take(&mut artifact.plan);
     if n_ctx == artifact.n_ctx && !all_logits {
-        return Ok(stored);
+        return serde_json::from_value(stored).context("the runner's stored plan is corrupt");
     }
+    drop(stored);
     let ub: Vec<u32> = artifact.ubatch.iter().map(|&u| u as u32).collect();
     let opts = compile_options(&ub, n_ctx, parse_cache_type(&artifact.kv_type)?, all_logits)?;
     build_plan(gguf, &opts, &mut |_, _| {})
 }
 
+/// How often the file's pages are released while an engine is built
+/// ([`ReleasingGguf::while_loading`]).
+const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The CPU engine for `plan`, built from `weights` while the file's pages are released, so
+/// that the process holds the engine's copies of the weights, not the file's pages too
+/// ([`ReleasingGguf`]).
 fn cpu_engine<'a>(
-    gguf: &'a GgufFile,
+    weights: &'a ReleasingGguf<'a>,
     plan: Plan,
     threads: usize,
 ) -> anyhow::Result<Box<dyn Engine + 'a>> {
-    Ok(Box::new(crate::cpu_engine::CpuEngine::new(
-        gguf,
-        plan,
-        threads.max(1),
-    )?))
+    let engine = weights.while_loading(RELEASE_PERIOD, || {
+        crate::cpu_engine::CpuEngine::new(weights, plan, threads.max(1))
+    })?;
+    Ok(Box::new(engine))
 }
 
 /// Runs as the runner for `artifact` with the process's arguments.
@@ -171,15 +179,16 @@ pub fn main(artifact: Artifact) -> std::process::ExitCode {
     }
 }
 
-fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
+fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
     match cli.command {
         None => {
             let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = cli.common.n_ctx.unwrap_or(artifact.n_ctx);
-            let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
+            let weights = ReleasingGguf::new(&gguf);
             let mut engine = cpu_engine(
-                &gguf,
+                &weights,
                 plan,
                 cli.common.threads.unwrap_or_else(default_threads),
             )?;
@@ -195,7 +204,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .max()
                 .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
-            let plan = plan_for(&artifact, &gguf, n_ctx, false)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
             let mut tests: Vec<Test> = b
                 .n_prompt
                 .iter()
@@ -208,8 +217,9 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 threads.iter().all(|&t| t > 0),
                 "bench: thread counts must be at least 1"
             );
+            let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
-                &mut |t| cpu_engine(&gguf, plan.clone(), t),
+                &mut |t| cpu_engine(&weights, plan.clone(), t),
                 &threads,
                 &tests,
                 b.reps,
@@ -240,8 +250,9 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
         Some(RunnerCommand::Perplexity(p)) => {
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            let plan = plan_for(&artifact, &gguf, p.n_ctx, true)?;
-            let mut engine = cpu_engine(&gguf, plan, p.threads.unwrap_or_else(default_threads))?;
+            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true)?;
+            let weights = ReleasingGguf::new(&gguf);
+            let mut engine = cpu_engine(&weights, plan, p.threads.unwrap_or_else(default_threads))?;
             super::run::print_perplexity(engine.as_mut(), &vocab, &p.file, p.n_ctx, p.n_batch)
         }
         Some(RunnerCommand::Info { model }) => {
@@ -261,7 +272,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 "n_ctx           = {} (KV cache {})",
                 artifact.n_ctx, artifact.kv_type
             );
-            let plan: Plan = serde_json::from_value(artifact.plan.clone())
+            let plan: Plan = serde_json::from_value(std::mem::take(&mut artifact.plan))
                 .context("the runner's stored plan is corrupt")?;
             print!("{}", plan.summary());
             if let Some(m) = model {

@@ -1,0 +1,881 @@
+//! llama.cpp's CPU flash attention (ggml-cpu ops.cpp, `ggml_compute_forward_flash_attn_ext_f16`,
+//! llama.cpp's default on the CPU), bit for bit as `ir::interp` computes it with
+//! `InterpOptions::llama_cpp` (`ir/src/interp/flash.rs`, `ir::interp::llama_cpu::attention`):
+//!
+//! - the reference kernel ([`one_chunk`], ggml's `_one_chunk`) for ubatches of fewer than
+//!   [`Q_TILE`] tokens: Q rounded to f16; for each visible cell in order the score
+//!   `ggml_vec_dot_f16(k, q)` (4 × 8 lanes of fused multiply-adds, ggml's reduction) times the
+//!   scale; an online softmax (running maximum `M`, sum `S = fma(S, ms, vs)`, libm `expf`);
+//!   the weighted sum of V in an f16 accumulator, rounded to f16 after every update;
+//! - the tiled kernel ([`tiled_query`], ggml's `_tiled`) for ubatches of [`Q_TILE`] tokens or
+//!   more: f32 Q, tiles of [`KV_TILE`] cells aligned to cell 0, each score a chain of fused
+//!   multiply-adds over the head, the tile's exponentials by ggml's vectorized `expf` with
+//!   its grouped f64 sum (`ggml_vec_soft_max_f32`), an f32 accumulator;
+//! - the split-KV decode ([`split`]) for one token with a padded KV length of [`SPLIT_MIN`]
+//!   or more: the padded cache cut into one chunk per llama.cpp thread, each chunk by the
+//!   reference kernel, the partial results merged in chunk order.
+//!
+//! The kernel is chosen from the number of tokens of llama.cpp's ubatch (its `n_tokens`),
+//! not from the size of the step that computes them (which may be padded, or a part of it); the padded KV length ([`padded_kv`]) only matters
+//! for the split. The scores of a query are computed first (they are independent), then the
+//! serial online softmax runs over them; the arithmetic is unchanged. AVX2 + FMA + F16C through
+//! `std::arch` when the host has them; otherwise scalar code computing the same values.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::attention::KvRows;
+#[cfg(target_arch = "x86_64")]
+use super::elementwise::exp256;
+use super::elementwise::has_avx2;
+
+/// Rows of the tiled kernel's Q tile (`GGML_FA_TILE_Q`): ubatches this large take it.
+pub(crate) const Q_TILE: usize = 64;
+/// Cells of the tiled kernel's KV tile (`GGML_FA_TILE_KV`).
+pub(crate) const KV_TILE: usize = 64;
+/// llama.cpp pads the KV length to a multiple of this with flash attention.
+pub(crate) const KV_PAD: usize = 256;
+/// Padded KV length from which a one-token ubatch takes the split-KV path.
+pub(crate) const SPLIT_MIN: usize = 512;
+
+/// The KV length ggml's kernel sees for a KV length `kv_len` and a cache of `n_ctx` cells:
+/// `kv_len` padded to [`KV_PAD`], at most the cache.
+pub(crate) fn padded_kv(kv_len: usize, n_ctx: usize) -> usize {
+    kv_len
+        .div_ceil(KV_PAD)
+        .max(1)
+        .saturating_mul(KV_PAD)
+        .min(n_ctx.max(kv_len))
+}
+
+/// The score scale and soft-cap (0: none) as ggml folds them: with a cap `c`, scores are
+/// `c · tanh(q·k · kq_scale / c)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlashParams {
+    pub scale: f32,
+    pub cap: f32,
+}
+
+impl FlashParams {
+    pub(crate) fn new(kq_scale: f32, softcap: Option<f32>) -> FlashParams {
+        match softcap {
+            Some(c) => FlashParams {
+                scale: kq_scale / c,
+                cap: c,
+            },
+            None => FlashParams {
+                scale: kq_scale,
+                cap: 0.0,
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn score(&self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        if self.cap != 0.0 {
+            self.cap * s.tanh()
+        } else {
+            s
+        }
+    }
+}
+
+#[inline(always)]
+fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+#[inline(always)]
+unsafe fn load_scalar(p: *const u8, i: usize, f16: bool) -> f32 {
+    if f16 {
+        half::f16::from_bits(std::ptr::read_unaligned(p.add(2 * i) as *const u16)).to_f32()
+    } else {
+        std::ptr::read_unaligned(p.add(4 * i) as *const f32)
+    }
+}
+
+/// Scratch floats [`query`] needs: Q, an accumulator, and one score per cell.
+pub(crate) fn query_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
+    d_k + d_v + n_ctx
+}
+
+/// One query of a llama.cpp ubatch of `n_tokens` tokens with the reference or split-KV
+/// kernel (module doc): `out[0..d_v]` from `q[0..d_k]` (f32) over the visible cells `lo..hi`; `nek1` is the
+/// padded KV length ([`padded_kv`]), `llama_threads` llama.cpp's thread count.
+///
+/// # Safety
+/// `q` valid for `d_k` reads, `out` for `d_v` writes; `kv` rows `0..hi` valid; `scratch`
+/// holds [`query_scratch`] floats (with `n_ctx ≥ hi`); nothing overlaps `out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn query(
+    q: *const f32,
+    d_k: usize,
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    n_tokens: usize,
+    nek1: usize,
+    llama_threads: usize,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        return query_avx2(
+            q,
+            d_k,
+            kv,
+            lo,
+            hi,
+            n_tokens,
+            nek1,
+            llama_threads,
+            p,
+            scratch,
+            out,
+            d_v,
+        );
+    }
+    query_body::<false>(
+        q,
+        d_k,
+        kv,
+        lo,
+        hi,
+        n_tokens,
+        nek1,
+        llama_threads,
+        p,
+        scratch,
+        out,
+        d_v,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn query_avx2(
+    q: *const f32,
+    d_k: usize,
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    n_tokens: usize,
+    nek1: usize,
+    llama_threads: usize,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    query_body::<true>(
+        q,
+        d_k,
+        kv,
+        lo,
+        hi,
+        n_tokens,
+        nek1,
+        llama_threads,
+        p,
+        scratch,
+        out,
+        d_v,
+    )
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn query_body<const SIMD: bool>(
+    q: *const f32,
+    d_k: usize,
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    n_tokens: usize,
+    nek1: usize,
+    llama_threads: usize,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    let q16 = scratch;
+    let acc = scratch.add(d_k);
+    let scores = acc.add(d_v);
+    for i in 0..d_k {
+        *q16.add(i) = round_f16(*q.add(i));
+    }
+    // Scores of the visible cells (the split's chunks only cut this range).
+    #[cfg(target_arch = "x86_64")]
+    let fast = SIMD && d_k == 64 && kv.f16;
+    #[cfg(not(target_arch = "x86_64"))]
+    let fast = false;
+    if fast {
+        #[cfg(target_arch = "x86_64")]
+        scores64(kv, q16, lo, hi, p, scores);
+    } else {
+        for j in lo..hi {
+            let kr = kv.k.add(j * kv.k_stride);
+            *scores.add(j - lo) = p.score(dot_f16::<SIMD>(kr, kv.f16, q16, d_k));
+        }
+    }
+    if n_tokens == 1 && nek1 >= SPLIT_MIN {
+        split::<SIMD>(kv, lo, hi, nek1, llama_threads, scores, acc, out, d_v);
+        return;
+    }
+    let (_, s) = one_chunk::<SIMD>(kv, lo, lo, hi, scores, acc, d_v);
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for i in 0..d_v {
+        *out.add(i) = *acc.add(i) * inv;
+    }
+}
+
+/// `ggml_vec_dot_f16(k, q)` (AVX/F16C): 4 accumulators of 8 lanes over chunks of 32, ggml's
+/// `GGML_F32x8_REDUCE`, leftovers added in f64; `q` holds f16 values.
+#[inline(always)]
+unsafe fn dot_f16<const SIMD: bool>(k: *const u8, f16: bool, q: *const f32, n: usize) -> f32 {
+    let np = n & !31;
+    #[cfg(target_arch = "x86_64")]
+    let r = if SIMD {
+        let mut s = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < np {
+            for (j, a) in s.iter_mut().enumerate() {
+                let kv = load8(k, i + 8 * j, f16);
+                *a = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q.add(i + 8 * j)), *a);
+            }
+            i += 32;
+        }
+        let s0 = _mm256_add_ps(s[0], s[2]);
+        let s1 = _mm256_add_ps(s[1], s[3]);
+        let s0 = _mm256_add_ps(s0, s1);
+        let t = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps::<1>(s0));
+        let t = _mm_hadd_ps(t, t);
+        _mm_cvtss_f32(_mm_hadd_ps(t, t))
+    } else {
+        dot_f16_lanes(k, f16, q, np)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let r = dot_f16_lanes(k, f16, q, np);
+    let mut sum = r as f64;
+    for i in np..n {
+        sum += (load_scalar(k, i, f16) * *q.add(i)) as f64;
+    }
+    sum as f32
+}
+
+/// The lanes of [`dot_f16`] written out (hosts without AVX2).
+#[inline(always)]
+unsafe fn dot_f16_lanes(k: *const u8, f16: bool, q: *const f32, np: usize) -> f32 {
+    let mut s = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, acc) in s.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let x = i + 8 * j + l;
+                *a = load_scalar(k, x, f16).mul_add(*q.add(x), *a);
+            }
+        }
+    }
+    for l in 0..8 {
+        s[0][l] += s[2][l];
+        s[1][l] += s[3][l];
+    }
+    for l in 0..8 {
+        s[0][l] += s[1][l];
+    }
+    let t: [f32; 4] = std::array::from_fn(|i| s[0][i] + s[0][i + 4]);
+    (t[0] + t[1]) + (t[2] + t[3])
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load8(p: *const u8, i: usize, f16: bool) -> __m256 {
+    if f16 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i))
+    } else {
+        _mm256_loadu_ps(p.add(4 * i) as *const f32)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round8(x: __m256) -> __m256 {
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+/// The reference kernel over cells `c0..c1` (visible ones; `scores[j - lo]` is cell `j`'s
+/// score): the f16 accumulator into `acc[0..d_v]`, returns `(M, S)`.
+#[inline(always)]
+unsafe fn one_chunk<const SIMD: bool>(
+    kv: &KvRows,
+    lo: usize,
+    c0: usize,
+    c1: usize,
+    scores: *const f32,
+    acc: *mut f32,
+    d_v: usize,
+) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD && d_v == 64 {
+        return one_chunk_reg::<8>(kv, lo, c0, c1, scores, acc);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if SIMD && d_v == 128 {
+        return one_chunk_reg::<16>(kv, lo, c0, c1, scores, acc);
+    }
+    for i in 0..d_v {
+        *acc.add(i) = 0.0;
+    }
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for j in c0..c1 {
+        let s = *scores.add(j - lo);
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        let vr = kv.v.add(j * kv.v_stride);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            scale_round::<SIMD>(acc, d_v, ms);
+        } else {
+            vs = (s - m).exp();
+        }
+        fma_round::<SIMD>(acc, vr, kv.f16, vs, d_v);
+        sum = sum.mul_add(ms, vs);
+    }
+    (m, sum)
+}
+
+/// [`dot_f16`] of one cached F16 key row with a head of 64 f16 values held in registers
+/// (the same operations in the same order).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot64(kr: *const u8, q: &[__m256; 8]) -> f32 {
+    let mut s = [_mm256_setzero_ps(); 4];
+    for (i, a) in s.iter_mut().enumerate() {
+        *a = _mm256_fmadd_ps(load8(kr, 8 * i, true), q[i], *a);
+    }
+    for (i, a) in s.iter_mut().enumerate() {
+        *a = _mm256_fmadd_ps(load8(kr, 32 + 8 * i, true), q[4 + i], *a);
+    }
+    let s0 = _mm256_add_ps(s[0], s[2]);
+    let s1 = _mm256_add_ps(s[1], s[3]);
+    let s0 = _mm256_add_ps(s0, s1);
+    let t = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps::<1>(s0));
+    let t = _mm_hadd_ps(t, t);
+    _mm_cvtss_f32(_mm_hadd_ps(t, t))
+}
+
+/// The scores of cells `lo..hi` for a head of 64 and an F16 cache ([`dot64`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scores64(
+    kv: &KvRows,
+    q16: *const f32,
+    lo: usize,
+    hi: usize,
+    p: &FlashParams,
+    scores: *mut f32,
+) {
+    let q: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(q16.add(8 * i)));
+    for j in lo..hi {
+        *scores.add(j - lo) = p.score(dot64(kv.k.add(j * kv.k_stride), &q));
+    }
+}
+
+/// [`one_chunk`] with the accumulator in registers: `NV` vectors of 8 (`d_v = 8·NV`). (The
+/// scores are computed before, in a loop of their own: computing each in this loop is
+/// slower, measured.)
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn one_chunk_reg<const NV: usize>(
+    kv: &KvRows,
+    lo: usize,
+    c0: usize,
+    c1: usize,
+    scores: *const f32,
+    out: *mut f32,
+) -> (f32, f32) {
+    let mut acc = [_mm256_setzero_ps(); NV];
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for j in c0..c1 {
+        let s = *scores.add(j - lo);
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        let vr = kv.v.add(j * kv.v_stride);
+        if s > m {
+            let old = m;
+            m = s;
+            ms = (old - m).exp();
+            let v = _mm256_set1_ps(ms);
+            for a in acc.iter_mut() {
+                *a = round8(_mm256_mul_ps(*a, v));
+            }
+        } else {
+            vs = (s - m).exp();
+        }
+        let v = _mm256_set1_ps(vs);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = round8(_mm256_fmadd_ps(load8(vr, 8 * i, kv.f16), v, *a));
+        }
+        sum = sum.mul_add(ms, vs);
+    }
+    for (i, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out.add(8 * i), *a);
+    }
+    (m, sum)
+}
+
+/// `acc = f16(acc · ms)`.
+#[inline(always)]
+unsafe fn scale_round<const SIMD: bool>(acc: *mut f32, d_v: usize, ms: f32) {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        let m = _mm256_set1_ps(ms);
+        while i + 8 <= d_v {
+            let a = acc.add(i);
+            _mm256_storeu_ps(a, round8(_mm256_mul_ps(_mm256_loadu_ps(a), m)));
+            i += 8;
+        }
+    }
+    for i in i..d_v {
+        *acc.add(i) = round_f16(*acc.add(i) * ms);
+    }
+}
+
+/// `acc = f16(fma(v, vs, acc))`.
+#[inline(always)]
+unsafe fn fma_round<const SIMD: bool>(acc: *mut f32, v: *const u8, f16: bool, vs: f32, d_v: usize) {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        let s = _mm256_set1_ps(vs);
+        while i + 8 <= d_v {
+            let a = acc.add(i);
+            let x = _mm256_fmadd_ps(load8(v, i, f16), s, _mm256_loadu_ps(a));
+            _mm256_storeu_ps(a, round8(x));
+            i += 8;
+        }
+    }
+    for i in i..d_v {
+        *acc.add(i) = round_f16(load_scalar(v, i, f16).mul_add(vs, *acc.add(i)));
+    }
+}
+
+/// The split-KV decode: chunks of `ceil(nek1 / threads)` cells, each by [`one_chunk`] into
+/// `part`, merged in order into `out` (`fma(out, so, part · sn)`), then normalized.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn split<const SIMD: bool>(
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    nek1: usize,
+    threads: usize,
+    scores: *const f32,
+    part: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    let nth = threads.max(1);
+    let cs = nek1.div_ceil(nth);
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for i in 0..d_v {
+        *out.add(i) = 0.0;
+    }
+    for c in 0..nth {
+        let c0 = c * cs;
+        if c0 >= nek1 {
+            continue;
+        }
+        let (a, b) = (c0.max(lo), (c0 + cs).min(nek1).min(hi));
+        let (pm, ps) = one_chunk::<SIMD>(kv, lo, a, b.max(a), scores, part, d_v);
+        if ps == 0.0 {
+            continue;
+        }
+        let new = m.max(pm);
+        let (so, sn) = ((m - new).exp(), (pm - new).exp());
+        let mut i = 0;
+        #[cfg(target_arch = "x86_64")]
+        if SIMD {
+            let (vo, vn) = (_mm256_set1_ps(so), _mm256_set1_ps(sn));
+            while i + 8 <= d_v {
+                let o = out.add(i);
+                let y = _mm256_mul_ps(_mm256_loadu_ps(part.add(i)), vn);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_loadu_ps(o), vo, y));
+                i += 8;
+            }
+        }
+        for i in i..d_v {
+            *out.add(i) = (*out.add(i)).mul_add(so, *part.add(i) * sn);
+        }
+        sum = sum.mul_add(so, ps * sn);
+        m = new;
+    }
+    if sum != 0.0 {
+        let inv = 1.0 / sum;
+        for i in 0..d_v {
+            *out.add(i) *= inv;
+        }
+    }
+}
+
+/// Scratch floats [`tiled_query`] needs.
+pub(crate) fn tiled_scratch(d_v: usize) -> usize {
+    d_v + 2 * KV_TILE
+}
+
+/// One query with the tiled kernel (module doc): `out[0..d_v]` from `q[0..d_k]` (f32) over
+/// the visible cells `lo..hi`, reading keys from `kt` (transposed: cell `j`, dimension `d`
+/// at `kt[d·ldk + j - t0]`) and values from `vf` (`vf[(j - t0)·d_v + d]`), both f32 copies
+/// of cells `t0..hi` with `t0` a multiple of [`KV_TILE`] at most `lo`; `kt` rows are read up
+/// to the end of `hi`'s tile (values past `hi` are masked, so any finite or not), so
+/// `ldk ≥ ceil(hi - t0, KV_TILE)`.
+///
+/// # Safety
+/// As described; `scratch` holds [`tiled_scratch`] floats; `out` overlaps nothing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tiled_query(
+    q: *const f32,
+    d_k: usize,
+    lo: usize,
+    hi: usize,
+    t0: usize,
+    kt: *const f32,
+    ldk: usize,
+    vf: *const f32,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && d_v.is_multiple_of(8) {
+        return tiled_avx2(q, d_k, lo, hi, t0, kt, ldk, vf, p, scratch, out, d_v);
+    }
+    tiled_scalar(q, d_k, lo, hi, t0, kt, ldk, vf, p, scratch, out, d_v)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiled_avx2(
+    q: *const f32,
+    d_k: usize,
+    lo: usize,
+    hi: usize,
+    t0: usize,
+    kt: *const f32,
+    ldk: usize,
+    vf: *const f32,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    let acc = scratch;
+    let kq = scratch.add(d_v);
+    let e = kq.add(KV_TILE);
+    for i in 0..d_v {
+        *acc.add(i) = 0.0;
+    }
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let scale = _mm256_set1_ps(p.scale);
+    let mut tile = 0;
+    while tile < hi {
+        if tile + KV_TILE <= lo {
+            tile += KV_TILE;
+            continue;
+        }
+        // Scores of the tile's 8 groups of 8 cells: one chain of fused multiply-adds over
+        // the head per cell (Q broadcast once per dimension for all groups).
+        let mut c = [_mm256_setzero_ps(); KV_TILE / 8];
+        let kp = kt.add(tile - t0);
+        for d in 0..d_k {
+            let qd = _mm256_broadcast_ss(&*q.add(d));
+            let row = kp.add(d * ldk);
+            for (g, a) in c.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row.add(8 * g)), *a);
+            }
+        }
+        let mut vmax = ninf;
+        let (vlo, vhi) = (
+            _mm256_set1_epi32(lo as i32 - 1),
+            _mm256_set1_epi32(hi as i32),
+        );
+        for (g, a) in c.iter().enumerate() {
+            let mut s = _mm256_mul_ps(*a, scale);
+            if p.cap != 0.0 {
+                let mut l = [0f32; 8];
+                _mm256_storeu_ps(l.as_mut_ptr(), s);
+                for x in &mut l {
+                    *x = x.tanh() * p.cap;
+                }
+                s = _mm256_loadu_ps(l.as_ptr());
+            }
+            // Cells outside lo..hi are -inf.
+            let j = _mm256_add_epi32(
+                _mm256_set1_epi32((tile + 8 * g) as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            let ok = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
+            s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(ok));
+            _mm256_storeu_ps(kq.add(8 * g), s);
+            vmax = _mm256_max_ps(vmax, s);
+        }
+        let mut l = [0f32; 8];
+        _mm256_storeu_ps(l.as_mut_ptr(), vmax);
+        let tile_max = l.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
+        if tile_max == f32::NEG_INFINITY {
+            tile += KV_TILE;
+            continue;
+        }
+        let new = m.max(tile_max);
+        if new > m {
+            let ms = (m - new).exp();
+            let v = _mm256_set1_ps(ms);
+            let mut i = 0;
+            while i < d_v {
+                _mm256_storeu_ps(acc.add(i), _mm256_mul_ps(_mm256_loadu_ps(acc.add(i)), v));
+                i += 8;
+            }
+            sum *= ms;
+        }
+        m = new;
+        let vm = _mm256_set1_ps(m);
+        let mut tsum = 0f64;
+        for g in 0..KV_TILE / 8 {
+            let x = exp256(_mm256_sub_ps(_mm256_loadu_ps(kq.add(8 * g)), vm));
+            _mm256_storeu_ps(e.add(8 * g), x);
+            tsum += hsum8(x) as f64;
+        }
+        sum = (sum as f64 + tsum) as f32;
+        for tk in 0..KV_TILE {
+            let j = tile + tk;
+            if j >= hi {
+                break;
+            }
+            let pj = *e.add(tk);
+            if pj == 0.0 {
+                continue;
+            }
+            let pv = _mm256_set1_ps(pj);
+            let vr = vf.add((j - t0) * d_v);
+            let mut i = 0;
+            while i < d_v {
+                let a = acc.add(i);
+                _mm256_storeu_ps(
+                    a,
+                    _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr.add(i)), _mm256_loadu_ps(a)),
+                );
+                i += 8;
+            }
+        }
+        tile += KV_TILE;
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for i in 0..d_v {
+        *out.add(i) = *acc.add(i) * inv;
+    }
+}
+
+/// ggml's `hsum_float_8`: `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum8(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// [`tiled_query`] in scalar code (hosts without AVX2, or `d_v` not a multiple of 8).
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiled_scalar(
+    q: *const f32,
+    d_k: usize,
+    lo: usize,
+    hi: usize,
+    t0: usize,
+    kt: *const f32,
+    ldk: usize,
+    vf: *const f32,
+    p: &FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
+) {
+    let acc = std::slice::from_raw_parts_mut(scratch, d_v);
+    let kq = std::slice::from_raw_parts_mut(scratch.add(d_v), KV_TILE);
+    let e = std::slice::from_raw_parts_mut(scratch.add(d_v + KV_TILE), KV_TILE);
+    acc.fill(0.0);
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for tile in (0..hi).step_by(KV_TILE) {
+        if tile + KV_TILE <= lo {
+            continue;
+        }
+        for (tk, s) in kq.iter_mut().enumerate() {
+            let j = tile + tk;
+            *s = if j >= lo && j < hi {
+                let mut c = 0f32;
+                for d in 0..d_k {
+                    c = (*q.add(d)).mul_add(*kt.add(d * ldk + j - t0), c);
+                }
+                let s = c * p.scale;
+                if p.cap != 0.0 {
+                    s.tanh() * p.cap
+                } else {
+                    s
+                }
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
+        if tile_max == f32::NEG_INFINITY {
+            continue;
+        }
+        let new = m.max(tile_max);
+        if new > m {
+            let ms = (m - new).exp();
+            acc.iter_mut().for_each(|x| *x *= ms);
+            sum *= ms;
+        }
+        m = new;
+        sum = (sum as f64 + ir::interp::llama_cpu::soft_max_exp(kq, m, e)) as f32;
+        for (tk, &pj) in e.iter().enumerate() {
+            let j = tile + tk;
+            if j >= hi {
+                break;
+            }
+            if pj == 0.0 {
+                continue;
+            }
+            let vr = vf.add((j - t0) * d_v);
+            for (d, x) in acc.iter_mut().enumerate() {
+                *x = pj.mul_add(*vr.add(d), *x);
+            }
+        }
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for (d, x) in acc.iter().enumerate() {
+        *out.add(d) = x * inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Time of one head over 1000 cells (min of many), flash reference vs soft_max path.
+    #[test]
+    #[ignore = "timing: cargo test --release -p codegen-cpu --lib flash_head_timing -- --ignored --nocapture"]
+    fn flash_head_timing() {
+        let (d, n) = (64usize, 1000usize);
+        let mut st = 1u64;
+        let mut r = || {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            (st >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let k: Vec<u16> = (0..n * d)
+            .map(|_| half::f16::from_f32(r()).to_bits())
+            .collect();
+        let v: Vec<u16> = (0..n * d)
+            .map(|_| half::f16::from_f32(r()).to_bits())
+            .collect();
+        let q: Vec<f32> = (0..d).map(|_| r() * 3.0).collect();
+        let kv = KvRows {
+            k: k.as_ptr() as *const u8,
+            k_stride: 2 * d,
+            v: v.as_ptr() as *const u8,
+            v_stride: 2 * d,
+            f16: true,
+        };
+        let p = FlashParams::new(0.125, None);
+        let mut scratch = vec![0f32; query_scratch(d, d, n) + 4096];
+        let mut out = vec![0f32; d];
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::MAX;
+            for _ in 0..200 {
+                let t = std::time::Instant::now();
+                f();
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            best * 1e6
+        };
+        for nek1 in [256usize, 1024] {
+            let us = time(&mut || unsafe {
+                query(
+                    q.as_ptr(),
+                    d,
+                    &kv,
+                    0,
+                    n,
+                    1,
+                    nek1,
+                    2,
+                    &p,
+                    scratch.as_mut_ptr(),
+                    out.as_mut_ptr(),
+                    d,
+                )
+            });
+            println!("flash one head, {n} cells, nek1 {nek1}: {us:.1} µs");
+        }
+        let sp = super::super::attention::ScoreParams {
+            kq_scale: 0.125,
+            softcap: None,
+        };
+        let mut qb = vec![0f32; d];
+        let us = time(&mut || unsafe {
+            super::super::attention::attend(
+                q.as_ptr(),
+                d,
+                &kv,
+                0,
+                n,
+                &sp,
+                scratch.as_mut_ptr(),
+                qb.as_mut_ptr(),
+                out.as_mut_ptr(),
+                d,
+            )
+        });
+        println!("soft_max path one head, {n} cells: {us:.1} µs");
+        #[cfg(target_arch = "x86_64")]
+        {
+            let sc = scratch.as_mut_ptr();
+            let us = time(&mut || unsafe { scores_only(&kv, q.as_ptr(), n, &p, sc) });
+            println!("  of which scores: {us:.1} µs");
+            let us = time(&mut || unsafe { chunk_only(&kv, n, sc, out.as_mut_ptr()) });
+            println!("  of which the online softmax: {us:.1} µs");
+            let us = time(&mut || {
+                let mut a = 0f32;
+                for j in 0..n {
+                    a += (scratch[j] - 1.0).exp();
+                }
+                std::hint::black_box(a);
+            });
+            println!("  expf alone: {us:.1} µs");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores_only(kv: &KvRows, q: *const f32, n: usize, p: &FlashParams, sc: *mut f32) {
+        scores64(kv, q, 0, n, p, sc.add(1024));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn chunk_only(kv: &KvRows, n: usize, sc: *mut f32, out: *mut f32) {
+        std::hint::black_box(one_chunk_reg::<8>(kv, 0, 0, n, sc.add(1024), out));
+    }
+}

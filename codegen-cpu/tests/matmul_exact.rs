@@ -1,0 +1,164 @@
+//! Every generated quantized matmul kernel (Q4_0, Q4_1, Q8_0) gives llama.cpp's x86 AVX2
+//! numbers bit for bit: each output element equals [`ir::ggml::vec_dot_avx2`] (the
+//! interpreter's `avx2_order`) of the weight row and the token's activations quantized as
+//! llama.cpp does on x86 (`quantize_activations(.., Q8Flavor::X86)`), compared with
+//! `to_bits`. Shapes: SmolLM2-135M's (q/o, k/v, gate/up, down, and the output matrix with
+//! fewer rows) and ragged ones (`m` not a multiple of 4 or 8, `n` = 1, 3, 16, 64; tilings
+//! with a block remainder); heavy cases sample rows in debug builds.
+
+use codegen_cpu::formats::QuantFormat;
+use codegen_cpu::{
+    compile_matmul, compile_matmul_with, repack, MatmulSpec, SumOrder, ThreadPool, Tiling,
+};
+use ir::ggml::{f32_to_f16, quantize_activations, vec_dot_avx2, GgmlType, Q8Flavor};
+
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn range(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+/// Random GGML blocks of a `{k, m}` weight: random quants, mostly realistic scales, some
+/// negative, f16-subnormal and zero ones; Q8_0 quants include -128 (which ggml's quantizer
+/// never writes, but a file may hold).
+fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
+    let fmt = QuantFormat::of(t).unwrap();
+    let mut data = vec![0u8; t.row_size(k as u64).unwrap() as usize * m];
+    for (i, blk) in data.chunks_exact_mut(t.type_size()).enumerate() {
+        blk.iter_mut().for_each(|b| *b = rng.next() as u8);
+        let d = match i % 37 {
+            3 => -rng.range(0.001, 0.03),
+            7 => rng.range(-3e-6, 3e-6),
+            11 => 0.0,
+            _ => rng.range(0.001, 0.03),
+        };
+        blk[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        if fmt.has_min {
+            blk[2..4].copy_from_slice(&f32_to_f16(rng.range(-0.3, 0.0)).to_le_bytes());
+        }
+    }
+    data
+}
+
+fn random_acts(k: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
+    (0..k * n)
+        .map(|i| {
+            let v = rng.range(-1.0, 1.0);
+            if i % 97 == 5 {
+                v * 20.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// Compiles the kernel of `t {k, m} x n` (default tiling, or `tiling`), runs it on random
+/// inputs (over two threads when `threads`) and checks every element (or, for large shapes
+/// in debug builds, a spread of rows plus the last ones) bit for bit.
+fn check(t: GgmlType, k: usize, m: usize, n: usize, tiling: Option<Tiling>, threads: bool) {
+    let mut rng = Rng((k * 7919 + m * 31 + n) as u64 ^ (t as u64) << 40 | 1);
+    let spec = MatmulSpec { wtype: t, k, m, n };
+    let kernel = match tiling {
+        Some(ti) => compile_matmul_with(&spec, ti).unwrap(),
+        None => compile_matmul(&spec).unwrap(),
+    };
+    let wdata = random_weight(t, k, m, &mut rng);
+    let w = repack(t, k, m, &wdata).unwrap();
+    let x = random_acts(k, n, &mut rng);
+    let mut act = vec![0u8; kernel.act_bytes()];
+    kernel.prepare(&x, &mut act).unwrap();
+    let mut out = vec![f32::NAN; m * n];
+    if threads {
+        let pool = ThreadPool::new(2).unwrap();
+        kernel.run(&pool, &w, &act, &mut out).unwrap();
+    } else {
+        kernel.call(&w, &act, &mut out, 0..m).unwrap();
+    }
+    let rb = t.row_size(k as u64).unwrap() as usize;
+    let budget = if cfg!(debug_assertions) {
+        4 << 20
+    } else {
+        64 << 20
+    };
+    let step = (m * n * k / budget).max(1);
+    for tok in 0..n {
+        let (_, aq) = quantize_activations(t, &x[tok * k..(tok + 1) * k], Q8Flavor::X86).unwrap();
+        for r in (0..m).filter(|r| r % step == tok % step || r + 8 >= m) {
+            let want = vec_dot_avx2(t, &wdata[r * rb..(r + 1) * rb], &aq).unwrap();
+            let got = out[tok * m + r];
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{spec} tiling {:?}: row {r} token {tok}: kernel {got}, llama.cpp order {want}",
+                kernel.tiling()
+            );
+        }
+    }
+}
+
+#[test]
+fn smollm2_shapes_bit_exact() {
+    for t in TYPES {
+        for (k, m) in [
+            (576, 576),
+            (576, 192),
+            (576, 1536),
+            (1536, 576),
+            (576, 4100),
+        ] {
+            for n in [1, 3, 16, 64] {
+                check(t, k, m, n, None, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn ragged_shapes_tilings_and_threads_bit_exact() {
+    let tilings = [
+        Tiling {
+            tokens: 1,
+            unroll: 1,
+            groups: 1,
+            order: SumOrder::Ggml,
+        },
+        Tiling {
+            tokens: 2,
+            unroll: 3,
+            groups: 2,
+            order: SumOrder::Ggml,
+        },
+        Tiling {
+            tokens: 4,
+            unroll: 4,
+            groups: 1,
+            order: SumOrder::Ggml,
+        },
+    ];
+    for t in TYPES {
+        for (k, m) in [(32, 1), (160, 23), (96, 9), (1536, 14)] {
+            for n in [1, 3, 16, 67] {
+                check(t, k, m, n, None, false);
+                check(t, k, m, n, None, true);
+                for ti in tilings {
+                    check(t, k, m, n, Some(ti), false);
+                }
+            }
+        }
+        // k large enough that the ubatch kernels decode the weights in every pass instead
+        // of into their stack scratch
+        for ti in tilings {
+            check(t, 32 * 420, 8, 3, Some(ti), false);
+        }
+    }
+}
