@@ -13,6 +13,10 @@
 //! last-row steps fails with a clear error, and vice versa.
 
 use crate::engine::{check_decode_args, Engine};
+
+/// llama.cpp's default `n_ubatch` (`-ub`): it decodes a call in ubatches of this many tokens,
+/// and its flash-attention kernel choice depends on the ubatch's size.
+const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
 use codegen_cpu::exec::{CompiledPlan, StepArgs};
 use compiler::passes::{compile, CompileOptions};
@@ -205,13 +209,17 @@ impl Engine for CpuEngine<'_> {
         self.n_ctx
     }
 
+    /// llama.cpp's ubatch ([`LLAMA_N_UBATCH`]), or the largest compiled step if larger: a
+    /// call is cut into compiled steps here, and llama.cpp's kernel choices follow the
+    /// call's size, so callers must not cut a prompt into compiled-step-sized calls.
     fn max_ubatch(&self) -> usize {
         self.last_sizes
             .iter()
             .chain(&self.all_sizes)
-            .copied()
+            .map(|&s| s as usize)
             .max()
-            .unwrap_or(1) as usize
+            .unwrap_or(1)
+            .max(LLAMA_N_UBATCH)
     }
 
     fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]> {
@@ -279,10 +287,13 @@ impl Engine for CpuEngine<'_> {
                 kv_len: c.kv_len() as usize,
                 data: &[],
             };
-            // The call is one llama.cpp ubatch: its size chooses the attention kernel.
+            // llama.cpp cuts the call into ubatches of LLAMA_N_UBATCH tokens; the size of the
+            // one this step falls in chooses the attention kernel.
+            let g0 = done / LLAMA_N_UBATCH * LLAMA_N_UBATCH;
+            let n_llama = (tokens.len() - g0).min(LLAMA_N_UBATCH);
             let out = self
                 .exec
-                .step_real(c.n_tokens, n_outputs, n_real, tokens.len(), &args)?;
+                .step_real(c.n_tokens, n_outputs, n_real, n_llama, &args)?;
             if all_logits {
                 self.logits.extend_from_slice(&out[..n_real * n_vocab]);
             } else if ci + 1 == cut.len() {

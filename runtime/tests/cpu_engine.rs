@@ -215,9 +215,12 @@ fn bad_calls_are_errors() {
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan = build_plan(&model, &[1, 8], 16, DType::F16, LogitRows::Last).expect("plan builds");
     let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    assert_eq!(e.max_ubatch(), 8);
+    // A call is one llama.cpp ubatch (up to 512 tokens), cut into compiled steps here.
+    assert_eq!(e.max_ubatch(), 512);
     assert!(e.decode(&[], 0, false).is_err());
-    assert!(e.decode(&[5; 9], 0, false).is_err());
+    assert!(e.decode(&[5; 513], 0, false).is_err());
+    assert!(e.decode(&[5; 17], 0, false).is_err());
+    assert_eq!(e.decode(&[5; 9], 0, false).expect("8 + 1").len(), 1024);
     assert!(e.decode(&[5, 6], 15, false).is_err());
     assert!(e.decode(&[5000], 0, false).is_err());
     // Ubatch 1 has one row per token, so every-row logits run token by token.
@@ -558,5 +561,42 @@ fn smollm2_bench() {
                 );
             }
         }
+    }
+}
+
+/// A prompt's logits do not depend on the compiled step sizes it is cut into: llama.cpp
+/// chooses its attention kernel by the size of its own ubatch (the whole call, up to 512
+/// tokens), so a call cut into 64-token steps must compute what one 512-token step computes.
+/// (Before the engine accepted whole llama.cpp ubatches, callers cut prompts into 64-token
+/// calls and the 774-token reference prompt drifted by 0.39 nat.)
+#[test]
+fn prompt_logits_do_not_depend_on_step_sizes() {
+    let Some(gguf) = smollm2() else { return };
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let mut engines: Vec<CpuEngine> = [[1u32, 64], [1, 512]]
+        .iter()
+        .map(|ub| {
+            let plan =
+                build_plan(&model, ub, 1024, DType::F16, LogitRows::Last).expect("plan builds");
+            CpuEngine::new(&gguf, plan, 2).expect("compiles")
+        })
+        .collect();
+    for n in [65u32, 100] {
+        let toks: Vec<u32> = (0..n).map(|i| 1 + (i * 7919) % 40000).collect();
+        let rows: Vec<Vec<f32>> = engines
+            .iter_mut()
+            .map(|e| {
+                e.clear();
+                e.decode(&toks, 0, false).expect("decode").to_vec()
+            })
+            .collect();
+        let same = rows[0]
+            .iter()
+            .zip(&rows[1])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{n} tokens: steps of 64 and of 512 give different logits"
+        );
     }
 }
