@@ -137,15 +137,31 @@ pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &QuantShape) {
     } else {
         c
     };
+    for_token_chunks(e, a, s, chunk, |e, act, out, n| {
+        emit_rows(e, a, s, &c, act, out, n)
+    });
+}
+
+/// Emits `body(act, out, n)` for the tokens of a kernel call cut into chunks of `chunk`
+/// tokens (a loop over the whole chunks, then the remainder): `act` and `out` point at the
+/// chunk's first activation row and output row. Shared by both quantized kernel orders.
+pub(crate) fn for_token_chunks(
+    e: &mut Emit,
+    a: &KernelArgs,
+    s: &QuantShape,
+    chunk: usize,
+    mut body: impl FnMut(&mut Emit, Value, Value, usize),
+) {
+    let arb = act_row_bytes(s.k);
     let full_chunks = s.n / chunk;
     let rem = s.n % chunk;
     if full_chunks == 1 {
-        emit_rows(e, a, s, &c, a.act, a.out, chunk);
+        body(e, a.act, a.out, chunk);
     } else if full_chunks > 1 {
         e.counted_loop(full_chunks, |e, ci| {
             let act = e.offset_ptr(a.act, ci, chunk * arb);
             let out = e.offset_ptr(a.out, ci, chunk * 4 * s.m);
-            emit_rows(e, a, s, &c, act, out, chunk);
+            body(e, act, out, chunk);
         });
     }
     if rem > 0 {
@@ -155,7 +171,7 @@ pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &QuantShape) {
         let out =
             e.fb.ins()
                 .iadd_imm_s(a.out, (full_chunks * chunk * 4 * s.m) as i64);
-        emit_rows(e, a, s, &c, act, out, rem);
+        body(e, act, out, rem);
     }
 }
 

@@ -38,7 +38,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I16X8, I32X4, I8X16};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
-use super::quant::QuantShape;
+use super::quant::{for_token_chunks, QuantShape};
 use super::KernelArgs;
 use crate::actq::{act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
 use crate::emit::{Emit, F16Consts};
@@ -82,26 +82,9 @@ pub(crate) fn emit(e: &mut Emit, a: &KernelArgs, s: &QuantShape) {
         zero_i8: e.zero(I8X16),
         f16: e.f16_consts(),
     };
-    let full_chunks = s.n / chunk;
-    let rem = s.n % chunk;
-    if full_chunks == 1 {
-        emit_rows(e, a, s, &c, a.act, a.out, chunk);
-    } else if full_chunks > 1 {
-        e.counted_loop(full_chunks, |e, ci| {
-            let act = e.offset_ptr(a.act, ci, chunk * arb);
-            let out = e.offset_ptr(a.out, ci, chunk * 4 * s.m);
-            emit_rows(e, a, s, &c, act, out, chunk);
-        });
-    }
-    if rem > 0 {
-        let act =
-            e.fb.ins()
-                .iadd_imm_s(a.act, (full_chunks * chunk * arb) as i64);
-        let out =
-            e.fb.ins()
-                .iadd_imm_s(a.out, (full_chunks * chunk * 4 * s.m) as i64);
-        emit_rows(e, a, s, &c, act, out, rem);
-    }
+    for_token_chunks(e, a, s, chunk, |e, act, out, n| {
+        emit_rows(e, a, s, &c, act, out, n)
+    });
 }
 
 /// The groups `g_begin..g_end` for `n` tokens of activations at `act`, results at `out`.
