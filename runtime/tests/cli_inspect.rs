@@ -170,3 +170,39 @@ fn broken_files_exit_1_with_one_line() {
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Output that cannot be written is not a panic: a full disk gives one line and status 1, a
+/// pipe closed by the reader ends the command quietly (status 141, as a SIGPIPE death).
+#[test]
+fn unwritable_output_is_one_line_not_a_panic() {
+    let Some(shared) = shared() else { return };
+    let fixture = shared.join("fixtures/models/llama-sep-Q4_0.gguf");
+    if !fixture.is_file() {
+        eprintln!("skipping: {} is absent", fixture.display());
+        return;
+    }
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let out = modelc()
+            .args(["inspect", "--metadata"])
+            .arg(&fixture)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("writing output"), "{err}");
+    }
+    let mut child = modelc()
+        .args(["inspect", "--metadata"])
+        .arg(&fixture)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(matches!(out.status.code(), Some(0) | Some(141)), "{err}");
+}

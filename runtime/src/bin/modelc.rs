@@ -1,5 +1,33 @@
 //! The `modelc` command: see `runtime::cli`.
 
 fn main() -> std::process::ExitCode {
+    quiet_output_errors();
     runtime::cli::main()
+}
+
+/// `print!` panics when stdout cannot be written; make that what a command-line tool does
+/// instead of a backtrace: a closed pipe (`modelc inspect … | head`) ends the process quietly
+/// with the status a SIGPIPE death gives (141), any other write error (a full disk) prints
+/// one line and exits 1. Every other panic keeps the default report.
+fn quiet_output_errors() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if let Some(rest) = msg
+            .strip_prefix("failed printing to stdout: ")
+            .or_else(|| msg.strip_prefix("failed printing to stderr: "))
+        {
+            if rest.contains("Broken pipe") {
+                std::process::exit(141);
+            }
+            eprintln!("error: writing output: {rest}");
+            std::process::exit(1);
+        }
+        default(info);
+    }));
 }

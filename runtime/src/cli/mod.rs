@@ -53,6 +53,7 @@ pub(crate) fn normalize_args(
             Some("-ctk") => "--cache-type-k",
             Some("-ctv") => "--cache-type-v",
             Some("-ngl") => "--n-gpu-layers",
+            Some("-fa") => "--flash-attn",
             _ => return a,
         };
         long.into()

@@ -42,9 +42,9 @@ pub struct ModelArgs {
     /// attention rounding.
     #[arg(long = "no-rounding")]
     pub no_rounding: bool,
-    /// Attention as llama.cpp's flash-attention kernels (`on`, llama.cpp's CPU default) or as
-    /// its plain soft_max path (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off"])]
+    /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
+    /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
     pub flash_attn: String,
 }
 
@@ -84,7 +84,7 @@ fn interp_options(args: &ModelArgs) -> InterpOptions {
     if let Some(t) = args.threads {
         o.n_threads = t.max(1);
     }
-    o.flash_attn = args.flash_attn == "on" && !args.no_rounding;
+    o.flash_attn = args.flash_attn != "off" && !args.no_rounding;
     o
 }
 
@@ -107,7 +107,7 @@ pub fn make_engine<'a>(
                 .threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let mut e = crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?;
-            e.set_flash_attn(args.flash_attn == "on");
+            e.set_flash_attn(args.flash_attn != "off");
             Ok(Box::new(e))
         }
         Backend::Interp => Ok(Box::new(InterpEngine::new(

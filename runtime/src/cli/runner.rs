@@ -44,6 +44,10 @@ struct CommonArgs {
     /// Context size (default: the one compiled in).
     #[arg(short = 'c', long = "ctx-size")]
     n_ctx: Option<usize>,
+    /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
+    /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
+    flash_attn: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,10 +169,21 @@ fn cpu_engine<'a>(
     plan: Plan,
     threads: usize,
 ) -> anyhow::Result<Box<dyn Engine + 'a>> {
-    let engine = weights.while_loading(RELEASE_PERIOD, || {
+    Ok(Box::new(cpu_engine_fa(weights, plan, threads, true)?))
+}
+
+/// [`cpu_engine`] with flash attention on or off.
+fn cpu_engine_fa<'a>(
+    weights: &'a ReleasingGguf<'a>,
+    plan: Plan,
+    threads: usize,
+    flash_attn: bool,
+) -> anyhow::Result<crate::cpu_engine::CpuEngine<'a>> {
+    let mut engine = weights.while_loading(RELEASE_PERIOD, || {
         crate::cpu_engine::CpuEngine::new(weights, plan, threads.max(1))
     })?;
-    Ok(Box::new(engine))
+    engine.set_flash_attn(flash_attn);
+    Ok(engine)
 }
 
 /// Runs as the runner for `artifact` with the process's arguments.
@@ -187,12 +202,13 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let n_ctx = cli.common.n_ctx.unwrap_or(artifact.n_ctx);
             let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(
+            let mut engine = cpu_engine_fa(
                 &weights,
                 plan,
                 cli.common.threads.unwrap_or_else(default_threads),
+                cli.common.flash_attn != "off",
             )?;
-            run_generation(&cli.gen, &gguf, &vocab, engine.as_mut())
+            run_generation(&cli.gen, &gguf, &vocab, &mut engine)
         }
         Some(RunnerCommand::Bench(b)) => {
             let gguf = open_checked(&artifact, b.model.as_ref())?;
