@@ -29,6 +29,7 @@ enum Command {
     /// Compile a model into a standalone runner.
     Compile(compile::CompileArgs),
     /// Generate text from a model (compiled in memory, or with the reference interpreter).
+    #[command(allow_negative_numbers = true)]
     Run(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(run::PerplexityArgs),

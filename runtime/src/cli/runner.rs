@@ -23,7 +23,11 @@ use std::path::PathBuf;
 
 /// A runner compiled by modelc for one model.
 #[derive(Parser, Debug)]
-#[command(args_conflicts_with_subcommands = true, version)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    version,
+    allow_negative_numbers = true
+)]
 struct RunnerCli {
     #[command(subcommand)]
     command: Option<RunnerCommand>,
@@ -41,9 +45,13 @@ struct CommonArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
-    /// Context size (default: the one compiled in).
+    /// Context size (default, or 0: the one compiled in).
     #[arg(short = 'c', long = "ctx-size")]
     n_ctx: Option<usize>,
+    /// llama.cpp's `-ub`: refused with an explanation (the runner's ubatch sizes are fixed
+    /// when it is compiled: `modelc compile --ubatch`).
+    #[arg(long = "ubatch-size", hide = true)]
+    ubatch_size: Option<String>,
     /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
     #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
@@ -199,7 +207,14 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
         None => {
             let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            let n_ctx = cli.common.n_ctx.unwrap_or(artifact.n_ctx);
+            anyhow::ensure!(
+                cli.common.ubatch_size.is_none(),
+                "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
+            );
+            let n_ctx = match cli.common.n_ctx {
+                None | Some(0) => artifact.n_ctx,
+                Some(c) => c,
+            };
             let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
             let weights = ReleasingGguf::new(&gguf);
             let mut engine = cpu_engine_fa(
