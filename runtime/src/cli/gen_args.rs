@@ -174,18 +174,31 @@ pub fn run_generation(
     };
     let stdout = std::io::stdout();
     let stream = !args.json;
+    // The first error writing the streamed text (reported after generation: a closed pipe
+    // ends quietly as a SIGPIPE death would, anything else is an error).
+    let mut write_err: Option<std::io::Error> = None;
     let mut on_text = |s: &str| {
-        if stream {
+        if stream && write_err.is_none() {
             let mut out = stdout.lock();
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
+            if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+                write_err = Some(e);
+            }
         }
     };
     let completion = generate(engine, vocab, &prompt, &opts, &mut on_text)?;
+    if let Some(e) = write_err {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        anyhow::bail!("writing output: {e}");
+    }
     if args.json {
         println!("{}", serde_json::to_string(&completion)?);
     } else {
-        let _ = stdout.lock().flush();
+        stdout
+            .lock()
+            .flush()
+            .map_err(|e| anyhow::anyhow!("writing output: {e}"))?;
         if completion.stop_type == "context" {
             eprintln!("\nmodelc: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)", engine.n_ctx());
         }
