@@ -22,24 +22,11 @@ use ir::ggml::{
 };
 
 /// SmolLM2-135M's matmul shapes `(k, m)`: q/o, k/v, gate/up, down.
+mod matmul_data;
+use matmul_data::{fill_quant_blocks, random_acts, Rng};
+
 const SHAPES: [(usize, usize); 4] = [(576, 576), (576, 192), (576, 1536), (1536, 576)];
 const NS: [usize; 3] = [1, 3, 64];
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn range(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.unit()
-    }
-}
 
 /// Random GGML tensor data for a `{k, m}` weight of type `t`, with realistic scales.
 fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
@@ -61,50 +48,9 @@ fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
                 c.copy_from_slice(&f32_to_bf16(rng.range(-0.2, 0.2)).to_le_bytes());
             }
         }
-        _ => {
-            let fmt = QuantFormat::of(t).unwrap();
-            for (i, blk) in data.chunks_exact_mut(t.type_size()).enumerate() {
-                for b in blk.iter_mut() {
-                    *b = rng.next() as u8;
-                }
-                if t == GgmlType::Q8_0 {
-                    for b in &mut blk[2..] {
-                        // ggml's quantizer never writes -128
-                        if *b == 0x80 {
-                            *b = 0x81;
-                        }
-                    }
-                }
-                // mostly realistic positive scales; some negative, subnormal (f16 below
-                // 6.1e-5) and zero ones, which the kernels' f16 conversion must get exactly
-                let d = match i % 37 {
-                    3 => -rng.range(0.001, 0.03),
-                    7 => rng.range(-3e-6, 3e-6),
-                    11 => 0.0,
-                    _ => rng.range(0.001, 0.03),
-                };
-                blk[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-                if fmt.has_min {
-                    blk[2..4].copy_from_slice(&f32_to_f16(rng.range(-0.3, 0.0)).to_le_bytes());
-                }
-            }
-        }
+        _ => fill_quant_blocks(t, &mut data, false, rng),
     }
     data
-}
-
-fn random_acts(k: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
-    (0..k * n)
-        .map(|i| {
-            let v = rng.range(-1.0, 1.0);
-            // a few outliers, as real activations have
-            if i % 97 == 5 {
-                v * 20.0
-            } else {
-                v
-            }
-        })
-        .collect()
 }
 
 /// `(value, magnitude)` of one output element from ggml blocks, with exact integer sums.

@@ -6,60 +6,22 @@
 //! fewer rows) and ragged ones (`m` not a multiple of 4 or 8, `n` = 1, 3, 16, 64; tilings
 //! with a block remainder); heavy cases sample rows in debug builds.
 
-use codegen_cpu::formats::QuantFormat;
 use codegen_cpu::{
     compile_matmul, compile_matmul_with, repack, MatmulSpec, SumOrder, ThreadPool, Tiling,
 };
-use ir::ggml::{f32_to_f16, quantize_activations, vec_dot_avx2, GgmlType, Q8Flavor};
+use ir::ggml::{quantize_activations, vec_dot_avx2, GgmlType, Q8Flavor};
+
+mod matmul_data;
+use matmul_data::{fill_quant_blocks, random_acts, Rng};
 
 const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn range(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
-    }
-}
-
-/// Random GGML blocks of a `{k, m}` weight: random quants, mostly realistic scales, some
-/// negative, f16-subnormal and zero ones; Q8_0 quants include -128 (which ggml's quantizer
+/// Random GGML blocks of a `{k, m}` weight; Q8_0 quants include -128 (which ggml's quantizer
 /// never writes, but a file may hold).
 fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
-    let fmt = QuantFormat::of(t).unwrap();
     let mut data = vec![0u8; t.row_size(k as u64).unwrap() as usize * m];
-    for (i, blk) in data.chunks_exact_mut(t.type_size()).enumerate() {
-        blk.iter_mut().for_each(|b| *b = rng.next() as u8);
-        let d = match i % 37 {
-            3 => -rng.range(0.001, 0.03),
-            7 => rng.range(-3e-6, 3e-6),
-            11 => 0.0,
-            _ => rng.range(0.001, 0.03),
-        };
-        blk[0..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-        if fmt.has_min {
-            blk[2..4].copy_from_slice(&f32_to_f16(rng.range(-0.3, 0.0)).to_le_bytes());
-        }
-    }
+    fill_quant_blocks(t, &mut data, true, rng);
     data
-}
-
-fn random_acts(k: usize, n: usize, rng: &mut Rng) -> Vec<f32> {
-    (0..k * n)
-        .map(|i| {
-            let v = rng.range(-1.0, 1.0);
-            if i % 97 == 5 {
-                v * 20.0
-            } else {
-                v
-            }
-        })
-        .collect()
 }
 
 /// Compiles the kernel of `t {k, m} x n` (default tiling, or `tiling`), runs it on random

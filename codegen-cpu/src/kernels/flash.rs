@@ -122,24 +122,7 @@ pub(crate) unsafe fn query(
     out: *mut f32,
     d_v: usize,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        return query_avx2(
-            q,
-            d_k,
-            kv,
-            lo,
-            hi,
-            n_tokens,
-            nek1,
-            llama_threads,
-            p,
-            scratch,
-            out,
-            d_v,
-        );
-    }
-    query_body::<false>(
+    let a = Query {
         q,
         d_k,
         kv,
@@ -152,27 +135,39 @@ pub(crate) unsafe fn query(
         scratch,
         out,
         d_v,
-    )
+    };
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        return query_avx2(&a);
+    }
+    query_body::<false>(&a)
+}
+
+/// The arguments of [`query`], passed on to its instruction-set variants.
+struct Query<'a> {
+    q: *const f32,
+    d_k: usize,
+    kv: &'a KvRows,
+    lo: usize,
+    hi: usize,
+    n_tokens: usize,
+    nek1: usize,
+    llama_threads: usize,
+    p: &'a FlashParams,
+    scratch: *mut f32,
+    out: *mut f32,
+    d_v: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn query_avx2(
-    q: *const f32,
-    d_k: usize,
-    kv: &KvRows,
-    lo: usize,
-    hi: usize,
-    n_tokens: usize,
-    nek1: usize,
-    llama_threads: usize,
-    p: &FlashParams,
-    scratch: *mut f32,
-    out: *mut f32,
-    d_v: usize,
-) {
-    query_body::<true>(
+unsafe fn query_avx2(a: &Query<'_>) {
+    query_body::<true>(a)
+}
+
+#[inline(always)]
+unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
+    let Query {
         q,
         d_k,
         kv,
@@ -185,25 +180,7 @@ unsafe fn query_avx2(
         scratch,
         out,
         d_v,
-    )
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn query_body<const SIMD: bool>(
-    q: *const f32,
-    d_k: usize,
-    kv: &KvRows,
-    lo: usize,
-    hi: usize,
-    n_tokens: usize,
-    nek1: usize,
-    llama_threads: usize,
-    p: &FlashParams,
-    scratch: *mut f32,
-    out: *mut f32,
-    d_v: usize,
-) {
+    } = *a;
     let q16 = scratch;
     let acc = scratch.add(d_k);
     let scores = acc.add(d_v);

@@ -190,11 +190,6 @@ pub mod llama_cpu {
         super::avx2::soft_max_exp(x, max, y)
     }
 
-    /// `ggml_vec_dot_f16` (AVX/F16C) of two rows of f16 values.
-    pub fn dot_f16(x: &[f32], y: &[f32]) -> f32 {
-        super::avx2::dot_f16(x, y)
-    }
-
     /// `ggml_rms_norm` of one row (sum of squares in f64, in order).
     pub fn rms_norm_row(x: &[f32], y: &mut [f32], eps: f32) {
         super::elementwise::rms_norm_row(x, y, eps)

@@ -169,19 +169,10 @@ fn plan_for(
 /// ([`ReleasingGguf::while_loading`]).
 const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// The CPU engine for `plan`, built from `weights` while the file's pages are released, so
-/// that the process holds the engine's copies of the weights, not the file's pages too
-/// ([`ReleasingGguf`]).
+/// The CPU engine for `plan` (flash attention on or off), built from `weights` while the
+/// file's pages are released, so that the process holds the engine's copies of the weights,
+/// not the file's pages too ([`ReleasingGguf`]).
 fn cpu_engine<'a>(
-    weights: &'a ReleasingGguf<'a>,
-    plan: Plan,
-    threads: usize,
-) -> anyhow::Result<Box<dyn Engine + 'a>> {
-    Ok(Box::new(cpu_engine_fa(weights, plan, threads, true)?))
-}
-
-/// [`cpu_engine`] with flash attention on or off.
-fn cpu_engine_fa<'a>(
     weights: &'a ReleasingGguf<'a>,
     plan: Plan,
     threads: usize,
@@ -217,7 +208,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             };
             let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine_fa(
+            let mut engine = cpu_engine(
                 &weights,
                 plan,
                 cli.common.threads.unwrap_or_else(default_threads),
@@ -250,7 +241,10 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             );
             let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
-                &mut |t| cpu_engine(&weights, plan.clone(), t),
+                &mut |t| {
+                    Ok(Box::new(cpu_engine(&weights, plan.clone(), t, true)?)
+                        as Box<dyn Engine + '_>)
+                },
                 &threads,
                 &tests,
                 b.reps,
@@ -283,8 +277,13 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let vocab = Vocab::from_gguf(&gguf)?;
             let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true)?;
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(&weights, plan, p.threads.unwrap_or_else(default_threads))?;
-            super::run::print_perplexity(engine.as_mut(), &vocab, &p.file, p.n_ctx, p.n_batch)
+            let mut engine = cpu_engine(
+                &weights,
+                plan,
+                p.threads.unwrap_or_else(default_threads),
+                true,
+            )?;
+            super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch)
         }
         Some(RunnerCommand::Info { model }) => {
             println!(
