@@ -8,13 +8,17 @@
 //! 64-token steps up to 531 cells, then single tokens over 532+ cells (split-KV decode: one
 //! chunk per llama.cpp thread). The rope of Q
 //! is compared too. Also a sliding window with soft-capping and NEOX rope (tiles skipped or
-//! partly masked), and llama.cpp run with one thread (one split chunk).
+//! partly masked), and llama.cpp run with one thread (one split chunk). Also the caches
+//! `-ctk`/`-ctv` choose: Q8_0 K and V (the reference kernel always: Q quantized to Q8_0,
+//! `vec_dot_q8_0_q8_0` scores, V dequantized into an f32 accumulator), Q8_0 with F16, and
+//! F32.
 
 mod exec_common;
 
 use codegen_cpu::exec::{CompiledPlan, StepArgs};
 use exec_common::*;
-use ir::graph::{AttnParams, DType, Graph, Input, KvKind, RopeMode, RopeParams, Shape};
+use ir::ggml::GgmlType;
+use ir::graph::{AttnParams, DType, Graph, Input, KvKind, KvTypes, RopeMode, RopeParams, Shape};
 use ir::interp::{Inputs, InterpOptions, Interpreter, MemWeights};
 
 const D: u64 = 64;
@@ -36,8 +40,9 @@ fn rope_params(mode: RopeMode) -> RopeParams {
     }
 }
 
-/// llama's attention block for `n` tokens: rope Q and K, store K and V, attend.
-fn attn_graph(n: u64, mode: RopeMode, p: AttnParams) -> Graph {
+/// llama's attention block for `n` tokens: rope Q and K, store K and V in caches of
+/// `kv_types`, attend.
+fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv_types: KvTypes) -> Graph {
     let mut g = Graph::new();
     let e = |r: Result<ir::graph::TensorId, ir::graph::GraphError>| r.expect("graph op");
     let pos = g.input("inp_pos", Input::Positions, DType::I32, Shape::new(&[n]));
@@ -46,16 +51,20 @@ fn attn_graph(n: u64, mode: RopeMode, p: AttnParams) -> Graph {
     let v = g.input("v", Input::Data, DType::F32, Shape::new(&[D, N_HEAD_KV, n]));
     let qr = e(g.rope("Qcur_rope", q, pos, None, rope_params(mode)));
     let kr = e(g.rope("Kcur_rope", k, pos, None, rope_params(mode)));
-    let es = DType::F16.type_size();
     let gqa = D * N_HEAD_KV;
     let mut views = Vec::new();
-    for (kind, tag, cur) in [(KvKind::K, "k", kr), (KvKind::V, "v", v)] {
+    for (kind, tag, cur, t) in [
+        (KvKind::K, "k", kr, kv_types.k),
+        (KvKind::V, "v", v, kv_types.v),
+    ] {
         let cache = g.input(
             format!("cache_{tag}_l0"),
             Input::KvCache { layer: 0, kind },
-            DType::F16,
+            t,
             Shape::new(&[gqa, N_CTX]),
         );
+        let (es, head) = (t.type_size(), t.row_size(D).expect("whole blocks"));
+        let cell = t.row_size(gqa).expect("whole blocks");
         let flat = e(g.reshape(&format!("{tag}cur_2d"), cur, &[gqa, n]));
         let all = e(g.kv_store(&format!("cache_{tag}_store"), cache, flat, pos));
         let shape = Shape::new(&[D, N_HEAD_KV, N_CTX]).with_kv_dim(2);
@@ -63,7 +72,7 @@ fn attn_graph(n: u64, mode: RopeMode, p: AttnParams) -> Graph {
             tag,
             all,
             shape,
-            [es, es * D, es * gqa, es * gqa * N_CTX],
+            [es, head, cell, cell * N_CTX],
             0,
         )));
     }
@@ -96,9 +105,20 @@ fn same_bits(what: &str, a: &[f32], b: &[f32]) -> bool {
 /// `llama_threads`) and the interpreter; every run's Q rope and attention output must be
 /// bit-identical.
 fn check(mode: RopeMode, p: AttnParams, n_threads: usize, llama_threads: usize) {
+    check_kv(mode, p, n_threads, llama_threads, KvTypes::F16)
+}
+
+/// [`check`] with caches of `kv_types`.
+fn check_kv(
+    mode: RopeMode,
+    p: AttnParams,
+    n_threads: usize,
+    llama_threads: usize,
+    kv_types: KvTypes,
+) {
     let graphs: Vec<(u32, Graph)> = [1u64, 5, 64]
         .iter()
-        .map(|&n| (n as u32, attn_graph(n, mode, p)))
+        .map(|&n| (n as u32, attn_graph(n, mode, p, kv_types)))
         .collect();
     let plan = plan_with_ctx(&graphs, N_CTX as u32);
     let w = MemWeights::new();
@@ -159,7 +179,7 @@ fn check(mode: RopeMode, p: AttnParams, n_threads: usize, llama_threads: usize) 
         }
         assert_eq!(done, n_llama);
         // The interpreter runs the ubatch, as llama.cpp.
-        let g = attn_graph(n_llama as u64, mode, p);
+        let g = attn_graph(n_llama as u64, mode, p, kv_types);
         let data = [("q", &q[..]), ("k", &k[..]), ("v", &v[..])];
         let inputs = Inputs {
             tokens: &[],
@@ -170,7 +190,7 @@ fn check(mode: RopeMode, p: AttnParams, n_threads: usize, llama_threads: usize) 
         };
         let i = interp.run(&g, &inputs).expect("interpreter runs");
         let what = format!(
-            "{mode:?} window={:?} softcap={:?} t={n_threads} llama_t={llama_threads} run {r} (ubatch {n_llama} as {steps:?}, kv {})",
+            "{mode:?} window={:?} softcap={:?} t={n_threads} llama_t={llama_threads} kv {kv_types} run {r} (ubatch {n_llama} as {steps:?}, kv {})",
             p.window,
             p.softcap,
             pos0 + n_llama
@@ -214,4 +234,48 @@ fn window_softcap_neox_bit_exact() {
         causal: true,
     };
     check(RopeMode::Neox, p, 2, 2);
+}
+
+const Q8_0: DType = DType::Block(GgmlType::Q8_0);
+
+#[test]
+fn q8_0_caches_bit_exact() {
+    check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, KvTypes::same(Q8_0));
+}
+
+#[test]
+fn mixed_q8_0_and_f16_caches_bit_exact() {
+    let (k, v) = (
+        KvTypes { k: Q8_0, v: DType::F16 },
+        KvTypes { k: DType::F16, v: Q8_0 },
+    );
+    check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, k);
+    check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, v);
+}
+
+#[test]
+fn q8_0_window_softcap_bit_exact() {
+    let p = AttnParams {
+        kq_scale: 0.125,
+        softcap: Some(5.0),
+        window: Some(100),
+        causal: true,
+    };
+    check_kv(RopeMode::Neox, p, 2, 2, KvTypes::same(Q8_0));
+}
+
+#[test]
+fn f32_caches_bit_exact() {
+    check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, KvTypes::same(DType::F32));
+}
+
+#[test]
+fn quantized_cache_refuses_the_soft_max_path() {
+    let graphs = vec![(1u32, attn_graph(1, RopeMode::Norm, smollm2_attn(), KvTypes::same(Q8_0)))];
+    let plan = plan_with_ctx(&graphs, N_CTX as u32);
+    let w = MemWeights::new();
+    let mut cpu = CompiledPlan::new(&plan, &w, 1).expect("plan compiles");
+    let e = cpu.set_flash_attn(false).expect_err("no soft_max path for Q8_0");
+    assert!(e.to_string().contains("flash attention"), "{e}");
+    assert!(cpu.flash_attn(), "flash attention stays on");
 }

@@ -28,7 +28,7 @@ pub use error::{Error, Result};
 pub use hparams::{HParams, RopeScaling};
 
 use ir::gguf::GgufFile;
-use ir::graph::{DType, Graph};
+use ir::graph::{Graph, KvTypes};
 use ir::interp::{GraphRequest, GraphSource};
 
 /// A model ready to be lowered: its hyperparameters and tensor table (names, types, shapes;
@@ -58,7 +58,7 @@ pub fn load_model(gguf: &GgufFile) -> Result<Model> {
         n_tokens: 1,
         n_outputs: 1,
         n_ctx: model.hparams.n_ctx_train.min(256),
-        kv_type: DType::F16,
+        kv_types: KvTypes::F16,
     })?;
     Ok(model)
 }
@@ -66,7 +66,7 @@ pub fn load_model(gguf: &GgufFile) -> Result<Model> {
 impl Model {
     /// The graph of one ubatch: `req.n_tokens` tokens, logits for `req.n_outputs` of them
     /// (`{n_vocab, n_outputs}`, the graph's first output), KV caches of `req.n_ctx` cells of
-    /// type `req.kv_type`.
+    /// types `req.kv_types`.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for an impossible request (no tokens, more outputs than

@@ -6,7 +6,7 @@ mod common;
 use compiler::{Arch, Error};
 use ir::ggml::GgmlType;
 use ir::gguf::{GgufFile, GgufWriter, Value};
-use ir::graph::{DType, Graph, RopeMode};
+use ir::graph::{Graph, RopeMode};
 use ir::interp::{GraphRequest, InterpOptions, Outputs, Session, SessionOptions};
 
 fn fixture(name: &str) -> Option<GgufFile> {
@@ -240,7 +240,7 @@ fn lowered_graphs_verify_print_and_round_trip() {
         n_tokens: 3,
         n_outputs: 2,
         n_ctx: 16,
-        kv_type: DType::F16,
+        kv_types: ir::graph::KvTypes::F16,
     };
     let graph = model.build_graph(&req).expect("graph");
     graph.verify().expect("verifies");

@@ -351,7 +351,7 @@ fn specialize_checks_its_options() {
     ));
     assert!(matches!(
         bad(CompileOptions {
-            kv_type: DType::BF16,
+            kv_types: ir::graph::KvTypes::same(DType::BF16),
             ..copts()
         }),
         PassError::Options(_)

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// The magic that ends a runner executable.
 pub const RUNNER_MAGIC: &[u8; 8] = b"MODELCRN";
 /// Version of the artifact layout; a runner refuses others.
-pub const ARTIFACT_VERSION: u32 = 1;
+pub const ARTIFACT_VERSION: u32 = 2;
 
 /// What a runner knows about the model it was compiled for.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -38,8 +38,10 @@ pub struct Artifact {
     pub n_ctx: usize,
     /// The ubatch sizes the plan was specialised for, ascending.
     pub ubatch: Vec<usize>,
-    /// KV cache type (`f16` or `f32`).
-    pub kv_type: String,
+    /// Default K cache type (`f16`, `f32` or `q8_0`; the runner's `-ctk` overrides it).
+    pub cache_type_k: String,
+    /// Default V cache type (the runner's `-ctv` overrides it).
+    pub cache_type_v: String,
     /// The compiled plan summary and settings, as written by the compiler.
     pub plan: serde_json::Value,
 }

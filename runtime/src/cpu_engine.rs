@@ -20,7 +20,7 @@ const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
 use codegen_cpu::exec::{CompiledPlan, StepArgs};
 use compiler::passes::{compile, CompileOptions};
-use ir::graph::DType;
+use ir::graph::KvTypes;
 use ir::interp::WeightSource;
 use ir::plan::schedule::chunks;
 use ir::plan::{Base, Plan, WeightId};
@@ -37,7 +37,7 @@ pub enum LogitRows {
 }
 
 /// Builds the plan of `model` for the ubatch sizes `ubatches` and a KV cache of `n_ctx`
-/// cells of `kv_type` (F16 is llama.cpp's default), by running [`compiler::passes::compile`].
+/// cells of `kv_types` (F16 is llama.cpp's default), by running [`compiler::passes::compile`].
 ///
 /// # Errors
 /// What the passes report (bad sizes, unsupported graphs), or a merged plan that does not
@@ -46,14 +46,14 @@ pub fn build_plan(
     model: &compiler::Model,
     ubatches: &[u32],
     n_ctx: u32,
-    kv_type: DType,
+    kv_types: KvTypes,
     logits: LogitRows,
 ) -> anyhow::Result<Plan> {
     let opts = |all_logits: bool| CompileOptions {
         ubatches: ubatches.to_vec(),
         all_logits,
         n_ctx,
-        kv_type,
+        kv_types,
         ..CompileOptions::default()
     };
     let run = |all: bool| compile(model, &opts(all), &mut |_, _| {}).context("compiling the plan");
@@ -185,8 +185,14 @@ impl<'a> CpuEngine<'a> {
     /// Attention as llama.cpp's CPU flash attention (`true`, the default, as llama.cpp's
     /// `-fa auto`) or its soft_max path (`-fa off`); see
     /// [`CompiledPlan::set_flash_attn`].
-    pub fn set_flash_attn(&mut self, on: bool) {
-        self.exec.set_flash_attn(on);
+    ///
+    /// # Errors
+    /// `false` with a quantized KV cache (only the flash kernels read one).
+    pub fn set_flash_attn(&mut self, on: bool) -> anyhow::Result<()> {
+        self.exec.set_flash_attn(on).map_err(|e| match e {
+            codegen_cpu::exec::ExecError::Input(m) => anyhow::anyhow!(m),
+            e => e.into(),
+        })
     }
 
     /// The compiled plan (load statistics, per-kernel profile).

@@ -22,13 +22,14 @@ impl<'a> InterpEngine<'a> {
         model: &'a compiler::Model,
         n_ctx: usize,
         n_ubatch: usize,
+        kv_types: ir::graph::KvTypes,
         interp: InterpOptions,
     ) -> InterpEngine<'a> {
         let opts = SessionOptions {
             n_ctx: n_ctx as u32,
             n_ubatch: n_ubatch as u32,
+            kv_types,
             interp,
-            ..SessionOptions::default()
         };
         InterpEngine {
             session: Session::new(gguf, model, opts),

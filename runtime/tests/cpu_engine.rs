@@ -8,7 +8,7 @@
 //! probabilities), so they may differ by the rounding flips that mode change shows, not more.
 
 use ir::gguf::GgufFile;
-use ir::graph::DType;
+use ir::graph::KvTypes;
 use ir::interp::InterpOptions;
 use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
 use runtime::engine::Engine;
@@ -92,11 +92,11 @@ fn check_model(shared: &Path, name: &str) {
     let want_step = read_f32(&shared.join(format!("fixtures/reference/{name}.step.f32")));
 
     let plan =
-        build_plan(&model, &[1, 64], N_CTX, DType::F16, LogitRows::Both).expect("plan builds");
+        build_plan(&model, &[1, 64], N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan.clone(), 2).expect("plan compiles for the CPU");
-    cpu.set_flash_attn(false);
+    cpu.set_flash_attn(false).expect("F16 caches");
     let (cb, cs) = run(&mut cpu, &prompt);
-    let mut interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, llama_cpp_no_flash());
+    let mut interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, KvTypes::F16, llama_cpp_no_flash());
     let (ib, is) = run(&mut interp, &prompt);
 
     let d = [
@@ -122,7 +122,7 @@ fn check_model(shared: &Path, name: &str) {
 
     // One thread computes exactly what two do (the split changes who computes, not how).
     let mut one = CpuEngine::new(&gguf, plan.clone(), 1).expect("plan compiles for one thread");
-    one.set_flash_attn(false);
+    one.set_flash_attn(false).expect("F16 caches");
     let (ob, os) = run(&mut one, &prompt);
     assert!(ob == cb && os == cs, "{name}: 1 and 2 threads differ");
 
@@ -134,6 +134,7 @@ fn check_model(shared: &Path, name: &str) {
         &model,
         N_CTX as usize,
         64,
+        KvTypes::F16,
         InterpOptions::llama_cpp(),
     );
     let (ib, is) = run(&mut interp, &prompt);
@@ -198,7 +199,7 @@ fn unsupported_weight_type_is_refused() {
         GgufFile::open(shared.join("fixtures/models/llama-tied-Q4_K.gguf")).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan =
-        build_plan(&model, &[1, 64], N_CTX, DType::F16, LogitRows::Last).expect("plan builds");
+        build_plan(&model, &[1, 64], N_CTX, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let Err(err) = CpuEngine::new(&gguf, plan, 1) else {
         panic!("Q4_K has no CPU kernel yet, but the plan compiled");
     };
@@ -213,7 +214,7 @@ fn bad_calls_are_errors() {
     let gguf =
         GgufFile::open(shared.join("fixtures/models/llama-sep-Q4_0.gguf")).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
-    let plan = build_plan(&model, &[1, 8], 16, DType::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[1, 8], 16, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
     // A call is one llama.cpp ubatch (up to 512 tokens), cut into compiled steps here.
     assert_eq!(e.max_ubatch(), 512);
@@ -229,7 +230,7 @@ fn bad_calls_are_errors() {
     let toks: Vec<u32> = (10..16).collect();
     assert_eq!(e.decode(&toks, 10, false).expect("decodes").len(), 1024);
 
-    let plan = build_plan(&model, &[8], 16, DType::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[8], 16, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
     let Err(err) = e.decode(&[5, 6], 0, true) else {
         panic!("a plan without all-logits steps accepted an all-logits call");
@@ -287,9 +288,9 @@ fn smollm2_matches_interpreter() {
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
-    let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, InterpOptions::llama_cpp());
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, KvTypes::F16, InterpOptions::llama_cpp());
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -338,9 +339,9 @@ fn smollm2_bit_exact_with_interpreter() {
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
-    let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, InterpOptions::llama_cpp());
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, KvTypes::F16, InterpOptions::llama_cpp());
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -405,7 +406,7 @@ fn smollm2_teacher_forced_top5() {
         .expect("reference json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("reference parses");
     let plan =
-        build_plan(&model, &[1, 512], 1024, DType::F16, LogitRows::Last).expect("plan builds");
+        build_plan(&model, &[1, 512], 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
     let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
     let mut worst = 0f64;
@@ -499,7 +500,7 @@ fn smollm2_bench() {
         .unwrap_or(3);
     let t0 = std::time::Instant::now();
     let plan =
-        build_plan(&model, &[1, 64], 1024, DType::F16, LogitRows::Last).expect("plan builds");
+        build_plan(&model, &[1, 64], 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
     eprintln!("passes: {:.3} s", t0.elapsed().as_secs_f64());
     {
         let e = CpuEngine::new(&gguf, plan.clone(), 2).expect("compiles");
@@ -577,7 +578,7 @@ fn prompt_logits_do_not_depend_on_step_sizes() {
         .iter()
         .map(|ub| {
             let plan =
-                build_plan(&model, ub, 1024, DType::F16, LogitRows::Last).expect("plan builds");
+                build_plan(&model, ub, 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
             CpuEngine::new(&gguf, plan, 2).expect("compiles")
         })
         .collect();

@@ -134,7 +134,7 @@ fn smollm2() -> Option<GgufFile> {
 /// logits as one built from the plain file (whose pages all stay resident).
 #[test]
 fn smollm2_engine_keeps_no_file_pages_resident() {
-    use ir::graph::DType;
+    use ir::graph::KvTypes;
     use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
     use runtime::engine::Engine;
     use runtime::engine_weights::ReleasingGguf;
@@ -143,7 +143,7 @@ fn smollm2_engine_keeps_no_file_pages_resident() {
     const SLACK_KIB: u64 = 8 * 1024;
     let Some(gguf) = smollm2() else { return };
     let model = compiler::load_model(&gguf).expect("model lowers");
-    let plan = build_plan(&model, &[1, 16], 64, DType::F16, LogitRows::Last).expect("plan");
+    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan");
     let embd = gguf.tensor("token_embd.weight").expect("embedding table");
     let at = gguf.tensor_data(embd).as_ptr();
     let prompt = [

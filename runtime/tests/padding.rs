@@ -5,7 +5,7 @@
 //! every other op works row by row.
 
 use ir::gguf::GgufFile;
-use ir::graph::DType;
+use ir::graph::KvTypes;
 use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
 use runtime::engine::Engine;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ fn fixture() -> Option<GgufFile> {
 
 fn engine<'a>(gguf: &'a GgufFile, model: &compiler::Model, ubatches: &[u32]) -> CpuEngine<'a> {
     let plan =
-        build_plan(model, ubatches, N_CTX, DType::F16, LogitRows::Both).expect("plan builds");
+        build_plan(model, ubatches, N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
     CpuEngine::new(gguf, plan, 2).expect("plan compiles for the CPU")
 }
 

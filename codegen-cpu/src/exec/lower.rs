@@ -403,6 +403,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     vec![Op::Binary { a, b, y, f }]
                 }
                 IrOp::Scale { .. }
+                | IrOp::Hadamard { .. }
                 | IrOp::Silu
                 | IrOp::Gelu
                 | IrOp::Tanh
@@ -415,6 +416,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     let y = self.f32_view(s, dst)?;
                     let f = match op {
                         IrOp::Scale { s } => Unary::Scale(*s),
+                        IrOp::Hadamard { n } => Unary::Hadamard(*n),
                         IrOp::Silu => Unary::Silu,
                         IrOp::Gelu => Unary::Gelu,
                         IrOp::Tanh => Unary::Tanh,
@@ -512,8 +514,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         if !matches!(s.values[id.index()].base, Base::Kv(_)) {
             return Err("the store target must be a KV cache".into());
         }
-        if !matches!(v.dtype, DType::F16 | DType::F32) || !v.rows_contiguous() {
-            return Err("KV cache must be F16 or F32 with contiguous rows".into());
+        let q8 = v.dtype == DType::Block(GgmlType::Q8_0);
+        if !matches!(v.dtype, DType::F16 | DType::F32) && !q8 || !v.rows_contiguous() {
+            return Err("KV cache must be F16, F32 or Q8_0 with contiguous rows".into());
+        }
+        if q8 && (width % 32 != 0 || v.ne[0] % 32 != 0) {
+            return Err(format!("a Q8_0 KV cache needs rows of whole blocks, not {width}"));
         }
         if v.ne[0] < width || v.ne[1] < self.plan.n_ctx as usize {
             return Err(format!(
@@ -525,6 +531,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             ptr: v.ptr,
             stride: v.nb[1],
             f16: v.dtype == DType::F16,
+            q8,
         })
     }
 
@@ -651,15 +658,18 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         let vc = self.view(s, k.srcs[2])?;
         let pos = self.positions(s, k.srcs[3])?;
         let out = self.f32_view(s, k.dsts[0])?;
-        if !matches!(kc.dtype, DType::F16 | DType::F32)
-            || kc.dtype != vc.dtype
-            || !kc.rows_contiguous()
-            || !vc.rows_contiguous()
-        {
-            return Err(
-                "K and V must be views of F16 or F32 caches of one type with contiguous rows"
-                    .into(),
-            );
+        // F16 or F32 caches of one type, or Q8_0 for either with F16 for the other.
+        let q8 = DType::Block(GgmlType::Q8_0);
+        let fits = match (kc.dtype, vc.dtype) {
+            (a, b) if a == b => matches!(a, DType::F16 | DType::F32) || a == q8,
+            (a, b) => (a == q8 && b == DType::F16) || (a == DType::F16 && b == q8),
+        };
+        if !fits || !kc.rows_contiguous() || !vc.rows_contiguous() {
+            return Err(format!(
+                "K and V must be views of caches with contiguous rows, both F16 or F32, or Q8_0 \
+                 with F16 or Q8_0 (got {} and {})",
+                kc.dtype, vc.dtype
+            ));
         }
         let (d_k, n_head, n_tokens) = (q.ne[0], q.ne[1], q.ne[2]);
         let (n_head_kv, d_v) = (kc.ne[1], vc.ne[0]);

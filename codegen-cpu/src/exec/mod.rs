@@ -191,6 +191,8 @@ pub struct CompiledPlan<'w> {
     profiling: bool,
     /// llama.cpp's flash attention (else its soft_max path).
     flash: bool,
+    /// A KV cache holds Q8_0 blocks (only the flash kernels read them).
+    kv_quantized: bool,
     /// llama.cpp's thread count, for its split-KV flash decode.
     llama_threads: usize,
     last_step: Option<usize>,
@@ -437,6 +439,7 @@ impl<'w> CompiledPlan<'w> {
             error: AtomicBool::new(false),
             profiling: false,
             flash: true,
+            kv_quantized: plan.kv.iter().any(|c| matches!(c.dtype, DType::Block(_))),
             llama_threads: n_threads,
             last_step: None,
             stats,
@@ -481,8 +484,19 @@ impl<'w> CompiledPlan<'w> {
 
     /// Attention as llama.cpp's CPU flash attention (`true`, the default, as llama.cpp's
     /// `-fa auto` on the CPU) or as its soft_max path (`false`, `-fa off`).
-    pub fn set_flash_attn(&mut self, on: bool) {
+    ///
+    /// # Errors
+    /// [`ExecError::Input`] for `false` with a Q8_0 cache: quantized caches are read by the
+    /// flash kernels only (llama.cpp also refuses a quantized V cache without flash attention).
+    pub fn set_flash_attn(&mut self, on: bool) -> Result<(), ExecError> {
+        if !on && self.kv_quantized {
+            return Err(ExecError::Input(
+                "a quantized KV cache (q8_0) needs flash attention: drop `-fa off` or use `-ctk f16 -ctv f16`"
+                    .into(),
+            ));
+        }
         self.flash = on;
+        Ok(())
     }
 
     /// Whether attention is llama.cpp's flash attention.

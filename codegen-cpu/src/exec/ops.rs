@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ir::ggml::GgmlType;
-use ir::graph::AttnParams;
+use ir::graph::{AttnParams, DType};
 
 use super::mul_mat::MulMat;
 use super::view::{Ptr, View};
@@ -23,6 +23,9 @@ use crate::kernels::embed::dequant_row;
 use crate::kernels::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
 use crate::kernels::norm::{norm_row, rms_norm_row};
 use crate::kernels::rope::{store_f16, store_f32, RopeTable};
+
+/// The Q8_0 cache type (`-ctk q8_0`, `-ctv q8_0`).
+const Q8_0: DType = DType::Block(GgmlType::Q8_0);
 
 /// Scratch memory of a step, sized at load time for the largest op.
 #[derive(Debug)]
@@ -99,14 +102,27 @@ pub(crate) struct CacheRows {
     pub stride: usize,
     /// F16 (else F32) elements.
     pub f16: bool,
+    /// Q8_0 blocks (then `f16` is false): values are quantized as ggml-cpu's
+    /// `quantize_row_q8_0` does when llama.cpp's `ggml_set_rows` stores into a Q8_0 cache.
+    pub q8: bool,
 }
 
 impl CacheRows {
     /// Stores `n` f32 values at element `elem` of row `pos`.
     ///
     /// # Safety
-    /// `pos` is a row of the cache and `elem + n` fits in a row; `src` valid for `n` reads.
+    /// `pos` is a row of the cache and `elem + n` fits in a row; `src` valid for `n` reads;
+    /// for a Q8_0 cache `elem` and `n` are multiples of 32 (the lowering checks the heads).
     unsafe fn store(&self, pos: usize, elem: usize, src: *const f32, n: usize) {
+        if self.q8 {
+            let bs = ir::ggml::GgmlType::Q8_0.type_size();
+            let dst = self.ptr.add(pos * self.stride + elem / 32 * bs);
+            let src = std::slice::from_raw_parts(src, n);
+            let dst = std::slice::from_raw_parts_mut(dst, n / 32 * bs);
+            // Whole blocks and matching lengths by the contract above: cannot fail.
+            let _ = ir::ggml::quantize_q8_0_with(src, dst, ir::ggml::Q8Flavor::native());
+            return;
+        }
         let es = if self.f16 { 2 } else { 4 };
         let dst = self.ptr.add(pos * self.stride + elem * es);
         if self.f16 {
@@ -472,6 +488,8 @@ impl Attention {
             v: a.v.at(kvh, 0, 0),
             v_stride: a.v.nb[2],
             f16,
+            k_q8: false,
+            v_q8: false,
         };
         if n_tokens == 1 {
             let (lo, hi) = vis(0);
@@ -574,8 +592,11 @@ impl Attention {
             k_stride: a.k.nb[2],
             v: a.v.at(kvh, 0, 0),
             v_stride: a.v.nb[2],
-            f16: a.k.dtype == ir::graph::DType::F16,
+            f16: a.k.dtype == DType::F16 || a.v.dtype == DType::F16,
+            k_q8: a.k.dtype == Q8_0,
+            v_q8: a.v.dtype == Q8_0,
         };
+        let plain = a.k.dtype == a.v.dtype && a.k.dtype != Q8_0;
         let scratch = cx.scratch.scores[cx.ti].0 as *mut f32;
         let one = |t: usize, h: usize| {
             let (lo, hi) = vis(t);
@@ -620,7 +641,7 @@ impl Attention {
         if ta >= tb {
             return;
         }
-        if n_llama < Q_TILE || !d_v.is_multiple_of(8) {
+        if n_llama < Q_TILE || !d_v.is_multiple_of(8) || !plain {
             for t in ta..tb {
                 for h in heads.clone() {
                     one(t, h);

@@ -29,8 +29,12 @@ pub(crate) struct KvRows {
     pub v: *const u8,
     /// Bytes between consecutive value positions.
     pub v_stride: usize,
-    /// The cache holds f16 (else f32).
+    /// The float rows (K and V, unless Q8_0) hold f16 (else f32).
     pub f16: bool,
+    /// K rows are Q8_0 blocks (flash attention only).
+    pub k_q8: bool,
+    /// V rows are Q8_0 blocks (flash attention only).
+    pub v_q8: bool,
 }
 
 /// Scalar parameters of the scores.

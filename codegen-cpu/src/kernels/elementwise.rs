@@ -161,6 +161,9 @@ pub(crate) enum Unary {
     Scale(f32),
     /// Copy (`ggml_cont`).
     Copy,
+    /// The Walsh–Hadamard rotation of each group of `n` values ([`ir::ggml::fwht`]); rows
+    /// only (the row length a multiple of `n`).
+    Hadamard(u32),
 }
 
 /// `y[i] = f(x[i])` for `n` values (one row: SiLU takes ggml's vectorized form for the
@@ -171,6 +174,12 @@ pub(crate) enum Unary {
 /// `x` and `y` must be valid for `n` f32 reads / writes; they may be the same pointer but
 /// must not otherwise overlap.
 pub(crate) unsafe fn unary(f: Unary, x: *const f32, y: *mut f32, n: usize) {
+    if let Unary::Hadamard(m) = f {
+        std::ptr::copy(x, y, n);
+        let row = std::slice::from_raw_parts_mut(y, n);
+        row.chunks_exact_mut(m as usize).for_each(ir::ggml::fwht);
+        return;
+    }
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if f == Unary::Silu && has_avx2() {
@@ -186,7 +195,7 @@ pub(crate) unsafe fn unary(f: Unary, x: *const f32, y: *mut f32, n: usize) {
             Unary::Tanh => v.tanh(),
             Unary::SoftCap(cap) => (v * (1.0 / cap)).tanh() * cap,
             Unary::Scale(s) => v * s,
-            Unary::Copy => v,
+            Unary::Copy | Unary::Hadamard(_) => v,
         };
     }
 }

@@ -28,6 +28,7 @@ use super::attention::KvRows;
 #[cfg(target_arch = "x86_64")]
 use super::elementwise::exp256;
 use super::elementwise::has_avx2;
+use ir::ggml::{quantize_q8_0_with, Q8Flavor};
 
 /// Rows of the tiled kernel's Q tile (`GGML_FA_TILE_Q`): ubatches this large take it.
 pub(crate) const Q_TILE: usize = 64;
@@ -184,24 +185,38 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
     let q16 = scratch;
     let acc = scratch.add(d_k);
     let scores = acc.add(d_v);
-    for i in 0..d_k {
-        *q16.add(i) = round_f16(*q.add(i));
-    }
     // Scores of the visible cells (the split's chunks only cut this range).
-    #[cfg(target_arch = "x86_64")]
-    let fast = SIMD && d_k == 64 && kv.f16;
-    #[cfg(not(target_arch = "x86_64"))]
-    let fast = false;
-    if fast {
-        #[cfg(target_arch = "x86_64")]
-        scores64(kv, q16, lo, hi, p, scores);
-    } else {
+    if kv.k_q8 {
+        // Q as Q8_0 blocks (ggml's `q_to_vec_dot`) in Q's scratch: d_k / 32 · 34 bytes.
+        let nb = d_k / 32;
+        let qq = q16 as *mut u8;
+        let dst = std::slice::from_raw_parts_mut(qq, nb * Q8_BYTES);
+        // d_k is whole blocks (the lowering checks a Q8_0 cache's heads): cannot fail.
+        let _ = quantize_q8_0_with(std::slice::from_raw_parts(q, d_k), dst, Q8Flavor::native());
         for j in lo..hi {
             let kr = kv.k.add(j * kv.k_stride);
-            *scores.add(j - lo) = p.score(dot_f16::<SIMD>(kr, kv.f16, q16, d_k));
+            *scores.add(j - lo) = p.score(dot_q8::<SIMD>(kr, qq, nb));
+        }
+    } else {
+        for i in 0..d_k {
+            *q16.add(i) = round_f16(*q.add(i));
+        }
+        #[cfg(target_arch = "x86_64")]
+        let fast = SIMD && d_k == 64 && kv.f16;
+        #[cfg(not(target_arch = "x86_64"))]
+        let fast = false;
+        if fast {
+            #[cfg(target_arch = "x86_64")]
+            scores64(kv, q16, lo, hi, p, scores);
+        } else {
+            for j in lo..hi {
+                let kr = kv.k.add(j * kv.k_stride);
+                *scores.add(j - lo) = p.score(dot_f16::<SIMD>(kr, kv.f16, q16, d_k));
+            }
         }
     }
-    if n_tokens == 1 && nek1 >= SPLIT_MIN {
+    // ggml's split-KV path takes F16 or F32 caches of one type only.
+    if n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8 {
         split::<SIMD>(kv, lo, hi, nek1, llama_threads, scores, acc, out, d_v);
         return;
     }
@@ -209,6 +224,108 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
     for i in 0..d_v {
         *out.add(i) = *acc.add(i) * inv;
+    }
+}
+
+/// Bytes of a Q8_0 block: an f16 scale and 32 int8 values.
+const Q8_BYTES: usize = 34;
+
+/// The f16 scale of the Q8_0 block at `b`.
+#[inline(always)]
+unsafe fn q8_scale(b: *const u8) -> f32 {
+    half::f16::from_bits(std::ptr::read_unaligned(b as *const u16)).to_f32()
+}
+
+/// `ggml_vec_dot_q8_0_q8_0(k, q)` over `nb` blocks as ggml's AVX2 code computes it: per block
+/// `d = d_k · d_q` and eight i32 lanes of four products each (`mul_sum_i8_pairs_float`),
+/// `acc = fma(d, lanes, acc)`; then `hsum_float_8`. Matches `ir::ggml::vec_dot_avx2`.
+#[inline(always)]
+unsafe fn dot_q8<const SIMD: bool>(k: *const u8, q: *const u8, nb: usize) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        let mut acc = _mm256_setzero_ps();
+        let ones = _mm256_set1_epi16(1);
+        for b in 0..nb {
+            let (kb, qb) = (k.add(b * Q8_BYTES), q.add(b * Q8_BYTES));
+            let d = _mm256_set1_ps(q8_scale(kb) * q8_scale(qb));
+            let x = _mm256_loadu_si256(kb.add(2) as *const __m256i);
+            let y = _mm256_loadu_si256(qb.add(2) as *const __m256i);
+            let ax = _mm256_sign_epi8(x, x);
+            let sy = _mm256_sign_epi8(y, x);
+            let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+        }
+        return hsum8(acc);
+    }
+    let mut acc = [0f32; 8];
+    for b in 0..nb {
+        let (kb, qb) = (k.add(b * Q8_BYTES), q.add(b * Q8_BYTES));
+        let d = q8_scale(kb) * q8_scale(qb);
+        for (l, a) in acc.iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for i in 4 * l..4 * l + 4 {
+                sum += (*kb.add(2 + i) as i8 as i32) * (*qb.add(2 + i) as i8 as i32);
+            }
+            *a = d.mul_add(sum as f32, *a);
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
+/// V rows of F16 values: an f16 accumulator, rounded after every update (ggml's `VKQ16`).
+const V_F16: u8 = 0;
+/// V rows of F32 values: an f16 accumulator as for F16 rows (llama.cpp casts an F32 cache
+/// to F16 before its flash kernel; the values themselves are not rounded here).
+const V_F32: u8 = 1;
+/// V rows of Q8_0 blocks, dequantized (ggml's `v_to_float`) into an f32 accumulator.
+const V_Q8: u8 = 2;
+
+/// Value `i` of a V row of kind `V`.
+#[inline(always)]
+unsafe fn load_v<const V: u8>(p: *const u8, i: usize) -> f32 {
+    match V {
+        V_F16 => load_scalar(p, i, true),
+        V_F32 => load_scalar(p, i, false),
+        _ => {
+            let b = p.add(i / 32 * Q8_BYTES);
+            (*b.add(2 + i % 32) as i8 as f32) * q8_scale(b)
+        }
+    }
+}
+
+/// Values `i .. i + 8` of a V row of kind `V` (`i` a multiple of 8).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_v8<const V: u8>(p: *const u8, i: usize) -> __m256 {
+    match V {
+        V_F16 => load8(p, i, true),
+        V_F32 => load8(p, i, false),
+        _ => {
+            let b = p.add(i / 32 * Q8_BYTES);
+            let q = _mm_loadl_epi64(b.add(2 + i % 32) as *const __m128i);
+            let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            _mm256_mul_ps(x, _mm256_set1_ps(q8_scale(b)))
+        }
+    }
+}
+
+/// The accumulator's rounding for V rows of kind `V`.
+#[inline(always)]
+fn round_v<const V: u8>(x: f32) -> f32 {
+    if V != V_Q8 {
+        round_f16(x)
+    } else {
+        x
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round_v8<const V: u8>(x: __m256) -> __m256 {
+    if V != V_Q8 {
+        round8(x)
+    } else {
+        x
     }
 }
 
@@ -286,7 +403,8 @@ unsafe fn round8(x: __m256) -> __m256 {
 }
 
 /// The reference kernel over cells `c0..c1` (visible ones; `scores[j - lo]` is cell `j`'s
-/// score): the f16 accumulator into `acc[0..d_v]`, returns `(M, S)`.
+/// score): the accumulator (f32 for Q8_0 V rows, else f16) into `acc[0..d_v]`, returns
+/// `(M, S)`.
 #[inline(always)]
 unsafe fn one_chunk<const SIMD: bool>(
     kv: &KvRows,
@@ -297,13 +415,31 @@ unsafe fn one_chunk<const SIMD: bool>(
     acc: *mut f32,
     d_v: usize,
 ) -> (f32, f32) {
+    match (kv.v_q8, kv.f16) {
+        (true, _) => one_chunk_v::<SIMD, V_Q8>(kv, lo, c0, c1, scores, acc, d_v),
+        (false, true) => one_chunk_v::<SIMD, V_F16>(kv, lo, c0, c1, scores, acc, d_v),
+        (false, false) => one_chunk_v::<SIMD, V_F32>(kv, lo, c0, c1, scores, acc, d_v),
+    }
+}
+
+/// [`one_chunk`] for V rows of kind `V`.
+#[inline(always)]
+unsafe fn one_chunk_v<const SIMD: bool, const V: u8>(
+    kv: &KvRows,
+    lo: usize,
+    c0: usize,
+    c1: usize,
+    scores: *const f32,
+    acc: *mut f32,
+    d_v: usize,
+) -> (f32, f32) {
     #[cfg(target_arch = "x86_64")]
     if SIMD && d_v == 64 {
-        return one_chunk_reg::<8>(kv, lo, c0, c1, scores, acc);
+        return one_chunk_reg::<8, V>(kv, lo, c0, c1, scores, acc);
     }
     #[cfg(target_arch = "x86_64")]
     if SIMD && d_v == 128 {
-        return one_chunk_reg::<16>(kv, lo, c0, c1, scores, acc);
+        return one_chunk_reg::<16, V>(kv, lo, c0, c1, scores, acc);
     }
     for i in 0..d_v {
         *acc.add(i) = 0.0;
@@ -317,11 +453,11 @@ unsafe fn one_chunk<const SIMD: bool>(
             let old = m;
             m = s;
             ms = (old - m).exp();
-            scale_round::<SIMD>(acc, d_v, ms);
+            scale_round::<SIMD, V>(acc, d_v, ms);
         } else {
             vs = (s - m).exp();
         }
-        fma_round::<SIMD>(acc, vr, kv.f16, vs, d_v);
+        fma_round::<SIMD, V>(acc, vr, vs, d_v);
         sum = sum.mul_add(ms, vs);
     }
     (m, sum)
@@ -369,7 +505,7 @@ unsafe fn scores64(
 /// slower, measured.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn one_chunk_reg<const NV: usize>(
+unsafe fn one_chunk_reg<const NV: usize, const V: u8>(
     kv: &KvRows,
     lo: usize,
     c0: usize,
@@ -389,14 +525,14 @@ unsafe fn one_chunk_reg<const NV: usize>(
             ms = (old - m).exp();
             let v = _mm256_set1_ps(ms);
             for a in acc.iter_mut() {
-                *a = round8(_mm256_mul_ps(*a, v));
+                *a = round_v8::<V>(_mm256_mul_ps(*a, v));
             }
         } else {
             vs = (s - m).exp();
         }
         let v = _mm256_set1_ps(vs);
         for (i, a) in acc.iter_mut().enumerate() {
-            *a = round8(_mm256_fmadd_ps(load8(vr, 8 * i, kv.f16), v, *a));
+            *a = round_v8::<V>(_mm256_fmadd_ps(load_v8::<V>(vr, 8 * i), v, *a));
         }
         sum = sum.mul_add(ms, vs);
     }
@@ -406,40 +542,40 @@ unsafe fn one_chunk_reg<const NV: usize>(
     (m, sum)
 }
 
-/// `acc = f16(acc · ms)`.
+/// `acc = round(acc · ms)` (to f16 for F16 V rows).
 #[inline(always)]
-unsafe fn scale_round<const SIMD: bool>(acc: *mut f32, d_v: usize, ms: f32) {
+unsafe fn scale_round<const SIMD: bool, const V: u8>(acc: *mut f32, d_v: usize, ms: f32) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if SIMD {
         let m = _mm256_set1_ps(ms);
         while i + 8 <= d_v {
             let a = acc.add(i);
-            _mm256_storeu_ps(a, round8(_mm256_mul_ps(_mm256_loadu_ps(a), m)));
+            _mm256_storeu_ps(a, round_v8::<V>(_mm256_mul_ps(_mm256_loadu_ps(a), m)));
             i += 8;
         }
     }
     for i in i..d_v {
-        *acc.add(i) = round_f16(*acc.add(i) * ms);
+        *acc.add(i) = round_v::<V>(*acc.add(i) * ms);
     }
 }
 
-/// `acc = f16(fma(v, vs, acc))`.
+/// `acc = round(fma(v, vs, acc))` (to f16 for F16 V rows).
 #[inline(always)]
-unsafe fn fma_round<const SIMD: bool>(acc: *mut f32, v: *const u8, f16: bool, vs: f32, d_v: usize) {
+unsafe fn fma_round<const SIMD: bool, const V: u8>(acc: *mut f32, v: *const u8, vs: f32, d_v: usize) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if SIMD {
         let s = _mm256_set1_ps(vs);
         while i + 8 <= d_v {
             let a = acc.add(i);
-            let x = _mm256_fmadd_ps(load8(v, i, f16), s, _mm256_loadu_ps(a));
-            _mm256_storeu_ps(a, round8(x));
+            let x = _mm256_fmadd_ps(load_v8::<V>(v, i), s, _mm256_loadu_ps(a));
+            _mm256_storeu_ps(a, round_v8::<V>(x));
             i += 8;
         }
     }
     for i in i..d_v {
-        *acc.add(i) = round_f16(load_scalar(v, i, f16).mul_add(vs, *acc.add(i)));
+        *acc.add(i) = round_v::<V>(load_v::<V>(v, i).mul_add(vs, *acc.add(i)));
     }
 }
 
@@ -774,6 +910,8 @@ mod tests {
             v: v.as_ptr() as *const u8,
             v_stride: 2 * d,
             f16: true,
+            k_q8: false,
+            v_q8: false,
         };
         let p = FlashParams::new(0.125, None);
         let mut scratch = vec![0f32; query_scratch(d, d, n) + 4096];
@@ -853,6 +991,6 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn chunk_only(kv: &KvRows, n: usize, sc: *mut f32, out: *mut f32) {
-        std::hint::black_box(one_chunk_reg::<8>(kv, 0, 0, n, sc.add(1024), out));
+        std::hint::black_box(one_chunk_reg::<8, V_F16>(kv, 0, 0, n, sc.add(1024), out));
     }
 }

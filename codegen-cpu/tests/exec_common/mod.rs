@@ -162,7 +162,8 @@ pub fn run_both(
     let plan = plan_of(graphs);
     let mut cpu = CompiledPlan::new(&plan, weights, n_threads).expect("plan compiles");
     // The same attention as the interpreter: flash or soft_max path, llama.cpp's threads.
-    cpu.set_flash_attn(opts.flash_attn);
+    cpu.set_flash_attn(opts.flash_attn)
+        .expect("this attention mode takes the plan's caches");
     cpu.set_llama_threads(opts.llama_threads);
     let mut interp = Interpreter::new(weights, opts);
     let mut out = Vec::new();

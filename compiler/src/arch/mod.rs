@@ -88,9 +88,7 @@ pub(crate) fn lower(hp: &HParams, tensors: &TensorTable, req: &GraphRequest) -> 
             req.n_tokens, req.n_outputs, req.n_ctx
         )));
     }
-    if !matches!(req.kv_type, DType::F16 | DType::F32) {
-        return Err(Error::Unsupported(format!("KV cache type {}", req.kv_type)));
-    }
+    req.kv_types.check().map_err(Error::Unsupported)?;
     let mut b = Builder::new(hp, tensors, *req);
     let logits = match hp.arch {
         Arch::Llama => llama::build(&mut b)?,
@@ -335,7 +333,9 @@ impl<'m> Builder<'m> {
     }
 
     /// llama.cpp's `build_attn` up to (not including) the output projection: stores K and V
-    /// of this ubatch in the layer's caches and attends over them.
+    /// of this ubatch in the layer's caches and attends over them. Around a quantized cache
+    /// llama.cpp rotates with a Walsh–Hadamard matrix (`ir::ggml::fwht`): Q and K before a
+    /// quantized K cache, V before a quantized V cache and the result after it.
     /// `q {d_k, n_head, T}`, `k {d_k, n_head_kv, T}`, `v {d_v, n_head_kv, T}` →
     /// `kqv_out-{il} {d_v * n_head, T}`.
     pub fn attention(
@@ -348,12 +348,25 @@ impl<'m> Builder<'m> {
     ) -> Result<TensorId> {
         let hp = self.hp;
         let (n, n_ctx) = (self.n_tokens(), self.req.n_ctx as u64);
-        let kv = self.req.kv_type;
-        let es = kv.type_size();
+        let kv = self.req.kv_types;
+        let k_rot = matches!(kv.k, DType::Block(_))
+            .then(|| ir::ggml::k_rot_size(hp.n_embd_head_k as u64))
+            .flatten();
+        let v_rot = matches!(kv.v, DType::Block(_))
+            .then(|| ir::ggml::v_rot_size(hp.n_embd_head_v as u64))
+            .flatten();
+        let (mut q, mut k, mut v) = (q, k, v);
+        if let Some(r) = k_rot {
+            q = self.g.hadamard(&format!("Qcur_rot-{il}"), q, r as u32)?;
+            k = self.g.hadamard(&format!("Kcur_rot-{il}"), k, r as u32)?;
+        }
+        if let Some(r) = v_rot {
+            v = self.g.hadamard(&format!("Vcur_rot-{il}"), v, r as u32)?;
+        }
         let mut stored = [TensorId(0); 2];
-        for (i, (kind, cur, d)) in [
-            (KvKind::K, k, hp.n_embd_head_k),
-            (KvKind::V, v, hp.n_embd_head_v),
+        for (i, (kind, cur, d, kv)) in [
+            (KvKind::K, k, hp.n_embd_head_k, self.req.kv_types.k),
+            (KvKind::V, v, hp.n_embd_head_v, self.req.kv_types.v),
         ]
         .into_iter()
         .enumerate()
@@ -377,12 +390,22 @@ impl<'m> Builder<'m> {
             let all = self
                 .g
                 .kv_store(&format!("cache_{tag}_store-{il}"), cache, flat, self.pos)?;
+            // Rows of whole blocks: a quantized cache needs heads of whole blocks.
+            let row = |n: u64| {
+                kv.row_size(n).ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "a {kv} KV cache with heads of {d} values (not whole blocks of {})",
+                        kv.block_size()
+                    ))
+                })
+            };
+            let (head, cell) = (row(d as u64)?, row(gqa)?);
             let shape = Shape::new(&[d as u64, hp.n_head_kv as u64, n_ctx]).with_kv_dim(2);
             stored[i] = self.g.view(
                 &format!("{tag}-{il}"),
                 all,
                 shape,
-                [es, es * d as u64, es * gqa, es * gqa * n_ctx],
+                [kv.type_size(), head, cell, cell * n_ctx],
                 0,
             )?;
         }
@@ -390,11 +413,15 @@ impl<'m> Builder<'m> {
         let kqv = self
             .g
             .attention(&format!("kqv-{il}"), q, stored[0], stored[1], self.pos, p)?;
-        Ok(self.g.reshape(
+        let out = self.g.reshape(
             &format!("kqv_out-{il}"),
             kqv,
             &[(hp.n_embd_head_v * hp.n_head) as u64, n],
-        )?)
+        )?;
+        Ok(match v_rot {
+            Some(r) => self.g.hadamard(&format!("kqv_out_rot-{il}"), out, r as u32)?,
+            None => out,
+        })
     }
 
     /// `down(glu(gate(x), up(x)))` with the layer's `ffn_gate`, `ffn_up`, `ffn_down`.

@@ -37,7 +37,7 @@ pub use kernelize::kernelize;
 pub use memory::plan_memory;
 pub use specialize::{specialize, StepShape};
 
-use ir::graph::{DType, Graph};
+use ir::graph::{Graph, KvTypes};
 use ir::interp::GraphSource;
 use ir::plan::{Plan, PlanError};
 
@@ -78,8 +78,8 @@ pub struct CompileOptions {
     pub all_logits: bool,
     /// KV cache cells (`n_ctx`).
     pub n_ctx: u32,
-    /// KV cache element type: F16 (llama.cpp's default) or F32.
-    pub kv_type: DType,
+    /// KV cache element types (F16 by default, as llama.cpp; F32 and Q8_0 also).
+    pub kv_types: KvTypes,
     /// Alignment of arena offsets in bytes.
     pub align: u64,
 }
@@ -90,7 +90,7 @@ impl Default for CompileOptions {
             ubatches: vec![1, 64],
             all_logits: false,
             n_ctx: 4096,
-            kv_type: DType::F16,
+            kv_types: KvTypes::F16,
             align: ir::plan::DEFAULT_ALIGN,
         }
     }

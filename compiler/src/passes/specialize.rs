@@ -55,12 +55,7 @@ pub fn specialize(
             opts.n_ctx
         )));
     }
-    if !matches!(opts.kv_type, DType::F16 | DType::F32) {
-        return Err(PassError::Options(format!(
-            "KV cache type {} (F16 or F32)",
-            opts.kv_type
-        )));
-    }
+    opts.kv_types.check().map_err(PassError::Options)?;
     if !opts.align.is_power_of_two() || opts.align < 4 {
         return Err(PassError::Options(format!(
             "arena alignment {} (a power of two ≥ 4)",
@@ -78,7 +73,7 @@ pub fn specialize(
             n_tokens,
             n_outputs: shape.n_outputs,
             n_ctx: opts.n_ctx,
-            kv_type: opts.kv_type,
+            kv_types: opts.kv_types,
         };
         let g = source.build_graph(&req).map_err(bad)?;
         g.verify().map_err(|e| bad(e.to_string()))?;

@@ -18,8 +18,8 @@ pub enum DType {
     BF16,
     /// 32-bit signed integer (token ids, positions, row indices).
     I32,
-    /// A quantized GGML block type (`Q4_0` ... `IQ4_XS`): weights only, stored in rows of
-    /// whole blocks.
+    /// A quantized GGML block type (`Q4_0` ... `IQ4_XS`): weights, and Q8_0 KV caches
+    /// ([`KvTypes`]); stored in rows of whole blocks.
     Block(GgmlType),
 }
 
@@ -68,6 +68,13 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
+    /// Whether a KV cache may hold this type: F32, F16 (llama.cpp's default) or Q8_0
+    /// (`-ctk q8_0`: blocks of 32 values with one f16 scale, quantized as llama.cpp's CPU
+    /// backend quantizes activations).
+    pub fn is_cache_type(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::Block(GgmlType::Q8_0))
+    }
+
     /// The name as GGML spells it.
     pub fn name(self) -> &'static str {
         self.ggml_type().name()
@@ -92,5 +99,61 @@ impl TryFrom<String> for DType {
         GgmlType::from_name(&s)
             .and_then(DType::from_ggml)
             .ok_or_else(|| format!("unknown IR dtype {s:?}"))
+    }
+}
+
+/// The element types of the K and V caches: llama.cpp's `type_k` and `type_v` (`-ctk`,
+/// `-ctv`), each one of the [`DType::is_cache_type`] types. F16 for both by default, as
+/// llama.cpp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KvTypes {
+    /// Type of the K cache.
+    pub k: DType,
+    /// Type of the V cache.
+    pub v: DType,
+}
+
+impl KvTypes {
+    /// F16 K and V (llama.cpp's default).
+    pub const F16: KvTypes = KvTypes::same(DType::F16);
+
+    /// The same type for K and V.
+    pub const fn same(t: DType) -> KvTypes {
+        KvTypes { k: t, v: t }
+    }
+
+    /// Whether K or V is a block (quantized) type.
+    pub fn is_quantized(self) -> bool {
+        matches!(self.k, DType::Block(_)) || matches!(self.v, DType::Block(_))
+    }
+
+    /// An error naming the first type a KV cache cannot hold, if any.
+    pub fn check(self) -> Result<(), String> {
+        for (what, t) in [("K", self.k), ("V", self.v)] {
+            if !t.is_cache_type() {
+                return Err(format!(
+                    "{what} cache type {t} is not supported (supported: f32, f16, q8_0)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for KvTypes {
+    fn default() -> KvTypes {
+        KvTypes::F16
+    }
+}
+
+impl std::fmt::Display for KvTypes {
+    /// `f16` when K and V agree, else `k q8_0 / v f16`; lower case as llama.cpp's flags.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (k, v) = (self.k.name().to_ascii_lowercase(), self.v.name().to_ascii_lowercase());
+        if k == v {
+            f.write_str(&k)
+        } else {
+            write!(f, "k {k} / v {v}")
+        }
     }
 }

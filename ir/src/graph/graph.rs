@@ -279,6 +279,9 @@ impl Graph {
     pub fn mul(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
         self.op(name, Op::Mul, &[a, b])
     }
+    pub fn hadamard(&mut self, name: &str, x: TensorId, n: u32) -> Result<TensorId, GraphError> {
+        self.op(name, Op::Hadamard { n }, &[x])
+    }
     pub fn scale(&mut self, name: &str, x: TensorId, s: f32) -> Result<TensorId, GraphError> {
         self.op(name, Op::Scale { s }, &[x])
     }

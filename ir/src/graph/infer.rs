@@ -67,6 +67,17 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             want_f32("x", a)?;
             Ok((DType::F32, a.shape))
         }
+        Op::Hadamard { n } => {
+            want_f32("x", a)?;
+            let n = *n as u64;
+            if n < 2 || !n.is_power_of_two() || a.shape.ne[0] % n != 0 {
+                return Err(format!(
+                    "hadamard n = {n} must be a power of two dividing ne0 of {}",
+                    ts(a)
+                ));
+            }
+            Ok((DType::F32, a.shape))
+        }
         Op::Add | Op::Mul => {
             let b = &srcs[1];
             want_f32("a", a)?;
@@ -144,10 +155,13 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
         Op::KvStore => {
             let (cur, pos) = (&srcs[1], &srcs[2]);
             let n = want_i32_vec("pos", pos)?;
-            if !matches!(a.dtype, DType::F16 | DType::F32) || a.shape.rank() > 2 || a.shape.has_kv()
+            if !a.dtype.is_cache_type()
+                || a.shape.rank() > 2
+                || a.shape.has_kv()
+                || a.shape.ne[0] % a.dtype.block_size() != 0
             {
                 return Err(format!(
-                    "cache must be a 2-D F16 or F32 matrix, got {}",
+                    "cache must be a 2-D F32, F16 or Q8_0 matrix of whole blocks, got {}",
                     ts(a)
                 ));
             }
@@ -167,8 +181,14 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             let (k, v, pos) = (&srcs[1], &srcs[2], &srcs[3]);
             want_f32("q", a)?;
             let n = want_i32_vec("pos", pos)?;
-            if !k.dtype.is_float() || !v.dtype.is_float() {
-                return Err(format!("k {} and v {} must be float", ts(k), ts(v)));
+            if !(k.dtype.is_float() || k.dtype.is_cache_type())
+                || !(v.dtype.is_float() || v.dtype.is_cache_type())
+            {
+                return Err(format!(
+                    "k {} and v {} must be float or a KV cache type",
+                    ts(k),
+                    ts(v)
+                ));
             }
             let (q, ks, vs) = (a.shape, k.shape, v.shape);
             if q.has_kv() || q.ne[2] != n || q.ne[3] != 1 {

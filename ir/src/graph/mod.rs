@@ -26,7 +26,7 @@ mod print;
 mod shape;
 mod verify;
 
-pub use dtype::DType;
+pub use dtype::{DType, KvTypes};
 pub use graph::{Def, Graph, Input, KvKind, Node, NodeId, Tensor, TensorId};
 pub use infer::{contiguous_nb, infer, SrcType};
 pub use op::{AttnParams, Op, RopeMode, RopeParams};

@@ -100,13 +100,15 @@ pub enum Op {
     /// `pos I32 {n_tokens}` [, `freq_factors F32 {n_rot / 2}`] → shape of `x`.
     Rope(RopeParams),
     /// Writes `cur {n_embd_gqa, n_tokens}` (F32) into the cache
-    /// `cache {n_embd_gqa, n_ctx}` (F16 or F32, rounded to it) at rows `pos I32 {n_tokens}`;
+    /// `cache {n_embd_gqa, n_ctx}` (F32, F16 or Q8_0: rounded or quantized to it, Q8_0 as
+    /// ggml-cpu's `quantize_row_q8_0` does in `ggml_set_rows`) at rows `pos I32 {n_tokens}`;
     /// the result *is* the updated cache (same buffer: [`Op::in_place_src`] is 0). Cache row
     /// `i` holds position `i`. llama.cpp: `ggml_set_rows` / `ggml_cpy` into the KV cache.
     KvStore,
     /// Attention over the KV cache, as llama.cpp's `build_attn_mha` without flash attention:
     /// `q {d_k, n_head, n_tokens}` (F32), `k {d_k, n_head_kv, n_kv}`,
-    /// `v {d_v, n_head_kv, n_kv}` (cache dtype; `n_kv` is the symbolic KV length),
+    /// `v {d_v, n_head_kv, n_kv}` (cache dtype: F32, F16 or Q8_0; `n_kv` is the symbolic KV
+    /// length),
     /// `pos I32 {n_tokens}` → `{d_v, n_head, n_tokens}`. Query head `h` reads KV head
     /// `h / (n_head / n_head_kv)` (grouped-query). Scores `q·k`, optional soft-cap, times
     /// `kq_scale`, masked (causal, window), softmax over the keys, weighted sum of `v`.
@@ -157,6 +159,15 @@ pub enum Op {
     },
     /// A contiguous copy of the source (`ggml_cont`).
     Cont,
+    /// The orthonormal Walsh–Hadamard rotation of every group of `n` values along `ne0`
+    /// (`llama_mul_mat_hadamard`, computed as ggml-cpu's `ggml_compute_forward_fwht`; see
+    /// [`crate::ggml::fwht`]): `x` (F32, `ne0` a multiple of `n`) → same shape. llama.cpp
+    /// rotates Q and K around a quantized K cache, and V and the attention output around a
+    /// quantized V cache.
+    Hadamard {
+        /// Values per rotation (a power of two).
+        n: u32,
+    },
 }
 
 impl Op {
@@ -184,6 +195,7 @@ impl Op {
             Op::View { .. } => "view",
             Op::Permute { .. } => "permute",
             Op::Cont => "cont",
+            Op::Hadamard { .. } => "hadamard",
         }
     }
 
@@ -223,7 +235,8 @@ impl Op {
             | Op::Reshape { .. }
             | Op::View { .. }
             | Op::Permute { .. }
-            | Op::Cont => (1, 1),
+            | Op::Cont
+            | Op::Hadamard { .. } => (1, 1),
         }
     }
 
@@ -232,6 +245,7 @@ impl Op {
         match self {
             Op::RmsNorm { eps } | Op::Norm { eps } => format!("eps={eps:e}"),
             Op::Scale { s } => format!("s={s}"),
+            Op::Hadamard { n } => format!("n={n}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::SoftCap { cap } => format!("cap={cap}"),
             Op::Rope(p) => format!(

@@ -32,7 +32,7 @@ impl Graph {
                             t.dtype == DType::I32 && t.shape.rank() == 1 && !t.shape.has_kv()
                         }
                         Input::KvCache { .. } => {
-                            matches!(t.dtype, DType::F16 | DType::F32)
+                            t.dtype.is_cache_type()
                                 && t.shape.rank() <= 2
                                 && !t.shape.has_kv()
                         }

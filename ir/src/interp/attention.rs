@@ -14,7 +14,7 @@ use super::elementwise::soft_max_in_place;
 use super::flash;
 use super::layout::Lay;
 use super::matmul::dot;
-use crate::ggml::{f16_to_f32, f32_to_f16};
+use crate::ggml::{self, f16_to_f32, f32_to_f16, GgmlType, Q8Flavor};
 use crate::graph::{AttnParams, DType};
 
 #[inline]
@@ -23,16 +23,22 @@ pub(crate) fn round_f16(x: f32) -> f32 {
 }
 
 /// Writes row `t` of `cur {n_embd_gqa, n_tokens}` into row `pos[t]` of `cache`, rounded to
-/// the cache's dtype.
+/// the cache's dtype; a Q8_0 cache holds the dequantized values of the row quantized with
+/// `flavor` (from which [`requantize_q8_0`] recovers the blocks).
 pub(crate) fn kv_store(
     cache: &mut [f32],
     cache_lay: &Lay,
     cache_dtype: DType,
+    flavor: Q8Flavor,
     cur: &[f32],
     cur_lay: &Lay,
     pos: &[i32],
 ) -> Result<(), String> {
     let n = cur_lay.ne[0];
+    let mut blocks = match cache_dtype {
+        DType::Block(t) => vec![0u8; t.row_size(n as u64).unwrap_or(0) as usize],
+        _ => Vec::new(),
+    };
     for (t, &p) in pos.iter().enumerate() {
         if p < 0 || p as usize >= cache_lay.ne[1] {
             return Err(format!(
@@ -40,18 +46,30 @@ pub(crate) fn kv_store(
                 cache_lay.ne[1]
             ));
         }
-        let dst = cache_lay.off([0, p as usize, 0, 0]);
-        let src = cur_lay.off([0, t, 0, 0]);
-        for i in 0..n {
-            let v = cur[src + i];
-            cache[dst + i] = if cache_dtype == DType::F16 {
-                round_f16(v)
-            } else {
-                v
-            };
+        let dst = &mut cache[cache_lay.off([0, p as usize, 0, 0])..][..n];
+        let src = &cur[cur_lay.off([0, t, 0, 0])..][..n];
+        match cache_dtype {
+            DType::Block(bt) => {
+                ggml::quantize(bt, src, &mut blocks, flavor).map_err(|e| e.to_string())?;
+                ggml::dequantize(bt, &blocks, dst).map_err(|e| e.to_string())?;
+            }
+            DType::F16 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = round_f16(v)),
+            _ => dst.copy_from_slice(src),
         }
     }
     Ok(())
+}
+
+/// The Q8_0 blocks of `x`, values a Q8_0 cache holds (dequantized blocks): quantizing them
+/// again gives back the stored blocks exactly, because the largest magnitude of a block is
+/// `127·d` (exact in f32), so the scale comes back as `d` and every `q·d / d` rounds to `q`.
+/// The one exception, a block whose scale underflowed f16 to 0, comes back all zero and
+/// contributes 0 to any dot product either way (`requantize_q8_0_is_the_identity`).
+pub(crate) fn requantize_q8_0(x: &[f32], flavor: Q8Flavor) -> Vec<u8> {
+    let mut b = vec![0u8; x.len() / 32 * GgmlType::Q8_0.type_size()];
+    // The caller passes whole blocks (a head of a cache row).
+    let _ = ggml::quantize(GgmlType::Q8_0, x, &mut b, flavor);
+    b
 }
 
 /// How attention computes (see the module doc).
@@ -78,6 +96,8 @@ pub(crate) struct AttnCfg {
     pub llama_threads: usize,
     /// Threads of this interpreter.
     pub n_threads: usize,
+    /// The Q8_0 quantizer of llama.cpp's build (Q rows for a Q8_0 K cache).
+    pub flavor: Q8Flavor,
 }
 
 /// The sources of one attention evaluation.
@@ -88,6 +108,10 @@ pub(crate) struct AttnArgs<'a> {
     pub lk: Lay,
     pub v: &'a [f32],
     pub lv: Lay,
+    /// The K cache's type (its values are in `k`, dequantized for Q8_0).
+    pub k_type: DType,
+    /// The V cache's type.
+    pub v_type: DType,
     pub pos: &'a [i32],
     pub out: Lay,
 }
@@ -107,6 +131,12 @@ impl AttnArgs<'_> {
             None => 0,
         };
         (lo as usize, hi as usize)
+    }
+
+    /// Whether K and V are one float type (F32 or F16): ggml's tiled and split-KV flash
+    /// kernels only take those.
+    pub fn plain_kv(&self) -> bool {
+        self.k_type == self.v_type && matches!(self.k_type, DType::F32 | DType::F16)
     }
 
     /// The KV head read by query head `h` (grouped-query attention).
@@ -321,6 +351,8 @@ mod tests {
             lk,
             v: &v,
             lv: lk,
+            k_type: DType::F32,
+            v_type: DType::F32,
             pos: &[0],
             out,
         };
@@ -330,6 +362,7 @@ mod tests {
             n_ctx: 4,
             llama_threads: 1,
             n_threads: 1,
+            flavor: Q8Flavor::X86,
         };
         let p = AttnParams {
             kq_scale: 0.5,
@@ -354,6 +387,8 @@ mod tests {
             lk,
             v: &[10.0, 20.0, 30.0],
             lv: lk,
+            k_type: DType::F32,
+            v_type: DType::F32,
             pos: &[2],
             out,
         };
@@ -370,6 +405,7 @@ mod tests {
                 n_ctx: 3,
                 llama_threads: 2,
                 n_threads: 1,
+                flavor: Q8Flavor::X86,
             };
             assert_eq!(attention(&args, &p, &cfg), vec![30.0], "{mode:?}");
         }
@@ -379,9 +415,41 @@ mod tests {
             n_ctx: 3,
             llama_threads: 1,
             n_threads: 1,
+            flavor: Q8Flavor::X86,
         };
         let p = AttnParams { window: None, ..p };
         let all = attention(&args, &p, &cfg)[0];
         assert!(all > 20.0 && all < 30.0);
+    }
+
+    #[test]
+    fn requantize_q8_0_is_the_identity() {
+        // Blocks of mixed magnitudes, an all-zero block, tiny (f16-subnormal scales) and
+        // large values: quantize, dequantize as a Q8_0 cache holds them, quantize again.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        for flavor in [Q8Flavor::X86, Q8Flavor::Reference, Q8Flavor::Arm] {
+            for scale in [1e-7f32, 1e-3, 1.0, 37.0, 6e4] {
+                let mut x: Vec<f32> = (0..32 * 64).map(|_| rnd() * scale).collect();
+                x[32..64].iter_mut().for_each(|v| *v = 0.0);
+                let mut b = vec![0u8; 64 * 34];
+                ggml::quantize(GgmlType::Q8_0, &x, &mut b, flavor).expect("whole blocks");
+                let mut y = vec![0f32; x.len()];
+                ggml::dequantize(GgmlType::Q8_0, &b, &mut y).expect("whole blocks");
+                let again = requantize_q8_0(&y, flavor);
+                for (i, (r, o)) in again.chunks(34).zip(b.chunks(34)).enumerate() {
+                    if o[..2] == [0, 0] {
+                        assert!(r.iter().all(|&v| v == 0), "{flavor:?} {scale} block {i}");
+                    } else {
+                        assert_eq!(r, o, "{flavor:?} scale {scale} block {i}");
+                    }
+                }
+            }
+        }
     }
 }

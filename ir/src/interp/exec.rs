@@ -242,6 +242,13 @@ impl<'w> Interpreter<'w> {
                         binary(&a, &la, &b, &lb, |x, y| x * y)
                     })
                 }
+                Op::Hadamard { n } => {
+                    let n = *n as usize;
+                    Val::F(map_rows(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |a, y| {
+                        y.copy_from_slice(a);
+                        y.chunks_exact_mut(n).for_each(ggml::fwht);
+                    }))
+                }
                 Op::Scale { s: k } => {
                     let k = *k;
                     Val::F(unary(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |x| {
@@ -322,7 +329,16 @@ impl<'w> Interpreter<'w> {
                     let pos = ctx.ints(s[2]).map_err(err)?.to_vec();
                     let (lc, lcur) = (lay(s[0]), lay(s[1]));
                     let cache = &mut self.state.caches[si];
-                    kv_store(&mut cache.data, &lc, cache.dtype, &cur, &lcur, &pos).map_err(err)?;
+                    kv_store(
+                        &mut cache.data,
+                        &lc,
+                        cache.dtype,
+                        self.opts.q8_flavor,
+                        &cur,
+                        &lcur,
+                        &pos,
+                    )
+                    .map_err(err)?;
                     Val::State(si)
                 }
                 Op::Attention(p) => {
@@ -337,6 +353,8 @@ impl<'w> Interpreter<'w> {
                         lk: lay(s[1]),
                         v: &v,
                         lv: lay(s[2]),
+                        k_type: graph.tensor(s[1]).dtype,
+                        v_type: graph.tensor(s[2]).dtype,
                         pos,
                         out: lo,
                     };
@@ -351,7 +369,14 @@ impl<'w> Interpreter<'w> {
                         n_ctx: graph.tensor(s[1]).shape.ne[2] as usize,
                         llama_threads: self.opts.llama_threads,
                         n_threads: self.opts.n_threads,
+                        flavor: self.opts.q8_flavor,
                     };
+                    if mode == AttnMode::F16 && !args.plain_kv() {
+                        return Err(err(format!(
+                            "a {} K cache and {} V cache need flash attention (as in llama.cpp)",
+                            args.k_type, args.v_type
+                        )));
+                    }
                     Val::F(attention(&args, p, &cfg))
                 }
                 Op::Reshape { .. } => match &vals[s[0].index()] {
@@ -360,14 +385,22 @@ impl<'w> Interpreter<'w> {
                 },
                 Op::View { nb, offset, .. } => {
                     let src = ctx.floats(s[0]).map_err(err)?;
-                    let es = graph.tensor(s[0]).dtype.type_size();
-                    if graph.tensor(s[0]).dtype.block_size() > 1 {
-                        return Err(err(
-                            "views of block-typed tensors are not supported by the interpreter"
-                                .into(),
-                        ));
+                    let dt = graph.tensor(s[0]).dtype;
+                    let (ts, bs) = (dt.type_size(), dt.block_size());
+                    if bs == 1 {
+                        Val::F(view(&src, &lo, nb, *offset, ts).map_err(err)?)
+                    } else {
+                        // The values of a block-typed tensor (a Q8_0 cache) are held one f32
+                        // each: strides of whole blocks become strides of f32 values.
+                        if nb[1..].iter().any(|b| b % ts != 0) || offset % ts != 0 {
+                            return Err(err(format!(
+                                "a view of {dt} with strides {nb:?} splits blocks"
+                            )));
+                        }
+                        let f = |b: u64| b / ts * bs * 4;
+                        let nb_f = [4, f(nb[1]), f(nb[2]), f(nb[3])];
+                        Val::F(view(&src, &lo, &nb_f, f(*offset), 4).map_err(err)?)
                     }
-                    Val::F(view(&src, &lo, nb, *offset, es).map_err(err)?)
                 }
                 Op::Permute { axes } => Val::F(permute(
                     &ctx.floats(s[0]).map_err(err)?,

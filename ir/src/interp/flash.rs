@@ -16,10 +16,11 @@
 //! llama.cpp is built by GCC, which fuses `a * b + c` in scalar code into one fused
 //! multiply-add (its default `-ffp-contract=fast`); the running sum and the merge do so here.
 
-use super::attention::{round_f16, AttnArgs, AttnCfg};
+use super::attention::{requantize_q8_0, round_f16, AttnArgs, AttnCfg};
 use super::avx2;
 use super::matmul::dot;
-use crate::graph::AttnParams;
+use crate::ggml::{self, GgmlType};
+use crate::graph::{AttnParams, DType};
 
 /// Rows of the tiled kernel's Q tile (`GGML_FA_TILE_Q`): ubatches this large take it.
 pub(crate) const Q_TILE: usize = 64;
@@ -61,13 +62,13 @@ pub(crate) fn head(
         .max(1)
         .saturating_mul(KV_PAD)
         .min(cfg.n_ctx.max(a.lk.ne[2]));
-    if cfg.avx2 && n_tokens >= Q_TILE && dst.len() % 8 == 0 {
+    if cfg.avx2 && a.plain_kv() && n_tokens >= Q_TILE && dst.len() % 8 == 0 {
         return tiled(a, p, t, h, dst);
     }
-    if cfg.avx2 && n_tokens == 1 && nek1 >= SPLIT_MIN {
+    if cfg.avx2 && a.plain_kv() && n_tokens == 1 && nek1 >= SPLIT_MIN {
         return split(a, p, cfg, nek1, t, h, dst);
     }
-    let part = one_chunk(a, p, cfg.avx2, t, h, 0, usize::MAX);
+    let part = one_chunk(a, p, cfg, cfg.avx2, t, h, 0, usize::MAX);
     let inv = if part.s == 0.0 { 0.0 } else { 1.0 / part.s };
     for (o, x) in dst.iter_mut().zip(&part.acc) {
         *o = x * inv;
@@ -75,10 +76,18 @@ pub(crate) fn head(
 }
 
 /// The reference kernel over cells `[c0, c1)` (intersected with the visible ones).
+///
+/// With a Q8_0 K cache, Q is quantized to Q8_0 (ggml's `q_to_vec_dot`) and each score is
+/// `ggml_vec_dot_q8_0_q8_0` of the cell's blocks with it; else Q is rounded to f16 for
+/// `ggml_vec_dot_f16`. With a Q8_0 V cache the accumulator is f32 (V dequantized,
+/// `ggml_vec_mad_f32`), else f16 (rounded after every update; llama.cpp casts an F32 cache
+/// to F16 before its flash kernel, which this does not repeat for the K and V values).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn one_chunk(
     a: &AttnArgs<'_>,
     p: &AttnParams,
+    cfg: &AttnCfg,
     avx2: bool,
     t: usize,
     h: usize,
@@ -90,18 +99,40 @@ fn one_chunk(
     let kvh = a.kv_head(h);
     let (lo, hi) = a.visible(p, t);
     let qo = a.lq.off([0, h, t, 0]);
-    let q: Vec<f32> = a.q[qo..qo + d_k].iter().map(|&x| round_f16(x)).collect();
+    let q_f32 = &a.q[qo..qo + d_k];
+    let q8 = a.k_type == DType::Block(GgmlType::Q8_0);
+    let q: Vec<f32> = q_f32.iter().map(|&x| round_f16(x)).collect();
+    let q_q8 = if q8 {
+        requantize_q8_0(q_f32, cfg.flavor)
+    } else {
+        Vec::new()
+    };
+    let round: fn(f32) -> f32 = if a.v_type == DType::Block(GgmlType::Q8_0) {
+        |x| x
+    } else {
+        round_f16
+    };
     let (scale, cap) = scale_cap(p);
     let mut acc = vec![0f32; d_v];
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     for j in lo.max(c0)..hi.min(c1) {
         let ko = a.lk.off([0, kvh, j, 0]);
         let k = &a.k[ko..ko + d_k];
-        let mut s = if avx2 {
+        let dot_kq = if q8 {
+            let kb = requantize_q8_0(k, cfg.flavor);
+            let r = if avx2 {
+                ggml::vec_dot_avx2(GgmlType::Q8_0, &kb, &q_q8)
+            } else {
+                ggml::vec_dot(GgmlType::Q8_0, &kb, &q_q8)
+            };
+            // Both rows are whole blocks of d_k values (the graph checks d_k % 32 == 0).
+            r.unwrap_or(f32::NAN)
+        } else if avx2 {
             avx2::dot_f16(k, &q)
         } else {
             dot(&q, k)
-        } * scale;
+        };
+        let mut s = dot_kq * scale;
         if cap != 0.0 {
             s = cap * s.tanh();
         }
@@ -110,13 +141,13 @@ fn one_chunk(
             let old = m;
             m = s;
             ms = (old - m).exp();
-            acc.iter_mut().for_each(|x| *x = round_f16(*x * ms));
+            acc.iter_mut().for_each(|x| *x = round(*x * ms));
         } else {
             vs = (s - m).exp();
         }
         let vo = a.lv.off([0, kvh, j, 0]);
         for (x, &v) in acc.iter_mut().zip(&a.v[vo..vo + d_v]) {
-            *x = round_f16(v.mul_add(vs, *x));
+            *x = round(v.mul_add(vs, *x));
         }
         sum = if avx2 {
             sum.mul_add(ms, vs)
@@ -147,7 +178,7 @@ fn split(
         if c0 >= nek1 {
             continue;
         }
-        let part = one_chunk(a, p, true, t, h, c0, (c0 + cs).min(nek1));
+        let part = one_chunk(a, p, cfg, true, t, h, c0, (c0 + cs).min(nek1));
         if part.s == 0.0 {
             continue;
         }

@@ -240,6 +240,8 @@ pub mod llama_cpu {
         pub n_kv: usize,
         /// KV cache size in cells (bounds the padded KV length).
         pub n_ctx: usize,
+        /// The caches' types (`k` and `v` hold their values, dequantized for Q8_0).
+        pub kv_types: crate::graph::KvTypes,
     }
 
     /// Attention as the interpreter computes it in llama.cpp mode: `flash` = llama.cpp's CPU
@@ -275,6 +277,8 @@ pub mod llama_cpu {
             lk: kv(d.d_k),
             v,
             lv: kv(d.d_v),
+            k_type: d.kv_types.k,
+            v_type: d.kv_types.v,
             pos,
             out: Lay::of(
                 &Shape::new(&[d.d_v as u64, d.n_head as u64, d.n_tokens as u64]),
@@ -291,6 +295,7 @@ pub mod llama_cpu {
             n_ctx: d.n_ctx,
             llama_threads,
             n_threads: 1,
+            flavor: crate::ggml::Q8Flavor::X86,
         };
         attn(&args, params, &cfg)
     }

@@ -12,7 +12,7 @@
 use super::exec::{Inputs, Interpreter};
 use super::weights::WeightSource;
 use super::{InterpError, InterpOptions};
-use crate::graph::{DType, Graph};
+use crate::graph::{Graph, KvTypes};
 use std::collections::HashMap;
 
 /// The shape of a graph a session asks for.
@@ -24,8 +24,8 @@ pub struct GraphRequest {
     pub n_outputs: u32,
     /// KV cache size in cells (the bound of the symbolic KV length).
     pub n_ctx: u32,
-    /// KV cache element type: F16 (llama.cpp's default) or F32.
-    pub kv_type: DType,
+    /// KV cache element types (F16 by default, as llama.cpp).
+    pub kv_types: KvTypes,
 }
 
 /// Something that lowers a model to a graph for a given ubatch shape (an architecture's
@@ -44,8 +44,8 @@ pub struct SessionOptions {
     pub n_ctx: u32,
     /// Largest ubatch; longer inputs are split (llama.cpp's `n_ubatch`, default 512).
     pub n_ubatch: u32,
-    /// KV cache element type (F16 default, as llama.cpp).
-    pub kv_type: DType,
+    /// KV cache element types (F16 by default, as llama.cpp; `-ctk`, `-ctv`).
+    pub kv_types: KvTypes,
     /// Interpreter options.
     pub interp: InterpOptions,
 }
@@ -55,7 +55,7 @@ impl Default for SessionOptions {
         SessionOptions {
             n_ctx: 2048,
             n_ubatch: 512,
-            kv_type: DType::F16,
+            kv_types: KvTypes::F16,
             interp: InterpOptions::default(),
         }
     }
@@ -134,7 +134,7 @@ impl<'a> Session<'a> {
             n_tokens,
             n_outputs,
             n_ctx: self.opts.n_ctx,
-            kv_type: self.opts.kv_type,
+            kv_types: self.opts.kv_types,
         };
         if !self.graphs.contains_key(&req) {
             let g = self.source.build_graph(&req).map_err(InterpError::Build)?;
@@ -207,7 +207,7 @@ impl<'a> Session<'a> {
                 n_tokens: toks.len() as u32,
                 n_outputs: out_ids.len() as u32,
                 n_ctx: self.opts.n_ctx,
-                kv_type: self.opts.kv_type,
+                kv_types: self.opts.kv_types,
             };
             let g = &self.graphs[&req];
             let inputs = Inputs {

@@ -42,14 +42,14 @@ impl Plan {
         }
         let mut seen = HashSet::new();
         for c in &self.kv {
-            if !matches!(c.dtype, DType::F16 | DType::F32)
+            if !c.dtype.is_cache_type()
                 || c.shape.rank() > 2
                 || c.shape.has_kv()
                 || c.shape.ne[1] != self.n_ctx as u64
                 || c.bytes().is_none()
             {
                 return bad(format!(
-                    "KV cache {}: {} {} is not an F16/F32 {{n_embd_gqa, n_ctx = {}}} matrix",
+                    "KV cache {}: {} {} is not an F32/F16/Q8_0 {{n_embd_gqa, n_ctx = {}}} matrix",
                     c.name, c.shape, c.dtype, self.n_ctx
                 ));
             }

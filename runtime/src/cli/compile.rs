@@ -6,7 +6,7 @@ use crate::artifact::{fingerprint, write_runner, Artifact, ARTIFACT_VERSION};
 use anyhow::Context;
 use compiler::passes::CompileOptions;
 use ir::gguf::GgufFile;
-use ir::graph::DType;
+use ir::graph::{DType, KvTypes};
 use ir::plan::Plan;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -37,9 +37,9 @@ pub struct CompileArgs {
     /// Default context size of the runner (0: the training context, at most 4096).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub n_ctx: usize,
-    /// KV cache type: f16 (llama.cpp's default) or f32.
-    #[arg(long = "cache-type", default_value = "f16")]
-    pub cache_type: String,
+    /// The runner's default KV cache types (its own `-ctk`/`-ctv` override them).
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Print the plan after this pass (see `modelc compile --list-passes`).
     #[arg(long = "dump-after")]
     pub dump_after: Option<String>,
@@ -48,20 +48,70 @@ pub struct CompileArgs {
     pub list_passes: bool,
 }
 
-/// Parses a KV cache type flag (`-ctk`/`--cache-type`).
+/// llama.cpp's KV cache type flags: `-ctk TYPE` / `--cache-type-k TYPE` and `-ctv TYPE` /
+/// `--cache-type-v TYPE` (`common/arg.cpp`), with the types the CPU target reads: `f16`
+/// (llama.cpp's default), `f32` and `q8_0`. A quantized cache needs flash attention (on by
+/// default).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KvArgs {
+    /// KV cache type for K: f16 (default), f32 or q8_0 (`-ctk`).
+    #[arg(long = "cache-type-k", value_name = "TYPE")]
+    pub cache_type_k: Option<String>,
+    /// KV cache type for V: f16 (default), f32 or q8_0 (`-ctv`).
+    #[arg(long = "cache-type-v", value_name = "TYPE")]
+    pub cache_type_v: Option<String>,
+}
+
+impl KvArgs {
+    /// The cache types given, each side defaulting to `default`'s.
+    ///
+    /// # Errors
+    /// A type the CPU target does not read, or a pair it does not take (see
+    /// [`parse_cache_type`]).
+    pub fn resolve(&self, default: KvTypes) -> anyhow::Result<KvTypes> {
+        let side = |flag: &str, s: &Option<String>, d: DType| match s {
+            Some(s) => parse_cache_type(s).with_context(|| flag.to_string()),
+            None => Ok(d),
+        };
+        let kv = KvTypes {
+            k: side("-ctk", &self.cache_type_k, default.k)?,
+            v: side("-ctv", &self.cache_type_v, default.v)?,
+        };
+        let q8 = DType::Block(ir::ggml::GgmlType::Q8_0);
+        anyhow::ensure!(
+            kv.k == kv.v || (kv.k == q8 && kv.v == DType::F16) || (kv.k == DType::F16 && kv.v == q8),
+            "-ctk {} -ctv {}: the CPU target takes one type for both, or q8_0 with f16",
+            cache_type_name(kv.k),
+            cache_type_name(kv.v)
+        );
+        Ok(kv)
+    }
+}
+
+/// Parses one KV cache type as llama.cpp spells it (`f16`, `f32`, `q8_0`; any case).
+///
+/// # Errors
+/// Other types, naming the supported ones (llama.cpp also takes bf16, q4_0, q4_1, iq4_nl,
+/// q5_0 and q5_1; this target does not read those yet).
 pub fn parse_cache_type(s: &str) -> anyhow::Result<DType> {
     match s.to_ascii_lowercase().as_str() {
         "f16" => Ok(DType::F16),
         "f32" => Ok(DType::F32),
-        other => anyhow::bail!("unsupported KV cache type '{other}' (supported: f16, f32)"),
+        "q8_0" => Ok(DType::Block(ir::ggml::GgmlType::Q8_0)),
+        other => anyhow::bail!("unsupported KV cache type '{other}' (supported: f16, f32, q8_0)"),
     }
+}
+
+/// A cache type as llama.cpp's flags spell it (`f16`, `q8_0`).
+pub fn cache_type_name(t: DType) -> String {
+    t.name().to_ascii_lowercase()
 }
 
 /// Compile options for a model: sorted, deduplicated ubatch sizes; `n_ctx` resolved.
 pub fn compile_options(
     ubatch: &[u32],
     n_ctx: usize,
-    kv_type: DType,
+    kv_types: KvTypes,
     all_logits: bool,
 ) -> anyhow::Result<CompileOptions> {
     // A ubatch larger than the context can never be filled: compile only those that fit.
@@ -85,7 +135,7 @@ pub fn compile_options(
         ubatches: ub,
         all_logits,
         n_ctx: n_ctx as u32,
-        kv_type,
+        kv_types,
         ..CompileOptions::default()
     })
 }
@@ -140,8 +190,8 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
     let n_ctx_train = compiler::HParams::from_gguf(&gguf)?.n_ctx_train as usize;
     let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
-    let kv_type = parse_cache_type(&args.cache_type)?;
-    let opts = compile_options(&args.ubatch, n_ctx, kv_type, false)?;
+    let kv_types = args.kv.resolve(KvTypes::F16)?;
+    let opts = compile_options(&args.ubatch, n_ctx, kv_types, false)?;
     if let Some(p) = &args.dump_after {
         anyhow::ensure!(
             compiler::passes::pass_names().contains(&p.as_str()),
@@ -175,7 +225,8 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         target: "cpu".into(),
         n_ctx,
         ubatch: opts.ubatches.iter().map(|&u| u as usize).collect(),
-        kv_type: args.cache_type.to_ascii_lowercase(),
+        cache_type_k: cache_type_name(kv_types.k),
+        cache_type_v: cache_type_name(kv_types.v),
         plan: serde_json::to_value(&plan)?,
     };
     write_runner(&artifact, &out)?;

@@ -55,8 +55,9 @@ pub struct GenArgs {
     /// Presence penalty (0.0 disables).
     #[arg(long = "presence-penalty", default_value_t = 0.0)]
     pub presence_penalty: f32,
-    /// Random seed (default: from the clock).
-    #[arg(short = 's', long = "seed")]
+    /// Random seed; -1 (llama.cpp's LLAMA_DEFAULT_SEED, also 4294967295) or none: a random
+    /// one, reported in the JSON output's `generation_settings.seed`.
+    #[arg(short = 's', long = "seed", allow_negative_numbers = true, value_parser = parse_seed)]
     pub seed: Option<u64>,
     /// Keep generating past end-of-generation tokens.
     #[arg(long = "ignore-eos")]
@@ -79,8 +80,55 @@ pub struct GenArgs {
     pub forced_tokens: Option<String>,
 }
 
+/// llama.cpp's `LLAMA_DEFAULT_SEED` (`-s -1`): draw a random seed.
+pub const SEED_RANDOM: u64 = 0xFFFF_FFFF;
+
+/// Parses `-s`: -1 (llama.cpp's `LLAMA_DEFAULT_SEED` as `common/arg.cpp` reads it) means a
+/// random seed ([`SEED_RANDOM`]); other numbers from 0 up are seeds.
+fn parse_seed(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(-1) => Ok(SEED_RANDOM),
+        Ok(n) if n < 0 => Err("a seed is -1 (random) or a number from 0 up".into()),
+        _ => s
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| "a seed is -1 (random) or a number from 0 up".into()),
+    }
+}
+
+/// The number of threads `-t` asks for, as llama.cpp reads `n_threads`: none or `<= 0` means
+/// the hardware's threads ([`std::thread::available_parallelism`]). More than that is capped
+/// there with one warning line on stderr, because the CPU engine's workers spin-wait: an
+/// oversubscribed pool loses most of its time to descheduled spinners.
+pub fn resolve_threads(requested: Option<i64>) -> usize {
+    let hw = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match requested {
+        Some(t) if t > hw as i64 => {
+            eprintln!(
+                "modelc: warning: -t {t} is more than the {hw} hardware threads; using {hw} (the thread pool spin-waits, so extra threads only slow it down)"
+            );
+            hw
+        }
+        Some(t) if t > 0 => t as usize,
+        _ => hw,
+    }
+}
+
+/// Refuses a `-b` of 0, as one line.
+pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(n_batch >= 1, "-b must be at least 1");
+    Ok(())
+}
+
 impl GenArgs {
-    /// The sampler settings these flags give.
+    /// Refuses values that cannot work (`-b 0`) before the model is loaded.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        check_n_batch(self.n_batch)
+    }
+
+    /// The sampler settings these flags give; a random seed (`-s -1` or none) is drawn here
+    /// from the OS's entropy, below [`SEED_RANDOM`], so that passing it back with `-s`
+    /// repeats the run.
     pub fn sampler(&self) -> SamplerParams {
         SamplerParams {
             temp: self.temp,
@@ -91,11 +139,10 @@ impl GenArgs {
             repeat_last_n: self.repeat_last_n,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            seed: self.seed.unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-            }),
+            seed: match self.seed {
+                Some(s) if s != SEED_RANDOM => s,
+                _ => u64::from(rand::random_range(0..u32::MAX)),
+            },
         }
     }
 
@@ -163,10 +210,13 @@ pub fn run_generation(
     vocab: &Vocab,
     engine: &mut dyn Engine,
 ) -> anyhow::Result<()> {
+    args.validate()?;
     let prompt = prompt_tokens(args, file, vocab)?;
+    let sampler = args.sampler();
+    let seed = sampler.seed;
     let opts = GenerateOptions {
         n_predict: args.n_predict,
-        sampler: args.sampler(),
+        sampler,
         n_probs: args.n_probs,
         forced: args.forced(vocab)?,
         ignore_eos: args.ignore_eos,
@@ -193,7 +243,15 @@ pub fn run_generation(
         anyhow::bail!("writing output: {e}");
     }
     if args.json {
-        println!("{}", serde_json::to_string(&completion)?);
+        // llama-server reports the seed it used in `generation_settings.seed`.
+        let mut v = serde_json::to_value(&completion)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "generation_settings".into(),
+                serde_json::json!({ "seed": seed }),
+            );
+        }
+        println!("{}", serde_json::to_string(&v)?);
     } else {
         stdout
             .lock()

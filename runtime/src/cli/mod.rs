@@ -43,28 +43,54 @@ enum Command {
     Detokenize(tokenize::DetokenizeArgs),
 }
 
-/// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`) rewritten to their
-/// long forms, which clap understands.
+/// llama.cpp's multi-letter short flags and the long forms they are rewritten to
+/// ([`normalize_args`]).
+const MULTI_LETTER_FLAGS: [(&str, &str); 5] = [
+    ("-ub", "--ubatch-size"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-fa", "--flash-attn"),
+];
+
+/// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`, `-fa`) rewritten to
+/// their long forms, which clap understands.
 pub(crate) fn normalize_args(
     args: impl Iterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
     args.map(|a| {
-        let long = match a.to_str() {
-            Some("-ub") => "--ubatch-size",
-            Some("-ctk") => "--cache-type-k",
-            Some("-ctv") => "--cache-type-v",
-            Some("-ngl") => "--n-gpu-layers",
-            Some("-fa") => "--flash-attn",
-            _ => return a,
-        };
-        long.into()
+        match MULTI_LETTER_FLAGS
+            .iter()
+            .find(|(short, _)| a.to_str() == Some(short))
+        {
+            Some((_, long)) => (*long).into(),
+            None => a,
+        }
     })
     .collect()
 }
 
+/// `message` (clap's error line) with the long flags [`normalize_args`] wrote put back as
+/// the short ones the user typed (`'--n-gpu-layers'` → `'-ngl'`), where the user typed only
+/// the short one.
+fn restore_typed_flags(message: &str, typed: &[std::ffi::OsString]) -> String {
+    let mut m = message.to_string();
+    for (short, long) in MULTI_LETTER_FLAGS {
+        let has = |f: &str| typed.iter().any(|a| a.to_str() == Some(f));
+        if has(short) && !has(long) {
+            // clap quotes a flag as '--long' or '--long <VALUE>'.
+            m = m
+                .replace(&format!("'{long}'"), &format!("'{short}'"))
+                .replace(&format!("'{long} "), &format!("'{short} "));
+        }
+    }
+    m
+}
+
 /// Help and version go to stdout with status 0; a bad command line gives clap's first line
-/// (what was wrong) on stderr and status 1, like every other error.
-pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
+/// (what was wrong, naming the flags as `typed`, the arguments before [`normalize_args`]) on
+/// stderr and status 1, like every other error.
+pub(crate) fn usage_error(e: clap::Error, typed: &[std::ffi::OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(
         e.kind(),
@@ -81,6 +107,7 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
         .next()
         .unwrap_or("bad command line")
         .trim_start_matches("error: ");
+    let first = restore_typed_flags(first, typed);
     eprintln!("modelc: error: {first} (see --help)");
     ExitCode::from(1)
 }
@@ -103,9 +130,10 @@ pub fn main() -> ExitCode {
         Ok(Err(e)) => return report(Err(e)),
         _ => {}
     }
-    let cli = match Cli::try_parse_from(normalize_args(std::env::args_os())) {
+    let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(normalize_args(typed.iter().cloned())) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(e) => return usage_error(e, &typed),
     };
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),

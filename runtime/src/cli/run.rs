@@ -2,7 +2,7 @@
 //! model without writing a runner; `modelc perplexity` and `modelc graph` live here too, as
 //! they load a model the same way.
 
-use super::gen_args::{run_generation, GenArgs};
+use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use crate::engine::Engine;
 use crate::interp_engine::InterpEngine;
 use crate::tokenizer::Vocab;
@@ -31,9 +31,9 @@ pub struct ModelArgs {
     /// Context size in tokens (0: the model's training context, at most 4096 by default).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub n_ctx: usize,
-    /// Threads (default: all cores).
-    #[arg(short = 't', long = "threads")]
-    pub threads: Option<usize>,
+    /// Threads (default, or <= 0: the hardware's threads; more is capped there).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    pub threads: Option<i64>,
     /// Largest number of tokens evaluated at once (`-ub`); the CPU backend compiles the sizes
     /// 1 and this one.
     #[arg(long = "ubatch-size", default_value_t = 64)]
@@ -46,6 +46,9 @@ pub struct ModelArgs {
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
     #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
     pub flash_attn: String,
+    /// KV cache types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    pub kv: super::compile::KvArgs,
 }
 
 /// Arguments of `modelc run`.
@@ -75,15 +78,13 @@ pub fn resolve_n_ctx(requested: usize, n_ctx_train: usize) -> usize {
     }
 }
 
-fn interp_options(args: &ModelArgs) -> InterpOptions {
+fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
     let mut o = if args.no_rounding {
         InterpOptions::exact()
     } else {
         InterpOptions::llama_cpp()
     };
-    if let Some(t) = args.threads {
-        o.n_threads = t.max(1);
-    }
+    o.n_threads = threads.max(1);
     o.flash_attn = args.flash_attn != "off" && !args.no_rounding;
     o
 }
@@ -95,33 +96,94 @@ pub fn make_engine<'a>(
     model: &'a compiler::Model,
     all_logits: bool,
 ) -> anyhow::Result<Box<dyn Engine + 'a>> {
-    let n_ctx = resolve_n_ctx(args.n_ctx, model.hparams.n_ctx_train as usize);
+    let n_ctx_train = model.hparams.n_ctx_train as usize;
+    let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
     anyhow::ensure!(args.n_ubatch > 0, "the ubatch size must be at least 1");
+    let kv_types = args.kv.resolve(ir::graph::KvTypes::F16)?;
+    anyhow::ensure!(
+        !(kv_types.is_quantized() && args.flash_attn == "off"),
+        "a quantized KV cache (-ctk/-ctv q8_0) needs flash attention: drop -fa off"
+    );
     match args.backend {
         Backend::Cpu => {
             let ub = [1, args.n_ubatch as u32];
             let opts =
-                super::compile::compile_options(&ub, n_ctx, ir::graph::DType::F16, all_logits)?;
+                super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
             let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
-            let threads = args
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let mut e = crate::cpu_engine::CpuEngine::new(gguf, plan, threads.max(1))?;
-            e.set_flash_attn(args.flash_attn != "off");
+            check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
+            warn_ctx_train(n_ctx, n_ctx_train);
+            let threads = resolve_threads(args.threads);
+            let mut e = crate::cpu_engine::CpuEngine::new(gguf, plan, threads)?;
+            e.set_flash_attn(args.flash_attn != "off")?;
             Ok(Box::new(e))
         }
-        Backend::Interp => Ok(Box::new(InterpEngine::new(
-            gguf,
-            model,
-            n_ctx,
-            args.n_ubatch,
-            interp_options(args),
-        ))),
+        Backend::Interp => {
+            // The interpreter's KV cache: at least K and V in f16 for every layer.
+            let h = &model.hparams;
+            let kv_bytes = [
+                n_ctx as u64,
+                u64::from(h.n_head_kv),
+                u64::from(h.n_embd_head_k) + u64::from(h.n_embd_head_v),
+                2,
+            ]
+            .iter()
+            .fold(u64::from(h.n_layer), |a, &b| a.saturating_mul(b));
+            check_memory(n_ctx, kv_bytes)?;
+            warn_ctx_train(n_ctx, n_ctx_train);
+            let threads = resolve_threads(args.threads);
+            Ok(Box::new(InterpEngine::new(
+                gguf,
+                model,
+                n_ctx,
+                args.n_ubatch,
+                kv_types,
+                interp_options(args, threads),
+            )))
+        }
     }
+}
+
+/// Warns, as llama.cpp's context creation does, when the context is longer than the one the
+/// model was trained with: it runs, but the output past `n_ctx_train` may degrade.
+pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
+    if n_ctx_train > 0 && n_ctx > n_ctx_train {
+        eprintln!(
+            "modelc: warning: the context ({n_ctx}) is longer than the model's training context ({n_ctx_train}); output past it may degrade"
+        );
+    }
+}
+
+/// Bytes of memory this machine has (RAM and swap, from `/proc/meminfo`); `None` where that
+/// cannot be read.
+fn machine_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+}
+
+/// Refuses a context whose KV cache and work buffers (`bytes`) cannot fit in this machine's
+/// memory, with one line, instead of an allocation failure later (llama.cpp fails to allocate
+/// its KV cache buffer in that case).
+pub fn check_memory(n_ctx: usize, bytes: u64) -> anyhow::Result<()> {
+    if let Some(have) = machine_memory_bytes() {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        anyhow::ensure!(
+            bytes <= have,
+            "a context of {n_ctx} tokens needs {:.1} GiB for the KV cache and buffers, more than this machine's {:.1} GiB of memory; use a smaller -c",
+            gib(bytes),
+            gib(have)
+        );
+    }
+    Ok(())
 }
 
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.gen.validate()?;
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut engine = make_engine(&args.model, &gguf, &model, false)?;
     run_generation(&args.gen, &gguf, &vocab, engine.as_mut())
@@ -172,6 +234,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
     if args.model.n_ctx == 0 {
         args.model.n_ctx = 512;
     }
+    check_n_batch(args.n_batch)?;
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut engine = make_engine(&args.model, &gguf, &model, true)?;
     print_perplexity(
@@ -205,7 +268,7 @@ pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
         n_tokens: args.n_tokens,
         n_outputs: args.n_tokens,
         n_ctx: args.n_ctx,
-        kv_type: ir::graph::DType::F16,
+        kv_types: ir::graph::KvTypes::F16,
     })?;
     print!("{g}");
     Ok(())

@@ -8,8 +8,9 @@
 //! NAME info
 //! ```
 
-use super::compile::{build_plan, compile_options, parse_cache_type};
-use super::gen_args::{run_generation, GenArgs};
+use super::compile::{build_plan, compile_options, parse_cache_type, KvArgs};
+use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
+use super::run::{check_memory, warn_ctx_train};
 use crate::artifact::{fingerprint, Artifact};
 use crate::bench::{self, Test};
 use crate::engine::Engine;
@@ -42,10 +43,10 @@ struct CommonArgs {
     /// The GGUF model (default: the path recorded at compile time).
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
-    /// Threads (default: all cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
-    /// Context size (default, or 0: the one compiled in).
+    /// Threads (default, or <= 0: the hardware's threads; more is capped there).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
+    /// Context size (default, or 0: the one compiled in; another size recompiles the plan).
     #[arg(short = 'c', long = "ctx-size")]
     n_ctx: Option<usize>,
     /// llama.cpp's `-ub`: refused with an explanation (the runner's ubatch sizes are fixed
@@ -56,6 +57,9 @@ struct CommonArgs {
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
     #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
     flash_attn: String,
+    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    #[command(flatten)]
+    kv: KvArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -96,9 +100,18 @@ struct BenchArgs {
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
-    /// Thread counts to test, comma-separated.
-    #[arg(short = 't', long = "threads", value_delimiter = ',')]
-    threads: Option<Vec<usize>>,
+    /// Thread counts to test, comma-separated (<= 0: the hardware's threads; more is capped
+    /// there, with a warning).
+    #[arg(
+        short = 't',
+        long = "threads",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    threads: Option<Vec<i64>>,
+    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    #[command(flatten)]
+    kv: KvArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,9 +128,12 @@ struct RunnerPerplexityArgs {
     /// Tokens per decode call.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     n_batch: usize,
-    /// Threads (default: all cores).
-    #[arg(short = 't', long = "threads")]
-    threads: Option<usize>,
+    /// Threads (default, or <= 0: the hardware's threads; more is capped there).
+    #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
+    threads: Option<i64>,
+    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    #[command(flatten)]
+    kv: KvArgs,
 }
 
 /// Opens the model a runner was compiled for, refusing any file with another tensor table.
@@ -142,27 +158,38 @@ fn open_checked(artifact: &Artifact, model: Option<&PathBuf>) -> anyhow::Result<
     Ok(gguf)
 }
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// The plan to run: the stored one when the settings match, else recompiled for `n_ctx` /
-/// `all_logits` (the passes take milliseconds). Takes the stored plan out of `artifact`, so
-/// that its JSON tree is freed before the weights are loaded.
+/// `all_logits` / the KV cache types `kv` asks for (the passes take milliseconds). Takes the
+/// stored plan out of `artifact`, so that its JSON tree is freed before the weights are
+/// loaded.
 fn plan_for(
     artifact: &mut Artifact,
     gguf: &GgufFile,
     n_ctx: usize,
     all_logits: bool,
+    kv: &KvArgs,
 ) -> anyhow::Result<Plan> {
+    let compiled = ir::graph::KvTypes {
+        k: parse_cache_type(&artifact.cache_type_k)?,
+        v: parse_cache_type(&artifact.cache_type_v)?,
+    };
+    let kv_types = kv.resolve(compiled)?;
     let stored = std::mem::take(&mut artifact.plan);
-    if n_ctx == artifact.n_ctx && !all_logits {
-        return serde_json::from_value(stored).context("the runner's stored plan is corrupt");
-    }
-    drop(stored);
-    let ub: Vec<u32> = artifact.ubatch.iter().map(|&u| u as u32).collect();
-    let opts = compile_options(&ub, n_ctx, parse_cache_type(&artifact.kv_type)?, all_logits)?;
-    build_plan(gguf, &opts, &mut |_, _| {})
+    let plan: Plan = if n_ctx == artifact.n_ctx && !all_logits && kv_types == compiled {
+        serde_json::from_value(stored).context("the runner's stored plan is corrupt")?
+    } else {
+        drop(stored);
+        let ub: Vec<u32> = artifact.ubatch.iter().map(|&u| u as u32).collect();
+        let opts = compile_options(&ub, n_ctx, kv_types, all_logits)?;
+        build_plan(gguf, &opts, &mut |_, _| {})?
+    };
+    check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
+    Ok(plan)
+}
+
+/// The model's training context, for [`warn_ctx_train`].
+fn n_ctx_train(gguf: &GgufFile) -> anyhow::Result<usize> {
+    Ok(compiler::HParams::from_gguf(gguf)?.n_ctx_train as usize)
 }
 
 /// How often the file's pages are released while an engine is built
@@ -181,42 +208,51 @@ fn cpu_engine<'a>(
     let mut engine = weights.while_loading(RELEASE_PERIOD, || {
         crate::cpu_engine::CpuEngine::new(weights, plan, threads.max(1))
     })?;
-    engine.set_flash_attn(flash_attn);
+    engine.set_flash_attn(flash_attn)?;
     Ok(engine)
 }
 
 /// Runs as the runner for `artifact` with the process's arguments.
 pub fn main(artifact: Artifact) -> std::process::ExitCode {
-    match RunnerCli::try_parse_from(super::normalize_args(std::env::args_os())) {
+    let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match RunnerCli::try_parse_from(super::normalize_args(typed.iter().cloned())) {
         Ok(cli) => super::report(run(artifact, cli)),
-        Err(e) => super::usage_error(e),
+        Err(e) => super::usage_error(e, &typed),
     }
 }
 
 fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
     match cli.command {
         None => {
-            let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
-            let vocab = Vocab::from_gguf(&gguf)?;
             anyhow::ensure!(
                 cli.common.ubatch_size.is_none(),
                 "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
             );
+            cli.gen.validate()?;
+            let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
+            let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = match cli.common.n_ctx {
                 None | Some(0) => artifact.n_ctx,
                 Some(c) => c,
             };
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &cli.common.kv)?;
+            warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
+            let threads = resolve_threads(cli.common.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(
-                &weights,
-                plan,
-                cli.common.threads.unwrap_or_else(default_threads),
-                cli.common.flash_attn != "off",
-            )?;
+            let mut engine = cpu_engine(&weights, plan, threads, cli.common.flash_attn != "off")?;
             run_generation(&cli.gen, &gguf, &vocab, &mut engine)
         }
         Some(RunnerCommand::Bench(b)) => {
+            anyhow::ensure!(b.reps >= 1, "-r must be at least 1");
+            // Each thread count as -t reads it (<= 0: the hardware's, more capped there with
+            // a warning); counts that end up equal are measured once.
+            let mut threads: Vec<usize> = Vec::new();
+            for t in b.threads.clone().unwrap_or_else(|| vec![0]) {
+                let t = resolve_threads(Some(t));
+                if !threads.contains(&t) {
+                    threads.push(t);
+                }
+            }
             let gguf = open_checked(&artifact, b.model.as_ref())?;
             let max = b
                 .n_prompt
@@ -226,7 +262,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .max()
                 .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &b.kv)?;
             let mut tests: Vec<Test> = b
                 .n_prompt
                 .iter()
@@ -234,11 +270,6 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .map(|&n| Test::Pp(n))
                 .collect();
             tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
-            let threads = b.threads.clone().unwrap_or_else(|| vec![default_threads()]);
-            anyhow::ensure!(
-                threads.iter().all(|&t| t > 0),
-                "bench: thread counts must be at least 1"
-            );
             let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
                 &mut |t| {
@@ -273,16 +304,14 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(RunnerCommand::Perplexity(p)) => {
+            check_n_batch(p.n_batch)?;
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true)?;
+            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true, &p.kv)?;
+            warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
+            let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(
-                &weights,
-                plan,
-                p.threads.unwrap_or_else(default_threads),
-                true,
-            )?;
+            let mut engine = cpu_engine(&weights, plan, threads, true)?;
             super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch)
         }
         Some(RunnerCommand::Info { model }) => {
@@ -299,8 +328,8 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
             println!(
-                "n_ctx           = {} (KV cache {})",
-                artifact.n_ctx, artifact.kv_type
+                "n_ctx           = {} (KV cache k {}, v {})",
+                artifact.n_ctx, artifact.cache_type_k, artifact.cache_type_v
             );
             let plan: Plan = serde_json::from_value(std::mem::take(&mut artifact.plan))
                 .context("the runner's stored plan is corrupt")?;

@@ -1,0 +1,335 @@
+//! Generation flags as a llama.cpp user types them (`common/arg.cpp` semantics), in `modelc
+//! run` and in a compiled runner: `-s -1` is a random seed, `-t 0` the hardware's threads and
+//! `-t` above them capped with one warning, `-b 0` / `bench -r 0` refused, errors name the
+//! multi-letter flag the user typed (`-ngl`), `-c` past the training context warns and past
+//! the machine's memory is refused. Errors are one line on stderr and status 1.
+//!
+//! The tests that run a model skip when SmolLM2-135M-Instruct Q4_1 is absent.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+mod common;
+
+use common::{model, modelc};
+
+/// A runner for SmolLM2 compiled once for all tests, with a 256-token context.
+fn runner() -> Option<&'static Path> {
+    static RUNNER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    RUNNER
+        .get_or_init(|| {
+            let model = model()?;
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args");
+            std::fs::create_dir_all(&dir).unwrap();
+            let runner = dir.join("smol");
+            let out = modelc()
+                .arg("compile")
+                .arg(&model)
+                .arg("-o")
+                .arg(&runner)
+                .args(["-c", "256", "--ubatch", "1,16"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "compile failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(runner)
+        })
+        .as_deref()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts status 1 with exactly one stderr line containing `what`, and no panic.
+fn assert_one_line_error(out: &Output, what: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("modelc: error: "), "{err}");
+    assert!(err.contains(what), "expected '{what}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn assert_ok(out: &Output) {
+    assert!(out.status.success(), "failed: {}", stderr(out));
+}
+
+fn warnings(out: &Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter(|l| l.starts_with("modelc: warning:"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn hardware_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Flag checks that need no model: they are refused before the model is opened.
+#[test]
+fn bad_flags_are_one_line_errors_without_a_model() {
+    let missing = "/nonexistent/model.gguf";
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "-b", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-b must be at least 1");
+    let out = modelc()
+        .args(["perplexity", missing, "-f", "x.txt", "-b", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-b must be at least 1");
+    for seed in ["-2", "abc", "1.5"] {
+        let out = modelc()
+            .args(["run", missing, "-p", "x", "-s", seed])
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, "a seed is -1 (random) or a number from 0 up");
+    }
+    // The multi-letter flags are named as typed, not as the long forms they are rewritten to.
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "-ngl", "5"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "'-ngl'");
+    assert!(!stderr(&out).contains("--n-gpu-layers"), "{}", stderr(&out));
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "-fa", "maybe"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "'-fa ");
+    assert!(!stderr(&out).contains("--flash-attn"), "{}", stderr(&out));
+    // Whether or not -ctk is accepted, an error about it does not name --cache-type-k.
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "-ctk", "q4_0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("--cache-type-k"), "{}", stderr(&out));
+    // Typed in full, the long name stays.
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "--n-gpu-layers", "5"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "'--n-gpu-layers'");
+}
+
+fn json_run(cmd: &mut Command) -> Value {
+    let out = cmd.output().unwrap();
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn seed_of(v: &Value) -> u64 {
+    v["generation_settings"]["seed"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no generation_settings.seed in {v}"))
+}
+
+/// `-s -1` (and 4294967295, llama.cpp's LLAMA_DEFAULT_SEED) draws a random seed, reported in
+/// the JSON; passing that seed back repeats the run.
+#[test]
+fn seed_minus_one_is_random_and_reported() {
+    let Some(runner) = runner() else { return };
+    let sample = [
+        "-p",
+        "Once upon a time",
+        "-n",
+        "6",
+        "--temp",
+        "1.5",
+        "--top-k",
+        "0",
+    ];
+    let gen = |seed: &str| {
+        json_run(
+            Command::new(runner)
+                .args(sample)
+                .args(["-t", "1", "--json", "-s", seed]),
+        )
+    };
+    let a = gen("-1");
+    let b = gen("4294967295");
+    let (sa, sb) = (seed_of(&a), seed_of(&b));
+    assert!(sa < 0xFFFF_FFFF && sb < 0xFFFF_FFFF, "{sa} {sb}");
+    assert_ne!(sa, sb, "two random seeds were equal");
+    let again = gen(&sa.to_string());
+    assert_eq!(seed_of(&again), sa);
+    assert_eq!(
+        again["content"], a["content"],
+        "the reported seed does not repeat the run"
+    );
+    assert_eq!(seed_of(&gen("7")), 7);
+    // Plain mode prints nothing extra; modelc run takes -1 too.
+    let out = Command::new(runner)
+        .args(sample)
+        .args(["-t", "1", "-s", "-1"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    let model = model().unwrap();
+    let v = json_run(
+        modelc()
+            .arg("run")
+            .arg(&model)
+            .args(sample)
+            .args(["-t", "1", "-c", "64", "--json", "-s", "-1"]),
+    );
+    assert!(seed_of(&v) < 0xFFFF_FFFF);
+}
+
+/// `-t 0` (or negative) is the hardware's threads; more than those is capped there with one
+/// warning line, in generation, perplexity and bench; `-b 0` and `-r 0` are refused.
+#[test]
+fn thread_counts_batch_and_repetitions() {
+    let Some(runner) = runner() else { return };
+    let hw = hardware_threads();
+    let gen = ["-p", "hi", "-n", "2", "--temp", "0"];
+    for t in ["0", "-1"] {
+        let out = Command::new(runner)
+            .args(gen)
+            .args(["-t", t])
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        assert!(warnings(&out).is_empty(), "{}", stderr(&out));
+    }
+    let out = Command::new(runner)
+        .args(gen)
+        .args(["-t", "100000"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "{}", stderr(&out));
+    assert!(w[0].contains(&format!("using {hw}")), "{}", w[0]);
+
+    let model = model().unwrap();
+    let out = modelc()
+        .arg("run")
+        .arg(&model)
+        .args(gen)
+        .args(["-c", "64", "-t", "100000"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(warnings(&out).len(), 1, "{}", stderr(&out));
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args");
+    let text = dir.join("ppl.txt");
+    std::fs::write(
+        &text,
+        "The quick brown fox jumps over the lazy dog. ".repeat(30),
+    )
+    .unwrap();
+    let out = Command::new(runner)
+        .args(["perplexity", "-c", "64", "-t", "100000", "-f"])
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(warnings(&out).len(), 1, "{}", stderr(&out));
+    let out = Command::new(runner)
+        .args(["perplexity", "-c", "64", "-b", "0", "-f"])
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-b must be at least 1");
+    let out = Command::new(runner)
+        .args(gen)
+        .args(["-b", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-b must be at least 1");
+
+    let out = Command::new(runner)
+        .args(["bench", "-p", "4", "-n", "0", "-r", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-r must be at least 1");
+    // 0 and 100000 both become the hardware's threads (one warning), measured once.
+    let out = Command::new(runner)
+        .args(["bench", "-p", "4", "-n", "0", "-r", "1", "-t", "0,100000"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(warnings(&out).len(), 1, "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains("pp4")).collect();
+    assert!(!rows.is_empty(), "{table}");
+    for r in &rows {
+        let cells: Vec<&str> = r.split('|').map(str::trim).collect();
+        assert!(cells.contains(&hw.to_string().as_str()), "{r}");
+    }
+    assert_eq!(rows.len(), 1, "{table}");
+}
+
+/// In a runner, the multi-letter flags it does not know are named as typed.
+#[test]
+fn runner_errors_name_the_typed_flag() {
+    let Some(runner) = runner() else { return };
+    let out = Command::new(runner)
+        .args(["-p", "hi", "-ngl", "5"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "'-ngl'");
+    assert!(!stderr(&out).contains("--n-gpu-layers"), "{}", stderr(&out));
+    let out = Command::new(runner)
+        .args(["-p", "hi", "-ctk", "q4_0"])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        assert!(!stderr(&out).contains("--cache-type-k"), "{}", stderr(&out));
+    }
+}
+
+/// `-c` above the compiled context recompiles the plan and runs; above the model's training
+/// context (8192 for SmolLM2) it warns with one line; a KV cache larger than the machine's
+/// memory is refused with one line instead of an allocation failure.
+#[test]
+fn context_beyond_compiled_and_training_sizes() {
+    let Some(runner) = runner() else { return };
+    let gen = ["-p", "hi", "-n", "2", "--temp", "0", "-t", "1"];
+    let out = Command::new(runner)
+        .args(gen)
+        .args(["-c", "300"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert!(warnings(&out).is_empty(), "{}", stderr(&out));
+    let out = Command::new(runner)
+        .args(gen)
+        .args(["-c", "9000"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "{}", stderr(&out));
+    assert!(w[0].contains("training context (8192)"), "{}", w[0]);
+    // 4e9 tokens of KV cache: about 84 TiB.
+    let out = Command::new(runner)
+        .args(gen)
+        .args(["-c", "4000000000"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "memory");
+    let model = model().unwrap();
+    for backend in ["cpu", "interp"] {
+        let out = modelc()
+            .arg("run")
+            .arg(&model)
+            .args(gen)
+            .args(["--backend", backend, "-c", "4000000000"])
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, "memory");
+    }
+}

@@ -1,0 +1,132 @@
+//! Quantized KV caches (`-ctk q8_0`, `-ctv q8_0`) against llama.cpp, end to end: greedy
+//! continuations of three prompts with Q8_0 K and V, Q8_0 K with F16 V and F16 K with Q8_0 V
+//! equal llama.cpp's text, in `modelc run` and in a compiled runner; the perplexity of
+//! `shared/reference/ppl-text.txt` equals llama-perplexity's chunk by chunk. The expected
+//! outputs and the commands that made them are in `tests/data/kv_quantized_llama_cpp.json`
+//! (llama.cpp rotates Q, K and V with a Walsh–Hadamard matrix around a quantized cache; these
+//! outputs are what that rotation, Q8_0 storage and its flash kernel produce).
+//!
+//! Skips when SmolLM2-135M-Instruct Q4_1 (or, for the perplexity, `../shared`) is absent.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+
+use common::{model, modelc};
+
+fn reference() -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/kv_quantized_llama_cpp.json");
+    serde_json::from_str(&std::fs::read_to_string(p).expect("reference data")).expect("json")
+}
+
+/// Runs `cmd`, asserting success; returns stdout.
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every completion case: `run` with the case's flags and the case's expected text.
+fn check_completions(what: &str, run: &mut dyn FnMut(&str, &str, &str) -> String) {
+    let r = reference();
+    let mut bad = Vec::new();
+    for c in r["completions"].as_array().expect("completions") {
+        let (id, k, v) = (
+            c["prompt_id"].as_str().unwrap(),
+            c["cache_type_k"].as_str().unwrap(),
+            c["cache_type_v"].as_str().unwrap(),
+        );
+        let prompt = r["prompts"][id].as_str().expect("prompt");
+        let got = run(prompt, k, v);
+        let want = c["content"].as_str().unwrap();
+        if got.trim_end() != want.trim_end() {
+            bad.push(format!("{id} -ctk {k} -ctv {v}:\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "{what} differs from llama.cpp:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn run_continuations_equal_llama_cpp() {
+    let Some(m) = model() else { return };
+    check_completions("modelc run", &mut |prompt, k, v| {
+        stdout_of(modelc().arg("run").arg(&m).args([
+            "-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "-c", "2048", "-ctk", k, "-ctv",
+            v,
+        ]))
+    });
+}
+
+#[test]
+fn runner_continuations_equal_llama_cpp() {
+    let Some(m) = model() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache_quantized");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    // Compiled with Q8_0 caches: the runner's own -ctk/-ctv switch each case.
+    let runner = dir.join("smol_q8");
+    stdout_of(modelc().arg("compile").arg(&m).arg("-o").arg(&runner).args([
+        "-c",
+        "2048",
+        "--cache-type-k",
+        "q8_0",
+        "--cache-type-v",
+        "q8_0",
+    ]));
+    let info = stdout_of(Command::new(&runner).arg("info"));
+    assert!(info.contains("KV cache k q8_0, v q8_0"), "{info}");
+    check_completions("the runner", &mut |prompt, k, v| {
+        stdout_of(Command::new(&runner).args([
+            "-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "-ctk", k, "-ctv", v,
+        ]))
+    });
+    // Only the flash kernels read a quantized cache: -fa off is refused in one line.
+    let out = Command::new(&runner)
+        .args(["-p", "hi", "-n", "2", "-fa", "off"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("needs flash attention") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn perplexity_equals_llama_cpp() {
+    let Some(m) = model() else { return };
+    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/ppl-text.txt");
+    if !text.is_file() {
+        eprintln!("skipping: {} is absent", text.display());
+        return;
+    }
+    let r = reference();
+    let out = modelc()
+        .arg("perplexity")
+        .arg(&m)
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "256", "-b", "256", "-t", "2", "-ctk", "q8_0", "-ctv", "q8_0"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chunks: Vec<String> = r["perplexity_q8_0"]["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("[{}]{:.4}", i + 1, c.as_f64().unwrap()))
+        .collect();
+    let line = chunks.join(",");
+    assert!(all.contains(&line), "chunks differ: want {line}\n{all}");
+    let fin = r["perplexity_q8_0"]["final"].as_str().unwrap();
+    assert!(all.contains(&format!("PPL = {fin}")), "want PPL = {fin}\n{all}");
+}
