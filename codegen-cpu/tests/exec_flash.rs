@@ -246,8 +246,14 @@ fn q8_0_caches_bit_exact() {
 #[test]
 fn mixed_q8_0_and_f16_caches_bit_exact() {
     let (k, v) = (
-        KvTypes { k: Q8_0, v: DType::F16 },
-        KvTypes { k: DType::F16, v: Q8_0 },
+        KvTypes {
+            k: Q8_0,
+            v: DType::F16,
+        },
+        KvTypes {
+            k: DType::F16,
+            v: Q8_0,
+        },
     );
     check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, k);
     check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, v);
@@ -266,16 +272,27 @@ fn q8_0_window_softcap_bit_exact() {
 
 #[test]
 fn f32_caches_bit_exact() {
-    check_kv(RopeMode::Norm, smollm2_attn(), 2, 2, KvTypes::same(DType::F32));
+    check_kv(
+        RopeMode::Norm,
+        smollm2_attn(),
+        2,
+        2,
+        KvTypes::same(DType::F32),
+    );
 }
 
 #[test]
 fn quantized_cache_refuses_the_soft_max_path() {
-    let graphs = vec![(1u32, attn_graph(1, RopeMode::Norm, smollm2_attn(), KvTypes::same(Q8_0)))];
+    let graphs = vec![(
+        1u32,
+        attn_graph(1, RopeMode::Norm, smollm2_attn(), KvTypes::same(Q8_0)),
+    )];
     let plan = plan_with_ctx(&graphs, N_CTX as u32);
     let w = MemWeights::new();
     let mut cpu = CompiledPlan::new(&plan, &w, 1).expect("plan compiles");
-    let e = cpu.set_flash_attn(false).expect_err("no soft_max path for Q8_0");
+    let e = cpu
+        .set_flash_attn(false)
+        .expect_err("no soft_max path for Q8_0");
     assert!(e.to_string().contains("flash attention"), "{e}");
     assert!(cpu.flash_attn(), "flash attention stays on");
 }

@@ -123,22 +123,30 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Prints llama-bench's markdown table, then a decode-roofline table: GB/s of weights read
-/// per generated token (`weight_bytes` each) next to each `tg` rate.
+/// Prints llama-bench's markdown table (with its `type_k` / `type_v` columns when
+/// `kv_types` gives a cache other than f16), then a decode-roofline table: GB/s of weights
+/// read per generated token (`weight_bytes` each) next to each `tg` rate.
 pub fn print_table(
     model_desc: &str,
     size_bytes: u64,
     n_params: u64,
     backend: &str,
     weight_bytes: u64,
+    kv_types: Option<(&str, &str)>,
     rows: &[Row],
 ) {
-    println!("| model                          |       size |     params | backend    | threads |            test |                  t/s |");
-    println!("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |");
+    // llama-bench adds the cache-type columns when they are not its default (f16).
+    let (kv_head, kv_rule) = match kv_types {
+        Some(_) => (" type_k | type_v |", " -----: | -----: |"),
+        None => ("", ""),
+    };
+    println!("| model                          |       size |     params | backend    | threads |{kv_head}            test |                  t/s |");
+    println!("| ------------------------------ | ---------: | ---------: | ---------- | ------: |{kv_rule} --------------: | -------------------: |");
+    let kv_cells = kv_types.map_or(String::new(), |(k, v)| format!(" {k:>6} | {v:>6} |"));
     for r in rows {
         let (m, sd) = r.mean_sd();
         println!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{kv_cells} {:>15} | {:>20} |",
             model_desc,
             human_bytes(size_bytes),
             format!("{:.2} M", n_params as f64 / 1e6),

@@ -30,7 +30,8 @@ pub fn log_prob(logits: &[f32], target: usize) -> f64 {
 }
 
 /// Runs perplexity over `tokens` with chunks of `n_ctx`, evaluating at most `n_batch` tokens
-/// per decode call. `bos` replaces the first token of each chunk when the model adds BOS.
+/// per decode call, over at most `max_chunks` chunks (llama-perplexity's `--chunks`; `None`:
+/// all). `bos` replaces the first token of each chunk when the model adds BOS.
 ///
 /// Errors: fewer than `2 * n_ctx` tokens (llama-perplexity's requirement), an engine whose
 /// context is smaller than `n_ctx`, or an engine error.
@@ -39,6 +40,7 @@ pub fn perplexity(
     tokens: &[u32],
     n_ctx: usize,
     n_batch: usize,
+    max_chunks: Option<usize>,
     bos: Option<u32>,
     mut progress: impl FnMut(usize, usize, f64),
 ) -> anyhow::Result<Perplexity> {
@@ -57,7 +59,7 @@ pub fn perplexity(
         "the engine's context ({}) is smaller than -c {n_ctx}",
         engine.n_ctx()
     );
-    let n_chunks = tokens.len() / n_ctx;
+    let n_chunks = (tokens.len() / n_ctx).min(max_chunks.unwrap_or(usize::MAX));
     let n_batch = n_batch.min(n_ctx).min(engine.max_ubatch()).max(1);
     let first = n_ctx / 2;
     let n_vocab = engine.n_vocab();

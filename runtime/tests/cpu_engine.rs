@@ -96,7 +96,14 @@ fn check_model(shared: &Path, name: &str) {
     let mut cpu = CpuEngine::new(&gguf, plan.clone(), 2).expect("plan compiles for the CPU");
     cpu.set_flash_attn(false).expect("F16 caches");
     let (cb, cs) = run(&mut cpu, &prompt);
-    let mut interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, KvTypes::F16, llama_cpp_no_flash());
+    let mut interp = InterpEngine::new(
+        &gguf,
+        &model,
+        N_CTX as usize,
+        64,
+        KvTypes::F16,
+        llama_cpp_no_flash(),
+    );
     let (ib, is) = run(&mut interp, &prompt);
 
     let d = [
@@ -288,9 +295,17 @@ fn smollm2_matches_interpreter() {
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
-    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
+    let plan =
+        build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, KvTypes::F16, InterpOptions::llama_cpp());
+    let mut interp = InterpEngine::new(
+        &gguf,
+        &model,
+        64,
+        16,
+        KvTypes::F16,
+        InterpOptions::llama_cpp(),
+    );
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -339,9 +354,17 @@ fn smollm2_bit_exact_with_interpreter() {
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
-    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
+    let plan =
+        build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, KvTypes::F16, InterpOptions::llama_cpp());
+    let mut interp = InterpEngine::new(
+        &gguf,
+        &model,
+        64,
+        16,
+        KvTypes::F16,
+        InterpOptions::llama_cpp(),
+    );
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -529,6 +552,7 @@ fn smollm2_bench() {
         n_params,
         "CPU (modelc)",
         bytes,
+        None,
         &rows,
     );
     for &t in &threads {

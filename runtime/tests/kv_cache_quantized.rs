@@ -46,10 +46,16 @@ fn check_completions(what: &str, run: &mut dyn FnMut(&str, &str, &str) -> String
         let got = run(prompt, k, v);
         let want = c["content"].as_str().unwrap();
         if got.trim_end() != want.trim_end() {
-            bad.push(format!("{id} -ctk {k} -ctv {v}:\n  got  {got:?}\n  want {want:?}"));
+            bad.push(format!(
+                "{id} -ctk {k} -ctv {v}:\n  got  {got:?}\n  want {want:?}"
+            ));
         }
     }
-    assert!(bad.is_empty(), "{what} differs from llama.cpp:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{what} differs from llama.cpp:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -57,8 +63,7 @@ fn run_continuations_equal_llama_cpp() {
     let Some(m) = model() else { return };
     check_completions("modelc run", &mut |prompt, k, v| {
         stdout_of(modelc().arg("run").arg(&m).args([
-            "-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "-c", "2048", "-ctk", k, "-ctv",
-            v,
+            "-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "-c", "2048", "-ctk", k, "-ctv", v,
         ]))
     });
 }
@@ -70,14 +75,21 @@ fn runner_continuations_equal_llama_cpp() {
     std::fs::create_dir_all(&dir).expect("tmp dir");
     // Compiled with Q8_0 caches: the runner's own -ctk/-ctv switch each case.
     let runner = dir.join("smol_q8");
-    stdout_of(modelc().arg("compile").arg(&m).arg("-o").arg(&runner).args([
-        "-c",
-        "2048",
-        "--cache-type-k",
-        "q8_0",
-        "--cache-type-v",
-        "q8_0",
-    ]));
+    stdout_of(
+        modelc()
+            .arg("compile")
+            .arg(&m)
+            .arg("-o")
+            .arg(&runner)
+            .args([
+                "-c",
+                "2048",
+                "--cache-type-k",
+                "q8_0",
+                "--cache-type-v",
+                "q8_0",
+            ]),
+    );
     let info = stdout_of(Command::new(&runner).arg("info"));
     assert!(info.contains("KV cache k q8_0, v q8_0"), "{info}");
     check_completions("the runner", &mut |prompt, k, v| {
@@ -92,7 +104,10 @@ fn runner_continuations_equal_llama_cpp() {
         .expect("runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("needs flash attention") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("needs flash attention") && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -109,10 +124,16 @@ fn perplexity_equals_llama_cpp() {
         .arg(&m)
         .arg("-f")
         .arg(&text)
-        .args(["-c", "256", "-b", "256", "-t", "2", "-ctk", "q8_0", "-ctv", "q8_0"])
+        .args([
+            "-c", "256", "-b", "256", "-t", "2", "-ctk", "q8_0", "-ctv", "q8_0",
+        ])
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -128,5 +149,8 @@ fn perplexity_equals_llama_cpp() {
     let line = chunks.join(",");
     assert!(all.contains(&line), "chunks differ: want {line}\n{all}");
     let fin = r["perplexity_q8_0"]["final"].as_str().unwrap();
-    assert!(all.contains(&format!("PPL = {fin}")), "want PPL = {fin}\n{all}");
+    assert!(
+        all.contains(&format!("PPL = {fin}")),
+        "want PPL = {fin}\n{all}"
+    );
 }

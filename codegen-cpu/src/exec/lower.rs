@@ -519,7 +519,9 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             return Err("KV cache must be F16, F32 or Q8_0 with contiguous rows".into());
         }
         if q8 && (width % 32 != 0 || v.ne[0] % 32 != 0) {
-            return Err(format!("a Q8_0 KV cache needs rows of whole blocks, not {width}"));
+            return Err(format!(
+                "a Q8_0 KV cache needs rows of whole blocks, not {width}"
+            ));
         }
         if v.ne[0] < width || v.ne[1] < self.plan.n_ctx as usize {
             return Err(format!(

@@ -562,7 +562,12 @@ unsafe fn scale_round<const SIMD: bool, const V: u8>(acc: *mut f32, d_v: usize, 
 
 /// `acc = round(fma(v, vs, acc))` (to f16 for F16 V rows).
 #[inline(always)]
-unsafe fn fma_round<const SIMD: bool, const V: u8>(acc: *mut f32, v: *const u8, vs: f32, d_v: usize) {
+unsafe fn fma_round<const SIMD: bool, const V: u8>(
+    acc: *mut f32,
+    v: *const u8,
+    vs: f32,
+    d_v: usize,
+) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if SIMD {

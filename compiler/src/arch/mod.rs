@@ -419,7 +419,9 @@ impl<'m> Builder<'m> {
             &[(hp.n_embd_head_v * hp.n_head) as u64, n],
         )?;
         Ok(match v_rot {
-            Some(r) => self.g.hadamard(&format!("kqv_out_rot-{il}"), out, r as u32)?,
+            Some(r) => self
+                .g
+                .hadamard(&format!("kqv_out_rot-{il}"), out, r as u32)?,
             None => out,
         })
     }

@@ -29,8 +29,8 @@ pub use format::{
     block_format, block_formats, BitPiece, BlockFormat, Decode, Field, FieldKind, Index, IntCode,
     IntMap, MinTerm, Recipe, ScalarKind, SubScalePacking, Term, KVALUES_IQ4NL,
 };
-pub use hadamard::{fwht, k_rot_size, v_rot_size};
 pub use fp::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use hadamard::{fwht, k_rot_size, v_rot_size};
 pub use quant::{
     quantize, quantize_bf16, quantize_f16, quantize_q8_0, quantize_q8_0_with, quantize_q8_1,
     quantize_q8_1_with, quantize_q8_k, Q8Flavor,

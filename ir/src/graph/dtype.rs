@@ -149,7 +149,10 @@ impl Default for KvTypes {
 impl std::fmt::Display for KvTypes {
     /// `f16` when K and V agree, else `k q8_0 / v f16`; lower case as llama.cpp's flags.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (k, v) = (self.k.name().to_ascii_lowercase(), self.v.name().to_ascii_lowercase());
+        let (k, v) = (
+            self.k.name().to_ascii_lowercase(),
+            self.v.name().to_ascii_lowercase(),
+        );
         if k == v {
             f.write_str(&k)
         } else {

@@ -32,9 +32,7 @@ impl Graph {
                             t.dtype == DType::I32 && t.shape.rank() == 1 && !t.shape.has_kv()
                         }
                         Input::KvCache { .. } => {
-                            t.dtype.is_cache_type()
-                                && t.shape.rank() <= 2
-                                && !t.shape.has_kv()
+                            t.dtype.is_cache_type() && t.shape.rank() <= 2 && !t.shape.has_kv()
                         }
                         Input::Weight | Input::Data => !t.shape.has_kv(),
                     };

@@ -53,7 +53,10 @@ pub(crate) fn kv_store(
                 ggml::quantize(bt, src, &mut blocks, flavor).map_err(|e| e.to_string())?;
                 ggml::dequantize(bt, &blocks, dst).map_err(|e| e.to_string())?;
             }
-            DType::F16 => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = round_f16(v)),
+            DType::F16 => dst
+                .iter_mut()
+                .zip(src)
+                .for_each(|(d, &v)| *d = round_f16(v)),
             _ => dst.copy_from_slice(src),
         }
     }

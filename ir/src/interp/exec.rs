@@ -244,10 +244,14 @@ impl<'w> Interpreter<'w> {
                 }
                 Op::Hadamard { n } => {
                     let n = *n as usize;
-                    Val::F(map_rows(&ctx.floats(s[0]).map_err(err)?, &lay(s[0]), |a, y| {
-                        y.copy_from_slice(a);
-                        y.chunks_exact_mut(n).for_each(ggml::fwht);
-                    }))
+                    Val::F(map_rows(
+                        &ctx.floats(s[0]).map_err(err)?,
+                        &lay(s[0]),
+                        |a, y| {
+                            y.copy_from_slice(a);
+                            y.chunks_exact_mut(n).for_each(ggml::fwht);
+                        },
+                    ))
                 }
                 Op::Scale { s: k } => {
                     let k = *k;

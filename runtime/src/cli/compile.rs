@@ -79,7 +79,9 @@ impl KvArgs {
         };
         let q8 = DType::Block(ir::ggml::GgmlType::Q8_0);
         anyhow::ensure!(
-            kv.k == kv.v || (kv.k == q8 && kv.v == DType::F16) || (kv.k == DType::F16 && kv.v == q8),
+            kv.k == kv.v
+                || (kv.k == q8 && kv.v == DType::F16)
+                || (kv.k == DType::F16 && kv.v == q8),
             "-ctk {} -ctv {}: the CPU target takes one type for both, or q8_0 with f16",
             cache_type_name(kv.k),
             cache_type_name(kv.v)

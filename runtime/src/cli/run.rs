@@ -107,8 +107,7 @@ pub fn make_engine<'a>(
     match args.backend {
         Backend::Cpu => {
             let ub = [1, args.n_ubatch as u32];
-            let opts =
-                super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
+            let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
             let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
             check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
             warn_ctx_train(n_ctx, n_ctx_train);
@@ -200,6 +199,9 @@ pub struct PerplexityArgs {
     /// Tokens per decode call.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub n_batch: usize,
+    /// Chunks to score at most (llama-perplexity's `--chunks`; -1: all).
+    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
+    pub chunks: i64,
 }
 
 /// Runs perplexity on `engine` and prints llama-perplexity's lines.
@@ -209,7 +211,9 @@ pub fn print_perplexity(
     text_path: &std::path::Path,
     n_ctx: usize,
     n_batch: usize,
+    chunks: i64,
 ) -> anyhow::Result<()> {
+    let max_chunks = usize::try_from(chunks).ok();
     let text = std::fs::read_to_string(text_path)
         .with_context(|| format!("reading {}", text_path.display()))?;
     let tokens = vocab.tokenize(&text, true, false);
@@ -217,13 +221,21 @@ pub fn print_perplexity(
     eprintln!(
         "perplexity: tokenizing the input: {} tokens, {} chunks of {n_ctx}",
         tokens.len(),
-        tokens.len() / n_ctx.max(1)
+        (tokens.len() / n_ctx.max(1)).min(max_chunks.unwrap_or(usize::MAX))
     );
-    let r = crate::perplexity::perplexity(engine, &tokens, n_ctx, n_batch, bos, |i, _, est| {
-        print!("[{i}]{est:.4},");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-    })?;
+    let r = crate::perplexity::perplexity(
+        engine,
+        &tokens,
+        n_ctx,
+        n_batch,
+        max_chunks,
+        bos,
+        |i, _, est| {
+            print!("[{i}]{est:.4},");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        },
+    )?;
     println!();
     println!("Final estimate: PPL = {:.4} +/- {:.5}", r.ppl, r.ppl_err);
     Ok(())
@@ -243,6 +255,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         &args.file,
         args.model.n_ctx,
         args.n_batch,
+        args.chunks,
     )
 }
 

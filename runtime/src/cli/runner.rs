@@ -8,7 +8,7 @@
 //! NAME info
 //! ```
 
-use super::compile::{build_plan, compile_options, parse_cache_type, KvArgs};
+use super::compile::{build_plan, cache_type_name, compile_options, parse_cache_type, KvArgs};
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use super::run::{check_memory, warn_ctx_train};
 use crate::artifact::{fingerprint, Artifact};
@@ -128,6 +128,9 @@ struct RunnerPerplexityArgs {
     /// Tokens per decode call.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     n_batch: usize,
+    /// Chunks to score at most (llama-perplexity's `--chunks`; -1: all).
+    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
+    chunks: i64,
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
@@ -263,6 +266,14 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
             let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &b.kv)?;
+            // The caches' types as llama-bench's type_k / type_v columns spell them.
+            let kv_name = |kind: ir::graph::KvKind| {
+                plan.kv
+                    .iter()
+                    .find(|c| c.kind == kind)
+                    .map_or_else(|| "f16".to_string(), |c| cache_type_name(c.dtype))
+            };
+            let kv_names = (kv_name(ir::graph::KvKind::K), kv_name(ir::graph::KvKind::V));
             let mut tests: Vec<Test> = b
                 .n_prompt
                 .iter()
@@ -299,6 +310,8 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 n_params,
                 "CPU",
                 gguf.tensor_data_bytes(),
+                (kv_names.0 != "f16" || kv_names.1 != "f16")
+                    .then_some((kv_names.0.as_str(), kv_names.1.as_str())),
                 &rows,
             );
             Ok(())
@@ -312,7 +325,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
             let mut engine = cpu_engine(&weights, plan, threads, true)?;
-            super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch)
+            super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch, p.chunks)
         }
         Some(RunnerCommand::Info { model }) => {
             println!(
