@@ -150,12 +150,16 @@ mod tests {
             logits: vec![],
         };
         let tokens: Vec<u32> = (0..100).map(|i| (i % n_vocab) as u32).collect();
-        let r = perplexity(&mut e, &tokens, 16, 5, None, |_, _, _| {}).unwrap();
+        let r = perplexity(&mut e, &tokens, 16, 5, None, None, |_, _, _| {}).unwrap();
         let p = (2f64.exp()) / (2f64.exp() + 4.0);
         assert_eq!(r.n_chunks, 6);
         assert_eq!(r.n_scored, 6 * 7);
         assert!((r.ppl - 1.0 / p).abs() < 1e-9, "{}", r.ppl);
         assert!(r.ppl_err.abs() < 1e-6, "{}", r.ppl_err);
-        assert!(perplexity(&mut e, &tokens[..20], 16, 5, None, |_, _, _| {}).is_err());
+        assert!(perplexity(&mut e, &tokens[..20], 16, 5, None, None, |_, _, _| {}).is_err());
+        // --chunks 2: the first two chunks only (the length check still sees all tokens).
+        let two = perplexity(&mut e, &tokens, 16, 5, Some(2), None, |_, _, _| {}).unwrap();
+        assert_eq!(two.n_chunks, 2);
+        assert_eq!(two.n_scored, 2 * 7);
     }
 }
