@@ -8,7 +8,7 @@
 //! probabilities), so they may differ by the rounding flips that mode change shows, not more.
 
 use ir::gguf::GgufFile;
-use ir::graph::KvTypes;
+use ir::graph::{DType, KvTypes};
 use ir::interp::InterpOptions;
 use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
 use runtime::engine::Engine;
@@ -349,22 +349,34 @@ fn smollm2_matches_interpreter() {
 /// largest logit difference.
 #[test]
 fn smollm2_bit_exact_with_interpreter() {
+    bit_exact_with_interpreter(KvTypes::F16);
+}
+
+/// [`smollm2_bit_exact_with_interpreter`] with quantized caches (`-ctk q8_0 -ctv q8_0`, and
+/// each alone): Q8_0 storage, the Hadamard rotations and the quantized flash kernel.
+#[test]
+fn smollm2_q8_0_cache_bit_exact_with_interpreter() {
+    let q8 = DType::Block(ir::ggml::GgmlType::Q8_0);
+    bit_exact_with_interpreter(KvTypes::same(q8));
+    bit_exact_with_interpreter(KvTypes {
+        k: q8,
+        v: DType::F16,
+    });
+    bit_exact_with_interpreter(KvTypes {
+        k: DType::F16,
+        v: q8,
+    });
+}
+
+fn bit_exact_with_interpreter(kv: KvTypes) {
     let Some(gguf) = smollm2() else { return };
     let model = compiler::load_model(&gguf).expect("model lowers");
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
-    let plan =
-        build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[1, 16], 64, kv, LogitRows::Last).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(
-        &gguf,
-        &model,
-        64,
-        16,
-        KvTypes::F16,
-        InterpOptions::llama_cpp(),
-    );
+    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, kv, InterpOptions::llama_cpp());
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -400,12 +412,12 @@ fn smollm2_bit_exact_with_interpreter() {
     }
     for (p, (d, dl, n)) in worst.iter().enumerate() {
         eprintln!(
-            "position {p}: max |Δ logit| {d:.3e}, max |Δ logprob| {dl:.4} nat, {n} logits differ"
+            "kv {kv}, position {p}: max |Δ logit| {d:.3e}, max |Δ logprob| {dl:.4} nat, {n} logits differ"
         );
     }
     assert!(
         worst.iter().all(|w| w.2 == 0),
-        "the CPU engine's logits differ from the interpreter's"
+        "kv {kv}: the CPU engine's logits differ from the interpreter's"
     );
 }
 
