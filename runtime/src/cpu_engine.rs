@@ -19,6 +19,7 @@ use crate::engine::{check_decode_args, Engine};
 const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
 use codegen_cpu::exec::{CompiledPlan, StepArgs};
+use codegen_cpu::SumOrder;
 use compiler::passes::{compile, CompileOptions};
 use ir::graph::KvTypes;
 use ir::interp::WeightSource;
@@ -147,6 +148,21 @@ impl<'a> CpuEngine<'a> {
         plan: Plan,
         n_threads: usize,
     ) -> anyhow::Result<CpuEngine<'a>> {
+        Self::with_sum_order(gguf, plan, n_threads, SumOrder::Ggml)
+    }
+
+    /// [`CpuEngine::new`] with quantized matmul kernels adding in `order`
+    /// ([`CompiledPlan::with_sum_order`]): `SumOrder::Block` is faster and not bit-identical
+    /// to llama.cpp.
+    ///
+    /// # Errors
+    /// As [`CpuEngine::new`].
+    pub fn with_sum_order(
+        gguf: &'a dyn WeightSource,
+        plan: Plan,
+        n_threads: usize,
+        order: SumOrder,
+    ) -> anyhow::Result<CpuEngine<'a>> {
         let first = plan.steps.first().context("the plan has no steps")?;
         let logits = first
             .outputs
@@ -167,8 +183,8 @@ impl<'a> CpuEngine<'a> {
         }
         last_sizes.sort_unstable();
         all_sizes.sort_unstable();
-        let exec =
-            CompiledPlan::new(&plan, gguf, n_threads).context("compiling the plan for the CPU")?;
+        let exec = CompiledPlan::with_sum_order(&plan, gguf, n_threads, order)
+            .context("compiling the plan for the CPU")?;
         Ok(CpuEngine {
             n_ctx: exec.n_ctx(),
             exec,

@@ -46,6 +46,7 @@ use ir::interp::WeightSource;
 use ir::plan::Plan;
 
 use crate::jit::{CodegenError, Jit, JitCode};
+use crate::kernels::SumOrder;
 use crate::layout::AlignedBuf;
 use crate::matmul::define_matmul;
 use crate::pool::ThreadPool;
@@ -221,6 +222,21 @@ impl<'w> CompiledPlan<'w> {
         weights: &'w dyn WeightSource,
         n_threads: usize,
     ) -> Result<CompiledPlan<'w>, ExecError> {
+        Self::with_sum_order(plan, weights, n_threads, SumOrder::Ggml)
+    }
+
+    /// [`CompiledPlan::new`] with quantized matmul kernels that add in `order`:
+    /// [`SumOrder::Ggml`] (llama.cpp's logits bit for bit) or [`SumOrder::Block`] (faster,
+    /// not bit-identical).
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::new`].
+    pub fn with_sum_order(
+        plan: &Plan,
+        weights: &'w dyn WeightSource,
+        n_threads: usize,
+        order: SumOrder,
+    ) -> Result<CompiledPlan<'w>, ExecError> {
         let t_load = Instant::now();
         let n_threads = n_threads.max(1);
         plan.verify().map_err(|e| ExecError::Plan(e.to_string()))?;
@@ -363,7 +379,7 @@ impl<'w> CompiledPlan<'w> {
             let mut jit = Jit::new()?;
             let mut names = Vec::with_capacity(specs.len());
             for sp in &specs {
-                names.push(define_matmul(&mut jit, sp, sp.default_tiling())?);
+                names.push(define_matmul(&mut jit, sp, sp.tiling_for(order))?);
             }
             let c = jit.finalize()?;
             let mut entries: Vec<KernelFn> = Vec::with_capacity(names.len());

@@ -49,6 +49,10 @@ pub struct ModelArgs {
     /// KV cache types (`-ctk`, `-ctv`).
     #[command(flatten)]
     pub kv: super::compile::KvArgs,
+    /// CPU backend: quantized matmul kernels, `exact` (llama.cpp's logits bit for bit) or
+    /// `fast` (faster; logits differ from llama.cpp's in the last bits).
+    #[arg(long = "kernels", value_enum, default_value_t = super::compile::Kernels::Exact)]
+    pub kernels: super::compile::Kernels,
 }
 
 /// Arguments of `modelc run`.
@@ -112,7 +116,12 @@ pub fn make_engine<'a>(
             check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
             warn_ctx_train(n_ctx, n_ctx_train);
             let threads = resolve_threads(args.threads);
-            let mut e = crate::cpu_engine::CpuEngine::new(gguf, plan, threads)?;
+            let mut e = crate::cpu_engine::CpuEngine::with_sum_order(
+                gguf,
+                plan,
+                threads,
+                args.kernels.sum_order(),
+            )?;
             e.set_flash_attn(args.flash_attn != "off")?;
             Ok(Box::new(e))
         }

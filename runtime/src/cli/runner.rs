@@ -8,7 +8,9 @@
 //! NAME info
 //! ```
 
-use super::compile::{build_plan, cache_type_name, compile_options, parse_cache_type, KvArgs};
+use super::compile::{
+    build_plan, cache_type_name, compile_options, parse_cache_type, Kernels, KvArgs,
+};
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use super::run::{check_memory, warn_ctx_train};
 use crate::artifact::{fingerprint, Artifact};
@@ -60,6 +62,10 @@ struct CommonArgs {
     /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
     #[command(flatten)]
     kv: KvArgs,
+    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
+    /// logits differ from llama.cpp's in the last bits).
+    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
+    kernels: Kernels,
 }
 
 #[derive(Subcommand, Debug)]
@@ -112,6 +118,10 @@ struct BenchArgs {
     /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
     #[command(flatten)]
     kv: KvArgs,
+    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
+    /// logits differ from llama.cpp's in the last bits).
+    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
+    kernels: Kernels,
 }
 
 #[derive(clap::Args, Debug)]
@@ -137,6 +147,10 @@ struct RunnerPerplexityArgs {
     /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
     #[command(flatten)]
     kv: KvArgs,
+    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
+    /// logits differ from llama.cpp's in the last bits).
+    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
+    kernels: Kernels,
 }
 
 /// Opens the model a runner was compiled for, refusing any file with another tensor table.
@@ -199,7 +213,7 @@ fn n_ctx_train(gguf: &GgufFile) -> anyhow::Result<usize> {
 /// ([`ReleasingGguf::while_loading`]).
 const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// The CPU engine for `plan` (flash attention on or off), built from `weights` while the
+/// The CPU engine for `plan` (flash attention on or off, `kernels`), built from `weights` while the
 /// file's pages are released, so that the process holds the engine's copies of the weights,
 /// not the file's pages too ([`ReleasingGguf`]).
 fn cpu_engine<'a>(
@@ -207,9 +221,15 @@ fn cpu_engine<'a>(
     plan: Plan,
     threads: usize,
     flash_attn: bool,
+    kernels: Kernels,
 ) -> anyhow::Result<crate::cpu_engine::CpuEngine<'a>> {
     let mut engine = weights.while_loading(RELEASE_PERIOD, || {
-        crate::cpu_engine::CpuEngine::new(weights, plan, threads.max(1))
+        crate::cpu_engine::CpuEngine::with_sum_order(
+            weights,
+            plan,
+            threads.max(1),
+            kernels.sum_order(),
+        )
     })?;
     engine.set_flash_attn(flash_attn)?;
     Ok(engine)
@@ -242,7 +262,13 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(&weights, plan, threads, cli.common.flash_attn != "off")?;
+            let mut engine = cpu_engine(
+                &weights,
+                plan,
+                threads,
+                cli.common.flash_attn != "off",
+                cli.common.kernels,
+            )?;
             run_generation(&cli.gen, &gguf, &vocab, &mut engine)
         }
         Some(RunnerCommand::Bench(b)) => {
@@ -284,8 +310,10 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
                 &mut |t| {
-                    Ok(Box::new(cpu_engine(&weights, plan.clone(), t, true)?)
-                        as Box<dyn Engine + '_>)
+                    Ok(
+                        Box::new(cpu_engine(&weights, plan.clone(), t, true, b.kernels)?)
+                            as Box<dyn Engine + '_>,
+                    )
                 },
                 &threads,
                 &tests,
@@ -308,7 +336,10 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &desc,
                 gguf.tensor_data_bytes(),
                 n_params,
-                "CPU",
+                match b.kernels {
+                    Kernels::Exact => "CPU",
+                    Kernels::Fast => "CPU (fast)",
+                },
                 gguf.tensor_data_bytes(),
                 (kv_names.0 != "f16" || kv_names.1 != "f16")
                     .then_some((kv_names.0.as_str(), kv_names.1.as_str())),
@@ -324,7 +355,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(&weights, plan, threads, true)?;
+            let mut engine = cpu_engine(&weights, plan, threads, true, p.kernels)?;
             super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch, p.chunks)
         }
         Some(RunnerCommand::Info { model }) => {
