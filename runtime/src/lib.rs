@@ -10,6 +10,7 @@ pub mod engine;
 pub mod engine_weights;
 pub mod generate;
 pub mod interp_engine;
+pub mod mt19937;
 pub mod perplexity;
 pub mod sampler;
 pub mod tokenizer;

@@ -2,8 +2,14 @@
 //! `src/llama-sampling.cpp`): repetition penalties, top-k, top-p, min-p, temperature, then
 //! the random draw. `temp <= 0` keeps only the most likely token (greedy; ties go to the
 //! lowest id), exactly as llama.cpp's `temp_ext` sampler does before its `dist` sampler.
+//!
+//! Each step does llama.cpp's arithmetic (f32 softmax and running sum in top-p, `logf` in
+//! min-p, f32 exponentials summed in f64 in the draw) in its candidate order (sorted by top-k
+//! or top-p, else in id order), and the draw takes one `[0, 1)` double from `std::mt19937`
+//! seeded with `-s` as libstdc++ makes it ([`crate::mt19937`]): with the same seed and
+//! llama.cpp's logits, the same tokens as llama.cpp (`tests/sampling_llama_cpp.rs`).
 
-use rand::{Rng, SeedableRng};
+use crate::mt19937::Mt19937;
 use std::collections::VecDeque;
 
 /// Sampler settings, with llama.cpp's defaults and flag names.
@@ -25,7 +31,7 @@ pub struct SamplerParams {
     pub frequency_penalty: f32,
     /// `--presence-penalty`: subtracted once for any recent token. Default 0.
     pub presence_penalty: f32,
-    /// `-s/--seed`: seed of the random draw.
+    /// `-s/--seed`: seed of the random draw (`std::mt19937`; the low 32 bits, as llama.cpp).
     pub seed: u64,
 }
 
@@ -48,7 +54,7 @@ impl Default for SamplerParams {
 /// A sampler with its random state and the history the penalties look at.
 pub struct Sampler {
     params: SamplerParams,
-    rng: rand::rngs::StdRng,
+    rng: Mt19937,
     history: VecDeque<u32>,
     history_cap: usize,
     candidates: Vec<(u32, f32)>,
@@ -62,7 +68,8 @@ impl Sampler {
             n => n as usize,
         };
         Sampler {
-            rng: rand::rngs::StdRng::seed_from_u64(params.seed),
+            // llama.cpp's seed is 32 bits: larger values wrap, as its uint32_t does.
+            rng: Mt19937::new(params.seed as u32),
             params,
             history: VecDeque::with_capacity(history_cap),
             history_cap,
@@ -89,11 +96,14 @@ impl Sampler {
         cand.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
         self.apply_penalties(&mut cand);
         let token = if p.temp <= 0.0 {
+            // llama.cpp's dist sampler still draws once from its single candidate.
+            self.rng.canonical_f64();
             argmax(&cand)
         } else {
-            top_k(&mut cand, p.top_k);
-            top_p(&mut cand, p.top_p);
-            min_p(&mut cand, p.min_p);
+            let mut sorted = false;
+            top_k(&mut cand, &mut sorted, p.top_k);
+            top_p(&mut cand, &mut sorted, p.top_p);
+            min_p(&mut cand, sorted, p.min_p);
             for c in cand.iter_mut() {
                 c.1 /= p.temp;
             }
@@ -127,13 +137,22 @@ impl Sampler {
         }
     }
 
+    /// llama.cpp's `dist` sampler (`llama_sampler_dist_apply`): `p_i = expf(l_i - max)` in
+    /// f32, their sum in f64, one draw `u` in `[0, 1)` ([`Mt19937::canonical_f64`]), and the
+    /// first candidate, in the chain's current order, at which the running f64 sum reaches
+    /// `sum · u`. One candidate: still one draw.
     fn draw(&mut self, cand: &[(u32, f32)]) -> u32 {
+        let u = self.rng.canonical_f64();
+        if cand.len() <= 1 {
+            return cand.first().map_or(0, |c| c.0);
+        }
         let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
         let sum: f64 = cand.iter().map(|c| f64::from((c.1 - max).exp())).sum();
-        let mut r = self.rng.random::<f64>() * sum;
+        let target = sum * u;
+        let mut run = 0f64;
         for c in cand {
-            r -= f64::from((c.1 - max).exp());
-            if r <= 0.0 {
+            run += f64::from((c.1 - max).exp());
+            if run >= target {
                 return c.0;
             }
         }
@@ -156,28 +175,45 @@ fn argmax(cand: &[(u32, f32)]) -> u32 {
     }
 }
 
-/// Keeps the `k` highest logits, sorted descending (ties by id).
-fn top_k(cand: &mut Vec<(u32, f32)>, k: i32) {
-    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if k > 0 && (k as usize) < cand.len() {
-        cand.select_nth_unstable_by(k as usize - 1, by_logit);
-        cand.truncate(k as usize);
-    }
-    cand.sort_by(by_logit);
+/// Sorts the candidates by logit, descending (ties by id).
+fn sort_desc(cand: &mut [(u32, f32)]) {
+    cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
 }
 
-/// Keeps the smallest prefix (of a descending list) whose probability mass reaches `p`.
-fn top_p(cand: &mut Vec<(u32, f32)>, p: f32) {
+/// llama.cpp's `top_k`: with `k > 0`, the `k` highest logits, sorted descending (ties by id);
+/// `k <= 0` leaves the candidates as they are (unsorted).
+fn top_k(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, k: i32) {
+    if k <= 0 {
+        return;
+    }
+    let k = (k as usize).min(cand.len());
+    if !*sorted && k > 0 && k < cand.len() {
+        cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
+    cand.truncate(k);
+    sort_desc(cand);
+    *sorted = true;
+}
+
+/// llama.cpp's `top_p`: the softmax in f32 (`expf(l - max)`, an f32 sum, each divided by it),
+/// then, in descending order, the shortest prefix whose f32 running sum reaches `p` (at
+/// least one candidate). Leaves the candidates sorted.
+fn top_p(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, p: f32) {
     if p >= 1.0 || cand.is_empty() {
         return;
     }
+    if !*sorted {
+        sort_desc(cand);
+        *sorted = true;
+    }
     let max = cand[0].1;
-    let total: f64 = cand.iter().map(|c| f64::from((c.1 - max).exp())).sum();
-    let mut cum = 0.0;
+    let probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
+    let total: f32 = probs.iter().sum();
+    let mut cum = 0f32;
     let mut keep = cand.len();
-    for (i, c) in cand.iter().enumerate() {
-        cum += f64::from((c.1 - max).exp()) / total;
-        if cum >= f64::from(p) {
+    for (i, &q) in probs.iter().enumerate() {
+        cum += q / total;
+        if cum >= p {
             keep = i + 1;
             break;
         }
@@ -185,15 +221,25 @@ fn top_p(cand: &mut Vec<(u32, f32)>, p: f32) {
     cand.truncate(keep.max(1));
 }
 
-/// Drops candidates whose probability is below `p` times the top one (in logit space, as
-/// llama.cpp does: `logit >= max_logit + ln(p)`).
-fn min_p(cand: &mut Vec<(u32, f32)>, p: f32) {
+/// llama.cpp's `min_p`: drops candidates whose probability is below `p` times the top one,
+/// in logit space (`logit >= max_logit + logf(p)`), keeping the order (a sorted list keeps
+/// its prefix; at least one candidate).
+fn min_p(cand: &mut Vec<(u32, f32)>, sorted: bool, p: f32) {
     if p <= 0.0 || cand.is_empty() {
         return;
     }
-    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let max = if sorted {
+        cand[0].1
+    } else {
+        cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max)
+    };
     let threshold = max + p.ln();
-    cand.retain(|c| c.1 >= threshold);
+    if sorted {
+        let keep = cand.iter().skip(1).take_while(|c| c.1 >= threshold).count() + 1;
+        cand.truncate(keep);
+    } else {
+        cand.retain(|c| c.1 >= threshold);
+    }
 }
 
 #[cfg(test)]
@@ -227,13 +273,21 @@ mod tests {
     #[test]
     fn truncations_keep_what_they_should() {
         let mut c: Vec<(u32, f32)> = (0..10).map(|i| (i, i as f32)).collect();
-        top_k(&mut c, 3);
+        let mut sorted = false;
+        top_k(&mut c, &mut sorted, 3);
+        assert!(sorted);
         assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![9, 8, 7]);
-        top_p(&mut c, 0.5);
+        top_p(&mut c, &mut sorted, 0.5);
         assert_eq!(c.len(), 1);
         let mut c: Vec<(u32, f32)> = vec![(0, 0.0), (1, -1.0), (2, -10.0)];
-        min_p(&mut c, 0.1);
+        min_p(&mut c, false, 0.1);
         assert_eq!(c.len(), 2);
+        // top-k off: min-p keeps the id order the draw then scans.
+        let mut c: Vec<(u32, f32)> = vec![(0, -1.0), (1, 0.0), (2, -10.0), (3, -0.5)];
+        let mut sorted = false;
+        top_k(&mut c, &mut sorted, 0);
+        min_p(&mut c, sorted, 0.1);
+        assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 1, 3]);
     }
 
     #[test]
