@@ -123,26 +123,34 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Prints llama-bench's markdown table (with its `type_k` / `type_v` columns when
-/// `kv_types` gives a cache other than f16), then a decode-roofline table: GB/s of weights
-/// read per generated token (`weight_bytes` each) next to each `tg` rate.
+/// Prints llama-bench's markdown table, with `extra` columns (name, value) before the test
+/// column as llama-bench adds them for non-default settings (`type_k`, `type_v`, `fa`), then
+/// a decode-roofline table: GB/s of weights read per generated token (`weight_bytes` each)
+/// next to each `tg` rate.
 pub fn print_table(
     model_desc: &str,
     size_bytes: u64,
     n_params: u64,
     backend: &str,
     weight_bytes: u64,
-    kv_types: Option<(&str, &str)>,
+    extra: &[(&str, String)],
     rows: &[Row],
 ) {
-    // llama-bench adds the cache-type columns when they are not its default (f16).
-    let (kv_head, kv_rule) = match kv_types {
-        Some(_) => (" type_k | type_v |", " -----: | -----: |"),
-        None => ("", ""),
-    };
+    let width = |name: &str, value: &str| name.len().max(value.len());
+    let kv_head: String = extra
+        .iter()
+        .map(|(n, v)| format!(" {n:>w$} |", w = width(n, v)))
+        .collect();
+    let kv_rule: String = extra
+        .iter()
+        .map(|(n, v)| format!(" {}: |", "-".repeat(width(n, v) - 1)))
+        .collect();
     println!("| model                          |       size |     params | backend    | threads |{kv_head}            test |                  t/s |");
     println!("| ------------------------------ | ---------: | ---------: | ---------- | ------: |{kv_rule} --------------: | -------------------: |");
-    let kv_cells = kv_types.map_or(String::new(), |(k, v)| format!(" {k:>6} | {v:>6} |"));
+    let kv_cells: String = extra
+        .iter()
+        .map(|(n, v)| format!(" {v:>w$} |", w = width(n, v)))
+        .collect();
     for r in rows {
         let (m, sd) = r.mean_sd();
         println!(

@@ -333,3 +333,89 @@ fn context_beyond_compiled_and_training_sizes() {
         assert_one_line_error(&out, "memory");
     }
 }
+
+/// llama.cpp's other spellings: `-fa 0/1/enabled/disabled`, `-ctk=q8_0`; KV cache type and
+/// `--chunks` mistakes are one line each; the runner's `perplexity` and `bench` take `-fa`.
+#[test]
+fn flash_attn_spellings_cache_types_and_chunks() {
+    let missing = "/nonexistent/model.gguf";
+    for (args, want) in [
+        (vec!["-ctk", "q4_0"], "unsupported KV cache type 'q4_0'"),
+        (vec!["-ctk=garbage"], "unsupported KV cache type 'garbage'"),
+        (
+            vec!["-ctk", "f32", "-ctv", "f16"],
+            "one type for both, or q8_0 with f16",
+        ),
+        (vec!["-ctv", "q8_0", "-fa", "0"], "flash attention only"),
+        (vec!["-fa", "sometimes"], "expected on, off or auto"),
+    ] {
+        let out = modelc()
+            .args(["run", missing, "-p", "x"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, want);
+    }
+    let Some(m) = model() else { return };
+    for fa in ["1", "enabled", "0", "disabled", "auto"] {
+        let out = modelc()
+            .arg("run")
+            .arg(&m)
+            .args(["-p", "hi", "-n", "2", "--temp", "0", "-fa", fa])
+            .output()
+            .unwrap();
+        assert_ok(&out);
+    }
+    let out = modelc()
+        .arg("run")
+        .arg(&m)
+        .args([
+            "-p",
+            "hi",
+            "-n",
+            "2",
+            "--temp",
+            "0",
+            "-ctk=q8_0",
+            "-ctv=q8_0",
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let Some(r) = runner() else { return };
+    let text = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let out = Command::new(r)
+        .arg("perplexity")
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "-c must be above 0");
+    let out = Command::new(r)
+        .arg("perplexity")
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "64", "--chunks", "0"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "--chunks must be at least 1");
+    let out = Command::new(r)
+        .arg("perplexity")
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "64", "--chunks", "1", "-fa", "off"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let out = Command::new(r)
+        .args(["bench", "-p", "16", "-n", "0", "-r", "1", "-fa", "0"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("| fa |") || table.contains(" fa |"),
+        "{table}"
+    );
+}

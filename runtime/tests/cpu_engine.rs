@@ -564,7 +564,7 @@ fn smollm2_bench() {
         n_params,
         "CPU (modelc)",
         bytes,
-        None,
+        &[],
         &rows,
     );
     for &t in &threads {

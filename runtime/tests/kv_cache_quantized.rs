@@ -105,7 +105,7 @@ fn runner_continuations_equal_llama_cpp() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("needs flash attention") && err.lines().count() == 1,
+        err.contains("flash attention only") && err.lines().count() == 1,
         "{err}"
     );
 }

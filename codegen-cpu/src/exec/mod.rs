@@ -507,7 +507,7 @@ impl<'w> CompiledPlan<'w> {
     pub fn set_flash_attn(&mut self, on: bool) -> Result<(), ExecError> {
         if !on && self.kv_quantized {
             return Err(ExecError::Input(
-                "a quantized KV cache (q8_0) needs flash attention: drop `-fa off` or use `-ctk f16 -ctv f16`"
+                "modelc reads a quantized KV cache (q8_0) with flash attention only: drop -fa off, or use -ctk f16 -ctv f16"
                     .into(),
             ));
         }

@@ -48,6 +48,21 @@ pub struct CompileArgs {
     pub list_passes: bool,
 }
 
+/// Parses llama.cpp's `-fa` / `--flash-attn` value: `on` (also `1`, `true`, `enabled`),
+/// `off` (`0`, `false`, `disabled`) or `auto` (`-1`; flash attention on the CPU, as
+/// llama.cpp's auto decides there), as the canonical `on` / `off` / `auto`.
+///
+/// # Errors
+/// Anything else, naming the accepted values.
+pub fn parse_flash_attn(s: &str) -> Result<String, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "1" | "true" | "enabled" => Ok("on".into()),
+        "off" | "0" | "false" | "disabled" => Ok("off".into()),
+        "auto" | "-1" => Ok("auto".into()),
+        _ => Err("expected on, off or auto".into()),
+    }
+}
+
 /// Which quantized matmul kernels a CPU engine runs (`--kernels`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kernels {
@@ -76,10 +91,11 @@ impl Kernels {
 /// default).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct KvArgs {
-    /// KV cache type for K: f16 (default), f32 or q8_0 (`-ctk`).
+    /// KV cache type for K: f16 (default), f32 or q8_0 (`-ctk`); K and V take one type, or
+    /// q8_0 with f16.
     #[arg(long = "cache-type-k", value_name = "TYPE")]
     pub cache_type_k: Option<String>,
-    /// KV cache type for V: f16 (default), f32 or q8_0 (`-ctv`).
+    /// KV cache type for V: f16 (default), f32 or q8_0 (`-ctv`); q8_0 needs flash attention.
     #[arg(long = "cache-type-v", value_name = "TYPE")]
     pub cache_type_v: Option<String>,
 }

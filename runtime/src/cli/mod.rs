@@ -54,18 +54,22 @@ const MULTI_LETTER_FLAGS: [(&str, &str); 5] = [
 ];
 
 /// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`, `-fa`) rewritten to
-/// their long forms, which clap understands.
+/// their long forms, which clap understands (also `-ctk=q8_0`, which clap would read as
+/// `-c tk=q8_0`).
 pub(crate) fn normalize_args(
     args: impl Iterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
     args.map(|a| {
-        match MULTI_LETTER_FLAGS
-            .iter()
-            .find(|(short, _)| a.to_str() == Some(short))
-        {
-            Some((_, long)) => (*long).into(),
-            None => a,
+        let Some(s) = a.to_str() else { return a };
+        for (short, long) in MULTI_LETTER_FLAGS {
+            if s == short {
+                return long.into();
+            }
+            if let Some(value) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                return format!("{long}={value}").into();
+            }
         }
+        a
     })
     .collect()
 }

@@ -44,7 +44,7 @@ pub struct ModelArgs {
     pub no_rounding: bool,
     /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
     pub flash_attn: String,
     /// KV cache types (`-ctk`, `-ctv`).
     #[command(flatten)]
@@ -82,6 +82,21 @@ pub fn resolve_n_ctx(requested: usize, n_ctx_train: usize) -> usize {
     }
 }
 
+impl ModelArgs {
+    /// Refuses settings that cannot work (a zero ubatch, an unsupported KV cache type or
+    /// pair, a quantized cache without flash attention) before the model is opened; returns
+    /// the KV cache types.
+    pub fn validate(&self) -> anyhow::Result<ir::graph::KvTypes> {
+        anyhow::ensure!(self.n_ubatch > 0, "the ubatch size must be at least 1");
+        let kv_types = self.kv.resolve(ir::graph::KvTypes::F16)?;
+        anyhow::ensure!(
+            !(kv_types.is_quantized() && self.flash_attn == "off"),
+            "modelc reads a quantized KV cache (q8_0) with flash attention only: drop -fa off, or use -ctk f16 -ctv f16"
+        );
+        Ok(kv_types)
+    }
+}
+
 fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
     let mut o = if args.no_rounding {
         InterpOptions::exact()
@@ -102,12 +117,7 @@ pub fn make_engine<'a>(
 ) -> anyhow::Result<Box<dyn Engine + 'a>> {
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
-    anyhow::ensure!(args.n_ubatch > 0, "the ubatch size must be at least 1");
-    let kv_types = args.kv.resolve(ir::graph::KvTypes::F16)?;
-    anyhow::ensure!(
-        !(kv_types.is_quantized() && args.flash_attn == "off"),
-        "a quantized KV cache (-ctk/-ctv q8_0) needs flash attention: drop -fa off"
-    );
+    let kv_types = args.validate()?;
     match args.backend {
         Backend::Cpu => {
             let ub = [1, args.n_ubatch as u32];
@@ -192,6 +202,7 @@ pub fn check_memory(n_ctx: usize, bytes: u64) -> anyhow::Result<()> {
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.gen.validate()?;
+    args.model.validate()?;
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut engine = make_engine(&args.model, &gguf, &model, false)?;
     run_generation(&args.gen, &gguf, &vocab, engine.as_mut())
@@ -222,6 +233,7 @@ pub fn print_perplexity(
     n_batch: usize,
     chunks: i64,
 ) -> anyhow::Result<()> {
+    anyhow::ensure!(chunks != 0, "--chunks must be at least 1 (-1: all)");
     let max_chunks = usize::try_from(chunks).ok();
     let text = std::fs::read_to_string(text_path)
         .with_context(|| format!("reading {}", text_path.display()))?;
@@ -256,6 +268,8 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         args.model.n_ctx = 512;
     }
     check_n_batch(args.n_batch)?;
+    args.model.validate()?;
+    anyhow::ensure!(args.chunks != 0, "--chunks must be at least 1 (-1: all)");
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut engine = make_engine(&args.model, &gguf, &model, true)?;
     print_perplexity(

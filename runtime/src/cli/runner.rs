@@ -57,7 +57,7 @@ struct CommonArgs {
     ubatch_size: Option<String>,
     /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = ["on", "off", "auto"])]
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
     flash_attn: String,
     /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
     #[command(flatten)]
@@ -122,6 +122,10 @@ struct BenchArgs {
     /// logits differ from llama.cpp's in the last bits).
     #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
     kernels: Kernels,
+    /// Attention as llama.cpp's flash-attention kernels (`on`, `auto`) or its soft_max path
+    /// (`off`), as llama.cpp's `-fa`.
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
+    flash_attn: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -151,6 +155,10 @@ struct RunnerPerplexityArgs {
     /// logits differ from llama.cpp's in the last bits).
     #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
     kernels: Kernels,
+    /// Attention as llama.cpp's flash-attention kernels (`on`, `auto`) or its soft_max path
+    /// (`off`), as llama.cpp's `-fa`.
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
+    flash_attn: String,
 }
 
 /// Opens the model a runner was compiled for, refusing any file with another tensor table.
@@ -300,6 +308,15 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                     .map_or_else(|| "f16".to_string(), |c| cache_type_name(c.dtype))
             };
             let kv_names = (kv_name(ir::graph::KvKind::K), kv_name(ir::graph::KvKind::V));
+            // llama-bench's extra columns for settings other than its defaults.
+            let mut extra: Vec<(&str, String)> = Vec::new();
+            if kv_names.0 != "f16" || kv_names.1 != "f16" {
+                extra.push(("type_k", kv_names.0.clone()));
+                extra.push(("type_v", kv_names.1.clone()));
+            }
+            if b.flash_attn == "off" {
+                extra.push(("fa", "0".into()));
+            }
             let mut tests: Vec<Test> = b
                 .n_prompt
                 .iter()
@@ -310,10 +327,13 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
                 &mut |t| {
-                    Ok(
-                        Box::new(cpu_engine(&weights, plan.clone(), t, true, b.kernels)?)
-                            as Box<dyn Engine + '_>,
-                    )
+                    Ok(Box::new(cpu_engine(
+                        &weights,
+                        plan.clone(),
+                        t,
+                        b.flash_attn != "off",
+                        b.kernels,
+                    )?) as Box<dyn Engine + '_>)
                 },
                 &threads,
                 &tests,
@@ -341,21 +361,24 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                     Kernels::Fast => "CPU (fast)",
                 },
                 gguf.tensor_data_bytes(),
-                (kv_names.0 != "f16" || kv_names.1 != "f16")
-                    .then_some((kv_names.0.as_str(), kv_names.1.as_str())),
+                &extra,
                 &rows,
             );
             Ok(())
         }
         Some(RunnerCommand::Perplexity(p)) => {
             check_n_batch(p.n_batch)?;
+            anyhow::ensure!(
+                p.n_ctx > 0,
+                "perplexity needs a context: -c must be above 0"
+            );
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
             let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true, &p.kv)?;
             warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(&weights, plan, threads, true, p.kernels)?;
+            let mut engine = cpu_engine(&weights, plan, threads, p.flash_attn != "off", p.kernels)?;
             super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch, p.chunks)
         }
         Some(RunnerCommand::Info { model }) => {
