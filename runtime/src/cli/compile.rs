@@ -63,6 +63,31 @@ pub fn parse_flash_attn(s: &str) -> Result<String, String> {
     }
 }
 
+/// The settings of the engine every generating command takes (`modelc run`, `modelc
+/// perplexity`, a runner and its `bench` / `perplexity`): KV cache types, quantized kernels,
+/// flash attention.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// KV cache types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
+    /// logits differ from llama.cpp's in the last bits).
+    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
+    pub kernels: Kernels,
+    /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
+    /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa` (also `1`/`0`).
+    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = parse_flash_attn, allow_negative_numbers = true)]
+    pub flash_attn: String,
+}
+
+impl EngineArgs {
+    /// Whether attention is llama.cpp's flash attention (`-fa` not `off`).
+    pub fn flash(&self) -> bool {
+        self.flash_attn != "off"
+    }
+}
+
 /// Which quantized matmul kernels a CPU engine runs (`--kernels`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kernels {

@@ -42,17 +42,9 @@ pub struct ModelArgs {
     /// attention rounding.
     #[arg(long = "no-rounding")]
     pub no_rounding: bool,
-    /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
-    /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
-    pub flash_attn: String,
-    /// KV cache types (`-ctk`, `-ctv`).
+    /// KV cache types, kernels (CPU backend), flash attention.
     #[command(flatten)]
-    pub kv: super::compile::KvArgs,
-    /// CPU backend: quantized matmul kernels, `exact` (llama.cpp's logits bit for bit) or
-    /// `fast` (faster; logits differ from llama.cpp's in the last bits).
-    #[arg(long = "kernels", value_enum, default_value_t = super::compile::Kernels::Exact)]
-    pub kernels: super::compile::Kernels,
+    pub engine: super::compile::EngineArgs,
 }
 
 /// Arguments of `modelc run`.
@@ -88,9 +80,9 @@ impl ModelArgs {
     /// the KV cache types.
     pub fn validate(&self) -> anyhow::Result<ir::graph::KvTypes> {
         anyhow::ensure!(self.n_ubatch > 0, "the ubatch size must be at least 1");
-        let kv_types = self.kv.resolve(ir::graph::KvTypes::F16)?;
+        let kv_types = self.engine.kv.resolve(ir::graph::KvTypes::F16)?;
         anyhow::ensure!(
-            !(kv_types.is_quantized() && self.flash_attn == "off"),
+            !(kv_types.is_quantized() && !self.engine.flash()),
             "modelc reads a quantized KV cache (q8_0) with flash attention only: drop -fa off, or use -ctk f16 -ctv f16"
         );
         Ok(kv_types)
@@ -104,7 +96,7 @@ fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
         InterpOptions::llama_cpp()
     };
     o.n_threads = threads.max(1);
-    o.flash_attn = args.flash_attn != "off" && !args.no_rounding;
+    o.flash_attn = args.engine.flash() && !args.no_rounding;
     o
 }
 
@@ -130,9 +122,9 @@ pub fn make_engine<'a>(
                 gguf,
                 plan,
                 threads,
-                args.kernels.sum_order(),
+                args.engine.kernels.sum_order(),
             )?;
-            e.set_flash_attn(args.flash_attn != "off")?;
+            e.set_flash_attn(args.engine.flash())?;
             Ok(Box::new(e))
         }
         Backend::Interp => {

@@ -9,7 +9,7 @@
 //! ```
 
 use super::compile::{
-    build_plan, cache_type_name, compile_options, parse_cache_type, Kernels, KvArgs,
+    build_plan, cache_type_name, compile_options, parse_cache_type, EngineArgs, Kernels, KvArgs,
 };
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use super::run::{check_memory, warn_ctx_train};
@@ -55,17 +55,9 @@ struct CommonArgs {
     /// when it is compiled: `modelc compile --ubatch`).
     #[arg(long = "ubatch-size", hide = true)]
     ubatch_size: Option<String>,
-    /// Attention as llama.cpp's flash-attention kernels (`on`, or `auto`: llama.cpp's CPU
-    /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
-    flash_attn: String,
-    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    /// KV cache types (default: the ones compiled in), kernels, flash attention.
     #[command(flatten)]
-    kv: KvArgs,
-    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
-    /// logits differ from llama.cpp's in the last bits).
-    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
-    kernels: Kernels,
+    engine: EngineArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,17 +107,9 @@ struct BenchArgs {
         allow_negative_numbers = true
     )]
     threads: Option<Vec<i64>>,
-    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    /// KV cache types (default: the ones compiled in), kernels, flash attention.
     #[command(flatten)]
-    kv: KvArgs,
-    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
-    /// logits differ from llama.cpp's in the last bits).
-    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
-    kernels: Kernels,
-    /// Attention as llama.cpp's flash-attention kernels (`on`, `auto`) or its soft_max path
-    /// (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
-    flash_attn: String,
+    engine: EngineArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -148,17 +132,9 @@ struct RunnerPerplexityArgs {
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
-    /// KV cache types (`-ctk`, `-ctv`; default: the ones compiled in).
+    /// KV cache types (default: the ones compiled in), kernels, flash attention.
     #[command(flatten)]
-    kv: KvArgs,
-    /// Quantized matmul kernels: `exact` (llama.cpp's logits bit for bit) or `fast` (faster;
-    /// logits differ from llama.cpp's in the last bits).
-    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
-    kernels: Kernels,
-    /// Attention as llama.cpp's flash-attention kernels (`on`, `auto`) or its soft_max path
-    /// (`off`), as llama.cpp's `-fa`.
-    #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = super::compile::parse_flash_attn, allow_negative_numbers = true)]
-    flash_attn: String,
+    engine: EngineArgs,
 }
 
 /// Opens the model a runner was compiled for, refusing any file with another tensor table.
@@ -266,7 +242,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 None | Some(0) => artifact.n_ctx,
                 Some(c) => c,
             };
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &cli.common.kv)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &cli.common.engine.kv)?;
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);
             let weights = ReleasingGguf::new(&gguf);
@@ -274,8 +250,8 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &weights,
                 plan,
                 threads,
-                cli.common.flash_attn != "off",
-                cli.common.kernels,
+                cli.common.engine.flash(),
+                cli.common.engine.kernels,
             )?;
             run_generation(&cli.gen, &gguf, &vocab, &mut engine)
         }
@@ -299,7 +275,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .max()
                 .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &b.kv)?;
+            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &b.engine.kv)?;
             // The caches' types as llama-bench's type_k / type_v columns spell them.
             let kv_name = |kind: ir::graph::KvKind| {
                 plan.kv
@@ -314,7 +290,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 extra.push(("type_k", kv_names.0.clone()));
                 extra.push(("type_v", kv_names.1.clone()));
             }
-            if b.flash_attn == "off" {
+            if !b.engine.flash() {
                 extra.push(("fa", "0".into()));
             }
             let mut tests: Vec<Test> = b
@@ -331,8 +307,8 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                         &weights,
                         plan.clone(),
                         t,
-                        b.flash_attn != "off",
-                        b.kernels,
+                        b.engine.flash(),
+                        b.engine.kernels,
                     )?) as Box<dyn Engine + '_>)
                 },
                 &threads,
@@ -356,7 +332,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &desc,
                 gguf.tensor_data_bytes(),
                 n_params,
-                match b.kernels {
+                match b.engine.kernels {
                     Kernels::Exact => "CPU",
                     Kernels::Fast => "CPU (fast)",
                 },
@@ -374,11 +350,12 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             );
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true, &p.kv)?;
+            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true, &p.engine.kv)?;
             warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(&weights, plan, threads, p.flash_attn != "off", p.kernels)?;
+            let mut engine =
+                cpu_engine(&weights, plan, threads, p.engine.flash(), p.engine.kernels)?;
             super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch, p.chunks)
         }
         Some(RunnerCommand::Info { model }) => {
