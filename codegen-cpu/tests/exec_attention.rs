@@ -11,7 +11,7 @@
 mod exec_common;
 
 use exec_common::*;
-use ir::graph::{AttnParams, DType, Graph, Input, KvKind, RopeMode, RopeParams, Shape};
+use ir::graph::{AttnParams, DType, Graph, Input, KvKind, KvTypes, RopeMode, RopeParams, Shape};
 use ir::interp::{InterpOptions, MemWeights};
 
 const D: u64 = 64;
@@ -34,7 +34,7 @@ fn rope_params(mode: RopeMode) -> RopeParams {
 
 /// llama's attention block for `n` tokens (as `compiler::arch` builds it): rope Q and K,
 /// store K and V, attend over the cache views.
-fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv: DType) -> Graph {
+fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv: KvTypes) -> Graph {
     let mut g = Graph::new();
     let e = |r: Result<ir::graph::TensorId, ir::graph::GraphError>| r.expect("graph op");
     let pos = g.input("inp_pos", Input::Positions, DType::I32, Shape::new(&[n]));
@@ -43,17 +43,18 @@ fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv: DType) -> Graph {
     let v = g.input("v", Input::Data, DType::F32, Shape::new(&[D, N_HEAD_KV, n]));
     let qr = e(g.rope("Qcur_rope", q, pos, None, rope_params(mode)));
     let kr = e(g.rope("Kcur_rope", k, pos, None, rope_params(mode)));
-    let es = kv.type_size();
     let gqa = D * N_HEAD_KV;
     let n_ctx = N_CTX as u64;
     let mut views = Vec::new();
-    for (kind, tag, cur) in [(KvKind::K, "k", kr), (KvKind::V, "v", v)] {
+    for (kind, tag, cur, t) in [(KvKind::K, "k", kr, kv.k), (KvKind::V, "v", v, kv.v)] {
         let cache = g.input(
             format!("cache_{tag}_l0"),
             Input::KvCache { layer: 0, kind },
-            kv,
+            t,
             Shape::new(&[gqa, n_ctx]),
         );
+        let (es, head) = (t.type_size(), t.row_size(D).expect("whole blocks"));
+        let cell = t.row_size(gqa).expect("whole blocks");
         let flat = e(g.reshape(&format!("{tag}cur_2d"), cur, &[gqa, n]));
         let all = e(g.kv_store(&format!("cache_{tag}_store"), cache, flat, pos));
         let shape = Shape::new(&[D, N_HEAD_KV, n_ctx]).with_kv_dim(2);
@@ -61,7 +62,7 @@ fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv: DType) -> Graph {
             tag,
             all,
             shape,
-            [es, es * D, es * gqa, es * gqa * n_ctx],
+            [es, head, cell, cell * n_ctx],
             0,
         )));
     }
@@ -72,7 +73,7 @@ fn attn_graph(n: u64, mode: RopeMode, p: AttnParams, kv: DType) -> Graph {
     g
 }
 
-fn check(mode: RopeMode, p: AttnParams, kv: DType, opts: InterpOptions, n_threads: usize) {
+fn check(mode: RopeMode, p: AttnParams, kv: KvTypes, opts: InterpOptions, n_threads: usize) {
     let graphs = vec![
         (1u32, attn_graph(1, mode, p, kv)),
         (64u32, attn_graph(64, mode, p, kv)),
@@ -137,8 +138,8 @@ fn smollm2_attn() -> AttnParams {
 
 #[test]
 fn smollm2_heads_f16_cache() {
-    check(RopeMode::Norm, smollm2_attn(), DType::F16, llama_cpp(), 2);
-    check(RopeMode::Norm, smollm2_attn(), DType::F16, llama_cpp(), 1);
+    check(RopeMode::Norm, smollm2_attn(), KvTypes::F16, llama_cpp(), 2);
+    check(RopeMode::Norm, smollm2_attn(), KvTypes::F16, llama_cpp(), 1);
 }
 
 #[test]
@@ -149,7 +150,7 @@ fn window_softcap_neox() {
         window: Some(8),
         causal: true,
     };
-    check(RopeMode::Neox, p, DType::F16, llama_cpp(), 2);
+    check(RopeMode::Neox, p, KvTypes::F16, llama_cpp(), 2);
 }
 
 #[test]
@@ -158,5 +159,23 @@ fn f32_cache_rounds_nothing() {
         attn_f16: false,
         ..llama_cpp()
     };
-    check(RopeMode::Norm, smollm2_attn(), DType::F32, opts, 2);
+    check(
+        RopeMode::Norm,
+        smollm2_attn(),
+        KvTypes::same(DType::F32),
+        opts,
+        2,
+    );
+}
+
+/// A Q8_0 K cache without flash attention (`-ctk q8_0 -fa off`): Q quantized to Q8_0 and
+/// `ggml_vec_dot_q8_0_q8_0` scores, one query at a time, in one and several tokens.
+#[test]
+fn q8_0_k_cache_soft_max_path() {
+    let kv = KvTypes {
+        k: DType::Block(ir::ggml::GgmlType::Q8_0),
+        v: DType::F16,
+    };
+    check(RopeMode::Norm, smollm2_attn(), kv, llama_cpp(), 2);
+    check(RopeMode::Norm, smollm2_attn(), kv, llama_cpp(), 1);
 }

@@ -293,6 +293,6 @@ fn quantized_cache_refuses_the_soft_max_path() {
     let e = cpu
         .set_flash_attn(false)
         .expect_err("no soft_max path for Q8_0");
-    assert!(e.to_string().contains("flash attention only"), "{e}");
+    assert!(e.to_string().contains("needs flash attention"), "{e}");
     assert!(cpu.flash_attn(), "flash attention stays on");
 }

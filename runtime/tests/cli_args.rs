@@ -346,7 +346,7 @@ fn flash_attn_spellings_cache_types_and_chunks() {
             vec!["-ctk", "f32", "-ctv", "f16"],
             "one type for both, or q8_0 with f16",
         ),
-        (vec!["-ctv", "q8_0", "-fa", "0"], "flash attention only"),
+        (vec!["-ctv", "q8_0", "-fa", "0"], "needs flash attention"),
         (vec!["-fa", "sometimes"], "expected on, off or auto"),
     ] {
         let out = modelc()

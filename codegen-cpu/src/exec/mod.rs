@@ -192,8 +192,8 @@ pub struct CompiledPlan<'w> {
     profiling: bool,
     /// llama.cpp's flash attention (else its soft_max path).
     flash: bool,
-    /// A KV cache holds Q8_0 blocks (only the flash kernels read them).
-    kv_quantized: bool,
+    /// A V cache holds Q8_0 blocks (only the flash kernels read them).
+    v_quantized: bool,
     /// llama.cpp's thread count, for its split-KV flash decode.
     llama_threads: usize,
     last_step: Option<usize>,
@@ -455,7 +455,10 @@ impl<'w> CompiledPlan<'w> {
             error: AtomicBool::new(false),
             profiling: false,
             flash: true,
-            kv_quantized: plan.kv.iter().any(|c| matches!(c.dtype, DType::Block(_))),
+            v_quantized: plan
+                .kv
+                .iter()
+                .any(|c| c.kind == ir::graph::KvKind::V && matches!(c.dtype, DType::Block(_))),
             llama_threads: n_threads,
             last_step: None,
             stats,
@@ -502,12 +505,12 @@ impl<'w> CompiledPlan<'w> {
     /// `-fa auto` on the CPU) or as its soft_max path (`false`, `-fa off`).
     ///
     /// # Errors
-    /// [`ExecError::Input`] for `false` with a Q8_0 cache: quantized caches are read by the
-    /// flash kernels only (llama.cpp also refuses a quantized V cache without flash attention).
+    /// [`ExecError::Input`] for `false` with a Q8_0 V cache: only the flash kernels read a
+    /// quantized V, as in llama.cpp (a Q8_0 K works either way).
     pub fn set_flash_attn(&mut self, on: bool) -> Result<(), ExecError> {
-        if !on && self.kv_quantized {
+        if !on && self.v_quantized {
             return Err(ExecError::Input(
-                "modelc reads a quantized KV cache (q8_0) with flash attention only: drop -fa off, or use -ctk f16 -ctv f16"
+                "a quantized V cache (-ctv q8_0) needs flash attention, as in llama.cpp: drop -fa off"
                     .into(),
             ));
         }

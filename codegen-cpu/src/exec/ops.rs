@@ -476,7 +476,10 @@ impl Attention {
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
         let n_kv = a.k.dims(cx.kv_len)[2];
-        let f16 = a.k.dtype == ir::graph::DType::F16;
+        // Probabilities are rounded to f16 for an F16 V (K may be Q8_0: its scores are then
+        // Q8_0 dot products).
+        let f16 = a.v.dtype == DType::F16;
+        let k_q8 = a.k.dtype == Q8_0;
         let p = ScoreParams {
             kq_scale: a.params.kq_scale,
             softcap: a.params.softcap,
@@ -488,27 +491,42 @@ impl Attention {
             v: a.v.at(kvh, 0, 0),
             v_stride: a.v.nb[2],
             f16,
-            k_q8: false,
+            k_q8,
             v_q8: false,
         };
-        if n_tokens == 1 {
-            let (lo, hi) = vis(0);
+        if n_tokens == 1 || k_q8 {
+            // One query at a time (a Q8_0 K has no tile kernel): chunk c is query head c of
+            // the one token, or with many tokens a KV head and a block of tokens.
             let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
             let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
-            let h = c;
-            let kv = kv_rows(h / group);
-            attend(
-                a.q.at(h, 0, 0) as *const f32,
-                d_k,
-                &kv,
-                lo,
-                hi,
-                &p,
-                scores,
-                qbuf,
-                a.out.at(h, 0, 0) as *mut f32,
-                d_v,
-            );
+            let (heads, ta, tb) = if n_tokens == 1 {
+                (c..c + 1, 0, 1)
+            } else {
+                let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
+                let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
+                (
+                    kvh * group..(kvh + 1) * group,
+                    blk * TOKENS_PER_CHUNK,
+                    ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
+                )
+            };
+            for t in ta..tb {
+                let (lo, hi) = vis(t);
+                for h in heads.clone() {
+                    attend(
+                        a.q.at(h, t, 0) as *const f32,
+                        d_k,
+                        &kv_rows(h / group),
+                        lo,
+                        hi,
+                        &p,
+                        scores,
+                        qbuf,
+                        a.out.at(h, t, 0) as *mut f32,
+                        d_v,
+                    );
+                }
+            }
             return;
         }
         // Chunk c: KV head c % n_head_kv, token block (last first).

@@ -17,6 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::elementwise::{exp_shifted_sum, has_avx2};
+use super::flash::{dot_q8, quantize_q};
 
 /// Where one head's K and V rows are and how to read them.
 #[derive(Clone, Copy, Debug)]
@@ -31,7 +32,7 @@ pub(crate) struct KvRows {
     pub v_stride: usize,
     /// The float rows (K and V, unless Q8_0) hold f16 (else f32).
     pub f16: bool,
-    /// K rows are Q8_0 blocks (flash attention only).
+    /// K rows are Q8_0 blocks (scores by `ggml_vec_dot_q8_0_q8_0` of Q quantized to Q8_0).
     pub k_q8: bool,
     /// V rows are Q8_0 blocks (flash attention only).
     pub v_q8: bool,
@@ -88,23 +89,39 @@ pub(crate) unsafe fn attend(
     if lo >= hi {
         return;
     }
-    let simd = has_avx2() && d_k.is_multiple_of(8);
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        copy_round_avx2(q, qbuf, d_k, kv.f16);
-    }
-    if !simd {
-        for i in 0..d_k {
-            let x = *q.add(i);
-            *qbuf.add(i) = if kv.f16 { round_f16(x) } else { x };
-        }
-    }
     let n = hi - lo;
-    // Scores.
+    let simd = has_avx2() && d_k.is_multiple_of(8);
+    // Scores. A Q8_0 K: `mul_mat(k, q)` converts Q to Q8_0 and adds in
+    // `ggml_vec_dot_q8_0_q8_0`'s order (tinyBLAS's Q8_0 kernel adds the same way).
     let mut j = 0;
-    #[cfg(target_arch = "x86_64")]
-    if simd {
-        j = scores_avx2(qbuf, d_k, kv, lo, n, scores);
+    if kv.k_q8 {
+        let qq = qbuf as *mut u8;
+        quantize_q(q, d_k, qq);
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            scores_q8_avx2(qq, d_k, kv, lo, n, scores);
+            j = n;
+        }
+        for j in j..n {
+            let kr = kv.k.add((lo + j) * kv.k_stride);
+            *scores.add(j) = dot_q8::<false>(kr, qq, d_k / 32);
+        }
+        j = n;
+    } else {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            copy_round_avx2(q, qbuf, d_k, kv.f16);
+        }
+        if !simd {
+            for i in 0..d_k {
+                let x = *q.add(i);
+                *qbuf.add(i) = if kv.f16 { round_f16(x) } else { x };
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            j = scores_avx2(qbuf, d_k, kv, lo, n, scores);
+        }
     }
     for j in j..n {
         let kr = kv.k.add((lo + j) * kv.k_stride);
@@ -350,6 +367,22 @@ pub(crate) unsafe fn load_kv_f32(
                 0.0
             };
         }
+    }
+}
+
+/// The scores of keys `lo..lo + n` (Q8_0 rows) with the Q8_0 query `qq`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_q8_avx2(
+    qq: *const u8,
+    d_k: usize,
+    kv: &KvRows,
+    lo: usize,
+    n: usize,
+    sc: *mut f32,
+) {
+    for j in 0..n {
+        *sc.add(j) = dot_q8::<true>(kv.k.add((lo + j) * kv.k_stride), qq, d_k / 32);
     }
 }
 

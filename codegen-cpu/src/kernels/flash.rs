@@ -190,9 +190,7 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
         // Q as Q8_0 blocks (ggml's `q_to_vec_dot`) in Q's scratch: d_k / 32 · 34 bytes.
         let nb = d_k / 32;
         let qq = q16 as *mut u8;
-        let dst = std::slice::from_raw_parts_mut(qq, nb * Q8_BYTES);
-        // d_k is whole blocks (the lowering checks a Q8_0 cache's heads): cannot fail.
-        let _ = quantize_q8_0_with(std::slice::from_raw_parts(q, d_k), dst, Q8Flavor::native());
+        quantize_q(q, d_k, qq);
         for j in lo..hi {
             let kr = kv.k.add(j * kv.k_stride);
             *scores.add(j - lo) = p.score(dot_q8::<SIMD>(kr, qq, nb));
@@ -230,6 +228,18 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
 /// Bytes of a Q8_0 block: an f16 scale and 32 int8 values.
 const Q8_BYTES: usize = 34;
 
+/// `q[0..d_k]` as Q8_0 blocks at `dst` (`d_k / 32 · 34` bytes), as ggml-cpu's
+/// `quantize_row_q8_0` converts a query for a Q8_0 K cache.
+///
+/// # Safety
+/// `d_k` is a multiple of 32 (the lowering checks a Q8_0 cache's heads); `q` valid for
+/// `d_k` reads, `dst` for the bytes written; no overlap.
+pub(crate) unsafe fn quantize_q(q: *const f32, d_k: usize, dst: *mut u8) {
+    let dst = std::slice::from_raw_parts_mut(dst, d_k / 32 * Q8_BYTES);
+    // Whole blocks by the contract: cannot fail.
+    let _ = quantize_q8_0_with(std::slice::from_raw_parts(q, d_k), dst, Q8Flavor::native());
+}
+
 /// The f16 scale of the Q8_0 block at `b`.
 #[inline(always)]
 unsafe fn q8_scale(b: *const u8) -> f32 {
@@ -240,7 +250,7 @@ unsafe fn q8_scale(b: *const u8) -> f32 {
 /// `d = d_k · d_q` and eight i32 lanes of four products each (`mul_sum_i8_pairs_float`),
 /// `acc = fma(d, lanes, acc)`; then `hsum_float_8`. Matches `ir::ggml::vec_dot_avx2`.
 #[inline(always)]
-unsafe fn dot_q8<const SIMD: bool>(k: *const u8, q: *const u8, nb: usize) -> f32 {
+pub(crate) unsafe fn dot_q8<const SIMD: bool>(k: *const u8, q: *const u8, nb: usize) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if SIMD {
         let mut acc = _mm256_setzero_ps();

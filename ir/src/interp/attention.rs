@@ -225,8 +225,8 @@ fn heads_body(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, lo: usize, hi: us
             let dst = &mut res[o..o + a.out.ne[0]];
             match cfg.mode {
                 AttnMode::Flash => flash::head(a, p, cfg, t, h, dst),
-                AttnMode::Exact => head(a, p, false, false, t, h, dst),
-                AttnMode::F16 => head(a, p, true, cfg.avx2, t, h, dst),
+                AttnMode::Exact => head(a, p, false, false, cfg.flavor, t, h, dst),
+                AttnMode::F16 => head(a, p, true, cfg.avx2, cfg.flavor, t, h, dst),
             }
         }
     }
@@ -240,11 +240,13 @@ fn heads_body(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, lo: usize, hi: us
 /// `ggml_vec_dot_f16` ([`avx2::dot_f16`]: 4 × 8 lanes); the softmax through
 /// [`avx2::soft_max_exp`]. Lanes are indexed by the absolute cache cell, as the cache rows
 /// are (llama.cpp pads the KV length to a multiple of 32; padded cells weigh zero).
+#[allow(clippy::too_many_arguments)]
 fn head(
     a: &AttnArgs<'_>,
     p: &AttnParams,
     f16: bool,
     avx2: bool,
+    cfg_flavor: Q8Flavor,
     t: usize,
     h: usize,
     dst: &mut [f32],
@@ -259,6 +261,10 @@ fn head(
     }
     let qo = a.lq.off([0, h, t, 0]);
     let mut q: Vec<f32> = a.q[qo..qo + d_k].to_vec();
+    // A Q8_0 K cache: `mul_mat(k, q)` converts Q to Q8_0 and takes ggml's
+    // `vec_dot_q8_0_q8_0` order (tinyBLAS's Q8_0 kernel adds in the same order).
+    let q8 =
+        (f16 && a.k_type == DType::Block(GgmlType::Q8_0)).then(|| requantize_q8_0(&q, cfg_flavor));
     if f16 {
         q.iter_mut().for_each(|x| *x = round_f16(*x));
     }
@@ -266,6 +272,19 @@ fn head(
         (true, true) => avx2::dot_tinyblas,
         (true, false) => avx2::dot_f16,
         (false, _) => dot,
+    };
+    let score = |k: &[f32]| match &q8 {
+        Some(qq) => {
+            let kb = requantize_q8_0(k, cfg_flavor);
+            let r = if avx2 {
+                ggml::vec_dot_avx2(GgmlType::Q8_0, &kb, qq)
+            } else {
+                ggml::vec_dot(GgmlType::Q8_0, &kb, qq)
+            };
+            // Whole blocks (the graph checks a Q8_0 cache's heads).
+            r.unwrap_or(f32::NAN)
+        }
+        None => kq_dot(k, &q),
     };
     // Scores over the 8-aligned span [lo8, hi8); cells outside [lo, hi) are masked.
     let (lo8, hi8) = if avx2 {
@@ -277,7 +296,7 @@ fn head(
     let mut max = f32::NEG_INFINITY;
     for j in lo..hi {
         let ko = a.lk.off([0, kvh, j, 0]);
-        let mut s = kq_dot(&a.k[ko..ko + d_k], &q);
+        let mut s = score(&a.k[ko..ko + d_k]);
         if let Some(cap) = p.softcap {
             s = (s * (1.0 / cap)).tanh() * cap;
         }

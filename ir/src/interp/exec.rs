@@ -375,10 +375,15 @@ impl<'w> Interpreter<'w> {
                         n_threads: self.opts.n_threads,
                         flavor: self.opts.q8_flavor,
                     };
-                    if mode == AttnMode::F16 && !args.plain_kv() {
+                    if mode == AttnMode::F16
+                        && !matches!(
+                            args.v_type,
+                            crate::graph::DType::F16 | crate::graph::DType::F32
+                        )
+                    {
                         return Err(err(format!(
-                            "a {} K cache and {} V cache need flash attention (as in llama.cpp)",
-                            args.k_type, args.v_type
+                            "a {} V cache needs flash attention (as in llama.cpp)",
+                            args.v_type
                         )));
                     }
                     Val::F(attention(&args, p, &cfg))

@@ -82,8 +82,8 @@ impl ModelArgs {
         anyhow::ensure!(self.n_ubatch > 0, "the ubatch size must be at least 1");
         let kv_types = self.engine.kv.resolve(ir::graph::KvTypes::F16)?;
         anyhow::ensure!(
-            !(kv_types.is_quantized() && !self.engine.flash()),
-            "modelc reads a quantized KV cache (q8_0) with flash attention only: drop -fa off, or use -ctk f16 -ctv f16"
+            !(matches!(kv_types.v, ir::graph::DType::Block(_)) && !self.engine.flash()),
+            "a quantized V cache (-ctv q8_0) needs flash attention, as in llama.cpp: drop -fa off"
         );
         Ok(kv_types)
     }
