@@ -1,7 +1,9 @@
 //! Quantized KV caches (`-ctk q8_0`, `-ctv q8_0`) against llama.cpp, end to end: greedy
 //! continuations of three prompts with Q8_0 K and V, Q8_0 K with F16 V and F16 K with Q8_0 V
 //! equal llama.cpp's text, in `modelc run` and in a compiled runner; the perplexity of
-//! `shared/reference/ppl-text.txt` equals llama-perplexity's chunk by chunk. The expected
+//! `shared/reference/ppl-text.txt` equals llama-perplexity's chunk by chunk; with `-fa off`
+//! (llama.cpp's soft_max path, F16 cache or Q8_0 K) the interpreter and the CPU engine write
+//! llama-completion's text. The expected
 //! outputs and the commands that made them are in `tests/data/kv_quantized_llama_cpp.json`
 //! (llama.cpp rotates Q, K and V with a Walsh–Hadamard matrix around a quantized cache; these
 //! outputs are what that rotation, Q8_0 storage and its flash kernel produce).
@@ -155,35 +157,42 @@ fn perplexity_equals_llama_cpp() {
     );
 }
 
-/// `-ctk q8_0 -fa off` (llama.cpp's soft_max path with a Q8_0 K: Q converted to Q8_0,
-/// `vec_dot_q8_0_q8_0` scores): the interpreter, which computes that path in llama.cpp's
-/// order, writes llama-completion's text. (The CPU engine's soft_max path is within rounding
-/// of it, not bit for bit, for F16 and Q8_0 K alike.)
+/// `-fa off` (llama.cpp's soft_max path) with an F16 cache and with a Q8_0 K (Q converted to
+/// Q8_0, `vec_dot_q8_0_q8_0` scores): both the interpreter and the CPU engine
+/// (`codegen-cpu/src/kernels/soft_max_attn.rs`) write llama-completion's text.
 #[test]
-fn interpreter_soft_max_path_with_q8_0_k_equals_llama_cpp() {
+fn soft_max_path_equals_llama_cpp() {
     let Some(m) = model() else { return };
     let r = reference();
-    for c in r["no_flash_k_q8_0"]["cases"].as_array().expect("cases") {
-        let id = c["prompt_id"].as_str().unwrap();
-        let got = stdout_of(modelc().arg("run").arg(&m).args([
-            "--backend",
-            "interp",
-            "-p",
-            r["prompts"][id].as_str().expect("prompt"),
-            "-n",
-            "32",
-            "--temp",
-            "0",
-            "-t",
-            "2",
-            "-c",
-            "2048",
-            "-ctk",
-            "q8_0",
-            "-fa",
-            "off",
-        ]));
-        let want = c["content"].as_str().unwrap();
-        assert_eq!(got.trim_end(), want.trim_end(), "{id}");
+    for (set, ctk) in [("no_flash_f16", "f16"), ("no_flash_k_q8_0", "q8_0")] {
+        for c in r[set]["cases"].as_array().expect("cases") {
+            let id = c["prompt_id"].as_str().unwrap();
+            for backend in ["cpu", "interp"] {
+                let got = stdout_of(modelc().arg("run").arg(&m).args([
+                    "--backend",
+                    backend,
+                    "-p",
+                    r["prompts"][id].as_str().expect("prompt"),
+                    "-n",
+                    "32",
+                    "--temp",
+                    "0",
+                    "-t",
+                    "2",
+                    "-c",
+                    "2048",
+                    "-ctk",
+                    ctk,
+                    "-fa",
+                    "off",
+                ]));
+                let want = c["content"].as_str().unwrap();
+                assert_eq!(
+                    got.trim_end(),
+                    want.trim_end(),
+                    "{id} -ctk {ctk} --backend {backend}"
+                );
+            }
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::kernels::embed::dequant_row;
 use crate::kernels::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
 use crate::kernels::norm::{norm_row, rms_norm_row};
 use crate::kernels::rope::{store_f16, store_f32, RopeTable};
+use crate::kernels::soft_max_attn::{attend_exact, exact_scratch};
 
 /// The Q8_0 cache type (`-ctk q8_0`, `-ctv q8_0`).
 const Q8_0: DType = DType::Block(GgmlType::Q8_0);
@@ -176,7 +177,8 @@ impl Attention {
     /// tile's queries and scores (or the flash tiled kernel's accumulator and tile).
     pub fn prefill_floats(&self) -> usize {
         let (d_k, d_v, ldk) = (self.q.ne[0], self.v.ne[0], self.ldk());
-        d_k * ldk + ldk * d_v + (TILE_QUERIES * (d_k + ldk)).max(flash::tiled_scratch(d_v))
+        (d_k * ldk + ldk * d_v + (TILE_QUERIES * (d_k + ldk)).max(flash::tiled_scratch(d_v)))
+            .max(exact_scratch(d_k, d_v, self.k.ne[2]))
     }
 
     /// f32 scratch values per thread for one query of flash attention (and the scores of
@@ -494,12 +496,10 @@ impl Attention {
             k_q8,
             v_q8: false,
         };
-        if n_tokens == 1 || k_q8 {
-            // One query at a time (a Q8_0 K has no tile kernel): chunk c is query head c of
-            // the one token, or with many tokens a KV head and a block of tokens.
-            let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
-            let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
-            let (heads, ta, tb) = if n_tokens == 1 {
+        // Chunk c: query head c of the one token, or a KV head and a block of tokens (last
+        // first).
+        let chunk_queries = || {
+            if n_tokens == 1 {
                 (c..c + 1, 0, 1)
             } else {
                 let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
@@ -509,7 +509,40 @@ impl Attention {
                     blk * TOKENS_PER_CHUNK,
                     ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
                 )
-            };
+            }
+        };
+        if d_k.is_multiple_of(8) {
+            // llama.cpp's soft_max path in its order, one query at a time
+            // (`kernels::soft_max_attn`); its products depend on llama.cpp's ubatch size.
+            let batch = cx.n_llama.max(cx.n_real.clamp(1, n_tokens)) >= 2;
+            let scratch = cx.scratch.attn[cx.ti].0 as *mut f32;
+            let (heads, ta, tb) = chunk_queries();
+            for t in ta..tb {
+                let (lo, hi) = vis(t);
+                for h in heads.clone() {
+                    attend_exact(
+                        a.q.at(h, t, 0) as *const f32,
+                        d_k,
+                        &kv_rows(h / group),
+                        lo,
+                        hi,
+                        batch,
+                        &p,
+                        scratch,
+                        a.out.at(h, t, 0) as *mut f32,
+                        d_v,
+                    );
+                }
+            }
+            return;
+        }
+        // Heads whose size is not a multiple of 8 (no model has them): the earlier kernels,
+        // within rounding of llama.cpp rather than in its order.
+        if n_tokens == 1 || k_q8 {
+            // One query at a time (a Q8_0 K has no tile kernel).
+            let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
+            let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
+            let (heads, ta, tb) = chunk_queries();
             for t in ta..tb {
                 let (lo, hi) = vis(t);
                 for h in heads.clone() {

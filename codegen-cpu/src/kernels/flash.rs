@@ -342,7 +342,12 @@ unsafe fn round_v8<const V: u8>(x: __m256) -> __m256 {
 /// `ggml_vec_dot_f16(k, q)` (AVX/F16C): 4 accumulators of 8 lanes over chunks of 32, ggml's
 /// `GGML_F32x8_REDUCE`, leftovers added in f64; `q` holds f16 values.
 #[inline(always)]
-unsafe fn dot_f16<const SIMD: bool>(k: *const u8, f16: bool, q: *const f32, n: usize) -> f32 {
+pub(crate) unsafe fn dot_f16<const SIMD: bool>(
+    k: *const u8,
+    f16: bool,
+    q: *const f32,
+    n: usize,
+) -> f32 {
     let np = n & !31;
     #[cfg(target_arch = "x86_64")]
     let r = if SIMD {

@@ -25,6 +25,7 @@ pub(crate) mod norm;
 pub(crate) mod quant;
 pub(crate) mod quant_block;
 pub(crate) mod rope;
+pub(crate) mod soft_max_attn;
 
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::Function;

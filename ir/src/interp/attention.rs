@@ -265,9 +265,12 @@ fn head(
     // `vec_dot_q8_0_q8_0` order (tinyBLAS's Q8_0 kernel adds in the same order).
     let q8 =
         (f16 && a.k_type == DType::Block(GgmlType::Q8_0)).then(|| requantize_q8_0(&q, cfg_flavor));
-    if f16 {
+    // `mul_mat` converts Q to K's `vec_dot_type` and the probabilities to V's type: f16 for
+    // F16 caches, nothing for F32 ones.
+    if f16 && a.k_type == DType::F16 {
         q.iter_mut().for_each(|x| *x = round_f16(*x));
     }
+    let f16 = f16 && a.v_type == DType::F16;
     let kq_dot: fn(&[f32], &[f32]) -> f32 = match (avx2, batch) {
         (true, true) => avx2::dot_tinyblas,
         (true, false) => avx2::dot_f16,
