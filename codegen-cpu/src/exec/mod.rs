@@ -22,7 +22,7 @@
 //! Numerics follow llama.cpp's CPU backend on x86-64 (AVX2): activations are converted to the
 //! weight type's `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0);
 //! attention is llama.cpp's CPU flash attention (its default; [`CompiledPlan::set_flash_attn`]
-//! switches to its soft_max path, [`crate::kernels::soft_max_attn`], in llama.cpp's order
+//! switches to its soft_max path, `kernels/soft_max_attn.rs`, in llama.cpp's order
 //! too), both chosen by the token count of llama.cpp's ubatch ([`CompiledPlan::step_real`]) and
 //! llama.cpp's thread count ([`CompiledPlan::set_llama_threads`]); norms, SiLU / SwiGLU,
 //! rope, softmax and the other elementwise kernels compute what `ir::interp` computes in
