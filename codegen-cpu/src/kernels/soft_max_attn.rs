@@ -128,14 +128,15 @@ unsafe fn attend_body<const SIMD: bool>(
         let mut s = if kv.k_q8 {
             dot_q8::<SIMD>(kr, qb as *const u8, d_k / 32)
         } else if batch {
-            let mut a = [0f32; 8];
-            for i in (0..d_k).step_by(8) {
-                for (l, x) in a.iter_mut().enumerate() {
-                    *x = load(kr, i + l, kv.f16).mul_add(*qb.add(i + l), *x);
-                }
-            }
-            let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-            (r[0] + r[2]) + (r[1] + r[3])
+            #[cfg(target_arch = "x86_64")]
+            let r = if SIMD {
+                tinyblas_dot_avx2(kr, kv.f16, qb, d_k)
+            } else {
+                tinyblas_dot(kr, kv.f16, qb, d_k)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let r = tinyblas_dot(kr, kv.f16, qb, d_k);
+            r
         } else {
             dot_f16::<SIMD>(kr, kv.f16, qb, d_k)
         };
@@ -155,7 +156,11 @@ unsafe fn attend_body<const SIMD: bool>(
         let pj = if kv.f16 { round_f16(pj) } else { pj };
         let vr = kv.v.add(j * kv.v_stride);
         let a = &mut acc[(j % lanes) * d_v..][..d_v];
-        for (d, x) in a.iter_mut().enumerate() {
+        #[cfg(target_arch = "x86_64")]
+        let d0 = if SIMD { mad_avx2(a, vr, kv.f16, pj) } else { 0 };
+        #[cfg(not(target_arch = "x86_64"))]
+        let d0 = 0;
+        for (d, x) in a.iter_mut().enumerate().skip(d0) {
             *x = load(vr, d, kv.f16).mul_add(pj, *x);
         }
     }
@@ -172,5 +177,60 @@ unsafe fn attend_body<const SIMD: bool>(
             let t = [u[0] + u[4], u[1] + u[5], u[2] + u[6], u[3] + u[7]];
             (t[0] + t[1]) + (t[2] + t[3])
         };
+    }
+}
+
+/// llamafile tinyBLAS's product of one K row with Q: one 8-lane accumulator of fused
+/// multiply-adds over chunks of 8, then `hsum_float_8` (`d_k` a multiple of 8).
+#[inline(always)]
+unsafe fn tinyblas_dot(k: *const u8, f16: bool, q: *const f32, d_k: usize) -> f32 {
+    let mut a = [0f32; 8];
+    for i in (0..d_k).step_by(8) {
+        for (l, x) in a.iter_mut().enumerate() {
+            *x = load(k, i + l, f16).mul_add(*q.add(i + l), *x);
+        }
+    }
+    let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// [`tinyblas_dot`] in AVX2 (the same operations).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tinyblas_dot_avx2(k: *const u8, f16: bool, q: *const f32, d_k: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    for i in (0..d_k).step_by(8) {
+        acc = _mm256_fmadd_ps(load8(k, i, f16), _mm256_loadu_ps(q.add(i)), acc);
+    }
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `a[d] = fma(v[d], p, a[d])` for the whole multiples of 8 of `a`; returns how many.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn mad_avx2(a: &mut [f32], v: *const u8, f16: bool, p: f32) -> usize {
+    use std::arch::x86_64::*;
+    let pv = _mm256_set1_ps(p);
+    let n = a.len() & !7;
+    for d in (0..n).step_by(8) {
+        let x = a.as_mut_ptr().add(d);
+        _mm256_storeu_ps(x, _mm256_fmadd_ps(load8(v, d, f16), pv, _mm256_loadu_ps(x)));
+    }
+    n
+}
+
+/// Values `i .. i + 8` of an F16 or F32 row.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load8(p: *const u8, i: usize, f16: bool) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    if f16 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i))
+    } else {
+        _mm256_loadu_ps(p.add(4 * i) as *const f32)
     }
 }
