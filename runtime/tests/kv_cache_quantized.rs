@@ -196,3 +196,33 @@ fn soft_max_path_equals_llama_cpp() {
         }
     }
 }
+
+/// `-ctk f32 -ctv f32` with flash attention: llama.cpp casts the F32 K and V to F16 before its
+/// flash kernel; the CPU engine (which then keeps the cache's values rounded to f16) and the
+/// interpreter write llama-completion's text.
+#[test]
+fn f32_cache_with_flash_attention_equals_llama_cpp() {
+    let Some(m) = model() else { return };
+    let r = reference();
+    for c in r["flash_f32"]["cases"].as_array().expect("cases") {
+        let id = c["prompt_id"].as_str().unwrap();
+        let got = stdout_of(modelc().arg("run").arg(&m).args([
+            "-p",
+            r["prompts"][id].as_str().expect("prompt"),
+            "-n",
+            "32",
+            "--temp",
+            "0",
+            "-t",
+            "2",
+            "-c",
+            "2048",
+            "-ctk",
+            "f32",
+            "-ctv",
+            "f32",
+        ]));
+        let want = c["content"].as_str().unwrap();
+        assert_eq!(got.trim_end(), want.trim_end(), "{id}");
+    }
+}

@@ -109,12 +109,14 @@ pub(crate) struct CacheRows {
 }
 
 impl CacheRows {
-    /// Stores `n` f32 values at element `elem` of row `pos`.
+    /// Stores `n` f32 values at element `elem` of row `pos`. With `flash`, an F32 cache holds
+    /// them rounded to f16: llama.cpp casts an F32 K or V to F16 before its flash kernel
+    /// (`build_attn_mha`), which then reads those values.
     ///
     /// # Safety
     /// `pos` is a row of the cache and `elem + n` fits in a row; `src` valid for `n` reads;
     /// for a Q8_0 cache `elem` and `n` are multiples of 32 (the lowering checks the heads).
-    unsafe fn store(&self, pos: usize, elem: usize, src: *const f32, n: usize) {
+    unsafe fn store(&self, pos: usize, elem: usize, src: *const f32, n: usize, flash: bool) {
         if self.q8 {
             let bs = ir::ggml::GgmlType::Q8_0.type_size();
             let dst = self.ptr.add(pos * self.stride + elem / 32 * bs);
@@ -128,6 +130,11 @@ impl CacheRows {
         let dst = self.ptr.add(pos * self.stride + elem * es);
         if self.f16 {
             store_f16(src, dst, n)
+        } else if flash {
+            let dst = dst as *mut f32;
+            for i in 0..n {
+                *dst.add(i) = half::f16::from_f32(*src.add(i)).to_f32();
+            }
         } else {
             store_f32(src, dst, n)
         }
@@ -421,9 +428,9 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
                 match &r.table {
                     Some(table) => {
                         table.rotate(src, tmp, d, pos);
-                        cache.store(pos, h * d, tmp, d);
+                        cache.store(pos, h * d, tmp, d, cx.flash);
                     }
-                    None => cache.store(pos, h * d, src, d),
+                    None => cache.store(pos, h * d, src, d, cx.flash),
                 }
             }
         }
@@ -438,7 +445,7 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
             }
         }
         if let Some((v, cache)) = &r.v {
-            cache.store(pos, 0, v.at(t, 0, 0) as *const f32, v.ne[0]);
+            cache.store(pos, 0, v.at(t, 0, 0) as *const f32, v.ne[0], cx.flash);
         }
     }
 }

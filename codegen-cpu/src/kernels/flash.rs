@@ -285,7 +285,8 @@ pub(crate) unsafe fn dot_q8<const SIMD: bool>(k: *const u8, q: *const u8, nb: us
 /// V rows of F16 values: an f16 accumulator, rounded after every update (ggml's `VKQ16`).
 const V_F16: u8 = 0;
 /// V rows of F32 values: an f16 accumulator as for F16 rows (llama.cpp casts an F32 cache
-/// to F16 before its flash kernel; the values themselves are not rounded here).
+/// to F16 before its flash kernel; with flash attention the executor stores an F32 cache's
+/// values rounded to f16, so these rows hold f16 values).
 const V_F32: u8 = 1;
 /// V rows of Q8_0 blocks, dequantized (ggml's `v_to_float`) into an f32 accumulator.
 const V_Q8: u8 = 2;

@@ -1,7 +1,7 @@
 //! The interpreter proper: binds a graph's inputs, runs its nodes in order, keeps the KV
 //! caches between runs.
 
-use super::attention::{attention, kv_store, AttnArgs, AttnCfg, AttnMode};
+use super::attention::{attention, kv_store, round_f16, AttnArgs, AttnCfg, AttnMode};
 use super::avx2;
 use super::elementwise::{
     binary, gelu, gelu_f16_table, glu, map_rows, norm_row, rms_norm_row, silu, soft_max_row, unary,
@@ -13,7 +13,7 @@ use super::rope::rope;
 use super::weights::WeightSource;
 use super::{InterpError, InterpOptions};
 use crate::ggml::{self, GgmlType};
-use crate::graph::{Def, Graph, Input, Op, Shape, Tensor, TensorId};
+use crate::graph::{DType, Def, Graph, Input, Op, Shape, Tensor, TensorId};
 use std::borrow::Cow;
 
 /// One persistent cache tensor (a [`Input::KvCache`] input).
@@ -346,9 +346,23 @@ impl<'w> Interpreter<'w> {
                     Val::State(si)
                 }
                 Op::Attention(p) => {
+                    let mode = match (self.opts.flash_attn, self.opts.attn_f16) {
+                        (true, _) => AttnMode::Flash,
+                        (false, true) => AttnMode::F16,
+                        (false, false) => AttnMode::Exact,
+                    };
                     let q = ctx.floats(s[0]).map_err(err)?;
-                    let k = ctx.floats(s[1]).map_err(err)?;
-                    let v = ctx.floats(s[2]).map_err(err)?;
+                    // llama.cpp casts an F32 K or V to F16 before its flash kernel.
+                    let cast = |id: TensorId| -> Result<(Cow<'_, [f32]>, DType), InterpError> {
+                        let (x, t) = (ctx.floats(id).map_err(err)?, graph.tensor(id).dtype);
+                        Ok(if mode == AttnMode::Flash && t == DType::F32 {
+                            (x.iter().map(|&v| round_f16(v)).collect(), DType::F16)
+                        } else {
+                            (x, t)
+                        })
+                    };
+                    let (k, k_type) = cast(s[1])?;
+                    let (v, v_type) = cast(s[2])?;
                     let pos = ctx.ints(s[3]).map_err(err)?;
                     let args = AttnArgs {
                         q: &q,
@@ -357,15 +371,10 @@ impl<'w> Interpreter<'w> {
                         lk: lay(s[1]),
                         v: &v,
                         lv: lay(s[2]),
-                        k_type: graph.tensor(s[1]).dtype,
-                        v_type: graph.tensor(s[2]).dtype,
+                        k_type,
+                        v_type,
                         pos,
                         out: lo,
-                    };
-                    let mode = match (self.opts.flash_attn, self.opts.attn_f16) {
-                        (true, _) => AttnMode::Flash,
-                        (false, true) => AttnMode::F16,
-                        (false, false) => AttnMode::Exact,
                     };
                     let cfg = AttnCfg {
                         mode,

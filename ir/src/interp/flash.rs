@@ -80,8 +80,8 @@ pub(crate) fn head(
 /// With a Q8_0 K cache, Q is quantized to Q8_0 (ggml's `q_to_vec_dot`) and each score is
 /// `ggml_vec_dot_q8_0_q8_0` of the cell's blocks with it; else Q is rounded to f16 for
 /// `ggml_vec_dot_f16`. With a Q8_0 V cache the accumulator is f32 (V dequantized,
-/// `ggml_vec_mad_f32`), else f16 (rounded after every update; llama.cpp casts an F32 cache
-/// to F16 before its flash kernel, which this does not repeat for the K and V values).
+/// `ggml_vec_mad_f32`), else f16 (rounded after every update). An F32 cache arrives here
+/// cast to F16, as llama.cpp casts it before its flash kernel (the interpreter's `Attention`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn one_chunk(
