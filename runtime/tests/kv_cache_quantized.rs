@@ -157,72 +157,67 @@ fn perplexity_equals_llama_cpp() {
     );
 }
 
+/// `modelc run` on the CPU engine or the interpreter, greedy, 32 tokens, with `args`: the text.
+fn greedy_32(m: &Path, backend: &str, prompt: &str, args: &[&str]) -> String {
+    stdout_of(
+        modelc()
+            .arg("run")
+            .arg(m)
+            .args([
+                "--backend",
+                backend,
+                "-p",
+                prompt,
+                "-n",
+                "32",
+                "--temp",
+                "0",
+            ])
+            .args(["-t", "2", "-c", "2048"])
+            .args(args),
+    )
+}
+
+/// Every case of the reference set `set` through [`greedy_32`] on `backends`.
+fn check_set(m: &Path, set: &str, backends: &[&str], args: &[&str]) {
+    let r = reference();
+    for c in r[set]["cases"].as_array().expect("cases") {
+        let id = c["prompt_id"].as_str().unwrap();
+        let prompt = r["prompts"][id].as_str().expect("prompt");
+        let want = c["content"].as_str().unwrap();
+        for backend in backends {
+            let got = greedy_32(m, backend, prompt, args);
+            assert_eq!(
+                got.trim_end(),
+                want.trim_end(),
+                "{set} {id} --backend {backend}"
+            );
+        }
+    }
+}
+
 /// `-fa off` (llama.cpp's soft_max path) with an F16 cache and with a Q8_0 K (Q converted to
 /// Q8_0, `vec_dot_q8_0_q8_0` scores): both the interpreter and the CPU engine
 /// (`codegen-cpu/src/kernels/soft_max_attn.rs`) write llama-completion's text.
 #[test]
 fn soft_max_path_equals_llama_cpp() {
     let Some(m) = model() else { return };
-    let r = reference();
-    for (set, ctk) in [("no_flash_f16", "f16"), ("no_flash_k_q8_0", "q8_0")] {
-        for c in r[set]["cases"].as_array().expect("cases") {
-            let id = c["prompt_id"].as_str().unwrap();
-            for backend in ["cpu", "interp"] {
-                let got = stdout_of(modelc().arg("run").arg(&m).args([
-                    "--backend",
-                    backend,
-                    "-p",
-                    r["prompts"][id].as_str().expect("prompt"),
-                    "-n",
-                    "32",
-                    "--temp",
-                    "0",
-                    "-t",
-                    "2",
-                    "-c",
-                    "2048",
-                    "-ctk",
-                    ctk,
-                    "-fa",
-                    "off",
-                ]));
-                let want = c["content"].as_str().unwrap();
-                assert_eq!(
-                    got.trim_end(),
-                    want.trim_end(),
-                    "{id} -ctk {ctk} --backend {backend}"
-                );
-            }
-        }
-    }
+    let both = ["cpu", "interp"];
+    check_set(&m, "no_flash_f16", &both, &["-fa", "off"]);
+    check_set(
+        &m,
+        "no_flash_k_q8_0",
+        &both,
+        &["-ctk", "q8_0", "-fa", "off"],
+    );
 }
 
 /// `-ctk f32 -ctv f32` with flash attention: llama.cpp casts the F32 K and V to F16 before its
-/// flash kernel; the CPU engine (which then keeps the cache's values rounded to f16) and the
-/// interpreter write llama-completion's text.
+/// flash kernel; the CPU engine (which then keeps the cache's values rounded to f16) writes
+/// llama-completion's text (the interpreter's cast is checked against it bit for bit in
+/// `codegen-cpu/tests/exec_flash.rs`).
 #[test]
 fn f32_cache_with_flash_attention_equals_llama_cpp() {
     let Some(m) = model() else { return };
-    let r = reference();
-    for c in r["flash_f32"]["cases"].as_array().expect("cases") {
-        let id = c["prompt_id"].as_str().unwrap();
-        let got = stdout_of(modelc().arg("run").arg(&m).args([
-            "-p",
-            r["prompts"][id].as_str().expect("prompt"),
-            "-n",
-            "32",
-            "--temp",
-            "0",
-            "-t",
-            "2",
-            "-c",
-            "2048",
-            "-ctk",
-            "f32",
-            "-ctv",
-            "f32",
-        ]));
-        let want = c["content"].as_str().unwrap();
-        assert_eq!(got.trim_end(), want.trim_end(), "{id}");
-    }
+    check_set(&m, "flash_f32", &["cpu"], &["-ctk", "f32", "-ctv", "f32"]);
 }
