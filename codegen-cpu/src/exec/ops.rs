@@ -15,15 +15,13 @@ use ir::graph::{AttnParams, DType};
 
 use super::mul_mat::MulMat;
 use super::view::{Ptr, View};
-use crate::kernels::attention::{
-    attend, attend_tile, load_kv_f32, KvRows, ScoreParams, TileQuery, TILE_QUERIES,
-};
+use crate::kernels::attention::{load_kv_f32, KvRows, ScoreParams};
 use crate::kernels::elementwise::{binary, glu, soft_max_row, unary, Binary, Glu, Unary};
 use crate::kernels::embed::dequant_row;
 use crate::kernels::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
 use crate::kernels::norm::{norm_row, rms_norm_row};
 use crate::kernels::rope::{store_f16, store_f32, RopeTable};
-use crate::kernels::soft_max_attn::{attend_exact, exact_scratch};
+use crate::kernels::soft_max_attn::{attend_exact, exact_scratch, ExactQuery};
 
 /// The Q8_0 cache type (`-ctk q8_0`, `-ctv q8_0`).
 const Q8_0: DType = DType::Block(GgmlType::Q8_0);
@@ -180,16 +178,18 @@ impl Attention {
         self.k.ne[2].next_multiple_of(KV_TILE) + KV_TILE
     }
 
-    /// f32 scratch values per thread for multi-token steps: transposed keys, values, and a
-    /// tile's queries and scores (or the flash tiled kernel's accumulator and tile).
+    /// f32 scratch values per thread: the flash tiled kernel's transposed keys, values,
+    /// accumulator and tile, or the soft_max path's query scratch, whichever is larger.
     pub fn prefill_floats(&self) -> usize {
         let (d_k, d_v, ldk) = (self.q.ne[0], self.v.ne[0], self.ldk());
-        (d_k * ldk + ldk * d_v + (TILE_QUERIES * (d_k + ldk)).max(flash::tiled_scratch(d_v)))
-            .max(exact_scratch(d_k, d_v, self.k.ne[2]))
+        (d_k * ldk + ldk * d_v + flash::tiled_scratch(d_v)).max(exact_scratch(
+            d_k,
+            d_v,
+            self.k.ne[2],
+        ))
     }
 
-    /// f32 scratch values per thread for one query of flash attention (and the scores of
-    /// the soft_max path).
+    /// f32 scratch values per thread for one query of flash attention.
     pub fn query_floats(&self) -> usize {
         flash::query_scratch(self.q.ne[0], self.v.ne[0], self.k.ne[2])
     }
@@ -476,6 +476,26 @@ impl Attention {
         }
     }
 
+    /// The queries of chunk `c` ([`Attention::n_chunks`]): query heads and tokens `ta..tb`.
+    fn chunk_queries(&self, c: usize) -> (std::ops::Range<usize>, usize, usize) {
+        let (n_head, n_tokens, n_head_kv) = (self.q.ne[1], self.q.ne[2], self.k.ne[1]);
+        let group = (n_head / n_head_kv.max(1)).max(1);
+        if n_tokens == 1 {
+            (c..c + 1, 0, 1)
+        } else {
+            let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
+            let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
+            (
+                kvh * group..(kvh + 1) * group,
+                blk * TOKENS_PER_CHUNK,
+                ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
+            )
+        }
+    }
+
+    /// Chunk `c` with llama.cpp's flash attention, or else its soft_max path
+    /// ([`crate::kernels::soft_max_attn`], one query at a time; its products depend on the size
+    /// of llama.cpp's ubatch).
     unsafe fn run_chunk(&self, c: usize, cx: &Ctx<'_>) {
         if cx.flash {
             return self.run_flash(c, cx);
@@ -485,139 +505,39 @@ impl Attention {
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
         let n_kv = a.k.dims(cx.kv_len)[2];
-        // Probabilities are rounded to f16 for an F16 V (K may be Q8_0: its scores are then
-        // Q8_0 dot products).
-        let f16 = a.v.dtype == DType::F16;
-        let k_q8 = a.k.dtype == Q8_0;
         let p = ScoreParams {
             kq_scale: a.params.kq_scale,
             softcap: a.params.softcap,
         };
-        let vis = |t: usize| visible(&a.params, *(a.pos.add(4 * t) as *const i32) as i64, n_kv);
-        let kv_rows = |kvh: usize| KvRows {
+        let kv = |kvh: usize| KvRows {
             k: a.k.at(kvh, 0, 0),
             k_stride: a.k.nb[2],
             v: a.v.at(kvh, 0, 0),
             v_stride: a.v.nb[2],
-            f16,
-            k_q8,
+            // K and V are one float type, or a Q8_0 K with an F16 V (the lowering checks).
+            f16: a.v.dtype == DType::F16,
+            k_q8: a.k.dtype == Q8_0,
             v_q8: false,
         };
-        // Chunk c: query head c of the one token, or a KV head and a block of tokens (last
-        // first).
-        let chunk_queries = || {
-            if n_tokens == 1 {
-                (c..c + 1, 0, 1)
-            } else {
-                let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
-                let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
-                (
-                    kvh * group..(kvh + 1) * group,
-                    blk * TOKENS_PER_CHUNK,
-                    ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
-                )
-            }
-        };
-        if d_k.is_multiple_of(8) {
-            // llama.cpp's soft_max path in its order, one query at a time
-            // (`kernels::soft_max_attn`); its products depend on llama.cpp's ubatch size.
-            let batch = cx.n_llama.max(cx.n_real.clamp(1, n_tokens)) >= 2;
-            let scratch = cx.scratch.attn[cx.ti].0 as *mut f32;
-            let (heads, ta, tb) = chunk_queries();
-            for t in ta..tb {
-                let (lo, hi) = vis(t);
-                for h in heads.clone() {
-                    attend_exact(
-                        a.q.at(h, t, 0) as *const f32,
-                        d_k,
-                        &kv_rows(h / group),
-                        lo,
-                        hi,
-                        batch,
-                        &p,
-                        scratch,
-                        a.out.at(h, t, 0) as *mut f32,
-                        d_v,
-                    );
-                }
-            }
-            return;
-        }
-        // Heads whose size is not a multiple of 8 (no model has them): the earlier kernels,
-        // within rounding of llama.cpp rather than in its order.
-        if n_tokens == 1 || k_q8 {
-            // One query at a time (a Q8_0 K has no tile kernel).
-            let scores = cx.scratch.scores[cx.ti].0 as *mut f32;
-            let qbuf = cx.scratch.tmp[cx.ti].0 as *mut f32;
-            let (heads, ta, tb) = chunk_queries();
-            for t in ta..tb {
-                let (lo, hi) = vis(t);
-                for h in heads.clone() {
-                    attend(
-                        a.q.at(h, t, 0) as *const f32,
-                        d_k,
-                        &kv_rows(h / group),
-                        lo,
-                        hi,
-                        &p,
-                        scores,
-                        qbuf,
-                        a.out.at(h, t, 0) as *mut f32,
-                        d_v,
-                    );
-                }
-            }
-            return;
-        }
-        // Chunk c: KV head c % n_head_kv, token block (last first).
-        let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
-        let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
-        let (ta, tb) = (
-            blk * TOKENS_PER_CHUNK,
-            ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens),
-        );
-        let j0 = (ta..tb).map(|t| vis(t).0).min().unwrap_or(0);
-        let j1 = (ta..tb).map(|t| vis(t).1).max().unwrap_or(0);
-        if j0 >= j1 {
-            for t in ta..tb {
-                for h in kvh * group..(kvh + 1) * group {
-                    let o = a.out.at(h, t, 0) as *mut f32;
-                    for d in 0..d_v {
-                        *o.add(d) = 0.0;
-                    }
-                }
-            }
-            return;
-        }
-        let ldk = a.ldk();
-        let base = cx.scratch.attn[cx.ti].0 as *mut f32;
-        let (kt, vf, tile) = (base, base.add(d_k * ldk), base.add(d_k * ldk + ldk * d_v));
-        load_kv_f32(&kv_rows(kvh), d_k, d_v, j0, j1, kt, ldk, vf);
-        let mut qs = [TileQuery {
-            q: std::ptr::null(),
-            lo: 0,
-            hi: 0,
-            out: std::ptr::null_mut(),
-        }; TILE_QUERIES];
-        let mut nq = 0;
+        let batch = cx.n_llama.max(cx.n_real.clamp(1, n_tokens)) >= 2;
+        let scratch = cx.scratch.attn[cx.ti].0 as *mut f32;
+        let (heads, ta, tb) = a.chunk_queries(c);
         for t in ta..tb {
-            let (lo, hi) = vis(t);
-            for h in kvh * group..(kvh + 1) * group {
-                qs[nq] = TileQuery {
+            let (lo, hi) = visible(&a.params, *(a.pos.add(4 * t) as *const i32) as i64, n_kv);
+            for h in heads.clone() {
+                attend_exact(&ExactQuery {
                     q: a.q.at(h, t, 0) as *const f32,
-                    lo: lo.max(j0),
-                    hi: hi.max(j0),
+                    d_k,
+                    kv: &kv(h / group),
+                    lo,
+                    hi,
+                    batch,
+                    p: &p,
+                    scratch,
                     out: a.out.at(h, t, 0) as *mut f32,
-                };
-                nq += 1;
-                if nq == TILE_QUERIES {
-                    attend_tile(&qs[..nq], d_k, d_v, j0, kt, ldk, vf, f16, &p, tile);
-                    nq = 0;
-                }
+                    d_v,
+                });
             }
-        }
-        if nq > 0 {
-            attend_tile(&qs[..nq], d_k, d_v, j0, kt, ldk, vf, f16, &p, tile);
         }
     }
 }
@@ -673,20 +593,8 @@ impl Attention {
                 d_v,
             )
         };
-        // Chunk c: one head (one token), or a KV head and a block of tokens, last first.
-        let (kvh, heads, ta, tb) = if n_tokens == 1 {
-            (c / group, c..c + 1, 0, 1)
-        } else {
-            let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
-            let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
-            let tb = ((blk + 1) * TOKENS_PER_CHUNK).min(n_tokens);
-            (
-                kvh,
-                kvh * group..(kvh + 1) * group,
-                blk * TOKENS_PER_CHUNK,
-                tb,
-            )
-        };
+        let (heads, ta, tb) = a.chunk_queries(c);
+        let kvh = heads.start / group;
         for t in ta.max(n_real)..tb {
             for h in heads.clone() {
                 let o = a.out.at(h, t, 0) as *mut f32;

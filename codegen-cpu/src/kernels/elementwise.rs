@@ -310,44 +310,46 @@ unsafe fn binary_avx2(f: Binary, a: *const f32, b: *const f32, y: *mut f32, n: u
     i
 }
 
-/// `e^(w[i] - max)` in place for `n` values; returns their sum in f64 (`ggml_vec_soft_max_f32`
-/// sums in `ggml_float`).
-///
-/// # Safety
-/// `w` valid for `n` reads and writes.
-pub(crate) unsafe fn exp_shifted_sum(w: *mut f32, n: usize, max: f32) -> f64 {
-    let mut i = 0;
-    let mut sum = 0f64;
+/// ggml's `hsum_float_8`: `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn hsum8(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `ggml_vec_soft_max_f32` (AVX2 + FMA): `y = v_expf(x - max)` in groups of 8, each group's
+/// [`hsum8`] added to an f64 total, the remaining values with `expf`; returns the total. The
+/// same values as `ir::interp::llama_cpu::soft_max_exp` (which hosts without AVX2 call).
+pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        let (done, s) = exp_shifted_avx2(w, n, max);
-        i = done;
-        sum = s;
+        // SAFETY: the CPU has AVX2 and FMA (checked).
+        return unsafe { soft_max_exp_avx2(x, max, y) };
     }
-    for i in i..n {
-        let e = (*w.add(i) - max).exp();
-        *w.add(i) = e;
-        sum += e as f64;
-    }
-    sum
+    ir::interp::llama_cpu::soft_max_exp(x, max, y)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exp_shifted_avx2(w: *mut f32, n: usize, max: f32) -> (usize, f64) {
+unsafe fn soft_max_exp_avx2(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+    let n = x.len().min(y.len());
+    let whole = n & !7;
     let m = _mm256_set1_ps(max);
-    let mut acc = _mm256_setzero_pd();
-    let mut i = 0;
-    while i + 8 <= n {
-        let e = exp256(_mm256_sub_ps(_mm256_loadu_ps(w.add(i)), m));
-        _mm256_storeu_ps(w.add(i), e);
-        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
-        i += 8;
+    let mut sum = 0f64;
+    for i in (0..whole).step_by(8) {
+        let e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+        _mm256_storeu_ps(y.as_mut_ptr().add(i), e);
+        sum += hsum8(e) as f64;
     }
-    let mut lanes = [0f64; 4];
-    _mm256_storeu_pd(lanes.as_mut_ptr(), acc);
-    (i, (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+    for i in whole..n {
+        let e = (x[i] - max).exp();
+        y[i] = e;
+        sum += e as f64;
+    }
+    sum
 }
 
 /// `ggml_soft_max_ext` without mask over one row: `y = softmax(x · scale)`, as the

@@ -25,9 +25,9 @@
 use std::arch::x86_64::*;
 
 use super::attention::KvRows;
-#[cfg(target_arch = "x86_64")]
-use super::elementwise::exp256;
 use super::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::elementwise::{exp256, hsum8};
 use ir::ggml::{quantize_q8_0_with, Q8Flavor};
 
 /// Rows of the tiled kernel's Q tile (`GGML_FA_TILE_Q`): ubatches this large take it.
@@ -818,16 +818,6 @@ unsafe fn tiled_avx2(
     }
 }
 
-/// ggml's `hsum_float_8`: `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn hsum8(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
-
 /// [`tiled_query`] in scalar code (hosts without AVX2, or `d_v` not a multiple of 8).
 #[allow(clippy::too_many_arguments)]
 unsafe fn tiled_scalar(
@@ -969,20 +959,20 @@ mod tests {
             kq_scale: 0.125,
             softcap: None,
         };
-        let mut qb = vec![0f32; d];
+        let mut sm = vec![0f32; super::super::soft_max_attn::exact_scratch(d, d, n)];
         let us = time(&mut || unsafe {
-            super::super::attention::attend(
-                q.as_ptr(),
-                d,
-                &kv,
-                0,
-                n,
-                &sp,
-                scratch.as_mut_ptr(),
-                qb.as_mut_ptr(),
-                out.as_mut_ptr(),
-                d,
-            )
+            super::super::soft_max_attn::attend_exact(&super::super::soft_max_attn::ExactQuery {
+                q: q.as_ptr(),
+                d_k: d,
+                kv: &kv,
+                lo: 0,
+                hi: n,
+                batch: false,
+                p: &sp,
+                scratch: sm.as_mut_ptr(),
+                out: out.as_mut_ptr(),
+                d_v: d,
+            })
         });
         println!("soft_max path one head, {n} cells: {us:.1} µs");
         #[cfg(target_arch = "x86_64")]

@@ -16,7 +16,9 @@
 //!   (`ggml_vec_dot_f16`), computed here for all of a head's `d_v` values at once.
 
 use super::attention::{KvRows, ScoreParams};
-use super::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::elementwise::hsum8;
+use super::elementwise::{has_avx2, soft_max_exp};
 use super::flash::{dot_f16, dot_q8, quantize_q};
 
 #[inline(always)]
@@ -42,63 +44,55 @@ pub(crate) fn exact_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
 /// One query head (module doc): `out[0..d_v]` from `q[0..d_k]` over the visible cells
 /// `lo..hi`; `batch`: llama.cpp's ubatch has two or more tokens. `kv.f16` says whether K and V
 /// rows (K unless Q8_0) hold f16 (else f32): K and V are one float type, or Q8_0 K and F16 V.
+pub(crate) struct ExactQuery<'a> {
+    pub q: *const f32,
+    pub d_k: usize,
+    pub kv: &'a KvRows,
+    pub lo: usize,
+    pub hi: usize,
+    pub batch: bool,
+    pub p: &'a ScoreParams,
+    /// [`exact_scratch`] floats.
+    pub scratch: *mut f32,
+    pub out: *mut f32,
+    pub d_v: usize,
+}
+
+/// Computes one [`ExactQuery`], with AVX2 + FMA + F16C when the host has them (the same
+/// values either way).
 ///
 /// # Safety
 /// `q` valid for `d_k` reads, `out` for `d_v` writes; `kv` rows `0..hi` valid; `scratch`
 /// holds [`exact_scratch`] floats for a cache of at least `hi` cells; `d_k` is a multiple of
-/// 8 (of 32 with a Q8_0 K); nothing overlaps `out`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn attend_exact(
-    q: *const f32,
-    d_k: usize,
-    kv: &KvRows,
-    lo: usize,
-    hi: usize,
-    batch: bool,
-    p: &ScoreParams,
-    scratch: *mut f32,
-    out: *mut f32,
-    d_v: usize,
-) {
+/// 32 with a Q8_0 K (the lowering checks its heads); nothing overlaps `out`.
+pub(crate) unsafe fn attend_exact(a: &ExactQuery<'_>) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        return attend_avx2(q, d_k, kv, lo, hi, batch, p, scratch, out, d_v);
+        return attend_avx2(a);
     }
-    attend_body::<false>(q, d_k, kv, lo, hi, batch, p, scratch, out, d_v)
+    attend_body::<false>(a)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_avx2(
-    q: *const f32,
-    d_k: usize,
-    kv: &KvRows,
-    lo: usize,
-    hi: usize,
-    batch: bool,
-    p: &ScoreParams,
-    scratch: *mut f32,
-    out: *mut f32,
-    d_v: usize,
-) {
-    attend_body::<true>(q, d_k, kv, lo, hi, batch, p, scratch, out, d_v)
+unsafe fn attend_avx2(a: &ExactQuery<'_>) {
+    attend_body::<true>(a)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_body<const SIMD: bool>(
-    q: *const f32,
-    d_k: usize,
-    kv: &KvRows,
-    lo: usize,
-    hi: usize,
-    batch: bool,
-    p: &ScoreParams,
-    scratch: *mut f32,
-    out: *mut f32,
-    d_v: usize,
-) {
+unsafe fn attend_body<const SIMD: bool>(a: &ExactQuery<'_>) {
+    let ExactQuery {
+        q,
+        d_k,
+        kv,
+        lo,
+        hi,
+        batch,
+        p,
+        scratch,
+        out,
+        d_v,
+    } = *a;
     for d in 0..d_v {
         *out.add(d) = 0.0;
     }
@@ -129,13 +123,19 @@ unsafe fn attend_body<const SIMD: bool>(
             dot_q8::<SIMD>(kr, qb as *const u8, d_k / 32)
         } else if batch {
             #[cfg(target_arch = "x86_64")]
-            let r = if SIMD {
+            let r = if !d_k.is_multiple_of(8) {
+                dot_f32::<SIMD>(kr, kv.f16, qb, d_k)
+            } else if SIMD {
                 tinyblas_dot_avx2(kr, kv.f16, qb, d_k)
             } else {
                 tinyblas_dot(kr, kv.f16, qb, d_k)
             };
             #[cfg(not(target_arch = "x86_64"))]
-            let r = tinyblas_dot(kr, kv.f16, qb, d_k);
+            let r = if d_k.is_multiple_of(8) {
+                tinyblas_dot(kr, kv.f16, qb, d_k)
+            } else {
+                dot_f32::<SIMD>(kr, kv.f16, qb, d_k)
+            };
             r
         } else {
             dot_f16::<SIMD>(kr, kv.f16, qb, d_k)
@@ -147,7 +147,7 @@ unsafe fn attend_body<const SIMD: bool>(
         max = max.max(s);
         w[j - lo8] = s;
     }
-    let sum = ir::interp::llama_cpu::soft_max_exp(w, max, e);
+    let sum = soft_max_exp(w, max, e);
     let inv = (1.0 / sum) as f32;
     // Weighted sum of V: lane j % lanes of every output value, across d_v at once.
     acc.iter_mut().for_each(|x| *x = 0.0);
@@ -180,6 +180,18 @@ unsafe fn attend_body<const SIMD: bool>(
     }
 }
 
+/// `ggml_vec_dot_f32`, which ggml takes where tinyBLAS refuses a length that is not a multiple
+/// of 8: [`dot_f16`]'s 4 × 8 lanes over the whole chunks of 32, the rest added in f32.
+#[inline(always)]
+unsafe fn dot_f32<const SIMD: bool>(k: *const u8, f16: bool, q: *const f32, d_k: usize) -> f32 {
+    let np = d_k & !31;
+    let mut sum = dot_f16::<SIMD>(k, f16, q, np);
+    for i in np..d_k {
+        sum += load(k, i, f16) * *q.add(i);
+    }
+    sum
+}
+
 /// llamafile tinyBLAS's product of one K row with Q: one 8-lane accumulator of fused
 /// multiply-adds over chunks of 8, then `hsum_float_8` (`d_k` a multiple of 8).
 #[inline(always)]
@@ -203,10 +215,7 @@ unsafe fn tinyblas_dot_avx2(k: *const u8, f16: bool, q: *const f32, d_k: usize) 
     for i in (0..d_k).step_by(8) {
         acc = _mm256_fmadd_ps(load8(k, i, f16), _mm256_loadu_ps(q.add(i)), acc);
     }
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
+    hsum8(acc)
 }
 
 /// `a[d] = fma(v[d], p, a[d])` for the whole multiples of 8 of `a`; returns how many.
