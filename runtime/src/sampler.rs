@@ -58,6 +58,8 @@ pub struct Sampler {
     history: VecDeque<u32>,
     history_cap: usize,
     candidates: Vec<(u32, f32)>,
+    /// Scratch: the candidates' unnormalized probabilities.
+    probs: Vec<f32>,
 }
 
 impl Sampler {
@@ -74,6 +76,7 @@ impl Sampler {
             history: VecDeque::with_capacity(history_cap),
             history_cap,
             candidates: Vec::new(),
+            probs: Vec::new(),
         }
     }
 
@@ -102,7 +105,7 @@ impl Sampler {
         } else {
             let mut sorted = false;
             top_k(&mut cand, &mut sorted, p.top_k);
-            top_p(&mut cand, &mut sorted, p.top_p);
+            top_p(&mut cand, &mut sorted, p.top_p, &mut self.probs);
             min_p(&mut cand, sorted, p.min_p);
             for c in cand.iter_mut() {
                 c.1 /= p.temp;
@@ -147,11 +150,13 @@ impl Sampler {
             return cand.first().map_or(0, |c| c.0);
         }
         let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = cand.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+        self.probs.clear();
+        self.probs.extend(cand.iter().map(|c| (c.1 - max).exp()));
+        let sum: f64 = self.probs.iter().map(|&p| f64::from(p)).sum();
         let target = sum * u;
         let mut run = 0f64;
-        for c in cand {
-            run += f64::from((c.1 - max).exp());
+        for (c, &p) in cand.iter().zip(&self.probs) {
+            run += f64::from(p);
             if run >= target {
                 return c.0;
             }
@@ -198,7 +203,7 @@ fn top_k(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, k: i32) {
 /// llama.cpp's `top_p`: the softmax in f32 (`expf(l - max)`, an f32 sum, each divided by it),
 /// then, in descending order, the shortest prefix whose f32 running sum reaches `p` (at
 /// least one candidate). Leaves the candidates sorted.
-fn top_p(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, p: f32) {
+fn top_p(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, p: f32, probs: &mut Vec<f32>) {
     if p >= 1.0 || cand.is_empty() {
         return;
     }
@@ -207,7 +212,8 @@ fn top_p(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, p: f32) {
         *sorted = true;
     }
     let max = cand[0].1;
-    let probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
+    probs.clear();
+    probs.extend(cand.iter().map(|c| (c.1 - max).exp()));
     let total: f32 = probs.iter().sum();
     let mut cum = 0f32;
     let mut keep = cand.len();
@@ -277,7 +283,7 @@ mod tests {
         top_k(&mut c, &mut sorted, 3);
         assert!(sorted);
         assert_eq!(c.iter().map(|c| c.0).collect::<Vec<_>>(), vec![9, 8, 7]);
-        top_p(&mut c, &mut sorted, 0.5);
+        top_p(&mut c, &mut sorted, 0.5, &mut Vec::new());
         assert_eq!(c.len(), 1);
         let mut c: Vec<(u32, f32)> = vec![(0, 0.0), (1, -1.0), (2, -10.0)];
         min_p(&mut c, false, 0.1);
