@@ -1,6 +1,6 @@
 //! Descriptions of the weight block formats the CPU matmul kernels handle. One description per
 //! format drives the repacker ([`crate::layout`]), the activation quantizer
-//! ([`crate::actq`]) and the kernel generator ([`crate::kernels`]) (DESIGN.md principle 1).
+//! ([`crate::actq`]) and the kernel generators ([`crate::generated`]) (DESIGN.md principle 1).
 //!
 //! Source of the block layouts: ggml's `ggml-common.h` (`block_q4_0`, `block_q4_1`,
 //! `block_q8_0`): a block of 32 values is an f16 scale `d` (and for Q4_1 an f16 minimum `m`),

@@ -81,7 +81,7 @@ pub enum CodegenError {
 }
 
 /// Function-name prefixes of the kernels this crate generates (see [`Jit::define`]).
-pub const RESERVED_PREFIXES: &[&str] = &["mul_mat_", "quantize_act_"];
+pub const RESERVED_PREFIXES: &[&str] = &["mul_mat_"];
 
 /// Result type of this crate.
 pub type Result<T, E = CodegenError> = std::result::Result<T, E>;
@@ -177,6 +177,23 @@ pub fn host_isa() -> Result<OwnedTargetIsa> {
         .map_err(|e| CodegenError::Host(e.to_string()))
 }
 
+/// The calling convention of Rust's `extern "C"` on this host, as Cranelift names it: the
+/// Windows x64 convention on Windows, Apple's AAPCS64 variant on Apple aarch64, and System V
+/// (Cranelift's name for both the x86-64 System V psABI and standard AAPCS64) elsewhere.
+///
+/// This crate calls generated functions through `unsafe extern "C" fn` pointers, so it is
+/// what Cranelift must generate: [`Jit::new`] checks that [`Jit::call_conv`] (Cranelift's
+/// `default_call_conv` for the host triple) is this convention.
+pub fn c_call_conv() -> CallConv {
+    if cfg!(windows) {
+        CallConv::WindowsFastcall
+    } else if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) {
+        CallConv::AppleAarch64
+    } else {
+        CallConv::SystemV
+    }
+}
+
 /// A module being built: declare and define functions, then [`Jit::finalize`].
 pub struct Jit {
     module: JITModule,
@@ -190,9 +207,17 @@ pub struct Jit {
 impl Jit {
     /// A new, empty JIT module for the host CPU.
     ///
-    /// Errors: see [`host_isa`].
+    /// Errors: see [`host_isa`]; [`CodegenError::Host`] also when Cranelift's calling
+    /// convention for the host is not the one of Rust's `extern "C"` ([`c_call_conv`]),
+    /// through which this crate calls the generated functions.
     pub fn new() -> Result<Jit> {
         let isa = host_isa()?;
+        let (cranelift, rust) = (isa.default_call_conv(), c_call_conv());
+        if cranelift != rust {
+            return Err(CodegenError::Host(format!(
+                "Cranelift's calling convention for this host is {cranelift}, Rust's extern \"C\" is {rust}"
+            )));
+        }
         let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let module = JITModule::new(builder);
         let ctx = module.make_context();
@@ -215,7 +240,10 @@ impl Jit {
         self.disasm.get(name).map(|s| s.as_str())
     }
 
-    /// The calling convention of the host (what generated functions use).
+    /// The calling convention of the host (what generated functions use): Cranelift's
+    /// default for the host triple, which [`Jit::new`] checked is [`c_call_conv`], so a
+    /// generated function with a signature from [`Jit::signature`] can be called through an
+    /// `unsafe extern "C" fn` pointer of the same parameter types.
     pub fn call_conv(&self) -> CallConv {
         self.module.isa().default_call_conv()
     }
@@ -358,5 +386,26 @@ impl std::fmt::Debug for JitCode {
         f.debug_struct("JitCode")
             .field("functions", &self.ptrs.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Generated functions are called through `extern "C"` pointers: Cranelift must
+    /// generate that convention (on hosts the JIT supports).
+    #[test]
+    fn generated_code_uses_the_c_calling_convention() {
+        match Jit::new() {
+            Ok(jit) => assert_eq!(jit.call_conv(), c_call_conv()),
+            Err(CodegenError::Host(msg)) => {
+                modelc_tests::skip(&format!("no JIT on this host: {msg}"))
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+            assert_eq!(c_call_conv(), CallConv::SystemV);
+        }
     }
 }

@@ -26,7 +26,7 @@
 //! (high nibbles) of each row. For Q8_0, chunk `c` holds values `4c..4c+4`. So each chunk
 //! holds whole lanes of llama.cpp's x86 AVX2 dot products (lane `l` = the products of values
 //! `4l..4l+4` of a block): lanes `c` and `4 + c` for 4-bit formats, lane `c` for Q8_0, which
-//! is what lets the kernels sum in that order (see `kernels::quant`).
+//! is what lets the kernels sum in that order (see `generated::quant`).
 //!
 //! Float weights (F32, F16, BF16) keep their type; one group is `K` vectors of the 4 rows'
 //! values at that `k` (16 bytes for F32, 8 for F16 and BF16, converted to f32 in the kernel,

@@ -5,7 +5,7 @@
 //! cache (which rounds nothing, as llama.cpp's F32 path).
 //!
 //! With the interpreter computing llama.cpp's soft_max path the attention must agree bit for
-//! bit (`kernels::soft_max_attn` follows the same order); against the interpreter's plain f32
+//! bit (`handwritten::soft_max_attn` follows the same order); against the interpreter's plain f32
 //! path the tolerance is 1e-3 of the largest output (f16-rounded probabilities).
 
 mod exec_common;

@@ -79,7 +79,9 @@ fn unfused_ops() {
             kv_len: N as usize,
             data: &data,
         };
-        cpu.step(N as u32, N as u32, &args).expect("step");
+        let mut kv = codegen_cpu::layout::AlignedBuf::zeroed(cpu.kv_layout().stream_bytes as usize);
+        cpu.step(kv.as_mut_slice(), N as u32, N as u32, &args)
+            .expect("step");
         let mut interp = ir::interp::Interpreter::new(&w, llama_cpp());
         let inputs = ir::interp::Inputs {
             tokens: &[],
@@ -98,6 +100,8 @@ fn unfused_ops() {
             output_ids: &[5, 2, 6, 0, 7, 1, 3],
             ..args
         };
-        assert!(cpu.step(N as u32, N as u32, &bad).is_err());
+        assert!(cpu
+            .step(kv.as_mut_slice(), N as u32, N as u32, &bad)
+            .is_err());
     }
 }

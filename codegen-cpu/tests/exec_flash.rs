@@ -130,6 +130,7 @@ fn check_kv(
         ..InterpOptions::llama_cpp()
     };
     let mut interp = Interpreter::new(&w, opts);
+    let mut kv = codegen_cpu::layout::AlignedBuf::zeroed(cpu.kv_layout().stream_bytes as usize);
     // llama.cpp's ubatches: (its size, the executor's steps as (step size, real tokens)).
     let mut seq: Vec<(usize, Vec<(usize, usize)>)> = vec![
         (64, vec![(64, 64)]),
@@ -171,8 +172,15 @@ fn check_kv(
                 kv_len: pos0 + done + n,
                 data: &data,
             };
-            cpu.step_real(n as u32, n as u32, n_real, n_llama, &args)
-                .expect("cpu step");
+            cpu.step_real(
+                kv.as_mut_slice(),
+                n as u32,
+                n as u32,
+                n_real,
+                n_llama,
+                &args,
+            )
+            .expect("cpu step");
             ca.extend_from_slice(&cpu.output(0).expect("output")[..n_real * row_q]);
             cq.extend_from_slice(&cpu.output(1).expect("output")[..n_real * row_q]);
             done += n_real;

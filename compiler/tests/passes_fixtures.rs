@@ -13,17 +13,10 @@ use std::path::PathBuf;
 
 const N_CTX: u32 = 256;
 
+/// `shared/` when its fixture models are there, else `None` after a recorded skip.
 fn shared_dir() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.join("fixtures/models").is_dir() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} is absent (the shared fixtures are not available)",
-            p.display()
-        );
-        None
-    }
+    modelc_tests::shared("fixtures/models")?;
+    Some(modelc_tests::shared_root())
 }
 
 fn prompt(shared: &std::path::Path) -> Vec<u32> {
@@ -226,14 +219,9 @@ fn other_families_final_plan_keeps_logits() {
 /// ubatches {1, 64}, one logit row, n_ctx 4096, F16 KV cache.
 #[test]
 fn smollm2_plan_summary() {
-    let path = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default()
-        .join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.is_file() {
-        eprintln!("SKIP: {} is absent", path.display());
+    let Some(path) = modelc_tests::smollm2() else {
         return;
-    }
+    };
     let gguf = GgufFile::open(&path).expect("SmolLM2 opens");
     let model = compiler::load_model(&gguf).expect("SmolLM2 lowers");
     let t = std::time::Instant::now();

@@ -386,7 +386,7 @@ fn dump_after_sees_every_pass() {
     .expect("compiles");
     assert_eq!(dumps.len(), pipeline().len());
     assert!(
-        dumps[0].1.contains("# graph n_tokens=1"),
+        dumps[0].1.contains("graph n_tokens=1 n_outputs=1\n"),
         "specialize dumps the graphs"
     );
     assert!(

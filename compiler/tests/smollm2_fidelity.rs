@@ -16,13 +16,10 @@
 //! bit, so the deviation printed is 0; the test asserts the tolerance above and the aim
 //! of 0.02. `MODELC_FULL_TESTS=1` adds the 774-token prompt (tiled flash attention, split-KV
 //! decode) and a report with exact f32 activations (about 3 minutes in a release build). The
-//! model lives in `~/.cache/modelc/models/`; the test skips when it is absent.
-
-mod common;
+//! model comes from `scripts/fetch-model` (`modelc_tests::smollm2`).
 
 use ir::gguf::GgufFile;
 use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
-use std::path::PathBuf;
 
 const TOLERANCE: f64 = 0.1;
 
@@ -34,17 +31,6 @@ struct Prompt {
     top5: Vec<Vec<(u32, f64)>>,
 }
 
-fn model_path() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var("HOME").unwrap_or_default())
-        .join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("SKIP: {} is absent", p.display());
-        None
-    }
-}
-
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .expect("array of ids")
@@ -53,9 +39,8 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-fn load_prompts(shared: &std::path::Path) -> Vec<Prompt> {
-    let s = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"))
-        .expect("reference json");
+fn load_prompts(reference: &std::path::Path) -> Vec<Prompt> {
+    let s = std::fs::read_to_string(reference).expect("reference json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("reference json parses");
     v["prompts"]
         .as_array()
@@ -201,13 +186,16 @@ const EXACT_SANITY: f64 = 1.0;
 
 #[test]
 fn smollm2_teacher_forced_top5_matches_llama_cpp() {
-    let (Some(shared), Some(path)) = (common::shared_dir(), model_path()) else {
+    let (Some(reference), Some(path)) = (
+        modelc_tests::shared("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"),
+        modelc_tests::smollm2(),
+    ) else {
         return;
     };
     let gguf = GgufFile::open(&path).expect("open SmolLM2");
     let model = compiler::load_model(&gguf).expect("SmolLM2 lowers");
     let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
-    let prompts = load_prompts(&shared);
+    let prompts = load_prompts(&reference);
     let mut modes = vec![("8-bit rounding", InterpOptions::llama_cpp(), true)];
     if full {
         modes.push(("exact", InterpOptions::exact(), false));

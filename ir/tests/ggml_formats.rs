@@ -15,7 +15,6 @@ use ir::ggml::{
     ScalarKind,
 };
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 /// A small deterministic generator (splitmix64) so the tests need no dependency.
 struct Rng(u64);
@@ -83,19 +82,6 @@ fn random_blocks(fmt: &BlockFormat, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
     data
 }
 
-fn shared_dir() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.is_dir() {
-        Some(p)
-    } else {
-        println!(
-            "SKIPPED: {} not found (shared fixtures absent)",
-            p.display()
-        );
-        None
-    }
-}
-
 /// One pair of `shared/fixtures/dequant/`.
 struct DequantFixture {
     ty: GgmlType,
@@ -105,9 +91,9 @@ struct DequantFixture {
     expected: Vec<f32>,
 }
 
-/// The fixture pairs of `shared/fixtures/dequant/`, or `None` (with a message) if absent.
+/// The fixture pairs of `shared/fixtures/dequant/`, or `None` (a recorded skip) if absent.
 fn dequant_fixtures() -> Option<Vec<DequantFixture>> {
-    let dir = shared_dir()?.join("fixtures/dequant");
+    let dir = modelc_tests::shared("fixtures/dequant")?;
     let index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("index.json")).expect("read index.json"))
             .expect("parse index.json");

@@ -4,17 +4,6 @@
 
 use ir::ggml::GgmlType;
 use ir::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
-use std::path::PathBuf;
-
-fn shared() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!("skipping: ../shared is absent");
-        None
-    }
-}
 
 /// A small valid file with every metadata type, nested arrays and three tensors.
 fn sample() -> GgufWriter {
@@ -393,9 +382,14 @@ fn split_models_read_as_one() {
 
 #[test]
 fn every_fixture_model_reads() {
-    let Some(shared) = shared() else { return };
+    let (Some(models), Some(vocab)) = (
+        modelc_tests::shared("fixtures/models"),
+        modelc_tests::shared("vocab"),
+    ) else {
+        return;
+    };
     let mut n = 0;
-    for entry in std::fs::read_dir(shared.join("fixtures/models")).unwrap() {
+    for entry in std::fs::read_dir(models).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "gguf") {
             let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -408,7 +402,7 @@ fn every_fixture_model_reads() {
         }
     }
     assert_eq!(n, 29);
-    for entry in std::fs::read_dir(shared.join("vocab")).unwrap() {
+    for entry in std::fs::read_dir(vocab).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "gguf") {
             let f = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));

@@ -84,7 +84,7 @@ fn printer_writes_one_line_per_node() {
     let z = g.scale("scaled", y, 0.5).expect("scale");
     g.mark_output(z);
     let text = g.to_string();
-    let want = "# inputs\ninp: F32 {4, 3} data\nw: F32 {4, 5} weight\n# nodes\nout = (F32) mul_mat(w {4, 5}, inp {4, 3}) = {5, 3}\nscaled = (F32) scale(out {5, 3}) = {5, 3} [s=0.5]\n# outputs: scaled\n";
+    let want = "input inp: F32 {4, 3} data\ninput w: F32 {4, 5} weight\nout = (F32) mul_mat(w {4, 5}, inp {4, 3}) = {5, 3}\nscaled = (F32) scale(out {5, 3}) = {5, 3} [s=0.5]\noutputs: scaled\n";
     assert_eq!(text, want);
 }
 

@@ -3,11 +3,13 @@
 //! `modelc compile` writes a runner by copying the `modelc` executable itself and appending
 //! the artifact (JSON) followed by a 16-byte trailer: the artifact's length (u64 LE) and the
 //! magic `MODELCRN`. At start-up the executable looks at its own last 16 bytes; when the magic
-//! is there it runs as that model's runner. The runner needs only the GGUF file: machine code
-//! is regenerated from the stored plan at start-up (Cranelift compiles a kernel in
-//! milliseconds), which keeps the runner independent of code addresses and CPU features of
-//! the machine that compiled it.
+//! is there it runs as that model's runner. The artifact records its target and the program
+//! the target's backend made ([`Payload`]); the runner hands it to that backend. The runner
+//! needs only the GGUF file: for the CPU target machine code is regenerated from the stored
+//! plan at start-up (Cranelift compiles a kernel in milliseconds), which keeps the runner
+//! independent of code addresses and CPU features of the machine that compiled it.
 
+use crate::backend::{Payload, Target};
 use anyhow::Context;
 use ir::gguf::GgufFile;
 use serde::{Deserialize, Serialize};
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// The magic that ends a runner executable.
 pub const RUNNER_MAGIC: &[u8; 8] = b"MODELCRN";
 /// Version of the artifact layout; a runner refuses others.
-pub const ARTIFACT_VERSION: u32 = 2;
+pub const ARTIFACT_VERSION: u32 = 3;
 
 /// What a runner knows about the model it was compiled for.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -32,18 +34,21 @@ pub struct Artifact {
     pub fingerprint: String,
     /// `general.name` of the model, for messages.
     pub model_name: Option<String>,
-    /// Compile target (`cpu`).
-    pub target: String,
-    /// Default context size (`-c` at compile time; the runner's `-c` overrides it).
+    /// Compile target (`cpu`, `cuda`, `metal`).
+    pub target: Target,
+    /// Largest context (`-c` at compile time), the runner's default; its `-c` may ask for
+    /// less.
     pub n_ctx: usize,
     /// The ubatch sizes the plan was specialised for, ascending.
     pub ubatch: Vec<usize>,
-    /// Default K cache type (`f16`, `f32` or `q8_0`; the runner's `-ctk` overrides it).
+    /// K cache type the program reads (`f16`, `f32` or `q8_0`).
     pub cache_type_k: String,
-    /// Default V cache type (the runner's `-ctv` overrides it).
+    /// V cache type the program reads.
     pub cache_type_v: String,
-    /// The compiled plan summary and settings, as written by the compiler.
-    pub plan: serde_json::Value,
+    /// What the payload is (`plan`), for tools that read the artifact.
+    pub payload_kind: String,
+    /// The program the target's backend made.
+    pub payload: Payload,
 }
 
 /// A 64-bit FNV-1a hash of the tensor table (names, types, shapes, offsets, sizes) and the
@@ -87,14 +92,21 @@ pub fn read_embedded(exe: &Path) -> anyhow::Result<Option<Artifact>> {
     f.seek(SeekFrom::Start(len - 16 - n))?;
     let mut json = vec![0u8; n as usize];
     f.read_exact(&mut json)?;
-    let a: Artifact = serde_json::from_slice(&json)
+    // The version first: another version's fields need not parse as this one's.
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    let v: Version = serde_json::from_slice(&json)
         .with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
     anyhow::ensure!(
-        a.version == ARTIFACT_VERSION,
-        "{}: artifact version {} is not supported by this runner (expected {ARTIFACT_VERSION})",
+        v.version == ARTIFACT_VERSION,
+        "{}: artifact version {} is not supported by this runner (expected {ARTIFACT_VERSION}); compile the runner again",
         exe.display(),
-        a.version
+        v.version
     );
+    let a: Artifact = serde_json::from_slice(&json)
+        .with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
     Ok(Some(a))
 }
 

@@ -4,7 +4,7 @@
 //! warm up, then `reps` times; t/s is reported as `mean ± stddev` of the per-run rates.
 //! The table has llama-bench's markdown columns, so the two can be pasted side by side.
 
-use crate::engine::Engine;
+use crate::session::Session;
 use std::time::Instant;
 
 /// One benchmark test.
@@ -51,7 +51,7 @@ impl Row {
 }
 
 /// Runs `test` on `engine` once (seconds elapsed).
-fn run_once(engine: &mut dyn Engine, test: Test, n_vocab: usize) -> anyhow::Result<f64> {
+fn run_once(engine: &mut Session<'_>, test: Test, n_vocab: usize) -> anyhow::Result<f64> {
     engine.clear();
     // Deterministic pseudo-random ids, as llama-bench feeds random tokens.
     let mut x: u32 = 12345;
@@ -78,9 +78,9 @@ fn run_once(engine: &mut dyn Engine, test: Test, n_vocab: usize) -> anyhow::Resu
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// Runs every test for every thread count; `make_engine(threads)` builds an engine.
+/// Runs every test for every thread count; `make_engine(threads)` builds a session.
 pub fn run<'a>(
-    make_engine: &mut dyn FnMut(usize) -> anyhow::Result<Box<dyn Engine + 'a>>,
+    make_engine: &mut dyn FnMut(usize) -> anyhow::Result<Session<'a>>,
     threads: &[usize],
     tests: &[Test],
     reps: usize,
@@ -98,10 +98,10 @@ pub fn run<'a>(
                 "{test} needs a context of {n} tokens; the engine has {}",
                 engine.n_ctx()
             );
-            run_once(engine.as_mut(), test, n_vocab)?;
+            run_once(&mut engine, test, n_vocab)?;
             let mut samples = Vec::with_capacity(reps);
             for _ in 0..reps.max(1) {
-                let secs = run_once(engine.as_mut(), test, n_vocab)?;
+                let secs = run_once(&mut engine, test, n_vocab)?;
                 samples.push(n as f64 / secs);
             }
             rows.push(Row {

@@ -4,38 +4,29 @@
 //! Each [`Engine::decode`] call is cut into steps of the compiled ubatch sizes by
 //! [`ir::plan::schedule::chunks`] (full chunks of the largest size, then the tail padded to a
 //! compiled size as the plan's [`ir::plan::TailPolicy::Pad`] says, or run with smaller sizes;
-//! single tokens through ubatch 1). The KV cache lives in the compiled plan and persists
-//! across calls until [`Engine::clear`].
+//! single tokens through ubatch 1). The KV memory is the session's, lent to each call
+//! ([`KvStream`]).
 //!
 //! A plan's steps produce either one logit row (the last real token: generation) or one row
 //! per token (perplexity, teacher forcing); [`build_plan`] can compile both kinds into one
 //! plan ([`LogitRows::Both`]). A call asking for all rows from a plan that only has
 //! last-row steps fails with a clear error, and vice versa.
 
-use crate::engine::{check_decode_args, Engine};
+use crate::engine::{check_decode_args, Engine, EngineMemory, KvStream};
 
 /// llama.cpp's default `n_ubatch` (`-ub`): it decodes a call in ubatches of this many tokens,
 /// and its flash-attention kernel choice depends on the ubatch's size.
 const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
-use codegen_cpu::exec::{CompiledPlan, StepArgs};
+use codegen_cpu::exec::{CompiledPlan, ExecOptions, StepArgs};
 use codegen_cpu::SumOrder;
 use compiler::passes::{compile, CompileOptions};
 use ir::graph::KvTypes;
 use ir::interp::WeightSource;
 use ir::plan::schedule::chunks;
-use ir::plan::{Base, Plan, WeightId};
+use ir::plan::{Base, KvLayout, Plan, WeightId};
 
-/// Which logit rows the steps of a plan built by [`build_plan`] produce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitRows {
-    /// One row per ubatch (generation).
-    Last,
-    /// One row per token.
-    All,
-    /// Both kinds of steps (the plan is compiled twice and merged).
-    Both,
-}
+pub use crate::backend::LogitRows;
 
 /// Builds the plan of `model` for the ubatch sizes `ubatches` and a KV cache of `n_ctx`
 /// cells of `kv_types` (F16 is llama.cpp's default), by running [`compiler::passes::compile`].
@@ -69,8 +60,12 @@ pub fn build_plan(
     }
 }
 
-/// Adds the steps of `b` that `a` lacks to `a`, renumbering weights and KV caches by name.
-fn merge_steps(a: &mut Plan, b: Plan) -> anyhow::Result<()> {
+/// Adds the steps of `b` that `a` lacks to `a`, renumbering weights and KV caches by name
+/// (how a program gets steps for both kinds of logits).
+///
+/// # Errors
+/// A KV cache that differs between the plans, or a merged plan that does not verify.
+pub fn merge_steps(a: &mut Plan, b: Plan) -> anyhow::Result<()> {
     let mut wmap = Vec::with_capacity(b.weights.len());
     for w in &b.weights {
         let id = match a.weight(&w.name) {
@@ -163,6 +158,28 @@ impl<'a> CpuEngine<'a> {
         n_threads: usize,
         order: SumOrder,
     ) -> anyhow::Result<CpuEngine<'a>> {
+        Self::load(
+            gguf,
+            plan,
+            &ExecOptions {
+                n_threads,
+                order,
+                n_cells: None,
+            },
+        )
+    }
+
+    /// [`CpuEngine::new`] with every option of [`CompiledPlan::load`]: threads, the sum
+    /// order of the quantized kernels, and the context (`n_cells`, at most the plan's
+    /// `n_ctx`: a smaller context needs no new plan).
+    ///
+    /// # Errors
+    /// As [`CpuEngine::new`]; a context of 0 or past the plan's.
+    pub fn load(
+        gguf: &'a dyn WeightSource,
+        plan: Plan,
+        opts: &ExecOptions,
+    ) -> anyhow::Result<CpuEngine<'a>> {
         let first = plan.steps.first().context("the plan has no steps")?;
         let logits = first
             .outputs
@@ -183,8 +200,8 @@ impl<'a> CpuEngine<'a> {
         }
         last_sizes.sort_unstable();
         all_sizes.sort_unstable();
-        let exec = CompiledPlan::with_sum_order(&plan, gguf, n_threads, order)
-            .context("compiling the plan for the CPU")?;
+        let exec =
+            CompiledPlan::load(&plan, gguf, opts).context("compiling the plan for the CPU")?;
         Ok(CpuEngine {
             n_ctx: exec.n_ctx(),
             exec,
@@ -244,7 +261,29 @@ impl Engine for CpuEngine<'_> {
             .max(LLAMA_N_UBATCH)
     }
 
-    fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]> {
+    fn kv_layout(&self) -> &KvLayout {
+        self.exec.kv_layout()
+    }
+
+    fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    fn memory(&self) -> EngineMemory {
+        let s = self.exec.stats();
+        EngineMemory {
+            weights: s.repacked_bytes as u64,
+            work: (s.arena_bytes + s.scratch_bytes) as u64,
+        }
+    }
+
+    fn decode(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
         check_decode_args(self, tokens, pos0)?;
         let sizes = if all_logits {
             &self.all_sizes
@@ -275,7 +314,8 @@ impl Engine for CpuEngine<'_> {
                 kv_len: pos0 + 1,
                 data: &[],
             };
-            let out = self.exec.step(1, 1, &args)?;
+            let out = self.exec.step(kv.mem, 1, 1, &args)?;
+            kv.written = kv.written.max(pos0 + 1);
             self.logits.clear();
             self.logits.extend_from_slice(&out[..self.n_vocab]);
             return Ok(&self.logits);
@@ -315,7 +355,9 @@ impl Engine for CpuEngine<'_> {
             let n_llama = (tokens.len() - g0).min(LLAMA_N_UBATCH);
             let out = self
                 .exec
-                .step_real(c.n_tokens, n_outputs, n_real, n_llama, &args)?;
+                .step_real(kv.mem, c.n_tokens, n_outputs, n_real, n_llama, &args)?;
+            // Padding rows are stored too, at the positions after the real ones.
+            kv.written = kv.written.max((c.pos0 + c.n_tokens) as usize);
             if all_logits {
                 self.logits.extend_from_slice(&out[..n_real * n_vocab]);
             } else if ci + 1 == cut.len() {
@@ -324,9 +366,5 @@ impl Engine for CpuEngine<'_> {
             done += n_real;
         }
         Ok(&self.logits)
-    }
-
-    fn clear(&mut self) {
-        self.exec.clear_kv();
     }
 }

@@ -1,32 +1,87 @@
-//! The execution interface every backend implements (the reference interpreter, the compiled
-//! CPU plan, later CUDA and Metal): evaluate a ubatch of tokens at given positions against the
-//! KV cache and return logits. Generation, perplexity and benchmarks are written once over it.
+//! The execution interface every backend's loaded program implements (the compiled CPU plan,
+//! the reference interpreter, later CUDA and Metal): evaluate a ubatch of one sequence's
+//! tokens at given positions against that sequence's KV memory and return logits.
+//!
+//! An engine holds no conversation state: the KV memory and its bookkeeping (which cells
+//! hold which positions of which sequence) belong to the runtime's
+//! [`Session`](crate::session::Session), which hands the engine the memory of the sequence a
+//! call computes ([`KvStream`]). Generation, perplexity and benchmarks are written once over
+//! the session.
 
-/// One model instance with its KV cache, ready to evaluate tokens.
+use ir::plan::KvLayout;
+
+/// The KV memory of one sequence, lent to [`Engine::decode`] for one call.
+#[derive(Debug)]
+pub struct KvStream<'a> {
+    /// Which stream of the session this is (engines that keep their KV state elsewhere, as
+    /// the interpreter does, key it by this index).
+    pub index: usize,
+    /// The stream's bytes, laid out as the engine's [`Engine::kv_layout`] says
+    /// ([`KvLayout::stream_bytes`] of them).
+    pub mem: &'a mut [u8],
+    /// One past the highest cell written so far; the engine raises it to cover every cell
+    /// a call writes (padding rows of a padded step included), so that the session clears
+    /// exactly what was written when the sequence is truncated.
+    pub written: usize,
+}
+
+/// What an engine holds besides the KV memory, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineMemory {
+    /// Weight copies the engine made (repacked matrices, small f32 tensors); weights read in
+    /// place from the mapped file are not counted.
+    pub weights: u64,
+    /// Work buffers: the arena of intermediate values and per-thread scratch.
+    pub work: u64,
+}
+
+/// A loaded program, ready to evaluate tokens (module doc).
 pub trait Engine {
     /// Vocabulary size: the length of one row of logits.
     fn n_vocab(&self) -> usize;
 
-    /// Context size: the KV cache holds positions `0..n_ctx`.
+    /// Context size of one sequence: its KV memory holds positions `0..n_ctx`.
     fn n_ctx(&self) -> usize;
 
     /// Largest number of tokens one [`Engine::decode`] call accepts (the ubatch size);
     /// callers split longer inputs.
     fn max_ubatch(&self) -> usize;
 
-    /// Evaluates `tokens` at positions `pos0..pos0 + tokens.len()`, storing their K/V, and
-    /// returns logits: `tokens.len()` rows of `n_vocab` values when `all_logits`, otherwise
-    /// only the last token's row.
-    ///
-    /// Errors: an empty ubatch, more than `max_ubatch` tokens, positions past `n_ctx`, or a
-    /// token id outside the vocabulary.
-    fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]>;
+    /// Where the caches lie in one sequence's KV memory ([`KvStream::mem`]); a layout of
+    /// zero bytes for an engine that keeps its KV state itself.
+    fn kv_layout(&self) -> &KvLayout;
 
-    /// Forgets everything in the KV cache.
-    fn clear(&mut self);
+    /// Evaluates `tokens` of one sequence at positions `pos0..pos0 + tokens.len()`,
+    /// storing their K/V into `kv`, reading the cells `0..pos0` of `kv` as the sequence's
+    /// past, and returns logits: `tokens.len()` rows of `n_vocab` values when `all_logits`,
+    /// otherwise only the last token's row.
+    ///
+    /// # Errors
+    /// An empty ubatch, more than `max_ubatch` tokens, positions past `n_ctx`, a token id
+    /// outside the vocabulary, a `kv` shorter than the layout, or what the backend reports.
+    fn decode(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]>;
+
+    /// The logits the last successful [`Engine::decode`] returned (empty before any).
+    fn last_logits(&self) -> &[f32];
+
+    /// Forgets cells `from..` of stream `stream`, for an engine that keeps KV state outside
+    /// the session's memory (the session has already zeroed the cells of its own memory).
+    fn forget(&mut self, _stream: usize, _from: usize) {}
+
+    /// Memory the engine holds besides the KV memory.
+    fn memory(&self) -> EngineMemory;
 }
 
 /// Checks the arguments of [`Engine::decode`] the same way for every backend.
+///
+/// # Errors
+/// As [`Engine::decode`] lists them, one line each.
 pub fn check_decode_args(engine: &dyn Engine, tokens: &[u32], pos0: usize) -> anyhow::Result<()> {
     anyhow::ensure!(!tokens.is_empty(), "decode: empty ubatch");
     anyhow::ensure!(
@@ -48,4 +103,47 @@ pub fn check_decode_args(engine: &dyn Engine, tokens: &[u32], pos0: usize) -> an
         );
     }
     Ok(())
+}
+
+/// A borrowed engine is an engine: a session can borrow one (`Session::single(&mut e)`) and
+/// give it back when dropped, for callers that read backend-specific state afterwards (a
+/// profile, load statistics).
+impl<E: Engine + ?Sized> Engine for &mut E {
+    fn n_vocab(&self) -> usize {
+        (**self).n_vocab()
+    }
+
+    fn n_ctx(&self) -> usize {
+        (**self).n_ctx()
+    }
+
+    fn max_ubatch(&self) -> usize {
+        (**self).max_ubatch()
+    }
+
+    fn kv_layout(&self) -> &KvLayout {
+        (**self).kv_layout()
+    }
+
+    fn decode(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
+        (**self).decode(kv, tokens, pos0, all_logits)
+    }
+
+    fn last_logits(&self) -> &[f32] {
+        (**self).last_logits()
+    }
+
+    fn forget(&mut self, stream: usize, from: usize) {
+        (**self).forget(stream, from)
+    }
+
+    fn memory(&self) -> EngineMemory {
+        (**self).memory()
+    }
 }

@@ -1,12 +1,19 @@
-//! Text generation over any [`Engine`]: prompt processing in ubatches, the sampler chain,
-//! end-of-generation handling, streaming text, teacher forcing and log-probabilities, with
-//! llama-server's result fields (`tools/server/server.cpp`: `content`, `tokens`,
-//! `stop_type`, `timings`, `probs`).
+//! Text generation over a [`Session`] as a state machine ([`Generation`]): the prompt is
+//! evaluated as the continuation of what the sequence already holds (the longest common
+//! prefix is kept, as llama.cpp's prompt cache does), then each [`Generation::step`] samples
+//! one token, checks the stop conditions (end-of-generation tokens, `-n`, stop strings, a
+//! full context, a cancel flag set from another thread) and returns the text that became
+//! final. Teacher forcing and log-probabilities are part of it; results use llama-server's
+//! field names (`tools/server/server.cpp`: `content`, `tokens`, `stop_type`, `timings`,
+//! `probs`).
 
-use crate::engine::Engine;
+use crate::kv_cache::SeqId;
 use crate::sampler::{Sampler, SamplerParams};
+use crate::session::Session;
 use crate::tokenizer::{StreamDecoder, TokenId, Vocab};
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How to generate.
@@ -24,6 +31,14 @@ pub struct GenerateOptions {
     pub ignore_eos: bool,
     /// Most prompt tokens per decode call (`-b`; also bounded by the engine's ubatch).
     pub n_batch: usize,
+    /// Stop when the text contains one of these (llama-server's `stop`); the text is cut
+    /// before it, and text that may begin one is held back until it is decided.
+    pub stop: Vec<String>,
+    /// Keep the part of the prompt the sequence already holds instead of evaluating it
+    /// again (llama-server's `cache_prompt`).
+    pub cache_prompt: bool,
+    /// Set from another thread (Ctrl-C, a client that went away) to stop between tokens.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for GenerateOptions {
@@ -35,6 +50,9 @@ impl Default for GenerateOptions {
             forced: None,
             ignore_eos: false,
             n_batch: 2048,
+            stop: Vec::new(),
+            cache_prompt: true,
+            cancel: None,
         }
     }
 }
@@ -66,6 +84,8 @@ pub struct PositionProbs {
 /// Timings in llama-server's field names; milliseconds.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Timings {
+    /// Prompt tokens reused from the sequence's cache (not evaluated).
+    pub cache_n: usize,
     pub prompt_n: usize,
     pub prompt_ms: f64,
     pub prompt_per_second: f64,
@@ -83,9 +103,12 @@ pub struct Completion {
     pub tokens: Vec<TokenId>,
     /// The ids evaluated as the prompt.
     pub prompt_tokens: Vec<TokenId>,
-    /// Why generation stopped: `eos`, `limit` (n_predict or forced tokens exhausted) or
-    /// `context` (the KV cache is full).
+    /// Why generation stopped: `eos`, `limit` (n_predict or forced tokens exhausted),
+    /// `word` (a stop string), `context` (the KV cache is full) or `cancelled`.
     pub stop_type: &'static str,
+    /// The stop string that ended it (`word`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopping_word: Option<String>,
     /// Timings.
     pub timings: Timings,
     /// Per-position probabilities when asked for.
@@ -139,125 +162,309 @@ fn piece_text(vocab: &Vocab, id: TokenId) -> String {
     String::from_utf8_lossy(vocab.token_to_piece(id, false)).into_owned()
 }
 
-/// Evaluates `prompt` and generates a continuation, calling `on_text` with each complete
-/// piece of text as soon as it is known.
+/// A generation in progress (module doc).
+pub struct Generation<'s, 'w> {
+    session: &'s mut Session<'w>,
+    vocab: &'s Vocab,
+    seq: SeqId,
+    opts: GenerateOptions,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    logits: Vec<f32>,
+    tokens: Vec<TokenId>,
+    prompt: Vec<TokenId>,
+    /// The generated text so far (cut before a stop string once one is found).
+    content: String,
+    /// Bytes of `content` already returned.
+    emitted: usize,
+    probs: Option<Vec<PositionProbs>>,
+    limit: usize,
+    stop_type: Option<&'static str>,
+    stopping_word: Option<String>,
+    timings: Timings,
+    t_gen: Instant,
+}
+
+impl<'s, 'w> Generation<'s, 'w> {
+    /// Evaluates `prompt` as the new content of sequence `seq` (keeping the longest prefix
+    /// it already holds when `opts.cache_prompt`) and gets ready to generate.
+    ///
+    /// # Errors
+    /// An empty prompt, a prompt that does not fit the context, or an engine error.
+    pub fn start(
+        session: &'s mut Session<'w>,
+        vocab: &'s Vocab,
+        seq: SeqId,
+        prompt: &[TokenId],
+        opts: &GenerateOptions,
+    ) -> anyhow::Result<Generation<'s, 'w>> {
+        anyhow::ensure!(
+            !prompt.is_empty(),
+            "the prompt is empty (no tokens to evaluate)"
+        );
+        let n_ctx = session.n_ctx();
+        anyhow::ensure!(
+            prompt.len() < n_ctx,
+            "the prompt has {} tokens but the context holds {n_ctx} (use -c to enlarge it)",
+            prompt.len()
+        );
+        let mut sampler = Sampler::new(opts.sampler.clone(), n_ctx);
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        // The part of the prompt the sequence holds (at least the last token is evaluated
+        // again: its logits are needed).
+        let keep = if opts.cache_prompt {
+            common_prefix(session.tokens(seq), prompt).min(prompt.len() - 1)
+        } else {
+            0
+        };
+        session.truncate(seq, keep);
+        let t_prompt = Instant::now();
+        let chunk = opts.n_batch.min(session.max_ubatch()).max(1);
+        let mut logits = Vec::new();
+        for part in prompt[keep..].chunks(chunk) {
+            if is_cancelled(&opts.cancel) {
+                anyhow::bail!("cancelled");
+            }
+            let out = session.eval(seq, part, false)?;
+            logits.clear();
+            logits.extend_from_slice(out);
+        }
+        let prompt_ms = ms(t_prompt);
+        let evaluated = prompt.len() - keep;
+        Ok(Generation {
+            session,
+            vocab,
+            seq,
+            sampler,
+            decoder: StreamDecoder::new(false),
+            logits,
+            tokens: Vec::new(),
+            prompt: prompt.to_vec(),
+            content: String::new(),
+            emitted: 0,
+            probs: (opts.n_probs > 0 || opts.forced.is_some()).then(Vec::new),
+            limit: if opts.n_predict < 0 {
+                usize::MAX
+            } else {
+                opts.n_predict as usize
+            },
+            stop_type: (opts.n_predict == 0).then_some("limit"),
+            stopping_word: None,
+            timings: Timings {
+                cache_n: keep,
+                prompt_n: evaluated,
+                prompt_ms,
+                prompt_per_second: per_second(evaluated, prompt_ms),
+                ..Timings::default()
+            },
+            t_gen: Instant::now(),
+            opts: opts.clone(),
+        })
+    }
+
+    /// Whether generation has stopped.
+    pub fn is_done(&self) -> bool {
+        self.stop_type.is_some()
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[TokenId] {
+        &self.tokens
+    }
+
+    /// Generates one token and returns the text that became final with it (possibly
+    /// empty: an incomplete UTF-8 sequence, text that may begin a stop string); `None` once
+    /// generation has stopped and all text was returned.
+    ///
+    /// # Errors
+    /// A forced token outside the vocabulary, or an engine error.
+    pub fn step(&mut self) -> anyhow::Result<Option<String>> {
+        if self.stop_type.is_some() {
+            return Ok(self.flush());
+        }
+        if is_cancelled(&self.opts.cancel) {
+            self.stop_type = Some("cancelled");
+            return Ok(self.flush());
+        }
+        let n_vocab = self.session.n_vocab();
+        let token = match &self.opts.forced {
+            Some(forced) => match forced.get(self.tokens.len()) {
+                Some(&t) => {
+                    anyhow::ensure!(
+                        (t as usize) < n_vocab,
+                        "forced token {t} is outside the vocabulary (n_vocab = {n_vocab})"
+                    );
+                    t
+                }
+                None => {
+                    self.stop_type = Some("limit");
+                    return Ok(self.flush());
+                }
+            },
+            None => self.sampler.sample(&self.logits),
+        };
+        if let Some(p) = self.probs.as_mut() {
+            let top = top_logprobs(self.vocab, &self.logits, self.opts.n_probs);
+            p.push(PositionProbs {
+                id: token,
+                token: piece_text(self.vocab, token),
+                logprob: (f64::from(self.logits[token as usize]) - log_sum_exp(&self.logits))
+                    as f32,
+                top_logprobs: top,
+            });
+        }
+        self.sampler.accept(token);
+        self.tokens.push(token);
+        if self.vocab.is_eog(token) && !self.opts.ignore_eos {
+            self.stop_type = Some("eos");
+            return Ok(self.flush());
+        }
+        let text = self.decoder.push(self.vocab, token);
+        self.content.push_str(&text);
+        if self.find_stop(text.len()) {
+            return Ok(self.flush());
+        }
+        let forced_done = self
+            .opts
+            .forced
+            .as_ref()
+            .is_some_and(|f| self.tokens.len() >= f.len());
+        if self.tokens.len() >= self.limit || forced_done {
+            self.stop_type = Some("limit");
+            return Ok(self.flush());
+        }
+        if self.session.n_past(self.seq) + 1 > self.session.n_ctx() {
+            self.stop_type = Some("context");
+            return Ok(self.flush());
+        }
+        let out = self.session.eval(self.seq, &[token], false)?;
+        self.logits.clear();
+        self.logits.extend_from_slice(out);
+        Ok(Some(self.take_final()))
+    }
+
+    /// Looks for a stop string in the text, where it could end in the last `added` bytes;
+    /// cuts the content before it and stops.
+    fn find_stop(&mut self, added: usize) -> bool {
+        let longest = self.opts.stop.iter().map(String::len).max().unwrap_or(0);
+        if longest == 0 {
+            return false;
+        }
+        let from = self.content.len().saturating_sub(added + longest);
+        let from = (0..=from)
+            .rev()
+            .find(|&i| self.content.is_char_boundary(i))
+            .unwrap_or(0);
+        let hit = self
+            .opts
+            .stop
+            .iter()
+            .filter(|w| !w.is_empty())
+            .filter_map(|w| self.content[from..].find(w.as_str()).map(|i| (from + i, w)))
+            .min_by_key(|&(i, _)| i);
+        match hit {
+            Some((i, w)) => {
+                self.content.truncate(i.max(self.emitted));
+                self.stopping_word = Some(w.clone());
+                self.stop_type = Some("word");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The text after what was returned that can no longer become part of a stop string.
+    fn take_final(&mut self) -> String {
+        let mut end = self.content.len();
+        for w in &self.opts.stop {
+            // The longest suffix of the content that begins `w`.
+            let max = w.len().saturating_sub(1).min(end - self.emitted);
+            for n in (1..=max).rev() {
+                let start = self.content.len() - n;
+                if self.content.is_char_boundary(start) && w.starts_with(&self.content[start..]) {
+                    end = end.min(start);
+                    break;
+                }
+            }
+        }
+        let out = self.content[self.emitted..end].to_string();
+        self.emitted = end;
+        out
+    }
+
+    /// After a stop: the rest of the text (an incomplete UTF-8 tail as U+FFFD unless the
+    /// stop cut the text), once; then `None`.
+    fn flush(&mut self) -> Option<String> {
+        if self.stop_type != Some("word") {
+            let rest = self.decoder.flush();
+            self.content.push_str(&rest);
+        }
+        if self.emitted >= self.content.len() {
+            return None;
+        }
+        let out = self.content[self.emitted..].to_string();
+        self.emitted = self.content.len();
+        Some(out)
+    }
+
+    /// Runs to the end, calling `on_text` with each piece of final text.
+    ///
+    /// # Errors
+    /// As [`Generation::step`].
+    pub fn run(&mut self, on_text: &mut dyn FnMut(&str)) -> anyhow::Result<()> {
+        while let Some(text) = self.step()? {
+            if !text.is_empty() {
+                on_text(&text);
+            }
+        }
+        Ok(())
+    }
+
+    /// The result (after [`Generation::run`], or when stopped early by the caller).
+    pub fn finish(self) -> Completion {
+        let predicted_ms = ms(self.t_gen);
+        let n = self.tokens.len();
+        Completion {
+            content: self.content,
+            prompt_tokens: self.prompt,
+            stop_type: self.stop_type.unwrap_or("none"),
+            stopping_word: self.stopping_word,
+            timings: Timings {
+                predicted_n: n,
+                predicted_ms,
+                predicted_per_second: per_second(n, predicted_ms),
+                ..self.timings
+            },
+            tokens: self.tokens,
+            probs: self.probs,
+        }
+    }
+}
+
+fn is_cancelled(flag: &Option<Arc<AtomicBool>>) -> bool {
+    flag.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+pub fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Evaluates `prompt` as sequence 0 of `session` and generates a continuation, calling
+/// `on_text` with each complete piece of text as soon as it is final ([`Generation`]).
 ///
-/// Errors: an empty prompt, a prompt that does not fit the context, or an engine error.
+/// # Errors
+/// An empty prompt, a prompt that does not fit the context, or an engine error.
 pub fn generate(
-    engine: &mut dyn Engine,
+    session: &mut Session<'_>,
     vocab: &Vocab,
     prompt: &[TokenId],
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Completion> {
-    anyhow::ensure!(
-        !prompt.is_empty(),
-        "the prompt is empty (no tokens to evaluate)"
-    );
-    let n_ctx = engine.n_ctx();
-    anyhow::ensure!(
-        prompt.len() < n_ctx,
-        "the prompt has {} tokens but the context holds {n_ctx} (use -c to enlarge it)",
-        prompt.len()
-    );
-    let mut sampler = Sampler::new(opts.sampler.clone(), n_ctx);
-    for &t in prompt {
-        sampler.accept(t);
-    }
-    engine.clear();
-    let t_prompt = Instant::now();
-    let chunk = opts.n_batch.min(engine.max_ubatch()).max(1);
-    let mut logits = Vec::new();
-    for (i, part) in prompt.chunks(chunk).enumerate() {
-        let out = engine.decode(part, i * chunk, false)?;
-        logits.clear();
-        logits.extend_from_slice(out);
-    }
-    let prompt_ms = ms(t_prompt);
-
-    let t_gen = Instant::now();
-    let mut decoder = StreamDecoder::new(false);
-    let mut content = String::new();
-    let mut tokens = Vec::new();
-    let mut probs = (opts.n_probs > 0 || opts.forced.is_some()).then(Vec::new);
-    let mut pos = prompt.len();
-    let limit = if opts.n_predict < 0 {
-        usize::MAX
-    } else {
-        opts.n_predict as usize
-    };
-    let mut stop_type = "limit";
-    while tokens.len() < limit {
-        let token = match &opts.forced {
-            Some(forced) => match forced.get(tokens.len()) {
-                Some(&t) => {
-                    anyhow::ensure!(
-                        (t as usize) < engine.n_vocab(),
-                        "forced token {t} is outside the vocabulary (n_vocab = {})",
-                        engine.n_vocab()
-                    );
-                    t
-                }
-                None => break,
-            },
-            None => sampler.sample(&logits),
-        };
-        if let Some(p) = probs.as_mut() {
-            let top = top_logprobs(vocab, &logits, opts.n_probs);
-            p.push(PositionProbs {
-                id: token,
-                token: piece_text(vocab, token),
-                logprob: (f64::from(logits[token as usize]) - log_sum_exp(&logits)) as f32,
-                top_logprobs: top,
-            });
-        }
-        sampler.accept(token);
-        tokens.push(token);
-        if vocab.is_eog(token) && !opts.ignore_eos {
-            stop_type = "eos";
-            break;
-        }
-        let text = decoder.push(vocab, token);
-        if !text.is_empty() {
-            on_text(&text);
-            content.push_str(&text);
-        }
-        if tokens.len() >= limit
-            || opts
-                .forced
-                .as_ref()
-                .is_some_and(|f| tokens.len() >= f.len())
-        {
-            break;
-        }
-        if pos + 1 > n_ctx {
-            stop_type = "context";
-            break;
-        }
-        let out = engine.decode(&[token], pos, false)?;
-        logits.clear();
-        logits.extend_from_slice(out);
-        pos += 1;
-    }
-    let rest = decoder.flush();
-    if !rest.is_empty() {
-        on_text(&rest);
-        content.push_str(&rest);
-    }
-    let predicted_ms = ms(t_gen);
-    Ok(Completion {
-        content,
-        prompt_tokens: prompt.to_vec(),
-        stop_type,
-        timings: Timings {
-            prompt_n: prompt.len(),
-            prompt_ms,
-            prompt_per_second: per_second(prompt.len(), prompt_ms),
-            predicted_n: tokens.len(),
-            predicted_ms,
-            predicted_per_second: per_second(tokens.len(), predicted_ms),
-        },
-        tokens,
-        probs,
-    })
+    let mut g = Generation::start(session, vocab, 0, prompt, opts)?;
+    g.run(on_text)?;
+    Ok(g.finish())
 }

@@ -1,9 +1,14 @@
 //! The reference interpreter (`ir::interp`) as an [`Engine`]: `modelc run --backend interp`,
 //! and the oracle the compiled engine is tested against.
+//!
+//! The interpreter keeps its KV caches as f32 values of its own ([`ir::interp::KvState`]), not
+//! in the session's memory: this engine keeps one state per session stream, swapped in for
+//! each call, and forgets cells when the session truncates a sequence ([`Engine::forget`]).
 
-use crate::engine::{check_decode_args, Engine};
+use crate::engine::{check_decode_args, Engine, EngineMemory, KvStream};
 use ir::gguf::GgufFile;
-use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
+use ir::interp::{InterpOptions, KvState, Outputs, Session, SessionOptions};
+use ir::plan::KvLayout;
 
 /// An interpreter session over a model lowered by `compiler`.
 pub struct InterpEngine<'a> {
@@ -12,6 +17,12 @@ pub struct InterpEngine<'a> {
     n_ctx: usize,
     n_ubatch: usize,
     logits: Vec<f32>,
+    /// A layout of no bytes: the KV state is the interpreter's.
+    layout: KvLayout,
+    /// The KV state of each stream but the one inside the interpreter.
+    states: Vec<KvState>,
+    /// Which stream's state is inside the interpreter.
+    current: usize,
 }
 
 impl<'a> InterpEngine<'a> {
@@ -37,7 +48,28 @@ impl<'a> InterpEngine<'a> {
             n_ctx,
             n_ubatch,
             logits: Vec::new(),
+            layout: KvLayout {
+                n_cells: n_ctx as u64,
+                caches: Vec::new(),
+                stream_bytes: 0,
+            },
+            states: Vec::new(),
+            current: 0,
         }
+    }
+
+    /// Puts stream `i`'s KV state inside the interpreter.
+    fn switch_to(&mut self, i: usize) {
+        if i == self.current {
+            return;
+        }
+        let need = i.max(self.current) + 1;
+        if self.states.len() < need {
+            self.states.resize_with(need, KvState::default);
+        }
+        std::mem::swap(self.session.kv_state_mut(), &mut self.states[self.current]);
+        std::mem::swap(self.session.kv_state_mut(), &mut self.states[i]);
+        self.current = i;
     }
 }
 
@@ -54,19 +86,43 @@ impl Engine for InterpEngine<'_> {
         self.n_ubatch
     }
 
-    fn decode(&mut self, tokens: &[u32], pos0: usize, all_logits: bool) -> anyhow::Result<&[f32]> {
+    fn kv_layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    fn memory(&self) -> EngineMemory {
+        EngineMemory::default()
+    }
+
+    fn decode(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
         check_decode_args(self, tokens, pos0)?;
+        self.switch_to(kv.index);
         let outputs = if all_logits {
             Outputs::All
         } else {
             Outputs::Last
         };
         let l = self.session.eval(tokens, pos0 as u32, &outputs)?;
+        kv.written = kv.written.max(pos0 + tokens.len());
         self.logits = l.values;
         Ok(&self.logits)
     }
 
-    fn clear(&mut self) {
-        self.session.clear();
+    fn forget(&mut self, stream: usize, from: usize) {
+        if stream == self.current {
+            self.session.kv_state_mut().clear_cells(from);
+        } else if let Some(s) = self.states.get_mut(stream) {
+            s.clear_cells(from);
+        }
     }
 }

@@ -1,7 +1,10 @@
-//! `runtime`: what runs a compiled model — tokenizer, chat templates, sampler, KV cache and
-//! execution — plus the `modelc` command line (`cli`).
+//! `runtime`: what runs a compiled model — backends ([`backend`]: a target's program loaded
+//! into an [`engine::Engine`]), sessions ([`session`]: the KV memory of one or more
+//! sequences and its bookkeeping), generation as a state machine ([`generate`]), tokenizer,
+//! chat templates, sampler — plus the `modelc` command line (`cli`).
 
 pub mod artifact;
+pub mod backend;
 pub mod bench;
 pub mod chat;
 pub mod cli;
@@ -10,7 +13,10 @@ pub mod engine;
 pub mod engine_weights;
 pub mod generate;
 pub mod interp_engine;
+pub mod kv_cache;
+pub mod memory;
 pub mod mt19937;
 pub mod perplexity;
 pub mod sampler;
+pub mod session;
 pub mod tokenizer;

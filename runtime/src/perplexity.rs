@@ -5,7 +5,7 @@
 //! of context. The ± figure is llama.cpp's: the standard error of the mean negative
 //! log-likelihood, carried through `exp`.
 
-use crate::engine::Engine;
+use crate::session::Session;
 
 /// Result of a perplexity run.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -36,7 +36,7 @@ pub fn log_prob(logits: &[f32], target: usize) -> f64 {
 /// Errors: fewer than `2 * n_ctx` tokens (llama-perplexity's requirement), an engine whose
 /// context is smaller than `n_ctx`, or an engine error.
 pub fn perplexity(
-    engine: &mut dyn Engine,
+    engine: &mut Session<'_>,
     tokens: &[u32],
     n_ctx: usize,
     n_batch: usize,
@@ -109,11 +109,14 @@ pub fn perplexity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Engine, EngineMemory, KvStream};
+    use ir::plan::KvLayout;
 
     /// An engine whose logits make token `t + 1` follow `t` with a known probability.
     struct Markov {
         n_vocab: usize,
         logits: Vec<f32>,
+        layout: KvLayout,
     }
 
     impl Engine for Markov {
@@ -126,7 +129,22 @@ mod tests {
         fn max_ubatch(&self) -> usize {
             7
         }
-        fn decode(&mut self, tokens: &[u32], _pos0: usize, all: bool) -> anyhow::Result<&[f32]> {
+        fn kv_layout(&self) -> &KvLayout {
+            &self.layout
+        }
+        fn last_logits(&self) -> &[f32] {
+            &self.logits
+        }
+        fn memory(&self) -> EngineMemory {
+            EngineMemory::default()
+        }
+        fn decode(
+            &mut self,
+            _kv: &mut KvStream<'_>,
+            tokens: &[u32],
+            _pos0: usize,
+            all: bool,
+        ) -> anyhow::Result<&[f32]> {
             self.logits.clear();
             for &t in tokens {
                 let mut row = vec![0f32; self.n_vocab];
@@ -139,16 +157,21 @@ mod tests {
             }
             Ok(&self.logits)
         }
-        fn clear(&mut self) {}
     }
 
     #[test]
     fn perplexity_of_a_known_distribution() {
         let n_vocab = 5;
-        let mut e = Markov {
+        let mut e = Session::single(Markov {
             n_vocab,
             logits: vec![],
-        };
+            layout: KvLayout {
+                n_cells: 1024,
+                caches: vec![],
+                stream_bytes: 0,
+            },
+        })
+        .unwrap();
         let tokens: Vec<u32> = (0..100).map(|i| (i % n_vocab) as u32).collect();
         let r = perplexity(&mut e, &tokens, 16, 5, None, None, |_, _, _| {}).unwrap();
         let p = (2f64.exp()) / (2f64.exp() + 4.0);

@@ -8,13 +8,6 @@ use runtime::chat::{
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-fn templates_dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/templates"
-    ))
-}
-
 fn opts(add_generation_prompt: bool) -> RenderOptions {
     RenderOptions {
         add_generation_prompt,
@@ -58,14 +51,9 @@ fn diff_summary(want: &str, got: &str) -> String {
 
 #[test]
 fn shared_template_suite_matches_reference() {
-    let dir = templates_dir();
-    if !dir.is_dir() {
-        println!(
-            "SKIP: {} is absent; the chat template suite did not run",
-            dir.display()
-        );
+    let Some(dir) = modelc_tests::shared("templates") else {
         return;
-    }
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -374,24 +362,14 @@ fn model_metadata_gives_template_and_special_texts() {
 /// SmolLM2's own template, and Gemma 3 (no template in its file) with the built-in `gemma`.
 #[test]
 fn llama_cpp_reference_chat_prompts() {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/reference"
-    ));
-    let files = [
+    for name in [
         "ref-SmolLM2-135M-Instruct.Q4_1.json",
         "ref-gemma-3-270m-q4_k_m.json",
-    ];
-    if !dir.join(files[0]).is_file() {
-        println!(
-            "SKIP: {} is absent; the llama.cpp chat prompts were not checked",
-            dir.display()
-        );
-        return;
-    }
-    for name in files {
-        let reference: Value =
-            serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap();
+    ] {
+        let Some(path) = modelc_tests::shared(&format!("reference/{name}")) else {
+            continue;
+        };
+        let reference: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let props = &reference["props"];
         let source = props["chat_template"].as_str().unwrap();
         let source = builtin_template(source).unwrap_or(source);

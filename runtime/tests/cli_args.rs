@@ -4,7 +4,7 @@
 //! multi-letter flag the user typed (`-ngl`), `-c` past the training context warns and past
 //! the machine's memory is refused. Errors are one line on stderr and status 1.
 //!
-//! The tests that run a model skip when SmolLM2-135M-Instruct Q4_1 is absent.
+//! The tests that run a model need SmolLM2-135M-Instruct Q4_1 (`modelc_tests::smollm2`).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -15,12 +15,13 @@ mod common;
 
 use common::{model, modelc};
 
-/// A runner for SmolLM2 compiled once for all tests, with a 256-token context.
+/// A runner for SmolLM2 compiled once for all tests, with a 256-token context. Every test
+/// that finds the model absent records its own skip.
 fn runner() -> Option<&'static Path> {
     static RUNNER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let model = model()?;
     RUNNER
         .get_or_init(|| {
-            let model = model()?;
             let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args");
             std::fs::create_dir_all(&dir).unwrap();
             let runner = dir.join("smol");
@@ -291,21 +292,34 @@ fn runner_errors_name_the_typed_flag() {
     }
 }
 
-/// `-c` above the compiled context recompiles the plan and runs; above the model's training
-/// context (8192 for SmolLM2) it warns with one line; a KV cache larger than the machine's
-/// memory is refused with one line instead of an allocation failure.
+/// A runner's `-c` runs any context up to the compiled one without re-planning, and refuses
+/// a larger one in one line naming the command that compiles it; above the model's training
+/// context (8192 for SmolLM2) `modelc run` warns with one line; a KV cache larger than the
+/// machine's memory is refused with one line instead of an allocation failure.
 #[test]
 fn context_beyond_compiled_and_training_sizes() {
     let Some(runner) = runner() else { return };
     let gen = ["-p", "hi", "-n", "2", "--temp", "0", "-t", "1"];
     let out = Command::new(runner)
         .args(gen)
-        .args(["-c", "300"])
+        .args(["-c", "100"])
         .output()
         .unwrap();
     assert_ok(&out);
     assert!(warnings(&out).is_empty(), "{}", stderr(&out));
     let out = Command::new(runner)
+        .args(gen)
+        .args(["-c", "300"])
+        .output()
+        .unwrap();
+    assert_one_line_error(
+        &out,
+        "compiled for a context of at most 256; compile one with `modelc compile MODEL -c 300`",
+    );
+    let model = model().unwrap();
+    let out = modelc()
+        .arg("run")
+        .arg(&model)
         .args(gen)
         .args(["-c", "9000"])
         .output()
@@ -315,13 +329,6 @@ fn context_beyond_compiled_and_training_sizes() {
     assert_eq!(w.len(), 1, "{}", stderr(&out));
     assert!(w[0].contains("training context (8192)"), "{}", w[0]);
     // 4e9 tokens of KV cache: about 84 TiB.
-    let out = Command::new(runner)
-        .args(gen)
-        .args(["-c", "4000000000"])
-        .output()
-        .unwrap();
-    assert_one_line_error(&out, "memory");
-    let model = model().unwrap();
     for backend in ["cpu", "interp"] {
         let out = modelc()
             .arg("run")
@@ -340,11 +347,14 @@ fn context_beyond_compiled_and_training_sizes() {
 fn flash_attn_spellings_cache_types_and_chunks() {
     let missing = "/nonexistent/model.gguf";
     for (args, want) in [
-        (vec!["-ctk", "q4_0"], "unsupported KV cache type 'q4_0'"),
-        (vec!["-ctk=garbage"], "unsupported KV cache type 'garbage'"),
+        (
+            vec!["-ctk", "q4_0"],
+            "-ctk q4_0 -ctv f16: the cpu target does not read this KV cache (it reads -ctk/-ctv f32/f32, f16/f16",
+        ),
+        (vec!["-ctk=garbage"], "unknown KV cache type 'garbage'"),
         (
             vec!["-ctk", "f32", "-ctv", "f16"],
-            "one type for both, or q8_0 with f16",
+            "the cpu target does not read this KV cache",
         ),
         (vec!["-ctv", "q8_0", "-fa", "0"], "needs flash attention"),
         (vec!["-fa", "sometimes"], "expected on, off or auto"),

@@ -9,41 +9,21 @@ fn modelc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_modelc"))
 }
 
-fn shared() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!("skipping: ../shared is absent");
-        None
-    }
-}
-
+/// A real model of the models folder, or `None` after a recorded skip.
 fn model(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("MODELC_MODELS")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/modelc/models"))
-        })?;
-    let p = dir.join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (scripts/fetch-model --gemma fetches it)",
-            p.display()
-        );
-        None
-    }
+    modelc_tests::require(
+        modelc_tests::models_dir().join(name),
+        "scripts/fetch-model --gemma fetches it",
+    )
 }
 
 #[test]
 fn inspect_matches_llama_cpp_for_the_real_models() {
-    let Some(shared) = shared() else { return };
-    let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(shared.join("reference/models.json")).unwrap(),
-    )
-    .unwrap();
+    let Some(models_json) = modelc_tests::shared("reference/models.json") else {
+        return;
+    };
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(models_json).unwrap()).unwrap();
     for r in reference.as_array().unwrap() {
         let Some(path) = model(r["file"].as_str().unwrap()) else {
             continue;
@@ -105,16 +85,14 @@ fn inspect_matches_llama_cpp_for_the_real_models() {
 
 #[test]
 fn inspect_reads_vocab_only_files_and_fixtures() {
-    let Some(shared) = shared() else { return };
     for f in [
         "vocab/ggml-vocab-llama-spm.gguf",
         "fixtures/models/gemma3-Q4_K.gguf",
     ] {
-        let out = modelc()
-            .arg("inspect")
-            .arg(shared.join(f))
-            .output()
-            .unwrap();
+        let Some(path) = modelc_tests::shared(f) else {
+            continue;
+        };
+        let out = modelc().arg("inspect").arg(path).output().unwrap();
         assert!(
             out.status.success(),
             "{f}: {}",
@@ -175,12 +153,9 @@ fn broken_files_exit_1_with_one_line() {
 /// pipe closed by the reader ends the command quietly (status 141, as a SIGPIPE death).
 #[test]
 fn unwritable_output_is_one_line_not_a_panic() {
-    let Some(shared) = shared() else { return };
-    let fixture = shared.join("fixtures/models/llama-sep-Q4_0.gguf");
-    if !fixture.is_file() {
-        eprintln!("skipping: {} is absent", fixture.display());
+    let Some(fixture) = modelc_tests::shared("fixtures/models/llama-sep-Q4_0.gguf") else {
         return;
-    }
+    };
     if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
         let out = modelc()
             .args(["inspect", "--metadata"])

@@ -13,21 +13,15 @@ use ir::interp::InterpOptions;
 use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
 use runtime::engine::Engine;
 use runtime::interp_engine::InterpEngine;
+use runtime::session::Session;
 use std::path::{Path, PathBuf};
 
 const N_CTX: u32 = 256;
 
+/// `shared/` when its fixture models are there, else `None` after a recorded skip.
 fn shared_dir() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.join("fixtures/models").is_dir() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} is absent (the shared fixtures are not available)",
-            p.display()
-        );
-        None
-    }
+    modelc_tests::shared("fixtures/models")?;
+    Some(modelc_tests::shared_root())
 }
 
 fn read_f32(path: &Path) -> Vec<f32> {
@@ -59,9 +53,14 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// A one-sequence session over `e`.
+fn session<'a>(e: impl Engine + 'a) -> Session<'a> {
+    Session::single(e).expect("session")
+}
+
 /// Batch logits (all rows) and one-token-at-a-time logits of `prompt`.
-fn run(engine: &mut dyn Engine, prompt: &[u32]) -> (Vec<f32>, Vec<f32>) {
-    engine.clear();
+fn run(engine: impl Engine, prompt: &[u32]) -> (Vec<f32>, Vec<f32>) {
+    let mut engine = session(engine);
     let batch = engine
         .decode(prompt, 0, true)
         .expect("batch decode")
@@ -95,8 +94,8 @@ fn check_model(shared: &Path, name: &str) {
         build_plan(&model, &[1, 64], N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
     let mut cpu = CpuEngine::new(&gguf, plan.clone(), 2).expect("plan compiles for the CPU");
     cpu.set_flash_attn(false).expect("F16 caches");
-    let (cb, cs) = run(&mut cpu, &prompt);
-    let mut interp = InterpEngine::new(
+    let (cb, cs) = run(cpu, &prompt);
+    let interp = InterpEngine::new(
         &gguf,
         &model,
         N_CTX as usize,
@@ -104,7 +103,7 @@ fn check_model(shared: &Path, name: &str) {
         KvTypes::F16,
         llama_cpp_no_flash(),
     );
-    let (ib, is) = run(&mut interp, &prompt);
+    let (ib, is) = run(interp, &prompt);
 
     let d = [
         max_abs_diff(&cb, &ib),
@@ -130,13 +129,13 @@ fn check_model(shared: &Path, name: &str) {
     // One thread computes exactly what two do (the split changes who computes, not how).
     let mut one = CpuEngine::new(&gguf, plan.clone(), 1).expect("plan compiles for one thread");
     one.set_flash_attn(false).expect("F16 caches");
-    let (ob, os) = run(&mut one, &prompt);
+    let (ob, os) = run(one, &prompt);
     assert!(ob == cb && os == cs, "{name}: 1 and 2 threads differ");
 
     // Flash attention (the default) against the interpreter's.
-    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("plan compiles for the CPU");
-    let (fb, fs) = run(&mut cpu, &prompt);
-    let mut interp = InterpEngine::new(
+    let cpu = CpuEngine::new(&gguf, plan, 2).expect("plan compiles for the CPU");
+    let (fb, fs) = run(cpu, &prompt);
+    let interp = InterpEngine::new(
         &gguf,
         &model,
         N_CTX as usize,
@@ -144,7 +143,7 @@ fn check_model(shared: &Path, name: &str) {
         KvTypes::F16,
         InterpOptions::llama_cpp(),
     );
-    let (ib, is) = run(&mut interp, &prompt);
+    let (ib, is) = run(interp, &prompt);
     let d = [max_abs_diff(&fb, &ib), max_abs_diff(&fs, &is)];
     eprintln!(
         "{name}: flash attention, cpu vs interp batch {:.2e} step {:.2e}",
@@ -222,23 +221,26 @@ fn bad_calls_are_errors() {
         GgufFile::open(shared.join("fixtures/models/llama-sep-Q4_0.gguf")).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan = build_plan(&model, &[1, 8], 16, KvTypes::F16, LogitRows::Last).expect("plan builds");
-    let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    let mut e = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
     // A call is one llama.cpp ubatch (up to 512 tokens), cut into compiled steps here.
     assert_eq!(e.max_ubatch(), 512);
     assert!(e.decode(&[], 0, false).is_err());
     assert!(e.decode(&[5; 513], 0, false).is_err());
     assert!(e.decode(&[5; 17], 0, false).is_err());
     assert_eq!(e.decode(&[5; 9], 0, false).expect("8 + 1").len(), 1024);
-    assert!(e.decode(&[5, 6], 15, false).is_err());
+    // Positions continue the sequence (9 held): a gap is refused.
+    let gap = e.decode(&[5, 6], 15, false).expect_err("a gap");
+    assert!(format!("{gap:#}").contains("next token is at 9"), "{gap:#}");
     assert!(e.decode(&[5000], 0, false).is_err());
     // Ubatch 1 has one row per token, so every-row logits run token by token.
     assert_eq!(e.decode(&[5, 6], 0, true).expect("decodes").len(), 2 * 1024);
     // 6 tokens at the end of the context cannot be padded to 8: they run one by one.
     let toks: Vec<u32> = (10..16).collect();
+    e.decode(&[7; 8], 2, false).expect("positions 2..10");
     assert_eq!(e.decode(&toks, 10, false).expect("decodes").len(), 1024);
 
     let plan = build_plan(&model, &[8], 16, KvTypes::F16, LogitRows::Last).expect("plan builds");
-    let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    let mut e = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
     let Err(err) = e.decode(&[5, 6], 0, true) else {
         panic!("a plan without all-logits steps accepted an all-logits call");
     };
@@ -249,15 +251,9 @@ fn bad_calls_are_errors() {
     );
 }
 
-/// SmolLM2-135M Q4_1 from the model cache, or `None` with a printed reason.
+/// SmolLM2-135M Q4_1, or `None` after a recorded skip.
 fn smollm2() -> Option<GgufFile> {
-    let home = std::env::var_os("HOME")?;
-    let p = PathBuf::from(home).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !p.is_file() {
-        eprintln!("SKIP: {} is absent", p.display());
-        return None;
-    }
-    Some(GgufFile::open(&p).expect("SmolLM2 opens"))
+    modelc_tests::smollm2().map(|p| GgufFile::open(p).expect("SmolLM2 opens"))
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -297,15 +293,15 @@ fn smollm2_matches_interpreter() {
     ];
     let plan =
         build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan builds");
-    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(
+    let mut cpu = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
+    let mut interp = session(InterpEngine::new(
         &gguf,
         &model,
         64,
         16,
         KvTypes::F16,
         InterpOptions::llama_cpp(),
-    );
+    ));
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -375,8 +371,15 @@ fn bit_exact_with_interpreter(kv: KvTypes) {
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,
     ];
     let plan = build_plan(&model, &[1, 16], 64, kv, LogitRows::Last).expect("plan builds");
-    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
-    let mut interp = InterpEngine::new(&gguf, &model, 64, 16, kv, InterpOptions::llama_cpp());
+    let mut cpu = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
+    let mut interp = session(InterpEngine::new(
+        &gguf,
+        &model,
+        64,
+        16,
+        kv,
+        InterpOptions::llama_cpp(),
+    ));
     let mut c = cpu.decode(&prompt, 0, false).expect("cpu decode").to_vec();
     let mut i = interp
         .decode(&prompt, 0, false)
@@ -433,16 +436,18 @@ fn bit_exact_with_interpreter(kv: KvTypes) {
 #[test]
 fn smollm2_teacher_forced_top5() {
     const TOLERANCE: f64 = 0.1;
-    let (Some(shared), Some(gguf)) = (shared_dir(), smollm2()) else {
+    let (Some(reference), Some(gguf)) = (
+        modelc_tests::shared("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"),
+        smollm2(),
+    ) else {
         return;
     };
     let model = compiler::load_model(&gguf).expect("model lowers");
-    let s = std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"))
-        .expect("reference json");
+    let s = std::fs::read_to_string(reference).expect("reference json");
     let v: serde_json::Value = serde_json::from_str(&s).expect("reference parses");
     let plan =
         build_plan(&model, &[1, 512], 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
-    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    let mut cpu = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
     let full = std::env::var_os("MODELC_FULL_TESTS").is_some();
     let mut worst = 0f64;
     for p in v["prompts"].as_array().expect("prompts") {
@@ -550,7 +555,7 @@ fn smollm2_bench() {
         })
         .collect();
     let rows = bench_run(
-        &mut |t| Ok(Box::new(CpuEngine::new(&gguf, plan.clone(), t)?) as Box<dyn Engine>),
+        &mut |t| Session::single(CpuEngine::new(&gguf, plan.clone(), t)?),
         &threads,
         &tests,
         reps,
@@ -572,7 +577,7 @@ fn smollm2_bench() {
         e.compiled_mut().set_profiling(true);
         for &test in &tests {
             e.compiled_mut().reset_profile();
-            e.clear();
+            let mut s = session(&mut e);
             let (n, ub) = match test {
                 Test::Pp(n) => (n, 64),
                 Test::Tg(n) => (n, 1),
@@ -580,9 +585,10 @@ fn smollm2_bench() {
             let toks: Vec<u32> = (0..n as u32).map(|i| 1 + i * 7919 % 40000).collect();
             let t0 = std::time::Instant::now();
             for (i, c) in toks.chunks(ub).enumerate() {
-                e.decode(c, i * ub, false).expect("decode");
+                s.decode(c, i * ub, false).expect("decode");
             }
             let total = t0.elapsed().as_secs_f64();
+            drop(s);
             println!(
                 "\nprofile {test}, {t} thread(s): {:.2} ms total, {:.1} t/s",
                 total * 1e3,
@@ -610,12 +616,12 @@ fn smollm2_bench() {
 fn prompt_logits_do_not_depend_on_step_sizes() {
     let Some(gguf) = smollm2() else { return };
     let model = compiler::load_model(&gguf).expect("model lowers");
-    let mut engines: Vec<CpuEngine> = [[1u32, 64], [1, 512]]
+    let mut engines: Vec<Session> = [[1u32, 64], [1, 512]]
         .iter()
         .map(|ub| {
             let plan =
                 build_plan(&model, ub, 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
-            CpuEngine::new(&gguf, plan, 2).expect("compiles")
+            session(CpuEngine::new(&gguf, plan, 2).expect("compiles"))
         })
         .collect();
     for n in [65u32, 100] {
@@ -652,9 +658,10 @@ fn fast_kernels_stay_close_to_exact() {
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284, 897, 3163, 624, 11225,
     ];
     let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::All).expect("plan");
-    let mut exact = CpuEngine::new(&gguf, plan.clone(), 2).expect("compiles");
-    let mut fast =
-        CpuEngine::with_sum_order(&gguf, plan, 2, codegen_cpu::SumOrder::Block).expect("compiles");
+    let mut exact = session(CpuEngine::new(&gguf, plan.clone(), 2).expect("compiles"));
+    let mut fast = session(
+        CpuEngine::with_sum_order(&gguf, plan, 2, codegen_cpu::SumOrder::Block).expect("compiles"),
+    );
     let a = exact.decode(&prompt, 0, true).expect("decode").to_vec();
     let b = fast.decode(&prompt, 0, true).expect("decode").to_vec();
     let n_vocab = a.len() / prompt.len();

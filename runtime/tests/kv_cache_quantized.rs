@@ -8,7 +8,8 @@
 //! (llama.cpp rotates Q, K and V with a Walsh–Hadamard matrix around a quantized cache; these
 //! outputs are what that rotation, Q8_0 storage and its flash kernel produce).
 //!
-//! Skips when SmolLM2-135M-Instruct Q4_1 (or, for the perplexity, `../shared`) is absent.
+//! Needs SmolLM2-135M-Instruct Q4_1 (and, for the perplexity, `../shared`): see
+//! `modelc_tests::require`.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -75,30 +76,43 @@ fn runner_continuations_equal_llama_cpp() {
     let Some(m) = model() else { return };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache_quantized");
     std::fs::create_dir_all(&dir).expect("tmp dir");
-    // Compiled with Q8_0 caches: the runner's own -ctk/-ctv switch each case.
-    let runner = dir.join("smol_q8");
-    stdout_of(
-        modelc()
-            .arg("compile")
-            .arg(&m)
-            .arg("-o")
-            .arg(&runner)
-            .args([
-                "-c",
-                "2048",
-                "--cache-type-k",
-                "q8_0",
-                "--cache-type-v",
-                "q8_0",
-            ]),
-    );
+    // Cache types change the kernels: one runner per pair, compiled with it.
+    let compile = |k: &str, v: &str| {
+        let runner = dir.join(format!("smol_{k}_{v}"));
+        stdout_of(
+            modelc()
+                .arg("compile")
+                .arg(&m)
+                .arg("-o")
+                .arg(&runner)
+                .args(["-c", "2048", "--cache-type-k", k, "--cache-type-v", v]),
+        );
+        runner
+    };
+    let runner = compile("q8_0", "q8_0");
     let info = stdout_of(Command::new(&runner).arg("info"));
     assert!(info.contains("KV cache k q8_0, v q8_0"), "{info}");
+    let mut runners = std::collections::HashMap::new();
     check_completions("the runner", &mut |prompt, k, v| {
-        stdout_of(Command::new(&runner).args([
+        let r = runners
+            .entry((k.to_string(), v.to_string()))
+            .or_insert_with(|| compile(k, v));
+        stdout_of(Command::new(&*r).args([
             "-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "-ctk", k, "-ctv", v,
         ]))
     });
+    // Another pair than the compiled one is refused in one line naming the command that
+    // compiles a runner for it.
+    let out = Command::new(&runner)
+        .args(["-p", "hi", "-n", "2", "-ctk", "f16", "-ctv", "f16"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("compiled for -ctk q8_0 -ctv q8_0") && err.lines().count() == 1,
+        "{err}"
+    );
     // Only the flash kernels read a quantized cache: -fa off is refused in one line.
     let out = Command::new(&runner)
         .args(["-p", "hi", "-n", "2", "-fa", "off"])
@@ -115,11 +129,9 @@ fn runner_continuations_equal_llama_cpp() {
 #[test]
 fn perplexity_equals_llama_cpp() {
     let Some(m) = model() else { return };
-    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/ppl-text.txt");
-    if !text.is_file() {
-        eprintln!("skipping: {} is absent", text.display());
+    let Some(text) = modelc_tests::shared("reference/ppl-text.txt") else {
         return;
-    }
+    };
     let r = reference();
     let out = modelc()
         .arg("perplexity")
@@ -198,7 +210,7 @@ fn check_set(m: &Path, set: &str, backends: &[&str], args: &[&str]) {
 
 /// `-fa off` (llama.cpp's soft_max path) with an F16 cache and with a Q8_0 K (Q converted to
 /// Q8_0, `vec_dot_q8_0_q8_0` scores): both the interpreter and the CPU engine
-/// (`codegen-cpu/src/kernels/soft_max_attn.rs`) write llama-completion's text.
+/// (`codegen-cpu/src/handwritten/soft_max_attn.rs`) write llama-completion's text.
 #[test]
 fn soft_max_path_equals_llama_cpp() {
     let Some(m) = model() else { return };

@@ -7,28 +7,21 @@
 use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
 use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
-use runtime::engine::Engine;
-use std::path::PathBuf;
+use runtime::session::Session;
 
 const N_CTX: u32 = 32;
 
-/// The small llama fixture (Q4_1 matrices, as SmolLM2), or `None` with a printed reason.
+/// The small llama fixture (Q4_1 matrices, as SmolLM2), or `None` after a recorded skip.
 fn fixture() -> Option<GgufFile> {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/models/llama-sep-Q4_1.gguf"
-    ));
-    if !p.is_file() {
-        eprintln!("SKIP: {} is absent", p.display());
-        return None;
-    }
-    Some(GgufFile::open(&p).expect("fixture opens"))
+    modelc_tests::shared("fixtures/models/llama-sep-Q4_1.gguf")
+        .map(|p| GgufFile::open(p).expect("fixture opens"))
 }
 
-fn engine<'a>(gguf: &'a GgufFile, model: &compiler::Model, ubatches: &[u32]) -> CpuEngine<'a> {
+fn engine<'a>(gguf: &'a GgufFile, model: &compiler::Model, ubatches: &[u32]) -> Session<'a> {
     let plan =
         build_plan(model, ubatches, N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
-    CpuEngine::new(gguf, plan, 2).expect("plan compiles for the CPU")
+    Session::single(CpuEngine::new(gguf, plan, 2).expect("plan compiles for the CPU"))
+        .expect("session")
 }
 
 /// 5 tokens padded into the 8-token step against the same 5 tokens followed by 3 other real
@@ -56,7 +49,7 @@ fn padded_rows_leave_real_rows_bit_identical() {
     // The same step with 8 real tokens.
     e8.clear();
     let full = e8.decode(&prompt, 0, true).expect("full decode").to_vec();
-    // Position 5 is written again; the stale rows 6 and 7 (real K/V this time) stay hidden.
+    // Position 5 is written again (the session truncates the sequence to 5 positions).
     let full_next = e8.decode(&[next], 5, false).expect("next").to_vec();
     assert!(
         padded[..] == full[..5 * n_vocab],

@@ -17,28 +17,15 @@ use std::process::Command;
 /// The fidelity target of the issue, in nat.
 const TARGET: f64 = 0.1;
 
+/// The model and llama.cpp's reference for it, or `None` after a recorded skip.
 fn setup() -> Option<(PathBuf, Value)> {
-    let shared = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if !shared.is_dir() {
-        eprintln!("skipping: ../shared is absent");
-        return None;
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let model = std::env::var_os("MODELC_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or(home.join(".cache/modelc/models"))
-        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !model.is_file() {
-        eprintln!(
-            "skipping: {} is absent (scripts/fetch-model fetches it)",
-            model.display()
-        );
-        return None;
-    }
-    let reference =
-        std::fs::read_to_string(shared.join("reference/ref-SmolLM2-135M-Instruct.Q4_1.json"))
-            .ok()?;
-    Some((model, serde_json::from_str(&reference).ok()?))
+    let reference = modelc_tests::shared("reference/ref-SmolLM2-135M-Instruct.Q4_1.json")?;
+    let model = modelc_tests::smollm2()?;
+    let reference = std::fs::read_to_string(reference).expect("read the reference");
+    Some((
+        model,
+        serde_json::from_str(&reference).expect("reference json"),
+    ))
 }
 
 fn compile(model: &Path, dir: &Path) -> PathBuf {

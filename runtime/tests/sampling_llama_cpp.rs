@@ -6,7 +6,7 @@
 //! doubles (`runtime/src/mt19937.rs`). Expected texts and the command that made them:
 //! `tests/data/sampling_llama_cpp.json`.
 //!
-//! Skips when SmolLM2-135M-Instruct Q4_1 is absent.
+//! Needs SmolLM2-135M-Instruct Q4_1 (`modelc_tests::smollm2`).
 
 mod common;
 

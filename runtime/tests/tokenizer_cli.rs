@@ -1,21 +1,12 @@
 //! `modelc tokenize` / `modelc detokenize` as a user runs them, on the fixture vocabulary
-//! (`../shared/fixtures/models/llama-sep-F32.gguf`, SPM, BOS added) and SmolLM2 when cached.
+//! (`../shared/fixtures/models/llama-sep-F32.gguf`, SPM, BOS added) and SmolLM2.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn fixture() -> Option<PathBuf> {
-    let p = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/models/llama-sep-F32.gguf"
-    ));
-    if p.is_file() {
-        Some(p.to_path_buf())
-    } else {
-        println!("skipped: {} is absent", p.display());
-        None
-    }
+    modelc_tests::shared("fixtures/models/llama-sep-F32.gguf")
 }
 
 fn modelc(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -156,14 +147,9 @@ fn errors_are_one_line_and_exit_1() {
 
 #[test]
 fn special_flag_parses_chat_markers() {
-    let Some(home) = std::env::var_os("HOME") else {
+    let Some(m) = modelc_tests::smollm2() else {
         return;
     };
-    let m = Path::new(&home).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !m.is_file() {
-        println!("skipped: {} is absent", m.display());
-        return;
-    }
     let m = m.to_str().unwrap();
     let plain = modelc(&["tokenize", m, "-p", "<|im_start|>user"], None);
     let special = modelc(

@@ -5,28 +5,7 @@
 use ir::gguf::GgufFile;
 use runtime::tokenizer::Vocab;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn shared() -> Option<PathBuf> {
-    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        println!("skipped: {} is absent", dir.display());
-        None
-    }
-}
-
-fn model_path(name: &str) -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let p = Path::new(&home).join(".cache/modelc/models").join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        println!("skipped: {} is absent", p.display());
-        None
-    }
-}
+use std::path::PathBuf;
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -45,13 +24,16 @@ fn piece_bytes(v: &Value) -> Vec<u8> {
     }
 }
 
-fn check_real_model(reference: &str, model: &str) {
-    let Some(shared) = shared() else { return };
-    let Some(model) = model_path(model) else {
+/// `reference` (in `shared/reference/`) against `model` (a path, or `None` after a recorded
+/// skip).
+fn check_real_model(reference: &str, model: Option<PathBuf>) {
+    let (Some(path), Some(model)) = (
+        modelc_tests::shared(&format!("reference/{reference}")),
+        model,
+    ) else {
         return;
     };
-    let text =
-        std::fs::read_to_string(shared.join("reference").join(reference)).expect("reference json");
+    let text = std::fs::read_to_string(path).expect("reference json");
     let json: Value = serde_json::from_str(&text).expect("valid json");
     let file = GgufFile::open(&model).unwrap_or_else(|e| panic!("{e}"));
     let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
@@ -106,19 +88,20 @@ fn check_real_model(reference: &str, model: &str) {
 fn smollm2_prompts_match_llama_cpp() {
     check_real_model(
         "ref-SmolLM2-135M-Instruct.Q4_1.json",
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        modelc_tests::smollm2(),
     );
 }
 
 #[test]
 fn gemma3_prompts_match_llama_cpp() {
-    check_real_model("ref-gemma-3-270m-q4_k_m.json", "gemma-3-270m-q4_k_m.gguf");
+    check_real_model("ref-gemma-3-270m-q4_k_m.json", modelc_tests::gemma3());
 }
 
 #[test]
 fn fixture_vocabulary_matches_llama_tokenize() {
-    let Some(shared) = shared() else { return };
-    let dir = shared.join("fixtures");
+    let Some(dir) = modelc_tests::shared("fixtures") else {
+        return;
+    };
     let text = std::fs::read_to_string(dir.join("reference/tokenize.json")).expect("tokenize.json");
     let json: Value = serde_json::from_str(&text).expect("valid json");
     let model = dir.join(json["model"].as_str().expect("model"));

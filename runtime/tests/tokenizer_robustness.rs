@@ -4,22 +4,11 @@
 
 use ir::gguf::GgufFile;
 use runtime::tokenizer::{StreamDecoder, Vocab, VocabType};
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-fn shared() -> Option<PathBuf> {
-    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        println!("skipped: {} is absent", dir.display());
-        None
-    }
-}
-
-/// The suites' vocabularies (always in shared/) plus the real models when cached, loaded once
-/// for all tests of this file.
+/// The suites' vocabularies (in shared/) plus the real models, loaded once for all tests of
+/// this file; whatever is absent is a recorded skip (a failure under `MODELC_REQUIRE_MODELS=1`).
 fn vocabularies() -> &'static [(String, Vocab)] {
     static VOCABS: OnceLock<Vec<(String, Vocab)>> = OnceLock::new();
     VOCABS.get_or_init(load_vocabularies)
@@ -28,7 +17,7 @@ fn vocabularies() -> &'static [(String, Vocab)] {
 fn load_vocabularies() -> Vec<(String, Vocab)> {
     let mut out = Vec::new();
     let mut paths = Vec::new();
-    if let Some(s) = shared() {
+    if let Some(s) = modelc_tests::shared("vocab") {
         for name in [
             "llama-spm",
             "phi-3",
@@ -37,22 +26,11 @@ fn load_vocabularies() -> Vec<(String, Vocab)> {
             "qwen2",
             "deepseek-coder",
         ] {
-            paths.push(s.join(format!("vocab/ggml-vocab-{name}.gguf")));
+            paths.push(s.join(format!("ggml-vocab-{name}.gguf")));
         }
     }
-    if let Some(home) = std::env::var_os("HOME") {
-        for m in [
-            "SmolLM2-135M-Instruct.Q4_1.gguf",
-            "gemma-3-270m-q4_k_m.gguf",
-        ] {
-            let p = Path::new(&home).join(".cache/modelc/models").join(m);
-            if p.is_file() {
-                paths.push(p);
-            } else {
-                println!("skipped: {} is absent", p.display());
-            }
-        }
-    }
+    paths.extend(modelc_tests::smollm2());
+    paths.extend(modelc_tests::gemma3());
     for p in paths {
         let file = GgufFile::open(&p).unwrap_or_else(|e| panic!("{e}"));
         let v = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -156,7 +134,7 @@ fn byte_level_vocabularies_round_trip_any_text() {
             }
         }
     }
-    if shared().is_some() {
+    if modelc_tests::shared_root().join("vocab").is_dir() {
         assert!(checked >= 2, "qwen2 and deepseek-coder at least");
     }
 }
@@ -213,11 +191,10 @@ fn shortcuts_give_the_same_ids_as_the_plain_algorithms() {
 
 #[test]
 fn ten_megabytes_of_text_tokenize_in_linear_time() {
-    let Some(s) = shared() else { return };
-    let Ok(prose) = std::fs::read_to_string(s.join("reference/ppl-text.txt")) else {
-        println!("skipped: ppl-text.txt is absent");
+    let Some(text) = modelc_tests::shared("reference/ppl-text.txt") else {
         return;
     };
+    let prose = std::fs::read_to_string(text).expect("read ppl-text.txt");
     let mut big = String::with_capacity(10 << 20);
     while big.len() < 10 << 20 {
         big.push_str(&prose);

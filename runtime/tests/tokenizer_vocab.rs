@@ -4,17 +4,7 @@
 
 use ir::gguf::GgufFile;
 use runtime::tokenizer::Vocab;
-use std::path::{Path, PathBuf};
-
-fn vocab_dir() -> Option<PathBuf> {
-    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vocab"));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        println!("skipped: {} is absent", dir.display());
-        None
-    }
-}
+use std::path::Path;
 
 /// Inputs of a `.inp` file (separator "\n__ggml_vocab_test__\n"; the last input runs to the end).
 fn read_inputs(path: &Path) -> Vec<String> {
@@ -40,7 +30,7 @@ fn read_expected(path: &Path) -> Vec<Vec<u32>> {
 
 /// Runs one suite; returns (cases, mismatching cases).
 fn run_suite(name: &str) -> Option<(usize, usize)> {
-    let dir = vocab_dir()?;
+    let dir = modelc_tests::shared("vocab")?;
     let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
     let file = GgufFile::open(&gguf).unwrap_or_else(|e| panic!("{e}"));
     let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -20,13 +20,13 @@ use ir::plan::{
 
 use super::mul_mat::{chunk_groups, Epi, Mat, MulMat, Out, Prep};
 use super::ops::{Attention, CacheRows, GetRows, Op, RopeKv, Table};
-use super::quantize::FastQuant;
 use super::view::{Ptr, View};
 use super::ExecError;
 use crate::actq::act_row_bytes;
 use crate::formats::QuantFormat;
-use crate::kernels::elementwise::{Binary, Glu, Unary};
-use crate::kernels::rope::RopeTable;
+use crate::handwritten::actq::FastQuant;
+use crate::handwritten::elementwise::{Binary, Glu, Unary};
+use crate::handwritten::rope::RopeTable;
 use crate::layout::{repack, supports, RepackedWeight};
 use crate::matmul::MatmulSpec;
 
@@ -81,9 +81,15 @@ pub(crate) struct Lowerer<'p, 'w, 's> {
     pub store: &'s mut WeightStore<'w>,
     pub arena: Ptr,
     pub arena_bytes: usize,
+    /// Null: a KV view's pointer is its offset in a sequence's KV memory (each op that
+    /// reads or writes a cache rebases it on the memory of its step).
     pub kv: Ptr,
-    /// Byte offset and size of each KV cache in the KV buffer.
+    /// Byte offset of each KV cache in a sequence's KV memory, and its size at the plan's
+    /// `n_ctx`.
     pub kv_ranges: Vec<(usize, usize)>,
+    /// Whether the operand being lowered may be a KV cache (only cache stores and
+    /// attention rebase their views on the step's KV memory).
+    kv_ok: bool,
     pub n_threads: usize,
     pub needs: Needs,
     pub specs: SpecTable,
@@ -119,6 +125,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             arena_bytes,
             kv,
             kv_ranges,
+            kv_ok: false,
             n_threads,
             needs: Needs::default(),
             specs: Vec::new(),
@@ -240,6 +247,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 (self.arena.add(off as usize), buf.bytes)
             }
             Base::Kv(k) => {
+                if !self.kv_ok {
+                    return Err(format!(
+                        "value {} is a KV cache: only cache stores and attention read or write one",
+                        v.name
+                    ));
+                }
                 let &(off, bytes) = self
                     .kv_ranges
                     .get(k.index())
@@ -265,6 +278,17 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             kv: v.shape.kv,
             dtype: v.dtype,
         })
+    }
+
+    /// A view of a KV cache (its pointer an offset: see [`Lowerer::kv`]).
+    fn kv_view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
+        if !matches!(s.values[id.index()].base, Base::Kv(_)) {
+            return Err(format!("{} must be a KV cache", s.values[id.index()].name));
+        }
+        self.kv_ok = true;
+        let v = self.view(s, id);
+        self.kv_ok = false;
+        v
     }
 
     /// A view that must be f32 with contiguous rows.
@@ -510,7 +534,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     /// Rows of the KV cache value `id` (the whole cache `{width, n_ctx}`), each at least
     /// `width` elements wide.
     fn cache_rows(&mut self, s: &Step, id: ValueId, width: usize) -> Result<CacheRows, String> {
-        let v = self.view(s, id)?;
+        let v = self.kv_view(s, id)?;
         if !matches!(s.values[id.index()].base, Base::Kv(_)) {
             return Err("the store target must be a KV cache".into());
         }
@@ -656,16 +680,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         params: ir::graph::AttnParams,
     ) -> Result<Op, String> {
         let q = self.f32_view(s, k.srcs[0])?;
-        let kc = self.view(s, k.srcs[1])?;
-        let vc = self.view(s, k.srcs[2])?;
+        let kc = self.kv_view(s, k.srcs[1])?;
+        let vc = self.kv_view(s, k.srcs[2])?;
         let pos = self.positions(s, k.srcs[3])?;
         let out = self.f32_view(s, k.dsts[0])?;
         // F16 or F32 caches of one type, or Q8_0 for either with F16 for the other.
-        let q8 = DType::Block(GgmlType::Q8_0);
-        let fits = match (kc.dtype, vc.dtype) {
-            (a, b) if a == b => matches!(a, DType::F16 | DType::F32) || a == q8,
-            (a, b) => (a == q8 && b == DType::F16) || (a == DType::F16 && b == q8),
-        };
+        let fits = super::kv_pair_supported(kc.dtype, vc.dtype);
         if !fits || !kc.rows_contiguous() || !vc.rows_contiguous() {
             return Err(format!(
                 "K and V must be views of caches with contiguous rows, both F16 or F32, or Q8_0 \

@@ -1,20 +1,24 @@
 //! The CPU executor of an [`ir::plan::Plan`]: [`CompiledPlan`] compiles every kernel of every
-//! step at load time, allocates the arena and the KV caches once, and runs a step's kernels
-//! in order on a persistent thread pool.
+//! step at load time, allocates the arena once, and runs a step's kernels in order on a
+//! persistent thread pool. The KV caches are not its own: each step is handed the KV memory
+//! of the sequence it computes (one stream laid out as [`Plan::kv_layout`] says), which the
+//! runtime's session owns, clears and truncates.
 //!
-//! Loading ([`CompiledPlan::new`]):
-//! 1. the plan is verified; the arena ([`Plan::arena_bytes`]) and the KV caches
-//!    ([`Plan::kv_bytes`], F16 by default as llama.cpp) are allocated, zeroed;
+//! Loading ([`CompiledPlan::load`]):
+//! 1. the plan is verified; the arena ([`Plan::arena_bytes`]) is allocated, zeroed; the KV
+//!    layout is computed for the context asked for (at most the plan's `n_ctx`: a smaller
+//!    context needs no new plan);
 //! 2. each kernel is lowered (module `lower`): operands become pointers with checked extents;
 //!    matmul weights are repacked into the kernels' layout ([`crate::layout`]), the
 //!    embedding table is read in place from the mapped file, small f32 weights are copied;
 //! 3. one Cranelift module is generated with a matmul kernel per distinct shape
 //!    ([`crate::matmul::define_matmul`]) and finalized; the other kernels
-//!    ([`crate::kernels`]: norms, rope, attention, elementwise, get_rows) are plain Rust with
+//!    ([`crate::handwritten`]: norms, rope, attention, elementwise, get_rows) are plain Rust with
 //!    AVX2 paths, chosen at run time.
 //!
 //! Running ([`CompiledPlan::step`]): the caller's token ids, positions and output rows are
-//! checked and written into the arena; one job on the [`ThreadPool`] runs the ops in order on
+//! checked and written into the arena, and the ops that read or write the KV caches are
+//! pointed at the caller's stream; one job on the [`ThreadPool`] runs the ops in order on
 //! every thread, each op phase cut into chunks (row groups of a matmul, tokens, heads, rows)
 //! that the threads take from a shared counter (module `sync`); the logits are a slice of the
 //! arena. Nothing is allocated while a step runs.
@@ -22,16 +26,15 @@
 //! Numerics follow llama.cpp's CPU backend on x86-64 (AVX2): activations are converted to the
 //! weight type's `vec_dot_type` before each product (Q8_1 for Q4_1, Q8_0 for Q8_0 / Q4_0);
 //! attention is llama.cpp's CPU flash attention (its default; [`CompiledPlan::set_flash_attn`]
-//! switches to its soft_max path, `kernels/soft_max_attn.rs`, in llama.cpp's order
+//! switches to its soft_max path, `handwritten/soft_max_attn.rs`, in llama.cpp's order
 //! too), both chosen by the token count of llama.cpp's ubatch ([`CompiledPlan::step_real`]) and
 //! llama.cpp's thread count ([`CompiledPlan::set_llama_threads`]); norms, SiLU / SwiGLU,
 //! rope, softmax and the other elementwise kernels compute what `ir::interp` computes in
-//! llama.cpp mode bit for bit (see [`crate::kernels`] and their tests).
+//! llama.cpp mode bit for bit (see [`crate::handwritten`] and their tests).
 
 mod lower;
 mod mul_mat;
 mod ops;
-mod quantize;
 mod sync;
 mod view;
 
@@ -43,10 +46,10 @@ use std::time::Instant;
 
 use ir::graph::{DType, Input};
 use ir::interp::WeightSource;
-use ir::plan::Plan;
+use ir::plan::{KvLayout, Plan};
 
+use crate::generated::SumOrder;
 use crate::jit::{CodegenError, Jit, JitCode};
-use crate::kernels::SumOrder;
 use crate::layout::AlignedBuf;
 use crate::matmul::define_matmul;
 use crate::pool::ThreadPool;
@@ -92,6 +95,19 @@ pub enum ExecError {
     Threads(String),
 }
 
+/// Whether the CPU kernels read a K cache of type `k` with a V cache of type `v`: F16 or F32
+/// for both, or Q8_0 for either with F16 or Q8_0 for the other (llama.cpp's `-ctk`/`-ctv`
+/// types this backend implements; a quantized V also needs flash attention,
+/// [`CompiledPlan::set_flash_attn`]). The one statement of it: the lowering checks plans
+/// with it and the runtime derives its supported-type lists and messages from it.
+pub fn kv_pair_supported(k: DType, v: DType) -> bool {
+    let q8 = DType::Block(ir::ggml::GgmlType::Q8_0);
+    match (k, v) {
+        (a, b) if a == b => matches!(a, DType::F16 | DType::F32) || a == q8,
+        (a, b) => (a == q8 && b == DType::F16) || (a == DType::F16 && b == q8),
+    }
+}
+
 /// The non-weight inputs of one step.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepArgs<'a> {
@@ -101,7 +117,7 @@ pub struct StepArgs<'a> {
     pub positions: &'a [i32],
     /// Rows of the ubatch that produce logits, `n_outputs` of them, each below `n_tokens`.
     pub output_ids: &'a [i32],
-    /// The KV length: one past the last position written (1..=`n_ctx`).
+    /// The KV length: one past the last position written (1..=the context's cells).
     pub kv_len: usize,
     /// Values of [`Input::Data`] inputs by value name, each its elements in `ne` order
     /// (tests).
@@ -125,7 +141,7 @@ pub struct LoadStats {
     pub repacked_bytes: usize,
     /// Arena bytes.
     pub arena_bytes: usize,
-    /// KV cache bytes.
+    /// Bytes of one stream of KV memory (what each sequence needs; the caller owns it).
     pub kv_bytes: usize,
     /// Scratch bytes (all threads).
     pub scratch_bytes: usize,
@@ -169,20 +185,38 @@ struct StepExec {
     logits: (Ptr, usize),
 }
 
-/// A plan compiled for this CPU, with its arena, KV caches and thread pool (module doc).
+/// How [`CompiledPlan::load`] compiles a plan.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecOptions {
+    /// Threads a step runs on (0 is taken as 1).
+    pub n_threads: usize,
+    /// Summation order of the quantized matmul kernels.
+    pub order: SumOrder,
+    /// Cells of KV memory per sequence (the context, `-c`): 1 up to the plan's `n_ctx`;
+    /// `None` for the plan's `n_ctx`.
+    pub n_cells: Option<u64>,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            n_threads: 1,
+            order: SumOrder::Ggml,
+            n_cells: None,
+        }
+    }
+}
+
+/// A plan compiled for this CPU, with its arena and thread pool (module doc).
 ///
 /// Borrows the weights (`'w`): the embedding table is read in place.
 pub struct CompiledPlan<'w> {
     steps: Vec<StepExec>,
     kinds: Vec<String>,
-    n_ctx: usize,
+    /// Where the caches lie in the KV memory a step is handed.
+    kv_layout: KvLayout,
     // Owners of the memory the ops point into.
     _arena: AlignedBuf,
-    kv: AlignedBuf,
-    /// Byte offset and row size of each KV cache.
-    kv_rows: Vec<(usize, usize)>,
-    /// Rows (positions) of the caches a step may have written since the last clear.
-    kv_used: usize,
     _scratch_bufs: Vec<AlignedBuf>,
     _store: WeightStore<'w>,
     _code: Option<Arc<JitCode>>,
@@ -202,7 +236,8 @@ pub struct CompiledPlan<'w> {
 }
 
 // SAFETY: the raw pointers inside the ops point into buffers this value owns (or weights
-// borrowed for `'w`, which are immutable); moving the value to another thread moves their
+// borrowed for `'w`, which are immutable; KV pointers are offsets resolved against the
+// memory each step borrows); moving the value to another thread moves their
 // owners with it, and `step` takes `&mut self`.
 unsafe impl Send for CompiledPlan<'_> {}
 
@@ -222,7 +257,14 @@ impl<'w> CompiledPlan<'w> {
         weights: &'w dyn WeightSource,
         n_threads: usize,
     ) -> Result<CompiledPlan<'w>, ExecError> {
-        Self::with_sum_order(plan, weights, n_threads, SumOrder::Ggml)
+        Self::load(
+            plan,
+            weights,
+            &ExecOptions {
+                n_threads,
+                ..ExecOptions::default()
+            },
+        )
     }
 
     /// [`CompiledPlan::new`] with quantized matmul kernels that add in `order`:
@@ -237,8 +279,31 @@ impl<'w> CompiledPlan<'w> {
         n_threads: usize,
         order: SumOrder,
     ) -> Result<CompiledPlan<'w>, ExecError> {
+        Self::load(
+            plan,
+            weights,
+            &ExecOptions {
+                n_threads,
+                order,
+                n_cells: None,
+            },
+        )
+    }
+
+    /// Compiles `plan` for this CPU with weights from `weights` (a [`ir::gguf::GgufFile`]
+    /// maps its file) as `opts` says.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::new`]; [`ExecError::Plan`] for a context (`n_cells`) of 0 or past
+    /// the plan's `n_ctx`.
+    pub fn load(
+        plan: &Plan,
+        weights: &'w dyn WeightSource,
+        opts: &ExecOptions,
+    ) -> Result<CompiledPlan<'w>, ExecError> {
         let t_load = Instant::now();
-        let n_threads = n_threads.max(1);
+        let n_threads = opts.n_threads.max(1);
+        let order = opts.order;
         plan.verify().map_err(|e| ExecError::Plan(e.to_string()))?;
         if let Some(s) = plan.steps.iter().find(|s| !s.is_planned()) {
             return Err(ExecError::Plan(format!(
@@ -254,24 +319,23 @@ impl<'w> CompiledPlan<'w> {
             .map_err(|_| too_big("the arena"))?
             .max(64);
         let mut arena = AlignedBuf::zeroed(arena_bytes);
+        let kv_layout = plan
+            .kv_layout(opts.n_cells.unwrap_or(u64::from(plan.n_ctx)))
+            .map_err(ExecError::Plan)?;
+        usize::try_from(kv_layout.stream_bytes).map_err(|_| too_big("the KV caches"))?;
+        // The ops' KV pointers are offsets into a stream (resolved against the memory each
+        // step is handed); each view is checked against its cache at the plan's size, and
+        // a step never reaches a cell past the context (`write_inputs`, `Ctx::n_cells`).
         let mut kv_ranges = Vec::with_capacity(plan.kv.len());
-        let mut kv_rows = Vec::with_capacity(plan.kv.len());
-        let mut kv_total = 0usize;
-        for c in &plan.kv {
+        for (c, slot) in plan.kv.iter().zip(&kv_layout.caches) {
             let b = c
                 .bytes()
                 .and_then(|b| usize::try_from(b).ok())
                 .ok_or_else(|| too_big(&c.name))?;
-            let row = c.dtype.row_size(c.shape.ne[0]).unwrap_or(0) as usize;
-            kv_rows.push((kv_total, row));
-            kv_ranges.push((kv_total, b));
-            kv_total = kv_total
-                .checked_add(b.next_multiple_of(64))
-                .ok_or_else(|| too_big("the KV caches"))?;
+            kv_ranges.push((slot.offset as usize, b));
         }
-        let mut kv = AlignedBuf::zeroed(kv_total.max(64));
         let arena_ptr = Ptr(arena.as_mut_slice().as_mut_ptr());
-        let kv_ptr = Ptr(kv.as_mut_slice().as_mut_ptr());
+        let kv_ptr = Ptr(std::ptr::null_mut());
 
         let mut store = WeightStore::new(weights);
         let mut low = Lowerer::new(
@@ -389,7 +453,7 @@ impl<'w> CompiledPlan<'w> {
                     msg: "not defined in the module".into(),
                 })?;
                 // SAFETY: `addr` is the entry of a function `define_matmul` generated with the
-                // matmul kernel signature documented in `crate::kernels` (System V; weight,
+                // matmul kernel signature documented in `crate::generated` (the C ABI; weight,
                 // activations, output, first and end group); the module lives in `code`.
                 entries.push(unsafe { std::mem::transmute::<usize, KernelFn>(addr) });
             }
@@ -435,18 +499,15 @@ impl<'w> CompiledPlan<'w> {
             load_seconds: t_load.elapsed().as_secs_f64(),
             repacked_bytes: store.repacked_bytes,
             arena_bytes,
-            kv_bytes: kv_total,
+            kv_bytes: kv_layout.stream_bytes as usize,
             scratch_bytes,
             fast_act_quant,
         };
         Ok(CompiledPlan {
             steps,
             kinds,
-            n_ctx: plan.n_ctx as usize,
+            kv_layout,
             _arena: arena,
-            kv,
-            kv_rows,
-            kv_used: 0,
             _scratch_bufs: bufs,
             _store: store,
             _code: code,
@@ -466,9 +527,15 @@ impl<'w> CompiledPlan<'w> {
         })
     }
 
-    /// Positions the KV caches hold (`n_ctx`).
+    /// Cells of a sequence's KV memory (the context, `n_ctx`).
     pub fn n_ctx(&self) -> usize {
-        self.n_ctx
+        self.kv_layout.n_cells as usize
+    }
+
+    /// Where the caches lie in the KV memory of one sequence: what [`CompiledPlan::step`]
+    /// is handed ([`KvLayout::stream_bytes`] of it).
+    pub fn kv_layout(&self) -> &KvLayout {
+        &self.kv_layout
     }
 
     /// Threads a step runs on.
@@ -487,18 +554,6 @@ impl<'w> CompiledPlan<'w> {
     /// What loading cost (compile and repack time) and holds.
     pub fn stats(&self) -> &LoadStats {
         &self.stats
-    }
-
-    /// Sets every KV cache cell to zero (only the rows steps may have written since the last
-    /// clear are touched, so untouched cache pages are never made resident).
-    pub fn clear_kv(&mut self) {
-        let used = self.kv_used;
-        let kv = self.kv.as_mut_slice();
-        for &(off, row) in &self.kv_rows {
-            let end = (off + used * row).min(kv.len());
-            kv[off..end].fill(0);
-        }
-        self.kv_used = 0;
     }
 
     /// Attention as llama.cpp's CPU flash attention (`true`, the default, as llama.cpp's
@@ -569,22 +624,27 @@ impl<'w> CompiledPlan<'w> {
         }
     }
 
-    /// Runs the step compiled for `n_tokens` tokens and `n_outputs` logit rows and returns
-    /// the logits: `n_outputs` rows of `n_vocab` values (a view of the arena, valid until the
-    /// next call).
+    /// Runs the step compiled for `n_tokens` tokens and `n_outputs` logit rows on the KV
+    /// memory `kv` of one sequence (at least [`KvLayout::stream_bytes`] bytes laid out as
+    /// [`CompiledPlan::kv_layout`]; its cells at the step's positions are written, cells
+    /// `0..kv_len` read) and returns the logits: `n_outputs` rows of `n_vocab` values (a view
+    /// of the arena, valid until the next call).
     ///
     /// # Errors
-    /// [`ExecError::Input`] when no such step exists, an input has the wrong length, a
-    /// position is outside `0..n_ctx`, `kv_len` is outside `1..=n_ctx` or below a position,
-    /// an output row is outside the ubatch, or a data input is missing;
-    /// [`ExecError::Run`] when a kernel fails (a token id outside the embedding table).
+    /// [`ExecError::Input`] when no such step exists, `kv` is too short, an input has the
+    /// wrong length, a position is outside the context, `kv_len` is outside
+    /// `1..=n_ctx` or below a position, an output row is outside the ubatch, or a data
+    /// input is missing; [`ExecError::Run`] when a kernel fails (a token id outside the
+    /// embedding table).
     pub fn step(
         &mut self,
+        kv: &mut [u8],
         n_tokens: u32,
         n_outputs: u32,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
         self.step_real(
+            kv,
             n_tokens,
             n_outputs,
             n_tokens as usize,
@@ -603,12 +663,20 @@ impl<'w> CompiledPlan<'w> {
     /// As [`CompiledPlan::step`]; `n_real` outside `1..=n_tokens`, `n_llama` below `n_real`.
     pub fn step_real(
         &mut self,
+        kv: &mut [u8],
         n_tokens: u32,
         n_outputs: u32,
         n_real: usize,
         n_llama: usize,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
+        if (kv.len() as u64) < self.kv_layout.stream_bytes {
+            return Err(ExecError::Input(format!(
+                "the KV memory has {} bytes; a sequence needs {}",
+                kv.len(),
+                self.kv_layout.stream_bytes
+            )));
+        }
         if n_real == 0 || n_real > n_tokens as usize || n_llama < n_real {
             return Err(ExecError::Input(format!(
                 "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
@@ -624,9 +692,7 @@ impl<'w> CompiledPlan<'w> {
                 ))
             })?;
         self.write_inputs(si, args)?;
-        // Positions are below kv_len, so no row at or past it is written.
-        self.kv_used = self.kv_used.max(args.kv_len);
-        self.run(si, args.kv_len, n_real, n_llama)?;
+        self.run(si, Ptr(kv.as_mut_ptr()), args.kv_len, n_real, n_llama)?;
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
         // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
@@ -655,7 +721,7 @@ impl<'w> CompiledPlan<'w> {
 
     fn write_inputs(&mut self, si: usize, a: &StepArgs<'_>) -> Result<(), ExecError> {
         let s = &self.steps[si];
-        let n_ctx = self.n_ctx;
+        let n_ctx = self.n_ctx();
         if a.kv_len == 0 || a.kv_len > n_ctx {
             return Err(ExecError::Input(format!(
                 "kv_len {} is outside 1..={n_ctx}",
@@ -719,6 +785,7 @@ impl<'w> CompiledPlan<'w> {
     fn run(
         &mut self,
         si: usize,
+        kv: Ptr,
         kv_len: usize,
         n_real: usize,
         n_llama: usize,
@@ -729,12 +796,15 @@ impl<'w> CompiledPlan<'w> {
         let error = &self.error;
         let profiling = self.profiling;
         let (flash, llama_threads) = (self.flash, self.llama_threads);
+        let n_cells = self.n_ctx();
         sync.reset();
         error.store(false, Ordering::Relaxed);
         let failed = AtomicBool::new(false);
         self.pool.run(&|ti, _| {
             let cx = Ctx {
                 ti,
+                kv,
+                n_cells,
                 kv_len,
                 scratch,
                 error,

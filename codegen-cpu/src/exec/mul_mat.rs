@@ -5,13 +5,14 @@
 //! Two steps per call:
 //!
 //! 1. **prepare**: each input row is normalized (prologue) and converted to the weight type's
-//!    `vec_dot_type` ([`crate::actq`]: Q8_1 for Q4_1, Q8_0 for Q4_0 / Q8_0; f16 / bf16
-//!    rounding for F16 / BF16 weights) — what ggml does before every quantized product. With
-//!    many tokens this is a phase of its own whose chunks are blocks of tokens; with few
-//!    tokens every thread prepares all of them into its own buffer before its first product
-//!    chunk (cheaper than waiting for each other).
+//!    `vec_dot_type` ([`crate::actq`]: Q8_1 for Q4_1, Q8_0 for Q4_0 / Q8_0, by the
+//!    hand-written quantizer of [`crate::handwritten`]; f16 / bf16 rounding for F16 / BF16
+//!    weights) — what ggml does before every quantized product. With many tokens this is a
+//!    phase of its own whose chunks are blocks of tokens; with few tokens every thread
+//!    prepares all of them into its own buffer before its first product chunk (cheaper than
+//!    waiting for each other).
 //! 2. **products**: chunks are runs of 4-row groups (of all weights together); a chunk calls
-//!    the generated kernel ([`crate::kernels`]) on its groups. With an epilogue, a chunk's
+//!    the generated kernel ([`crate::generated`]) on its groups. With an epilogue, a chunk's
 //!    products go to scratch and the epilogue is applied to them while they are in cache
 //!    (so a residual may be overwritten in place).
 //!
@@ -24,15 +25,13 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use super::ops::Ctx;
-use super::quantize::FastQuant;
 use super::view::{Ptr, View};
 use crate::formats::GROUP_ROWS;
-use crate::kernels::elementwise::{binary, glu, Binary, Glu};
-use crate::kernels::norm::rms_norm_row;
+pub(crate) use crate::generated::KernelFn;
+use crate::handwritten::actq::FastQuant;
+use crate::handwritten::elementwise::{binary, glu, Binary, Glu};
+use crate::handwritten::norm::rms_norm_row;
 use crate::layout::RepackedWeight;
-
-/// A generated matmul kernel's entry (see [`crate::kernels`]): `(w, act, out, g_begin, g_end)`.
-pub(crate) type KernelFn = unsafe extern "sysv64" fn(*const u8, *const u8, *mut f32, i64, i64);
 
 /// Most products (rows × tokens) of a chunk with an epilogue: 64 KiB of f32 per weight, so a
 /// chunk's products are still in cache when the epilogue reads them.

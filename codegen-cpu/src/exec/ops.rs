@@ -5,7 +5,7 @@
 //! tokens, heads, row groups) that the threads of the step take one at a time from a shared
 //! counter ([`super::sync`]); the next phase starts when every chunk of this one is done.
 //! So a thread the OS preempts delays only the chunk it holds, and uneven chunks (later
-//! tokens see more keys) balance themselves. The arithmetic is in [`crate::kernels`].
+//! tokens see more keys) balance themselves. The arithmetic is in [`crate::handwritten`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,13 +15,13 @@ use ir::graph::{AttnParams, DType};
 
 use super::mul_mat::MulMat;
 use super::view::{Ptr, View};
-use crate::kernels::attention::{load_kv_f32, KvRows, ScoreParams};
-use crate::kernels::elementwise::{binary, glu, soft_max_row, unary, Binary, Glu, Unary};
-use crate::kernels::embed::dequant_row;
-use crate::kernels::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
-use crate::kernels::norm::{norm_row, rms_norm_row};
-use crate::kernels::rope::{store_f16, store_f32, RopeTable};
-use crate::kernels::soft_max_attn::{attend_exact, exact_scratch, ExactQuery};
+use crate::handwritten::attention::{load_kv_f32, KvRows, ScoreParams};
+use crate::handwritten::elementwise::{binary, glu, soft_max_row, unary, Binary, Glu, Unary};
+use crate::handwritten::embed::dequant_row;
+use crate::handwritten::flash::{self, padded_kv, FlashParams, KV_TILE, Q_TILE};
+use crate::handwritten::norm::{norm_row, rms_norm_row};
+use crate::handwritten::rope::{store_f16, store_f32, RopeTable};
+use crate::handwritten::soft_max_attn::{attend_exact, exact_scratch, ExactQuery};
 
 /// The Q8_0 cache type (`-ctk q8_0`, `-ctv q8_0`).
 const Q8_0: DType = DType::Block(GgmlType::Q8_0);
@@ -48,6 +48,11 @@ pub(crate) struct Scratch {
 pub(crate) struct Ctx<'a> {
     /// Thread index (selects the per-thread scratch).
     pub ti: usize,
+    /// Byte 0 of the KV memory of the step's sequence: the KV views and cache rows of the
+    /// ops hold offsets into it ([`View::rebase`], [`CacheRows::rebase`]).
+    pub kv: Ptr,
+    /// Cells of that memory per cache (the context; no cell at or past it is read).
+    pub n_cells: usize,
     /// The step's KV length.
     pub kv_len: usize,
     /// Scratch buffers.
@@ -95,7 +100,8 @@ pub(crate) struct GetRows {
 /// Rows of one KV cache written by position.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CacheRows {
-    /// Byte 0 of cache row 0.
+    /// Byte 0 of cache row 0: after lowering, its offset in the sequence's KV memory
+    /// (resolved by [`CacheRows::rebase`]).
     pub ptr: Ptr,
     /// Bytes between rows (positions).
     pub stride: usize,
@@ -107,6 +113,15 @@ pub(crate) struct CacheRows {
 }
 
 impl CacheRows {
+    /// These rows in the KV memory at `kv` (the lowering stores their offset in it).
+    #[inline]
+    pub fn rebase(&self, kv: Ptr) -> CacheRows {
+        CacheRows {
+            ptr: Ptr(kv.add(self.ptr.0 as usize)),
+            ..*self
+        }
+    }
+
     /// Stores `n` f32 values at element `elem` of row `pos`. With `flash`, an F32 cache holds
     /// them rounded to f16: llama.cpp casts an F32 K or V to F16 before its flash kernel
     /// (`build_attn_mha`), which then reads those values.
@@ -155,8 +170,8 @@ pub(crate) struct RopeKv {
     pub v: Option<(View, CacheRows)>,
 }
 
-/// Attention over the KV cache ([`crate::kernels::attention`]).
-#[derive(Debug)]
+/// Attention over the KV cache ([`crate::handwritten::attention`]).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Attention {
     /// `{d_k, n_head, N}` f32.
     pub q: View,
@@ -422,6 +437,7 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
     for t in t0..(t0 + TOKENS_PER_CHUNK).min(r.n_tokens) {
         let pos = *(r.pos.add(4 * t) as *const i32) as usize;
         if let Some((k, cache)) = &r.k {
+            let cache = cache.rebase(cx.kv);
             let d = k.ne[0];
             for h in 0..k.ne[1] {
                 let src = k.at(h, t, 0) as *const f32;
@@ -445,7 +461,9 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
             }
         }
         if let Some((v, cache)) = &r.v {
-            cache.store(pos, 0, v.at(t, 0, 0) as *const f32, v.ne[0], cx.flash);
+            cache
+                .rebase(cx.kv)
+                .store(pos, 0, v.at(t, 0, 0) as *const f32, v.ne[0], cx.flash);
         }
     }
 }
@@ -494,13 +512,17 @@ impl Attention {
     }
 
     /// Chunk `c` with llama.cpp's flash attention, or else its soft_max path
-    /// ([`crate::kernels::soft_max_attn`], one query at a time; its products depend on the size
+    /// ([`crate::handwritten::soft_max_attn`], one query at a time; its products depend on the size
     /// of llama.cpp's ubatch).
     unsafe fn run_chunk(&self, c: usize, cx: &Ctx<'_>) {
+        let a = &Attention {
+            k: self.k.rebase(cx.kv),
+            v: self.v.rebase(cx.kv),
+            ..*self
+        };
         if cx.flash {
-            return self.run_flash(c, cx);
+            return a.run_flash(c, cx);
         }
-        let a = self;
         let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
@@ -543,7 +565,7 @@ impl Attention {
 }
 
 impl Attention {
-    /// Chunk `c` with llama.cpp's flash attention ([`crate::kernels::flash`]): the kernel
+    /// Chunk `c` with llama.cpp's flash attention ([`crate::handwritten::flash`]): the kernel
     /// chosen from the token count of llama.cpp's ubatch (each query's result depends only
     /// on the kernel, not on which step computes it); rows of padding tokens are zeroed.
     unsafe fn run_flash(&self, c: usize, cx: &Ctx<'_>) {
@@ -551,7 +573,8 @@ impl Attention {
         let (d_k, n_head, n_tokens) = (a.q.ne[0], a.q.ne[1], a.q.ne[2]);
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
-        let n_ctx = a.k.ne[2];
+        // llama.cpp pads the KV length to 256 cells within the context (`-c`).
+        let n_ctx = cx.n_cells.min(a.k.ne[2]);
         let n_kv = a.k.dims(cx.kv_len)[2];
         let n_real = cx.n_real.clamp(1, n_tokens);
         let n_llama = cx.n_llama.max(n_real);

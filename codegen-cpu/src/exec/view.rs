@@ -83,6 +83,16 @@ impl View {
             .add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
     }
 
+    /// This view in the KV memory at `kv`, for a view of a KV cache, whose `ptr` the
+    /// lowering sets to its offset in a sequence's KV memory.
+    #[inline]
+    pub fn rebase(&self, kv: Ptr) -> View {
+        View {
+            ptr: Ptr(kv.add(self.ptr.0 as usize)),
+            ..*self
+        }
+    }
+
     /// Whether elements along dim 0 are adjacent (stride = element size).
     pub fn rows_contiguous(&self) -> bool {
         self.ne[0] <= 1 || self.nb[0] as u64 == self.dtype.type_size()

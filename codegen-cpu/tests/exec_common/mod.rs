@@ -166,6 +166,7 @@ pub fn run_both(
         .expect("this attention mode takes the plan's caches");
     cpu.set_llama_threads(opts.llama_threads);
     let mut interp = Interpreter::new(weights, opts);
+    let mut kv = codegen_cpu::layout::AlignedBuf::zeroed(cpu.kv_layout().stream_bytes as usize);
     let mut out = Vec::new();
     for r in runs {
         let g = &graphs
@@ -180,7 +181,8 @@ pub fn run_both(
             kv_len: r.kv_len,
             data: r.data,
         };
-        cpu.step(r.n_tokens, r.n_tokens, &args).expect("cpu step");
+        cpu.step(kv.as_mut_slice(), r.n_tokens, r.n_tokens, &args)
+            .expect("cpu step");
         let c: Vec<Vec<f32>> = (0..g.outputs.len())
             .map(|i| cpu.output(i).expect("output"))
             .collect();

@@ -16,7 +16,9 @@
 //! [`compile`] runs them all and calls a hook after each: `--dump-after PASS` is
 //! `compile(source, &opts, &mut |p, m| if p.name == PASS { print!("{m}") })` ([`Module`]
 //! prints the graphs before `kernelize`, the plan after), and [`pass_names`] lists the names
-//! it accepts.
+//! it accepts. [`run_pass`] runs one pass by name; [`Module::parse`] reads what a module
+//! prints, so a pass can run on text: the filetests in `tests/filetests/` are a module, a
+//! pass name and the module expected after it.
 //!
 //! Attention over the KV cache is one IR op ([`ir::graph::Op::Attention`]) and stays one
 //! kernel; no pass splits it. Every pass leaves the plan verified ([`ir::plan::Plan::verify`]
@@ -40,6 +42,7 @@ pub use specialize::{specialize, StepShape};
 use ir::graph::{Graph, KvTypes};
 use ir::interp::GraphSource;
 use ir::plan::{Plan, PlanError};
+use ir::text::ParseError;
 
 /// What went wrong in a pass.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -97,7 +100,11 @@ impl Default for CompileOptions {
 }
 
 /// What the passes transform: the specialized graphs, then the plan.
-#[derive(Clone, Debug, Default)]
+///
+/// Its text form (`Display`, what `--dump-after` prints) is the plan once there is one,
+/// else each graph after a `graph n_tokens=N n_outputs=M` line; [`Module::parse`] reads it
+/// back.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Module {
     /// One graph per compiled shape (after `specialize`).
     pub graphs: Vec<(StepShape, Graph)>,
@@ -112,14 +119,149 @@ impl std::fmt::Display for Module {
             return write!(f, "{p}");
         }
         for (s, g) in &self.graphs {
-            writeln!(
-                f,
-                "# graph n_tokens={} n_outputs={}",
-                s.n_tokens, s.n_outputs
-            )?;
+            writeln!(f, "graph n_tokens={} n_outputs={}", s.n_tokens, s.n_outputs)?;
             write!(f, "{g}")?;
         }
         Ok(())
+    }
+}
+
+impl Module {
+    /// Reads a module from its text form: a plan ([`ir::plan::parse_plan`]), or graphs each
+    /// after a `graph n_tokens=N n_outputs=M` line ([`ir::graph::parse_graph`]); empty text
+    /// (or only comments) is the empty module. A printed module with a plan does not show
+    /// the graphs it was made from (no later pass reads them), so it reads back with none.
+    ///
+    /// # Errors
+    /// The [`ParseError`] of the first line that does not read, with its line number in
+    /// `text`.
+    pub fn parse(text: &str) -> Result<Module, ParseError> {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let significant = |l: &str| {
+            let t = l.trim_start();
+            !t.is_empty() && !t.starts_with(';')
+        };
+        let Some(first) = lines.iter().position(|l| significant(l)) else {
+            return Ok(Module::default());
+        };
+        if lines[first].split_whitespace().next() == Some("plan") {
+            return Ok(Module {
+                graphs: Vec::new(),
+                plan: Some(ir::plan::parse_plan(text)?),
+            });
+        }
+        // Graph sections: a header line, then the graph's lines up to the next header.
+        let mut headers = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(shape) = graph_header(l, i + 1)? {
+                headers.push((i, shape));
+            }
+        }
+        if headers.first().map(|h| h.0) != Some(first) {
+            let col = lines[first].len() - lines[first].trim_start().len() + 1;
+            return Err(ParseError::new(
+                first + 1,
+                col,
+                "expected `graph n_tokens=N n_outputs=M` or `plan …` first",
+            ));
+        }
+        let mut graphs = Vec::with_capacity(headers.len());
+        for (k, &(at, shape)) in headers.iter().enumerate() {
+            let end = headers.get(k + 1).map_or(lines.len(), |h| h.0);
+            let section = lines[at + 1..end].join("\n");
+            // Errors count lines from the top of `text`.
+            let g = ir::graph::parse_graph(&section).map_err(|mut e| {
+                e.line += at + 1;
+                e
+            })?;
+            graphs.push((shape, g));
+        }
+        Ok(Module { graphs, plan: None })
+    }
+}
+
+impl std::str::FromStr for Module {
+    type Err = ParseError;
+    /// [`Module::parse`].
+    fn from_str(s: &str) -> Result<Module, ParseError> {
+        Module::parse(s)
+    }
+}
+
+/// The shape of a `graph n_tokens=N n_outputs=M` line (line number `ln`), or `None` when
+/// the line is something else.
+fn graph_header(line: &str, ln: usize) -> Result<Option<StepShape>, ParseError> {
+    let body = line.split(';').next().unwrap_or("");
+    let mut words = body.split_whitespace();
+    if words.next() != Some("graph")
+        || body.trim_start()["graph".len()..]
+            .trim_start()
+            .starts_with('=')
+    {
+        return Ok(None);
+    }
+    let col = |w: &str| line.find(w).map_or(1, |i| line[..i].chars().count() + 1);
+    let mut field = |key: &str| -> Result<u32, ParseError> {
+        let w = words.next().unwrap_or("");
+        w.strip_prefix(key)
+            .and_then(|v| v.strip_prefix('='))
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| {
+                let at = if w.is_empty() {
+                    line.chars().count() + 1
+                } else {
+                    col(w)
+                };
+                ParseError::new(
+                    ln,
+                    at,
+                    format!("expected `{key}=N` in the graph line, found `{w}`"),
+                )
+            })
+    };
+    let shape = StepShape {
+        n_tokens: field("n_tokens")?,
+        n_outputs: field("n_outputs")?,
+    };
+    if let Some(w) = words.next() {
+        return Err(ParseError::new(
+            ln,
+            col(w),
+            format!("expected the end of the graph line, found `{w}`"),
+        ));
+    }
+    Ok(Some(shape))
+}
+
+/// A [`GraphSource`] serving fixed graphs by shape: what `specialize` reads when the graphs
+/// come from text (the filetests) rather than from a model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FixedGraphs(pub Vec<(StepShape, Graph)>);
+
+impl GraphSource for FixedGraphs {
+    /// The graph of exactly `req.n_tokens` and `req.n_outputs`.
+    fn build_graph(&self, req: &ir::interp::GraphRequest) -> Result<Graph, String> {
+        self.0
+            .iter()
+            .find(|(s, _)| s.n_tokens == req.n_tokens && s.n_outputs == req.n_outputs)
+            .map(|(_, g)| g.clone())
+            .ok_or_else(|| {
+                let have: Vec<String> = self
+                    .0
+                    .iter()
+                    .map(|(s, _)| format!("n_tokens={} n_outputs={}", s.n_tokens, s.n_outputs))
+                    .collect();
+                format!(
+                    "no graph for n_tokens={} n_outputs={} (there are: {})",
+                    req.n_tokens,
+                    req.n_outputs,
+                    if have.is_empty() {
+                        "none".to_string()
+                    } else {
+                        have.join("; ")
+                    }
+                )
+            })
     }
 }
 
@@ -240,6 +382,35 @@ pub fn pass_names() -> Vec<&'static str> {
     pipeline().iter().map(|p| p.name).collect()
 }
 
+/// Runs `pass` on `m` and verifies the plan after it, if there is one.
+fn run_verified(pass: &Pass, m: &mut Module, cx: &PassCtx<'_>) -> Result<(), PassError> {
+    (pass.run)(m, cx)?;
+    if let Some(p) = &m.plan {
+        p.verify().map_err(|err| PassError::Verify {
+            pass: pass.name,
+            err,
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs the one pass named `name` on `m` (as [`compile`] runs it: the plan is verified
+/// after it). With [`Module::parse`] and [`FixedGraphs`] this runs any pass on a module read
+/// from text, as the filetests do.
+///
+/// # Errors
+/// [`PassError::Options`] for a name that is not in the [`pipeline`] (listing the names);
+/// what the pass reports; [`PassError::Verify`] if it leaves a plan that does not verify.
+pub fn run_pass(name: &str, m: &mut Module, cx: &PassCtx<'_>) -> Result<(), PassError> {
+    let Some(pass) = pipeline().into_iter().find(|p| p.name == name) else {
+        return Err(PassError::Options(format!(
+            "no pass named '{name}' (passes: {})",
+            pass_names().join(", ")
+        )));
+    };
+    run_verified(&pass, m, cx)
+}
+
 /// Runs the whole [`pipeline`] on the graphs of `source`, verifying the plan after every
 /// pass and calling `after(pass, module)` after each (for `--dump-after`, progress, tests).
 ///
@@ -254,13 +425,7 @@ pub fn compile(
     let cx = PassCtx { source, opts };
     let mut m = Module::default();
     for pass in pipeline() {
-        (pass.run)(&mut m, &cx)?;
-        if let Some(p) = &m.plan {
-            p.verify().map_err(|err| PassError::Verify {
-                pass: pass.name,
-                err,
-            })?;
-        }
+        run_verified(&pass, &mut m, &cx)?;
         after(&pass, &m);
     }
     m.plan.ok_or(PassError::Order("compile"))

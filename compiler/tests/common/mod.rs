@@ -7,18 +7,11 @@ use ir::gguf::GgufFile;
 use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
 use std::path::PathBuf;
 
-/// `shared/` next to the repository (`../shared` in CI), or `None` with a printed reason.
+/// `shared/` next to the repository (`../shared` in CI) when its `fixtures/` is there, or
+/// `None` after a recorded skip ([`modelc_tests::require`]).
 pub fn shared_dir() -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared"));
-    if p.join("fixtures").is_dir() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIP: {} is absent (the shared fixtures are not available)",
-            p.display()
-        );
-        None
-    }
+    modelc_tests::shared("fixtures")?;
+    Some(modelc_tests::shared_root())
 }
 
 /// Raw little-endian f32 values of a reference file.

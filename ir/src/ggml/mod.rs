@@ -10,8 +10,11 @@
 //!   CPU matrix products (Q8_0, Q8_1, Q8_K, F16, BF16), bit-exact with ggml;
 //! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
 //!   format of each weight type, the conversion to it, and the dot product ggml's scalar code
-//!   computes for a weight row and an activation row.
+//!   computes for a weight row and an activation row;
+//! - [`cpu_math`]: the few pieces of ggml-cpu arithmetic (its vectorized `expf`, the rope
+//!   angle table) that the interpreter and the backends' kernels share by definition.
 
+pub mod cpu_math;
 mod dequant;
 mod dot;
 mod error;

@@ -14,7 +14,9 @@
 //!
 //! - [`Graph::verify`] checks ids, order and every node's types; errors name the node, the op
 //!   and the shapes involved.
-//! - `Display` prints one line per node, like llama.cpp's eval-callback log.
+//! - `Display` prints the text form: one line per tensor (an input's declaration or the node
+//!   computing it, like llama.cpp's eval-callback log), every op parameter included;
+//!   [`parse_graph`] (also `str::parse`) reads it back into an equal graph.
 //! - serde: the graph serializes as plain data; [`Graph::from_json`] verifies what it reads.
 
 mod dtype;
@@ -22,6 +24,7 @@ mod dtype;
 mod graph;
 mod infer;
 mod op;
+mod parse;
 mod print;
 mod shape;
 mod verify;
@@ -30,6 +33,8 @@ pub use dtype::{DType, KvTypes};
 pub use graph::{Def, Graph, Input, KvKind, Node, NodeId, Tensor, TensorId};
 pub use infer::{contiguous_nb, infer, SrcType};
 pub use op::{AttnParams, Op, RopeMode, RopeParams};
+pub use parse::parse_graph;
+pub(crate) use parse::{parse_op, parse_rope};
 pub use shape::{Shape, MAX_DIMS};
 
 /// What is wrong with a graph or with a node being added to it.

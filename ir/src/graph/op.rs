@@ -48,6 +48,36 @@ pub struct RopeParams {
     pub beta_slow: f32,
 }
 
+impl RopeMode {
+    /// The mode as the text form writes it: `norm` or `neox` (llama.cpp's rope type names).
+    pub fn name(self) -> &'static str {
+        match self {
+            RopeMode::Norm => "norm",
+            RopeMode::Neox => "neox",
+        }
+    }
+}
+
+impl RopeParams {
+    /// Every parameter as `key=value`, in `ggml_rope_ext`'s order:
+    /// `mode=norm n_rot=64 freq_base=10000 freq_scale=1 n_ctx_orig=8192 ext_factor=0
+    /// attn_factor=1 beta_fast=32 beta_slow=1`.
+    pub fn params(&self) -> String {
+        format!(
+            "mode={} n_rot={} freq_base={} freq_scale={} n_ctx_orig={} ext_factor={} attn_factor={} beta_fast={} beta_slow={}",
+            self.mode.name(),
+            self.n_rot,
+            self.freq_base,
+            self.freq_scale,
+            self.n_ctx_orig,
+            self.ext_factor,
+            self.attn_factor,
+            self.beta_fast,
+            self.beta_slow
+        )
+    }
+}
+
 /// Parameters of [`Op::Attention`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttnParams {
@@ -240,7 +270,10 @@ impl Op {
         }
     }
 
-    /// The op's parameters as the printer writes them (empty when it has none).
+    /// The op's parameters as the text form writes them, `key=value` separated by spaces
+    /// (empty when it has none): every field, with `f32` values in their shortest exact
+    /// form, so [`crate::graph::parse_graph`] reads back the same op. Names follow
+    /// `ggml_rope_ext`'s arguments (`n_rot` is its `n_dims`).
     pub fn params(&self) -> String {
         match self {
             Op::RmsNorm { eps } | Op::Norm { eps } => format!("eps={eps:e}"),
@@ -248,10 +281,7 @@ impl Op {
             Op::Hadamard { n } => format!("n={n}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::SoftCap { cap } => format!("cap={cap}"),
-            Op::Rope(p) => format!(
-                "mode={:?} n_rot={} base={} freq_scale={} ext={} attn_factor={}",
-                p.mode, p.n_rot, p.freq_base, p.freq_scale, p.ext_factor, p.attn_factor
-            ),
+            Op::Rope(p) => p.params(),
             Op::Attention(a) => {
                 let mut s = format!("kq_scale={}", a.kq_scale);
                 if let Some(c) = a.softcap {
@@ -266,9 +296,21 @@ impl Op {
                 s
             }
             Op::Reshape { ne } => format!("ne={}", Shape { ne: *ne, kv: 0 }),
-            Op::View { nb, offset, .. } => format!("nb={nb:?} offset={offset}"),
-            Op::Permute { axes } => format!("axes={axes:?}"),
-            _ => String::new(),
+            Op::View { shape, nb, offset } => {
+                format!("ne={shape} nb={} offset={offset}", crate::text::list(nb))
+            }
+            Op::Permute { axes } => format!("axes={}", crate::text::list(axes)),
+            Op::GetRows
+            | Op::Add
+            | Op::Mul
+            | Op::MulMat
+            | Op::KvStore
+            | Op::Silu
+            | Op::Gelu
+            | Op::Tanh
+            | Op::Swiglu
+            | Op::Geglu
+            | Op::Cont => String::new(),
         }
     }
 }

@@ -8,13 +8,12 @@
 //! the last bit of an f32 sum can move an activation across a rounding boundary, and on a
 //! 30-layer model such flips add up to tenths of a nat in the log-probabilities. Reproducing
 //! the summation order removes most of them.
+//!
+//! ggml's vectorized `expf` and what is built on it (`hsum_float_8`, SiLU, the softmax
+//! exponentials) are shared with the backends' kernels, so they live in
+//! [`crate::ggml::cpu_math`] and are re-exported here.
 
-/// ggml's `hsum_float_8` (x86 quants.c): `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
-#[inline(always)]
-pub(crate) fn hsum8(x: &[f32; 8]) -> f32 {
-    let r = [x[0] + x[4], x[1] + x[5], x[2] + x[6], x[3] + x[7]];
-    (r[0] + r[2]) + (r[1] + r[3])
-}
+pub(crate) use crate::ggml::cpu_math::{hsum8, soft_max_exp, v_silu};
 
 /// `GGML_F32x8_REDUCE` for four 8-lane accumulators (simd-mappings.h, AVX):
 /// `x0 += x2, x1 += x3, x0 += x1`, then the halves added and two horizontal adds:
@@ -131,58 +130,6 @@ pub(crate) fn dot_bf16(x: &[f32], y: &[f32]) -> f32 {
     sum as f32
 }
 
-const R: u32 = 0x4b40_0000; // 0x1.8p23
-const LOG2E: u32 = 0x3fb8_aa3b; // 0x1.715476p+0
-const LN2_LO: u32 = 0x35bf_be8e; // 0x1.7f7d1cp-20
-const LN2_HI: u32 = 0x3f31_7200; // 0x1.62e4p-1
-const P0: u32 = 0x3c07_2010; // 0x1.0e4020p-7
-const P1: u32 = 0x3d2b_9f17; // 0x1.573e2ep-5
-const P2: u32 = 0x3e2a_af33; // 0x1.555e66p-3
-const P3: u32 = 0x3eff_fedb; // 0x1.fffdb6p-2
-const P4: u32 = 0x3f7f_fff6; // 0x1.ffffecp-1
-
-#[inline(always)]
-fn c(bits: u32) -> f32 {
-    f32::from_bits(bits)
-}
-
-/// `ggml_v_expf` for AVX2 + FMA (vec.h; adapted by ggml from Arm's optimized routines), one
-/// lane: `x = n ln2 + b` with `n` rounded by the 1.5·2^23 trick, a degree-5 polynomial in
-/// `b`, the exponent added to the bits; large |n| handled by the two-factor scaling. Within
-/// about 1.5 ulp of `exp`; this is bit-for-bit what each lane of ggml's vector computes.
-#[inline(always)]
-pub(crate) fn v_expf(x: f32) -> f32 {
-    let r = c(R);
-    let z = x.mul_add(c(LOG2E), r);
-    let n = z - r;
-    let b = (-n).mul_add(c(LN2_LO), (-n).mul_add(c(LN2_HI), x));
-    let e = z.to_bits() << 23;
-    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
-    let big = n.abs() > 126.0;
-    let u = b * b;
-    let j = c(P0)
-        .mul_add(b, c(P1))
-        .mul_add(u, c(P2).mul_add(b, c(P3)))
-        .mul_add(u, c(P4) * b);
-    if !big {
-        return j.mul_add(k, k);
-    }
-    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
-    let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
-    let s2 = f32::from_bits(e.wrapping_sub(g));
-    if n.abs() > 192.0 {
-        s1 * s1
-    } else {
-        s2.mul_add(j, s2) * s1
-    }
-}
-
-/// `ggml_v_silu`: `x / (1 + v_expf(0 - x))`.
-#[inline(always)]
-pub(crate) fn v_silu(x: f32) -> f32 {
-    x / (1.0 + v_expf(0.0 - x))
-}
-
 /// `ggml_vec_swiglu_f32` / `ggml_vec_silu_f32` on one row: [`v_silu`] for the values in whole
 /// groups of 8, ggml's scalar `x / (1 + expf(-x))` for the rest; times `g` when given.
 pub(crate) fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
@@ -200,50 +147,9 @@ pub(crate) fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
     }
 }
 
-/// `ggml_vec_soft_max_f32` (vec.cpp, AVX2 + FMA): `y = v_expf(x - max)` in groups of 8, each
-/// group's sum ([`hsum8`]) added to an f64 total; the remaining values with `expf`, added
-/// one by one. Returns the total.
-pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
-    let whole = x.len() & !7;
-    let mut sum = 0f64;
-    for i in (0..whole).step_by(8) {
-        let mut v = [0f32; 8];
-        for l in 0..8 {
-            v[l] = v_expf(x[i + l] - max);
-            y[i + l] = v[l];
-        }
-        sum += hsum8(&v) as f64;
-    }
-    for i in whole..x.len() {
-        let v = (x[i] - max).exp();
-        sum += v as f64;
-        y[i] = v;
-    }
-    sum
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn v_expf_is_close_to_exp_and_handles_the_range_ends() {
-        let mut worst = 0f64;
-        let mut x = -87.0f32;
-        while x < 88.0 {
-            let (a, b) = (v_expf(x) as f64, (x as f64).exp());
-            worst = worst.max(((a - b) / b).abs());
-            x += 0.0137;
-        }
-        assert!(worst < 3.0 * f32::EPSILON as f64, "relative error {worst}");
-        assert_eq!(v_expf(0.0), 1.0);
-        assert_eq!(v_expf(-200.0), 0.0);
-        assert_eq!(v_expf(f32::NEG_INFINITY), 0.0);
-        assert_eq!(v_expf(100.0), f32::INFINITY);
-        // Between the ends (|n| in 126..192) the two-factor path keeps subnormals.
-        let t = v_expf(-95.0) as f64;
-        assert!((t - (-95f64).exp()).abs() / (-95f64).exp() < 1e-5);
-    }
 
     #[test]
     fn reductions_add_every_lane_once() {
@@ -260,14 +166,5 @@ mod tests {
             dot_tinyblas(&a[..64], &a[..64]),
             a[..64].iter().map(|v| v * v).sum::<f32>()
         );
-    }
-
-    #[test]
-    fn softmax_exponentials_sum_like_exp() {
-        let x: Vec<f32> = (0..21).map(|i| i as f32 * 0.3 - 2.0).collect();
-        let mut y = vec![0f32; 21];
-        let s = soft_max_exp(&x, 4.0, &mut y);
-        let want: f64 = x.iter().map(|&v| ((v - 4.0) as f64).exp()).sum();
-        assert!((s - want).abs() / want < 1e-6);
     }
 }

@@ -39,6 +39,16 @@ impl KvState {
         }
     }
 
+    /// Sets cells `from..` of every cache to zero (cell `i` is row `i`, `{ne0}` values): what
+    /// a fresh cache holds there.
+    pub fn clear_cells(&mut self, from: usize) {
+        for c in &mut self.caches {
+            let row = c.shape.ne[0] as usize;
+            let start = from.saturating_mul(row).min(c.data.len());
+            c.data[start..].iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+
     /// Bytes the caches would take in their own dtypes.
     pub fn n_bytes(&self) -> u64 {
         self.caches

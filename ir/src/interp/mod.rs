@@ -34,7 +34,6 @@ mod session;
 mod weights;
 
 pub use exec::{Inputs, Interpreter, KvState};
-pub use rope::rope_cache;
 pub use session::{GraphRequest, GraphSource, Logits, Outputs, Session, SessionOptions};
 pub use weights::{MemWeights, WeightRef, WeightSource};
 
@@ -168,26 +167,18 @@ pub enum InterpError {
 /// modules with [`InterpOptions::llama_cpp`]), exposed for backends that must compute the
 /// same numbers bit for bit and for their tests. Each function is the interpreter's own
 /// routine (scalar code, not meant for hot loops); the backends' fast kernels are checked
-/// against these.
+/// against these and must not call them (the oracle stays independent of what it checks).
+/// The few definitions both sides share (ggml's vectorized `expf`, its softmax sum, the rope
+/// angles) are in [`crate::ggml::cpu_math`].
 pub mod llama_cpu {
     use super::attention::{attention as attn, AttnArgs, AttnCfg, AttnMode};
     use super::layout::Lay;
     use crate::graph::{AttnParams, RopeParams, Shape};
 
-    /// ggml's AVX2 `ggml_v_expf`, one lane.
-    pub fn v_expf(x: f32) -> f32 {
-        super::avx2::v_expf(x)
-    }
-
     /// `ggml_vec_swiglu_f32` / `ggml_vec_silu_f32` on one row: ggml's vectorized SiLU for
     /// the values in whole groups of 8, its scalar SiLU for the rest; times `g` when given.
     pub fn silu_row(x: &[f32], g: Option<&[f32]>, y: &mut [f32]) {
         super::avx2::silu_row(x, g, y)
-    }
-
-    /// `ggml_vec_soft_max_f32` (AVX2): `y = exp(x - max)`, returns the f64 sum.
-    pub fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
-        super::avx2::soft_max_exp(x, max, y)
     }
 
     /// `ggml_rms_norm` of one row (sum of squares in f64, in order).

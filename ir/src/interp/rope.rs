@@ -1,57 +1,11 @@
 //! Rotary position embedding, as ggml-cpu's `ggml_compute_forward_rope` computes it for f32
-//! (normal and neox modes, YaRN scaling, optional frequency factors).
+//! (normal and neox modes, YaRN scaling, optional frequency factors). The angles come from
+//! [`crate::ggml::cpu_math::rope_cache`] (`ggml_rope_cache_init`), which the backends' rope
+//! tables share.
 
 use super::layout::Lay;
+use crate::ggml::cpu_math::rope_cache;
 use crate::graph::{RopeMode, RopeParams};
-
-/// ggml's `ggml_rope_yarn_corr_dim`: the dimension at which `n_rot` rotations fit the
-/// original context.
-fn corr_dim(n_dims: u32, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
-    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
-        / (2.0 * base.ln())
-}
-
-/// ggml's `ggml_rope_yarn_corr_dims`: the ramp's start and end dimensions.
-fn corr_dims(p: &RopeParams) -> [f32; 2] {
-    let start = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
-    let end = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
-    [start.max(0.0), end.min(p.n_rot as f32 - 1.0)]
-}
-
-fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
-    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
-    1.0 - y.clamp(0.0, 1.0)
-}
-
-/// The `(cos, sin)` of each of the `n_rot / 2` pairs for position `pos` (ggml's
-/// `ggml_rope_cache_init`: theta multiplied by `theta_scale` in f32, pair after pair; YaRN
-/// ramp and magnitude; frequency factors, `n_rot / 2` of them, divide theta). Every backend's
-/// rope tables come from here, so they rotate exactly as the interpreter does.
-pub fn rope_cache(
-    p: &RopeParams,
-    pos: f32,
-    freq_factors: Option<&[f32]>,
-    out: &mut Vec<(f32, f32)>,
-) {
-    out.clear();
-    let theta_scale = p.freq_base.powf(-2.0 / p.n_rot as f32);
-    let cd = corr_dims(p);
-    let mut theta = pos;
-    for i in 0..(p.n_rot / 2) as usize {
-        let ff = freq_factors.map_or(1.0, |f| f[i]);
-        let theta_extrap = theta / ff;
-        let theta_interp = p.freq_scale * theta_extrap;
-        let mut th = theta_interp;
-        let mut mscale = p.attn_factor;
-        if p.ext_factor != 0.0 {
-            let ramp_mix = yarn_ramp(cd[0], cd[1], 2 * i) * p.ext_factor;
-            th = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
-            mscale *= 1.0 + 0.1 * (1.0 / p.freq_scale).ln();
-        }
-        out.push((th.cos() * mscale, th.sin() * mscale));
-        theta *= theta_scale;
-    }
-}
 
 /// Applies rope to `x {head, n_head, n_tokens}` with one position per token. With `fused`,
 /// each rotated value is computed as GCC compiles ggml's `x0*cos - x1*sin` and

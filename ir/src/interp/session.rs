@@ -125,6 +125,11 @@ impl<'a> Session<'a> {
         self.interp.state_mut().clear();
     }
 
+    /// The KV cache, to swap in another sequence's or to clear cells of it.
+    pub fn kv_state_mut(&mut self) -> &mut super::KvState {
+        self.interp.state_mut()
+    }
+
     /// The graph this session runs for `n_tokens` tokens with `n_outputs` logit rows.
     ///
     /// # Errors

@@ -121,7 +121,9 @@ pub struct Expansion {
 
 impl KernelOp {
     /// A short name for printing: the op's ggml name, or the fused ops joined with `+`
-    /// (`rms_norm+mul+mul_mat×3`, `mul_mat+add`, `rope+kv_store`).
+    /// (`rms_norm+mul+mul_mat×3`, `mul_mat+add`, `rope+kv_store`). Distinct ops have
+    /// distinct names (a [`MulMatSpec`] of one weight and nothing else is `mul_mat×1`), so
+    /// the plan's text form can name every op ([`super::parse_plan`] reads them back).
     pub fn name(&self) -> String {
         match self {
             KernelOp::Op(op) => op.name().to_string(),
@@ -132,7 +134,8 @@ impl KernelOp {
                     s += "rms_norm+mul+";
                 }
                 s += "mul_mat";
-                if m.n_mat > 1 {
+                // A bare one-weight spec is `mul_mat×1`, told apart from the plain op.
+                if m.n_mat != 1 || (m.norm.is_none() && m.epilogue == Epilogue::None) {
                     s += &format!("×{}", m.n_mat);
                 }
                 s += match m.epilogue {

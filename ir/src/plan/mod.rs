@@ -16,19 +16,25 @@
 //! - [`Plan::verify`]: ids, types (each kernel's expansion typed by the graph's rules), order,
 //!   in-place aliasing, and, once planned, that no two buffers alive at once share a byte.
 //! - [`liveness`]: the live range of each arena buffer over the kernel list.
-//! - `Display` prints one line per kernel; [`Summary`] the totals.
+//! - `Display` prints the text form: the tables, then per step its buffers, values and one
+//!   line per kernel; [`parse_plan`] (also `str::parse`) reads it back into an equal plan.
+//!   [`Summary`] prints the totals.
 //! - [`schedule`]: how a prompt is cut into steps ([`TailPolicy::Pad`]).
 //! - [`exec`]: a plain reference executor of a plan, built on the interpreter.
 
 pub mod exec;
 mod kernel;
+mod kv_layout;
 pub mod liveness;
+mod parse;
 mod print;
 pub mod schedule;
 mod types;
 mod verify;
 
 pub use kernel::{Epilogue, Expansion, KernelOp, MicroOp, MulMatSpec, RopeKvStoreSpec, Slot};
+pub use kv_layout::{KvLayout, KvSlot, KV_ALIGN};
+pub use parse::parse_plan;
 pub use print::{StepSummary, Summary};
 pub use types::{
     dense_bytes, Base, Buffer, BufferId, Kernel, KernelId, KvBuf, KvId, Plan, Step, StepInput,

@@ -1,56 +1,153 @@
-//! The text form of a plan (`modelc graph --plan`): one line per kernel with its op (fused
-//! ops joined by `+`), results and sources with shapes and where they live; and the
-//! [`Summary`] `modelc compile` prints.
+//! The text form of a plan (`modelc compile --dump-after PASS`): the shared tables, then per
+//! step its arena buffers, its values, and one line per kernel with its op (fused ops joined
+//! by `+`), results and sources with shapes and where they live; and the [`Summary`]
+//! `modelc compile` prints.
 //!
 //! ```text
-//! # step n_tokens=64 n_outputs=64: 14 kernels, arena 1245184 bytes
-//! k1 rms_norm+mul+mul_mat×3 Qcur-0 {256, 64} @A+0, ... = (inp_embd {256, 64} @A+65536, blk.0.attn_norm.weight {256} W, ...) [eps=1e-5]
+//! plan format=1 n_ctx=256 align=64 tail=pad
+//! ; weights: 2 tensors, 209664 bytes
+//! weight w0 blk.0.attn_norm.weight F32 {576}
+//! weight w1 blk.0.attn_q.weight Q4_1 {576, 576}
+//! ; KV caches: 0, 0 bytes
+//! step n_tokens=64 n_outputs=64 arena=294912
+//! ; 1 kernels, arena 294912 bytes
+//! buffer b0 inp_embd 147456 bytes @0
+//! buffer b1 Qcur-0 147456 bytes @147456
+//! value %0 inp_embd {576, 64} b0
+//! value %1 blk.0.attn_norm.weight {576} w0
+//! value %2 blk.0.attn_q.weight Q4_1 {576, 576} w1
+//! value %3 Qcur-0 {576, 64} b1
+//! input data: inp_embd {576, 64} @A+0
+//! k0 rms_norm+mul+mul_mat Qcur-0 {576, 64} @A+147456 = (inp_embd {576, 64} @A+0, blk.0.attn_norm.weight {576} W, blk.0.attn_q.weight Q4_1 {576, 576} W) [eps=1e-5] nodes=[norm-0, attn_norm-0, Qcur-0]
+//! output Qcur-0 {576, 64} @A+147456
 //! ```
 //!
-//! Locations: `@A+OFF` an arena byte offset, `@bN+OFF` buffer N of an unplanned step, `W` a
-//! weight, `KV` a KV cache (`+OFF` when the value starts inside it); ` nb=[…]` follows a
-//! value that is not contiguous. The dtype is written when it is not F32.
+//! - `plan format=F n_ctx=N align=A tail=pad`: the plan's settings.
+//! - `weight wI NAME DTYPE SHAPE` and `kv kvI NAME DTYPE SHAPE K|V layer=L`: the tables,
+//!   numbered in order.
+//! - `step n_tokens=N n_outputs=M arena=BYTES`, then the step's lines:
+//!   - `buffer bI NAME BYTES bytes [@OFFSET]` (no offset before `plan-memory`);
+//!   - `value %I NAME [DTYPE] SHAPE BASE[+OFFSET] [nb=[…]]`: BASE is `bI`, `wI` or `kvI`;
+//!     `nb` is written when the strides are not the dense ones of the shape; the dtype when
+//!     it is not F32;
+//!   - `input KIND: OPERAND`, `output OPERAND`: the step's inputs and outputs in order;
+//!   - `kI OP RESULTS = (SOURCES) [PARAMS] [name=NAME] [nodes=[…]] [target=JSON]`: a kernel.
+//!     `name=` is written when the kernel's name is not its first result's, `nodes=` when
+//!     they are not just that name, `target=` when a target annotated the kernel.
+//! - An operand is a value, by name (`%I` when the step has several values of that name),
+//!   followed by its type and place: `NAME [DTYPE] SHAPE LOC [nb=[…]]` with LOC `@A+OFF`
+//!   (arena byte offset, once planned), `@bI[+OFF]` (buffer `I`, before), `W[+OFF]` (a
+//!   weight) or `KV[+OFF]` (a KV cache); `nb` when the value is not contiguous. The reader
+//!   checks that part against the value and accepts an operand written as its name alone.
+//! - `;` starts a comment (the totals are printed as comments).
+//!
+//! [`super::parse_plan`] reads this form back into an equal plan.
 
 use super::kernel::KernelOp;
-use super::types::{Base, Plan, Step, Value};
-use crate::graph::DType;
-use std::collections::BTreeMap;
+use super::types::{Base, Kernel, Plan, Step, Value, ValueId};
+use crate::graph::{contiguous_nb, DType, Shape, MAX_DIMS};
+use crate::text::{input_kind, list, name};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-fn operand(s: &Step, v: &Value) -> String {
-    let mut out = v.name.clone();
-    if v.dtype != DType::F32 {
-        out += &format!(" {}", v.dtype);
+/// `+OFF`, or nothing for 0.
+fn plus(off: u64) -> String {
+    if off == 0 {
+        String::new()
+    } else {
+        format!("+{off}")
     }
-    out += &format!(" {}", v.shape);
-    let plus = |off: u64| {
-        if off == 0 {
-            String::new()
-        } else {
-            format!("+{off}")
-        }
-    };
+}
+
+/// Where an operand lives, as an operand writes it: `@A+OFF`, `@bI[+OFF]`, `W[+OFF]`,
+/// `KV[+OFF]`.
+fn location(s: &Step, v: &Value) -> String {
     match v.base {
-        Base::Arena(b) => match s.buffers.get(b.index()).and_then(|x| x.offset) {
-            Some(o) => out += &format!(" @A+{}", o + v.offset),
-            None => out += &format!(" @b{}{}", b.0, plus(v.offset)),
+        Base::Arena(b) => match s
+            .buffers
+            .get(b.index())
+            .and_then(|x| x.offset)
+            .and_then(|o| o.checked_add(v.offset))
+        {
+            Some(o) => format!("@A+{o}"),
+            None => format!("@b{}{}", b.0, plus(v.offset)),
         },
-        Base::Weight(_) => out += &format!(" W{}", plus(v.offset)),
-        Base::Kv(_) => out += &format!(" KV{}", plus(v.offset)),
+        Base::Weight(_) => format!("W{}", plus(v.offset)),
+        Base::Kv(_) => format!("KV{}", plus(v.offset)),
     }
-    if !v.is_contiguous() {
-        out += &format!(" nb={:?}", v.nb);
+}
+
+/// The part of an operand after its name: `[DTYPE] SHAPE LOC [nb=[…]]`.
+pub(crate) fn annotation_text(
+    dtype: DType,
+    shape: &Shape,
+    loc: &str,
+    nb: Option<&[u64; MAX_DIMS]>,
+) -> String {
+    let mut out = String::new();
+    if dtype != DType::F32 {
+        out += &format!("{dtype} ");
+    }
+    out += &format!("{shape} {loc}");
+    if let Some(nb) = nb {
+        out += &format!(" nb={}", list(nb));
     }
     out
 }
 
-fn params(op: &KernelOp) -> String {
+/// The annotation of value `v` of step `s`.
+pub(crate) fn annotation(s: &Step, v: &Value) -> String {
+    let nb = (!v.is_contiguous()).then_some(&v.nb);
+    annotation_text(v.dtype, &v.shape, &location(s, v), nb)
+}
+
+/// Number of values of each name in a step (a name used once is written as the reference).
+pub(crate) fn name_counts(s: &Step) -> HashMap<&str, usize> {
+    let mut m = HashMap::new();
+    for v in &s.values {
+        *m.entry(v.name.as_str()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// An operand: reference and annotation.
+fn operand(s: &Step, counts: &HashMap<&str, usize>, id: ValueId) -> String {
+    match s.values.get(id.index()) {
+        Some(v) if counts.get(v.name.as_str()) == Some(&1) => {
+            format!("{} {}", name(&v.name), annotation(s, v))
+        }
+        Some(v) => format!("%{} {}", id.0, annotation(s, v)),
+        None => format!("%{}", id.0),
+    }
+}
+
+/// The name a kernel has when its line gives no `name=`: its first result's.
+pub(crate) fn default_kernel_name<'s>(s: &'s Step, k: &Kernel) -> Option<&'s str> {
+    k.dsts
+        .first()
+        .and_then(|d| s.values.get(d.index()))
+        .map(|v| v.name.as_str())
+}
+
+/// The parameters of a kernel op, as its line writes them in `[…]`.
+pub(crate) fn params(op: &KernelOp) -> String {
     match op {
         KernelOp::Op(o) => o.params(),
         KernelOp::RmsNormMul { eps } => format!("eps={eps:e}"),
         KernelOp::MulMat(m) => m.norm.map(|e| format!("eps={e:e}")).unwrap_or_default(),
-        KernelOp::RopeKvStore(r) => crate::graph::Op::Rope(r.rope).params(),
+        KernelOp::RopeKvStore(r) => {
+            let mut p = r.rope.params();
+            if r.freq_factors {
+                p += " freq_factors";
+            }
+            p
+        }
     }
+}
+
+/// A sum that stops at `u64::MAX` (the printer must not panic on any plan).
+fn total(bytes: impl Iterator<Item = Option<u64>>) -> u64 {
+    bytes.flatten().fold(0u64, u64::saturating_add)
 }
 
 fn mib(bytes: u64) -> String {
@@ -61,9 +158,12 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "# step n_tokens={} n_outputs={}: {} kernels, arena {} bytes{}",
-            self.n_tokens,
-            self.n_outputs,
+            "step n_tokens={} n_outputs={} arena={}",
+            self.n_tokens, self.n_outputs, self.arena_bytes
+        )?;
+        writeln!(
+            f,
+            "; {} kernels, arena {} bytes{}",
             self.kernels.len(),
             self.arena_bytes,
             if self.is_planned() {
@@ -72,56 +172,113 @@ impl fmt::Display for Step {
                 " (not planned)"
             }
         )?;
-        let val = |id: super::ValueId| match self.values.get(id.index()) {
-            Some(v) => operand(self, v),
-            None => format!("<bad value {}>", id.0),
-        };
+        for (i, b) in self.buffers.iter().enumerate() {
+            write!(f, "buffer b{i} {} {} bytes", name(&b.name), b.bytes)?;
+            if let Some(o) = b.offset {
+                write!(f, " @{o}")?;
+            }
+            writeln!(f)?;
+        }
+        for (i, v) in self.values.iter().enumerate() {
+            write!(f, "value %{i} {} ", name(&v.name))?;
+            if v.dtype != DType::F32 {
+                write!(f, "{} ", v.dtype)?;
+            }
+            let base = match v.base {
+                Base::Arena(b) => format!("b{}", b.0),
+                Base::Weight(w) => format!("w{}", w.0),
+                Base::Kv(c) => format!("kv{}", c.0),
+            };
+            write!(f, "{} {base}{}", v.shape, plus(v.offset))?;
+            if v.nb != contiguous_nb(v.dtype, &v.shape) {
+                write!(f, " nb={}", list(&v.nb))?;
+            }
+            writeln!(f)?;
+        }
+        let counts = name_counts(self);
         for i in &self.inputs {
-            writeln!(f, "input {:?}: {}", i.kind, val(i.value))?;
+            writeln!(
+                f,
+                "input {}: {}",
+                input_kind(&i.kind),
+                operand(self, &counts, i.value)
+            )?;
         }
         for (k, kernel) in self.kernels.iter().enumerate() {
-            let dsts: Vec<String> = kernel.dsts.iter().map(|d| val(*d)).collect();
-            let srcs: Vec<String> = kernel.srcs.iter().map(|s| val(*s)).collect();
-            write!(
-                f,
-                "k{k} {} {} = ({})",
-                kernel.op.name(),
-                dsts.join(", "),
-                srcs.join(", ")
-            )?;
+            let dsts: Vec<String> = kernel
+                .dsts
+                .iter()
+                .map(|d| operand(self, &counts, *d))
+                .collect();
+            let srcs: Vec<String> = kernel
+                .srcs
+                .iter()
+                .map(|s| operand(self, &counts, *s))
+                .collect();
+            write!(f, "k{k} {}", kernel.op.name())?;
+            if !dsts.is_empty() {
+                write!(f, " {}", dsts.join(", "))?;
+            }
+            write!(f, " = ({})", srcs.join(", "))?;
             let p = params(&kernel.op);
             if !p.is_empty() {
                 write!(f, " [{p}]")?;
+            }
+            if default_kernel_name(self, kernel) != Some(kernel.name.as_str()) {
+                write!(f, " name={}", name(&kernel.name))?;
+            }
+            if kernel.nodes.len() != 1 || kernel.nodes[0] != kernel.name {
+                let nodes: Vec<String> = kernel.nodes.iter().map(|n| name(n)).collect();
+                write!(f, " nodes=[{}]", nodes.join(", "))?;
             }
             if let Some(t) = &kernel.target {
                 write!(f, " target={t}")?;
             }
             writeln!(f)?;
         }
-        let outs: Vec<String> = self.outputs.iter().map(|o| val(*o)).collect();
-        writeln!(f, "# outputs: {}", outs.join(", "))
+        for o in &self.outputs {
+            writeln!(f, "output {}", operand(self, &counts, *o))?;
+        }
+        Ok(())
     }
 }
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tail = match self.tail {
+            super::TailPolicy::Pad => "pad",
+        };
         writeln!(
             f,
-            "# plan: n_ctx {}, arena alignment {}, last chunk {:?}",
-            self.n_ctx, self.align, self.tail
+            "plan format={} n_ctx={} align={} tail={tail}",
+            self.format, self.n_ctx, self.align
         )?;
         writeln!(
             f,
-            "# weights: {} tensors, {} bytes",
+            "; weights: {} tensors, {} bytes",
             self.weights.len(),
-            self.weight_bytes()
+            total(self.weights.iter().map(|w| w.bytes()))
         )?;
+        for (i, w) in self.weights.iter().enumerate() {
+            writeln!(f, "weight w{i} {} {} {}", name(&w.name), w.dtype, w.shape)?;
+        }
         writeln!(
             f,
-            "# KV caches: {}, {} bytes",
+            "; KV caches: {}, {} bytes",
             self.kv.len(),
-            self.kv_bytes()
+            total(self.kv.iter().map(|c| c.bytes()))
         )?;
+        for (i, c) in self.kv.iter().enumerate() {
+            writeln!(
+                f,
+                "kv kv{i} {} {} {} {:?} layer={}",
+                name(&c.name),
+                c.dtype,
+                c.shape,
+                c.kind,
+                c.layer
+            )?;
+        }
         for s in &self.steps {
             write!(f, "{s}")?;
         }

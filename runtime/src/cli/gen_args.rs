@@ -3,9 +3,9 @@
 //! tokens → [`crate::generate::generate`] → plain text or llama-server's JSON.
 
 use crate::chat::{template_for_model, RenderOptions};
-use crate::engine::Engine;
 use crate::generate::{generate, GenerateOptions};
 use crate::sampler::SamplerParams;
+use crate::session::Session;
 use crate::tokenizer::{TokenId, Vocab};
 use anyhow::Context;
 use ir::gguf::GgufFile;
@@ -202,13 +202,13 @@ pub fn prompt_tokens(
     Ok(vocab.tokenize(&text, true, true))
 }
 
-/// Runs one generation with these flags on `engine` and prints the result (streamed text, or
-/// the JSON object at the end).
+/// Runs one generation with these flags on `session` and prints the result (streamed text,
+/// or the JSON object at the end).
 pub fn run_generation(
     args: &GenArgs,
     file: &GgufFile,
     vocab: &Vocab,
-    engine: &mut dyn Engine,
+    session: &mut Session<'_>,
 ) -> anyhow::Result<()> {
     args.validate()?;
     let prompt = prompt_tokens(args, file, vocab)?;
@@ -221,6 +221,7 @@ pub fn run_generation(
         forced: args.forced(vocab)?,
         ignore_eos: args.ignore_eos,
         n_batch: args.n_batch,
+        ..GenerateOptions::default()
     };
     let stdout = std::io::stdout();
     let stream = !args.json;
@@ -235,7 +236,7 @@ pub fn run_generation(
             }
         }
     };
-    let completion = generate(engine, vocab, &prompt, &opts, &mut on_text)?;
+    let completion = generate(session, vocab, &prompt, &opts, &mut on_text)?;
     if let Some(e) = write_err {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
@@ -258,7 +259,7 @@ pub fn run_generation(
             .flush()
             .map_err(|e| anyhow::anyhow!("writing output: {e}"))?;
         if completion.stop_type == "context" {
-            eprintln!("\nmodelc: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)", engine.n_ctx());
+            eprintln!("\nmodelc: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)", session.n_ctx());
         }
     }
     Ok(())

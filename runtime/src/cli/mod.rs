@@ -33,7 +33,7 @@ enum Command {
     Run(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(run::PerplexityArgs),
-    /// Print the lowered tensor graph, one line per node.
+    /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
     Template(template::TemplateArgs),

@@ -3,8 +3,9 @@
 //! they load a model the same way.
 
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
-use crate::engine::Engine;
+use crate::backend::{backend, BackendArgs, LoadOptions, LogitRows, Target};
 use crate::interp_engine::InterpEngine;
+use crate::session::Session;
 use crate::tokenizer::Vocab;
 use anyhow::Context;
 use ir::gguf::GgufFile;
@@ -16,8 +17,24 @@ use std::path::PathBuf;
 pub enum Backend {
     /// Compiled in memory to native CPU code (what `modelc compile` writes into a runner).
     Cpu,
+    /// Compiled in memory for an NVIDIA GPU (not built yet).
+    Cuda,
+    /// Compiled in memory for an Apple GPU (not built yet).
+    Metal,
     /// The reference interpreter (slow, exact; the oracle).
     Interp,
+}
+
+impl Backend {
+    /// The compile target, for the compiled backends.
+    pub fn target(self) -> Option<Target> {
+        match self {
+            Backend::Cpu => Some(Target::Cpu),
+            Backend::Cuda => Some(Target::Cuda),
+            Backend::Metal => Some(Target::Metal),
+            Backend::Interp => None,
+        }
+    }
 }
 
 /// Model-loading flags shared by `run` and `perplexity`.
@@ -42,9 +59,12 @@ pub struct ModelArgs {
     /// attention rounding.
     #[arg(long = "no-rounding")]
     pub no_rounding: bool,
-    /// KV cache types, kernels (CPU backend), flash attention.
+    /// KV cache types, flash attention.
     #[command(flatten)]
     pub engine: super::compile::EngineArgs,
+    /// The compiled backends' own flags.
+    #[command(flatten)]
+    pub backend_args: BackendArgs,
 }
 
 /// Arguments of `modelc run`.
@@ -80,7 +100,12 @@ impl ModelArgs {
     /// the KV cache types.
     pub fn validate(&self) -> anyhow::Result<ir::graph::KvTypes> {
         anyhow::ensure!(self.n_ubatch > 0, "the ubatch size must be at least 1");
-        let kv_types = self.engine.kv.resolve(ir::graph::KvTypes::F16)?;
+        if let Some(t) = self.backend.target() {
+            backend(t, &self.backend_args)?;
+        }
+        // The interpreter reads what the CPU target reads.
+        let target = self.backend.target().unwrap_or(Target::Cpu);
+        let kv_types = self.engine.kv.resolve(ir::graph::KvTypes::F16, target)?;
         anyhow::ensure!(
             !(matches!(kv_types.v, ir::graph::DType::Block(_)) && !self.engine.flash()),
             "a quantized V cache (-ctv q8_0) needs flash attention, as in llama.cpp: drop -fa off"
@@ -100,34 +125,49 @@ fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
     o
 }
 
-/// Builds the engine `args` asks for.
-pub fn make_engine<'a>(
+/// Builds the session `args` asks for (one sequence): the model compiled in memory by the
+/// target's backend, or the interpreter.
+///
+/// # Errors
+/// Bad settings ([`ModelArgs::validate`]), a context that does not fit in memory, or what
+/// the backend reports.
+pub fn open_session<'a>(
     args: &ModelArgs,
     gguf: &'a GgufFile,
     model: &'a compiler::Model,
     all_logits: bool,
-) -> anyhow::Result<Box<dyn Engine + 'a>> {
+) -> anyhow::Result<Session<'a>> {
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.validate()?;
-    match args.backend {
-        Backend::Cpu => {
+    let threads = resolve_threads(args.threads);
+    match args.backend.target() {
+        Some(target) => {
+            let be = backend(target, &args.backend_args)?;
             let ub = [1, args.n_ubatch as u32];
             let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
             let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
-            check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
+            let kv = plan.kv_layout(n_ctx as u64).map_err(anyhow::Error::msg)?;
+            crate::memory::check_fits(n_ctx, kv.stream_bytes + plan.arena_bytes())?;
             warn_ctx_train(n_ctx, n_ctx_train);
-            let threads = resolve_threads(args.threads);
-            let mut e = crate::cpu_engine::CpuEngine::with_sum_order(
+            let payload = be.build(plan)?;
+            let engine = be.load(
+                &payload,
                 gguf,
-                plan,
-                threads,
-                args.engine.kernels.sum_order(),
+                &LoadOptions {
+                    n_threads: threads,
+                    n_ctx,
+                    flash_attn: args.engine.flash(),
+                    logits: if all_logits {
+                        LogitRows::All
+                    } else {
+                        LogitRows::Last
+                    },
+                },
             )?;
-            e.set_flash_attn(args.engine.flash())?;
-            Ok(Box::new(e))
+            Session::new(engine, 1)
         }
-        Backend::Interp => {
+        None => {
             // The interpreter's KV cache: at least K and V in f16 for every layer.
             let h = &model.hparams;
             let kv_bytes = [
@@ -138,17 +178,16 @@ pub fn make_engine<'a>(
             ]
             .iter()
             .fold(u64::from(h.n_layer), |a, &b| a.saturating_mul(b));
-            check_memory(n_ctx, kv_bytes)?;
+            crate::memory::check_fits(n_ctx, kv_bytes)?;
             warn_ctx_train(n_ctx, n_ctx_train);
-            let threads = resolve_threads(args.threads);
-            Ok(Box::new(InterpEngine::new(
+            Session::single(InterpEngine::new(
                 gguf,
                 model,
                 n_ctx,
                 args.n_ubatch,
                 kv_types,
                 interp_options(args, threads),
-            )))
+            ))
         }
     }
 }
@@ -163,41 +202,13 @@ pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
     }
 }
 
-/// Bytes of memory this machine has (RAM and swap, from `/proc/meminfo`); `None` where that
-/// cannot be read.
-fn machine_memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = |key: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-    };
-    Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
-}
-
-/// Refuses a context whose KV cache and work buffers (`bytes`) cannot fit in this machine's
-/// memory, with one line, instead of an allocation failure later (llama.cpp fails to allocate
-/// its KV cache buffer in that case).
-pub fn check_memory(n_ctx: usize, bytes: u64) -> anyhow::Result<()> {
-    if let Some(have) = machine_memory_bytes() {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        anyhow::ensure!(
-            bytes <= have,
-            "a context of {n_ctx} tokens needs {:.1} GiB for the KV cache and buffers, more than this machine's {:.1} GiB of memory; use a smaller -c",
-            gib(bytes),
-            gib(have)
-        );
-    }
-    Ok(())
-}
-
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.gen.validate()?;
     args.model.validate()?;
     let (gguf, model, vocab) = open_model(&args.model.model)?;
-    let mut engine = make_engine(&args.model, &gguf, &model, false)?;
-    run_generation(&args.gen, &gguf, &vocab, engine.as_mut())
+    let mut session = open_session(&args.model, &gguf, &model, false)?;
+    run_generation(&args.gen, &gguf, &vocab, &mut session)
 }
 
 /// Arguments of `modelc perplexity`.
@@ -218,7 +229,7 @@ pub struct PerplexityArgs {
 
 /// Runs perplexity on `engine` and prints llama-perplexity's lines.
 pub fn print_perplexity(
-    engine: &mut dyn Engine,
+    engine: &mut Session<'_>,
     vocab: &Vocab,
     text_path: &std::path::Path,
     n_ctx: usize,
@@ -263,9 +274,9 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
     args.model.validate()?;
     anyhow::ensure!(args.chunks != 0, "--chunks must be at least 1 (-1: all)");
     let (gguf, model, vocab) = open_model(&args.model.model)?;
-    let mut engine = make_engine(&args.model, &gguf, &model, true)?;
+    let mut session = open_session(&args.model, &gguf, &model, true)?;
     print_perplexity(
-        engine.as_mut(),
+        &mut session,
         &vocab,
         &args.file,
         args.model.n_ctx,
@@ -287,7 +298,7 @@ pub struct GraphArgs {
     pub n_ctx: u32,
 }
 
-/// Runs `modelc graph`: prints the lowered graph, one line per node.
+/// Runs `modelc graph`: prints the lowered graph, one line per tensor.
 pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
     let gguf = GgufFile::open(&args.model)?;
     let model = compiler::load_model(&gguf).with_context(|| format!("{}", args.model.display()))?;

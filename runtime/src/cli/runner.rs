@@ -8,20 +8,20 @@
 //! NAME info
 //! ```
 
-use super::compile::{
-    build_plan, cache_type_name, compile_options, parse_cache_type, EngineArgs, Kernels, KvArgs,
-};
+use super::compile::{parse_cache_type, EngineArgs, KvArgs};
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
-use super::run::{check_memory, warn_ctx_train};
+use super::run::warn_ctx_train;
 use crate::artifact::{fingerprint, Artifact};
+use crate::backend::cpu::Kernels;
+use crate::backend::{backend, cache_type_name, BackendArgs, LoadOptions, LogitRows};
 use crate::bench::{self, Test};
-use crate::engine::Engine;
 use crate::engine_weights::ReleasingGguf;
+use crate::session::Session;
 use crate::tokenizer::Vocab;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ir::gguf::GgufFile;
-use ir::plan::Plan;
+use ir::graph::KvTypes;
 use std::path::PathBuf;
 
 /// A runner compiled by modelc for one model.
@@ -48,16 +48,19 @@ struct CommonArgs {
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
-    /// Context size (default, or 0: the one compiled in; another size recompiles the plan).
+    /// Context size (default, or 0: the one compiled in, which is also the largest).
     #[arg(short = 'c', long = "ctx-size")]
     n_ctx: Option<usize>,
     /// llama.cpp's `-ub`: refused with an explanation (the runner's ubatch sizes are fixed
     /// when it is compiled: `modelc compile --ubatch`).
     #[arg(long = "ubatch-size", hide = true)]
     ubatch_size: Option<String>,
-    /// KV cache types (default: the ones compiled in), kernels, flash attention.
+    /// KV cache types (the ones compiled in), flash attention.
     #[command(flatten)]
     engine: EngineArgs,
+    /// The backend's own flags.
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -107,9 +110,12 @@ struct BenchArgs {
         allow_negative_numbers = true
     )]
     threads: Option<Vec<i64>>,
-    /// KV cache types (default: the ones compiled in), kernels, flash attention.
+    /// KV cache types (the ones compiled in), flash attention.
     #[command(flatten)]
     engine: EngineArgs,
+    /// The backend's own flags.
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,9 +138,12 @@ struct RunnerPerplexityArgs {
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
-    /// KV cache types (default: the ones compiled in), kernels, flash attention.
+    /// KV cache types (the ones compiled in), flash attention.
     #[command(flatten)]
     engine: EngineArgs,
+    /// The backend's own flags.
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 /// Opens the model a runner was compiled for, refusing any file with another tensor table.
@@ -159,33 +168,64 @@ fn open_checked(artifact: &Artifact, model: Option<&PathBuf>) -> anyhow::Result<
     Ok(gguf)
 }
 
-/// The plan to run: the stored one when the settings match, else recompiled for `n_ctx` /
-/// `all_logits` / the KV cache types `kv` asks for (the passes take milliseconds). Takes the
-/// stored plan out of `artifact`, so that its JSON tree is freed before the weights are
-/// loaded.
-fn plan_for(
-    artifact: &mut Artifact,
-    gguf: &GgufFile,
-    n_ctx: usize,
-    all_logits: bool,
-    kv: &KvArgs,
-) -> anyhow::Result<Plan> {
-    let compiled = ir::graph::KvTypes {
+/// The KV cache types of the runner's program. They change the kernels, so a runner runs
+/// the ones it was compiled with: `-ctk`/`-ctv` asking for others are refused with the
+/// command that compiles a runner for them.
+fn compiled_kv(artifact: &Artifact, kv: &KvArgs) -> anyhow::Result<KvTypes> {
+    let compiled = KvTypes {
         k: parse_cache_type(&artifact.cache_type_k)?,
         v: parse_cache_type(&artifact.cache_type_v)?,
     };
-    let kv_types = kv.resolve(compiled)?;
-    let stored = std::mem::take(&mut artifact.plan);
-    let plan: Plan = if n_ctx == artifact.n_ctx && !all_logits && kv_types == compiled {
-        serde_json::from_value(stored).context("the runner's stored plan is corrupt")?
-    } else {
-        drop(stored);
-        let ub: Vec<u32> = artifact.ubatch.iter().map(|&u| u as u32).collect();
-        let opts = compile_options(&ub, n_ctx, kv_types, all_logits)?;
-        build_plan(gguf, &opts, &mut |_, _| {})?
+    let asked = kv.resolve(compiled, artifact.target)?;
+    anyhow::ensure!(
+        asked == compiled,
+        "-ctk {} -ctv {}: this runner was compiled for -ctk {} -ctv {} (the cache types change the kernels); compile a runner for them with `modelc compile MODEL -ctk {} -ctv {}`",
+        cache_type_name(asked.k),
+        cache_type_name(asked.v),
+        artifact.cache_type_k,
+        artifact.cache_type_v,
+        cache_type_name(asked.k),
+        cache_type_name(asked.v)
+    );
+    Ok(compiled)
+}
+
+/// Loads the runner's program through its target's backend into a one-sequence session of
+/// `n_ctx` (at most the compiled context: no re-planning), giving the file's pages back while
+/// the weights are copied ([`ReleasingGguf`]).
+///
+/// # Errors
+/// A context past the compiled one, cache types other than the compiled ones, a context
+/// that does not fit in memory, or what the backend reports.
+fn load_session<'a>(
+    artifact: &Artifact,
+    weights: &'a ReleasingGguf<'a>,
+    n_ctx: usize,
+    logits: LogitRows,
+    engine: &EngineArgs,
+    backend_args: &BackendArgs,
+    threads: usize,
+) -> anyhow::Result<Session<'a>> {
+    compiled_kv(artifact, &engine.kv)?;
+    anyhow::ensure!(
+        n_ctx >= 1 && n_ctx <= artifact.n_ctx,
+        "-c {n_ctx}: this runner was compiled for a context of at most {}; compile one with `modelc compile MODEL -c {n_ctx}`",
+        artifact.n_ctx
+    );
+    let plan = artifact.payload.plan();
+    let kv = plan.kv_layout(n_ctx as u64).map_err(anyhow::Error::msg)?;
+    crate::memory::check_fits(n_ctx, kv.stream_bytes + plan.arena_bytes())?;
+    let be = backend(artifact.target, backend_args)?;
+    let opts = LoadOptions {
+        n_threads: threads.max(1),
+        n_ctx,
+        flash_attn: engine.flash(),
+        logits,
     };
-    check_memory(n_ctx, plan.kv_bytes() + plan.arena_bytes())?;
-    Ok(plan)
+    let e = weights.while_loading(RELEASE_PERIOD, || {
+        be.load(&artifact.payload, weights, &opts)
+    })?;
+    Session::new(e, 1)
 }
 
 /// The model's training context, for [`warn_ctx_train`].
@@ -197,28 +237,6 @@ fn n_ctx_train(gguf: &GgufFile) -> anyhow::Result<usize> {
 /// ([`ReleasingGguf::while_loading`]).
 const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// The CPU engine for `plan` (flash attention on or off, `kernels`), built from `weights` while the
-/// file's pages are released, so that the process holds the engine's copies of the weights,
-/// not the file's pages too ([`ReleasingGguf`]).
-fn cpu_engine<'a>(
-    weights: &'a ReleasingGguf<'a>,
-    plan: Plan,
-    threads: usize,
-    flash_attn: bool,
-    kernels: Kernels,
-) -> anyhow::Result<crate::cpu_engine::CpuEngine<'a>> {
-    let mut engine = weights.while_loading(RELEASE_PERIOD, || {
-        crate::cpu_engine::CpuEngine::with_sum_order(
-            weights,
-            plan,
-            threads.max(1),
-            kernels.sum_order(),
-        )
-    })?;
-    engine.set_flash_attn(flash_attn)?;
-    Ok(engine)
-}
-
 /// Runs as the runner for `artifact` with the process's arguments.
 pub fn main(artifact: Artifact) -> std::process::ExitCode {
     let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -228,7 +246,7 @@ pub fn main(artifact: Artifact) -> std::process::ExitCode {
     }
 }
 
-fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
+fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
     match cli.command {
         None => {
             anyhow::ensure!(
@@ -242,18 +260,19 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 None | Some(0) => artifact.n_ctx,
                 Some(c) => c,
             };
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &cli.common.engine.kv)?;
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine = cpu_engine(
+            let mut session = load_session(
+                &artifact,
                 &weights,
-                plan,
+                n_ctx,
+                LogitRows::Last,
+                &cli.common.engine,
+                &cli.common.backend,
                 threads,
-                cli.common.engine.flash(),
-                cli.common.engine.kernels,
             )?;
-            run_generation(&cli.gen, &gguf, &vocab, &mut engine)
+            run_generation(&cli.gen, &gguf, &vocab, &mut session)
         }
         Some(RunnerCommand::Bench(b)) => {
             anyhow::ensure!(b.reps >= 1, "-r must be at least 1");
@@ -275,15 +294,9 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .max()
                 .unwrap_or(1);
             let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
-            let plan = plan_for(&mut artifact, &gguf, n_ctx, false, &b.engine.kv)?;
             // The caches' types as llama-bench's type_k / type_v columns spell them.
-            let kv_name = |kind: ir::graph::KvKind| {
-                plan.kv
-                    .iter()
-                    .find(|c| c.kind == kind)
-                    .map_or_else(|| "f16".to_string(), |c| cache_type_name(c.dtype))
-            };
-            let kv_names = (kv_name(ir::graph::KvKind::K), kv_name(ir::graph::KvKind::V));
+            let kv = compiled_kv(&artifact, &b.engine.kv)?;
+            let kv_names = (cache_type_name(kv.k), cache_type_name(kv.v));
             // llama-bench's extra columns for settings other than its defaults.
             let mut extra: Vec<(&str, String)> = Vec::new();
             if kv_names.0 != "f16" || kv_names.1 != "f16" {
@@ -303,13 +316,15 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
                 &mut |t| {
-                    Ok(Box::new(cpu_engine(
+                    load_session(
+                        &artifact,
                         &weights,
-                        plan.clone(),
+                        n_ctx,
+                        LogitRows::Last,
+                        &b.engine,
+                        &b.backend,
                         t,
-                        b.engine.flash(),
-                        b.engine.kernels,
-                    )?) as Box<dyn Engine + '_>)
+                    )
                 },
                 &threads,
                 &tests,
@@ -332,7 +347,7 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &desc,
                 gguf.tensor_data_bytes(),
                 n_params,
-                match b.engine.kernels {
+                match b.backend.cpu.kernels {
                     Kernels::Exact => "CPU",
                     Kernels::Fast => "CPU (fast)",
                 },
@@ -350,13 +365,26 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             );
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            let plan = plan_for(&mut artifact, &gguf, p.n_ctx, true, &p.engine.kv)?;
             warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
             let weights = ReleasingGguf::new(&gguf);
-            let mut engine =
-                cpu_engine(&weights, plan, threads, p.engine.flash(), p.engine.kernels)?;
-            super::run::print_perplexity(&mut engine, &vocab, &p.file, p.n_ctx, p.n_batch, p.chunks)
+            let mut session = load_session(
+                &artifact,
+                &weights,
+                p.n_ctx,
+                LogitRows::All,
+                &p.engine,
+                &p.backend,
+                threads,
+            )?;
+            super::run::print_perplexity(
+                &mut session,
+                &vocab,
+                &p.file,
+                p.n_ctx,
+                p.n_batch,
+                p.chunks,
+            )
         }
         Some(RunnerCommand::Info { model }) => {
             println!(
@@ -368,16 +396,18 @@ fn run(mut artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 "model name      = {}",
                 artifact.model_name.as_deref().unwrap_or("-")
             );
-            println!("target          = {}", artifact.target);
+            println!(
+                "target          = {} ({} payload)",
+                artifact.target.name(),
+                artifact.payload_kind
+            );
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
             println!(
                 "n_ctx           = {} (KV cache k {}, v {})",
                 artifact.n_ctx, artifact.cache_type_k, artifact.cache_type_v
             );
-            let plan: Plan = serde_json::from_value(std::mem::take(&mut artifact.plan))
-                .context("the runner's stored plan is corrupt")?;
-            print!("{}", plan.summary());
+            print!("{}", artifact.payload.plan().summary());
             if let Some(m) = model {
                 open_checked(&artifact, Some(&m))?;
                 println!("{}: matches", m.display());

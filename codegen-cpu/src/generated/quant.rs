@@ -63,9 +63,9 @@ use cranelift_codegen::ir::types::{F32X4, I16X8, I8X16};
 use cranelift_codegen::ir::{InstBuilder, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::Variable;
 
+use super::emit::{Emit, F16Consts};
 use super::{KernelArgs, Tiling};
 use crate::actq::{act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
-use crate::emit::{Emit, F16Consts};
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 
 /// Fixed shape of one generated kernel.

@@ -38,10 +38,10 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{F32X4, I16X8, I32X4, I8X16};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
+use super::emit::{Emit, F16Consts};
 use super::quant::{for_token_chunks, QuantShape};
 use super::KernelArgs;
 use crate::actq::{act_row_bytes, ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
-use crate::emit::{Emit, F16Consts};
 use crate::formats::{QuantFormat, GROUP_ROWS, QK};
 
 /// Vector constants shared by the whole kernel.

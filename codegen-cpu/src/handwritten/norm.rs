@@ -11,7 +11,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
 
 /// Σ x² over `n` values: f32 squares added in f64 one after the other, the interpreter's
 /// order (`ir::interp::llama_cpu::rms_norm_row`; an f64 sum in another order can round

@@ -25,9 +25,10 @@
 use std::arch::x86_64::*;
 
 use super::attention::KvRows;
-use super::elementwise::has_avx2;
 #[cfg(target_arch = "x86_64")]
 use super::elementwise::{exp256, hsum8};
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
 use ir::ggml::{quantize_q8_0_with, Q8Flavor};
 
 /// Rows of the tiled kernel's Q tile (`GGML_FA_TILE_Q`): ubatches this large take it.
@@ -561,6 +562,7 @@ unsafe fn one_chunk_reg<const NV: usize, const V: u8>(
 /// `acc = round(acc · ms)` (to f16 for F16 V rows).
 #[inline(always)]
 unsafe fn scale_round<const SIMD: bool, const V: u8>(acc: *mut f32, d_v: usize, ms: f32) {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if SIMD {
@@ -584,6 +586,7 @@ unsafe fn fma_round<const SIMD: bool, const V: u8>(
     vs: f32,
     d_v: usize,
 ) {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if SIMD {
@@ -633,6 +636,7 @@ unsafe fn split<const SIMD: bool>(
         }
         let new = m.max(pm);
         let (so, sn) = ((m - new).exp(), (pm - new).exp());
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut i = 0;
         #[cfg(target_arch = "x86_64")]
         if SIMD {
@@ -871,7 +875,7 @@ unsafe fn tiled_scalar(
             sum *= ms;
         }
         m = new;
-        sum = (sum as f64 + ir::interp::llama_cpu::soft_max_exp(kq, m, e)) as f32;
+        sum = (sum as f64 + ir::ggml::cpu_math::soft_max_exp(kq, m, e)) as f32;
         for (tk, &pj) in e.iter().enumerate() {
             let j = tile + tk;
             if j >= hi {

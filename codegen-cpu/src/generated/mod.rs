@@ -1,10 +1,21 @@
-//! Kernel generators: each emits one Cranelift function for one fixed shape.
+//! Kernels generated with Cranelift: each generator emits one function for one fixed shape
+//! (shapes are constants in the code), JIT-compiled for the host by [`crate::jit::Jit`].
 //!
-//! - `quant`: Q4_0 / Q4_1 / Q8_0 weights × 8-bit activations (integer dot products);
+//! - `quant`: Q4_0 / Q4_1 / Q8_0 weights × 8-bit activations (integer dot products) in
+//!   llama.cpp's x86 AVX2 order ([`SumOrder::Ggml`]);
+//! - `quant_block`: the same products in ggml's scalar block order ([`SumOrder::Block`]);
 //! - `float`: F32 / F16 / BF16 weights (stored as f32) × f32 activations;
-//! - `actq`: the activation quantizer feeding `quant`.
+//! - `emit`: the helpers every generator writes its IR with.
 //!
-//! Every matmul kernel has the same signature (System V):
+//! Only the matmuls are generated. Their activations are prepared by hand-written code
+//! ([`crate::handwritten`]'s `actq`), and every other kernel of a plan is hand-written too
+//! (the table in the crate doc says where each kernel comes from).
+//!
+//! The quantized generators use x86-specific Cranelift instructions (`x86_pmaddubsw`), so
+//! [`crate::jit::host_isa`] accepts x86-64 hosts only; the crate still builds everywhere.
+//!
+//! Every matmul kernel has the same signature, `KernelFn`, in the host's C calling
+//! convention (see [`crate::jit::Jit::call_conv`]):
 //!
 //! ```text
 //! fn(w: *const u8, act: *const u8, out: *mut f32, g_begin: i64, g_end: i64)
@@ -15,25 +26,28 @@
 //! f32 result; the call computes the rows of the 4-row groups `g_begin..g_end` for all `N`
 //! tokens.
 
-pub(crate) mod actq;
-pub(crate) mod attention;
-pub(crate) mod elementwise;
-pub(crate) mod embed;
-pub(crate) mod flash;
+pub(crate) mod emit;
 pub(crate) mod float;
-pub(crate) mod norm;
 pub(crate) mod quant;
 pub(crate) mod quant_block;
-pub(crate) mod rope;
-pub(crate) mod soft_max_attn;
 
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::ir::UserFuncName;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
-use crate::emit::Emit;
 use crate::jit::Jit;
+use emit::Emit;
+
+/// The entry of a generated matmul kernel: `(w, act, out, g_begin, g_end)` (module doc).
+///
+/// `extern "C"` is the host's C calling convention, and [`Jit::signature`] gives every
+/// generated function [`Jit::call_conv`], Cranelift's default convention for the host
+/// triple, which is that same convention (System V on x86-64 Linux and macOS, Windows
+/// fastcall on x86-64 Windows, AAPCS64 / Apple's variant on aarch64). [`Jit::new`] checks
+/// the two agree (`jit::c_call_conv`), so transmuting a kernel's address to this type is
+/// sound on every host the JIT accepts.
+pub(crate) type KernelFn = unsafe extern "C" fn(*const u8, *const u8, *mut f32, i64, i64);
 
 /// Register/loop blocking of a matmul kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

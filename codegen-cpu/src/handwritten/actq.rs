@@ -1,26 +1,39 @@
-//! A vectorized (AVX2) version of [`crate::actq::quantize_act`] for the executor's hot path:
-//! the same values in the same layout, about 20 times faster than the scalar reference
-//! (which rounds through a libm call per value).
+//! The activation quantizer: f32 rows to the 8-bit blocks of [`crate::actq`] before every
+//! quantized matmul. This is the one production implementation: the executor's fused
+//! matmuls and [`crate::matmul::MatmulKernel::prepare`] both call [`FastQuant`].
+//!
+//! - On x86-64 hosts with AVX2 + FMA + F16C: [`block_avx2`], hand-written with `std::arch`,
+//!   about 20 times faster than the scalar reference (which rounds through a libm call per
+//!   value).
+//! - Elsewhere (other architectures, older x86 CPUs): the scalar reference
+//!   [`crate::actq::quantize_act`] itself, the portable fallback. It is also the test oracle
+//!   this module is checked against, byte for byte.
 //!
 //! The layout belongs to [`crate::actq`] (its module doc). Because that layout may change
-//! with the kernels, [`FastQuant::new`] checks this implementation byte for byte against
-//! `quantize_act` on test rows before using it, and the executor falls back to
-//! `quantize_act` when the check fails (reported in [`super::LoadStats`]).
+//! with the kernels, [`FastQuant::new`] checks the AVX2 path byte for byte against
+//! `quantize_act` on test rows before using it, and falls back to `quantize_act` when the
+//! check fails (the executor reports that in its `LoadStats`).
 //!
 //! Values (as ggml's AVX2 `quantize_row_q8_0` / `q8_1`): per block of 32, `amax = max|x|`,
 //! `d = amax / 127`, `id = 127 / amax` (0 for an all-zero block), `q = round_half_even(x·id)`
 //! (`vcvtps2dq` in the default rounding mode), `d` stored f16-rounded, Q8_1's `s = f16(d·Σq)`,
-//! a zero-point format's `z·Σq`. Inputs with NaN or infinities may quantize differently
-//! from the scalar reference (both are garbage then).
+//! a zero-point format's `z·Σq`. Both paths give the same bytes for finite inputs; inputs
+//! with NaN or infinities may quantize differently (both are garbage then).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::actq::{act_row_bytes, quantize_act, ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
-use crate::formats::{ActKind, QuantFormat, QK};
-use crate::kernels::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
+use crate::actq::{act_row_bytes, quantize_act};
+#[cfg(target_arch = "x86_64")]
+use crate::actq::{ACT_AUX_OFFSET, ACT_BLOCK_BYTES, ACT_QS_OFFSET};
+#[cfg(target_arch = "x86_64")]
+use crate::formats::ActKind;
+use crate::formats::{QuantFormat, QK};
 
-/// A checked fast quantizer for one format, or the reference.
+/// The activation quantizer for one format: the AVX2 path when the host has it and it
+/// passed its self-check, else the scalar reference (module doc).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastQuant {
     fmt: QuantFormat,
@@ -31,6 +44,7 @@ impl FastQuant {
     /// The quantizer for `fmt`: the AVX2 path when the host has it and it reproduces
     /// `quantize_act` on test rows exactly, else the reference.
     pub fn new(fmt: QuantFormat) -> FastQuant {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut q = FastQuant { fmt, fast: false };
         #[cfg(target_arch = "x86_64")]
         if has_avx2() && ACT_QS_OFFSET + 8 * 16 == ACT_BLOCK_BYTES {
@@ -45,11 +59,13 @@ impl FastQuant {
         &self.fmt
     }
 
-    /// Whether the vector path is in use.
+    /// Whether the AVX2 path is in use (else the scalar reference).
     pub fn is_fast(&self) -> bool {
         self.fast
     }
 
+    /// Whether the AVX2 path gives the reference's bytes on test rows.
+    #[cfg(target_arch = "x86_64")]
     fn agrees(&self) -> bool {
         let k = 8 * QK;
         let mut x = Vec::with_capacity(k);
@@ -101,9 +117,32 @@ impl FastQuant {
         // Sizes match by construction; the reference only fails on wrong sizes.
         let _ = quantize_act(&self.fmt, k, 1, xs, os);
     }
+
+    /// Quantizes `x` (whole rows of `k` values, `k` a multiple of 32) into `out`
+    /// (`act_row_bytes(k)` bytes per row). Returns `false`, writing nothing, when `k` is not a
+    /// positive multiple of 32 or the lengths do not match.
+    pub fn rows(&self, x: &[f32], out: &mut [u8], k: usize) -> bool {
+        let arb = act_row_bytes(k);
+        if k == 0 || !k.is_multiple_of(QK) || !x.len().is_multiple_of(k) {
+            return false;
+        }
+        if x.len() / k * arb != out.len() {
+            return false;
+        }
+        for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(arb)) {
+            // SAFETY: `xr` holds `k` values and `or` `act_row_bytes(k)` bytes; distinct
+            // borrows do not overlap.
+            unsafe { self.row(xr.as_ptr(), or.as_mut_ptr(), k) };
+        }
+        true
+    }
 }
 
 /// One block of 32 values (see the module doc); `zero_point` `None` means Q8_1.
+///
+/// # Safety
+/// The host must have AVX2, FMA and F16C; `x` valid for 32 reads, `out` for
+/// [`ACT_BLOCK_BYTES`] writes; no overlap.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_avx2(x: *const f32, out: *mut u8, zero_point: Option<i32>) {
@@ -167,19 +206,17 @@ mod tests {
     use ir::ggml::GgmlType;
 
     /// On an AVX2 host the vector path is taken for every format and reproduces the
-    /// reference on rows of SmolLM2's widths (a layout change in `actq` shows up here).
+    /// reference on rows of SmolLM2's widths (a layout change in `actq` shows up here);
+    /// elsewhere the reference itself runs.
     #[test]
     fn vector_path_matches_reference() {
-        if !has_avx2() {
-            eprintln!("SKIP: no AVX2");
-            return;
-        }
         let mut s = 12345u64;
         for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
             let fmt = QuantFormat::of(t).expect("format");
             let q = FastQuant::new(fmt);
+            #[cfg(target_arch = "x86_64")]
             assert!(
-                q.is_fast(),
+                q.is_fast() || !has_avx2(),
                 "{}: the vector quantizer disagrees with actq",
                 t.name()
             );
@@ -198,6 +235,12 @@ mod tests {
                 // SAFETY: sizes as required.
                 unsafe { q.row(x.as_ptr(), got.as_mut_ptr(), k) };
                 assert!(want == got, "{} k={k}", t.name());
+                // Two rows at once through the safe entry.
+                let x2 = [&x[..], &x[..]].concat();
+                let mut got2 = vec![0u8; 2 * act_row_bytes(k)];
+                assert!(q.rows(&x2, &mut got2, k));
+                assert!(got2[..want.len()] == want[..] && got2[want.len()..] == want[..]);
+                assert!(!q.rows(&x2, &mut got2[1..], k), "wrong output length");
             }
         }
     }

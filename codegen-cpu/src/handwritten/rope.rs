@@ -1,18 +1,24 @@
 //! Rotary position embedding and the KV cache store (`ggml_rope_ext`, `ggml_set_rows` into
 //! the cache), the pieces of the fused `rope+kv_store` kernel.
 //!
-//! Plain Rust (a first version, not Cranelift). The `(cos, sin)` of every pair at every
-//! position is computed once at load time ([`RopeTable`]) exactly as ggml-cpu's
-//! `ggml_rope_cache_init` / `rope_yarn` compute them per call, by `ir::interp::rope_cache`
-//! itself, and the rotation fuses its multiply-adds as GCC does in ggml (and the interpreter in
-//! llama.cpp mode), so results are bit-identical to the interpreter's. Values past `n_rot` pass through unchanged.
+//! Hand-written (not Cranelift). The `(cos, sin)` of every pair at every position is
+//! computed once at load time ([`RopeTable`]) exactly as ggml-cpu's `ggml_rope_cache_init` /
+//! `rope_yarn` compute them per call, by [`ir::ggml::cpu_math::rope_cache`] (the definition
+//! the interpreter uses too), and the rotation fuses its multiply-adds as GCC does in ggml
+//! (and the interpreter in llama.cpp mode), so results are bit-identical to the
+//! interpreter's. Values past `n_rot` pass through unchanged. The rotation is scalar code
+//! (`mul_add`), compiled with FMA instructions on x86-64 hosts that have them: the same
+//! arithmetic either way; the f16 cache store uses F16C there, else `half`'s conversion
+//! (both round to nearest even).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use ir::ggml::cpu_math::rope_cache;
 use ir::graph::{RopeMode, RopeParams};
 
-use super::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
 
 /// `(cos, sin)` of every rotated pair at positions `0..n_pos`: `n_pos × n_rot/2` pairs.
 #[derive(Clone, Debug)]
@@ -31,7 +37,7 @@ impl RopeTable {
         let mut cs = Vec::with_capacity(n_pos * half * 2);
         let mut pairs = Vec::with_capacity(half);
         for pos in 0..n_pos {
-            ir::interp::rope_cache(p, pos as f32, freq_factors, &mut pairs);
+            rope_cache(p, pos as f32, freq_factors, &mut pairs);
             cs.extend(pairs.iter().flat_map(|&(c, s)| [c, s]));
         }
         RopeTable {
@@ -92,6 +98,7 @@ impl RopeTable {
 /// # Safety
 /// `src` valid for `n` reads, `dst` for `n` 2-byte writes (any alignment); no overlap.
 pub(crate) unsafe fn store_f16(src: *const f32, dst: *mut u8, n: usize) {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {

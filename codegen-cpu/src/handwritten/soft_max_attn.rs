@@ -18,8 +18,10 @@
 use super::attention::{KvRows, ScoreParams};
 #[cfg(target_arch = "x86_64")]
 use super::elementwise::hsum8;
-use super::elementwise::{has_avx2, soft_max_exp};
+use super::elementwise::soft_max_exp;
 use super::flash::{dot_f16, dot_q8, quantize_q};
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
 
 #[inline(always)]
 fn round_f16(x: f32) -> f32 {

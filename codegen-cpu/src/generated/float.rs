@@ -14,8 +14,8 @@ use cranelift_codegen::ir::types::F32X4;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use ir::ggml::GgmlType;
 
+use super::emit::{Emit, F16Consts};
 use super::{KernelArgs, Tiling};
-use crate::emit::{Emit, F16Consts};
 use crate::formats::GROUP_ROWS;
 
 /// Fixed shape of one generated kernel.

@@ -10,7 +10,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::elementwise::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::has_avx2;
 
 /// Where one head's K and V rows are and how to read them.
 #[derive(Clone, Copy, Debug)]

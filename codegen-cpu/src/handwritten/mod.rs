@@ -1,0 +1,48 @@
+//! Hand-written kernels: plain Rust, with AVX2 + FMA + F16C paths through `std::arch` (the
+//! micro-kernels: `_mm256_*` intrinsics) where the host has them.
+//!
+//! - `actq`: the activation quantizer of every quantized matmul (Q8_0 / Q8_1 blocks in the
+//!   layout of [`crate::actq`]);
+//! - `elementwise`: SiLU, GELU, tanh, soft-capping, scale, copy, Hadamard rotation, the GLUs,
+//!   add / mul, soft_max rows, ggml's vectorized `expf`;
+//! - `norm`: `rms_norm` (× weight) and `norm`;
+//! - `rope`: rope tables and rotation, f16 / f32 KV cache stores;
+//! - `embed`: `get_rows` (dequantized token embeddings);
+//! - `attention`: what the attention kernels share (KV rows, K/V to f32);
+//! - `flash`: llama.cpp's CPU flash attention (reference, tiled and split-KV kernels);
+//! - `soft_max_attn`: llama.cpp's attention without flash attention (`-fa off`).
+//!
+//! Portability: every `std::arch` item is inside `#[cfg(target_arch = "x86_64")]` code and is
+//! reached only when `has_avx2` says the host has the features; the plain Rust path next to
+//! it computes the same values, operation for operation (lanes written out where ggml's
+//! vector order matters), so results do not depend on which path runs. Hosts other than
+//! x86-64 take the plain path. The module docs say where a plain path differs (the
+//! activation quantizer's plain path is the scalar reference [`crate::actq::quantize_act`]).
+//!
+//! The numeric definitions these kernels share with the reference interpreter (ggml's
+//! vectorized `expf`, its softmax sum, the rope angles) come from [`ir::ggml::cpu_math`];
+//! nothing here calls the interpreter, which stays the independent oracle of the tests.
+
+pub(crate) mod actq;
+pub(crate) mod attention;
+pub(crate) mod elementwise;
+pub(crate) mod embed;
+pub(crate) mod flash;
+pub(crate) mod norm;
+pub(crate) mod rope;
+pub(crate) mod soft_max_attn;
+
+#[cfg(target_arch = "x86_64")]
+use std::sync::OnceLock;
+
+/// Whether the host has AVX2, FMA and F16C (the vector paths of the hand-written kernels;
+/// x86-64 only: other hosts have no vector path to choose).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    static SIMD: OnceLock<bool> = OnceLock::new();
+    *SIMD.get_or_init(|| {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    })
+}

@@ -1,0 +1,254 @@
+//! Backends: what turns a plan into a program for one target and loads that program with
+//! the weights into an [`Engine`]. Every command that runs a model (the runner, `modelc run`,
+//! `perplexity`, `bench`) gets its engine through [`backend`], the one place that maps a
+//! target to its implementation.
+//!
+//! Adding a backend is its crate plus one line in [`backend`]; its supported types and its
+//! flags ([`BackendArgs`]) live with it.
+
+pub mod cpu;
+
+use crate::engine::Engine;
+use ir::ggml::GgmlType;
+use ir::graph::DType;
+use ir::interp::WeightSource;
+use ir::plan::Plan;
+use serde::{Deserialize, Serialize};
+
+/// A compile target (`modelc compile --target`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// Native CPU code generated with Cranelift.
+    Cpu,
+    /// NVIDIA GPUs: generated CUDA C.
+    Cuda,
+    /// Apple GPUs: generated Metal Shading Language.
+    Metal,
+}
+
+impl Target {
+    /// The name as `--target` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Cpu => "cpu",
+            Target::Cuda => "cuda",
+            Target::Metal => "metal",
+        }
+    }
+}
+
+/// What a backend runs, derived from the backend itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Support {
+    /// Weight types its matrix products and lookups read.
+    pub weight_types: Vec<GgmlType>,
+    /// KV cache types it reads, each with the types it takes for the other side
+    /// (`(k, v)` pairs).
+    pub kv_pairs: Vec<(DType, DType)>,
+}
+
+/// llama.cpp's KV cache types (`-ctk`/`-ctv`, `common/arg.cpp` `kv_cache_types`): the
+/// candidates a backend's [`Support::kv_pairs`] is drawn from.
+pub const LLAMA_CACHE_TYPES: [DType; 9] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Block(GgmlType::Q8_0),
+    DType::Block(GgmlType::Q4_0),
+    DType::Block(GgmlType::Q4_1),
+    DType::Block(GgmlType::IQ4_NL),
+    DType::Block(GgmlType::Q5_0),
+    DType::Block(GgmlType::Q5_1),
+];
+
+impl Support {
+    /// The pairs of [`LLAMA_CACHE_TYPES`] that `ok` accepts.
+    pub fn kv_pairs_from(ok: impl Fn(DType, DType) -> bool) -> Vec<(DType, DType)> {
+        let mut v = Vec::new();
+        for k in LLAMA_CACHE_TYPES {
+            for vt in LLAMA_CACHE_TYPES {
+                if ok(k, vt) {
+                    v.push((k, vt));
+                }
+            }
+        }
+        v
+    }
+
+    /// The supported pairs as `-ctk K -ctv V` text, for messages (`f16/f16, q8_0/f16, ...`).
+    pub fn kv_pairs_text(&self) -> String {
+        self.kv_pairs
+            .iter()
+            .map(|&(k, v)| format!("{}/{}", cache_type_name(k), cache_type_name(v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A cache type as llama.cpp's flags spell it (`f16`, `q8_0`).
+pub fn cache_type_name(t: DType) -> String {
+    t.name().to_ascii_lowercase()
+}
+
+/// What a backend made of a plan: the artifact's payload. The CPU backend keeps the plan
+/// (its kernels are generated at load time, for the CPU the runner starts on); CUDA and
+/// Metal will carry generated source next to it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Payload {
+    /// The plan itself.
+    Plan {
+        /// The plan.
+        plan: Box<Plan>,
+    },
+}
+
+impl Payload {
+    /// The payload's kind as the artifact records it (`plan`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Payload::Plan { .. } => "plan",
+        }
+    }
+
+    /// The plan the payload was built from.
+    pub fn plan(&self) -> &Plan {
+        match self {
+            Payload::Plan { plan } => plan,
+        }
+    }
+}
+
+/// Which logit rows the steps of a loaded program give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitRows {
+    /// One row per ubatch (generation).
+    Last,
+    /// One row per token (perplexity, teacher forcing).
+    All,
+    /// Both kinds of steps.
+    Both,
+}
+
+/// Settings of a loaded program that change no kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Threads (the CPU's; a GPU backend's host threads).
+    pub n_threads: usize,
+    /// Context of each sequence: 1 up to the `n_ctx` the plan was compiled for.
+    pub n_ctx: usize,
+    /// llama.cpp's flash attention (else its soft_max path).
+    pub flash_attn: bool,
+    /// The logit rows the caller needs (the program's other steps are not loaded).
+    pub logits: LogitRows,
+}
+
+/// A compile target's implementation (module doc).
+pub trait Backend {
+    /// Its target.
+    fn target(&self) -> Target;
+
+    /// What it runs.
+    fn supports(&self) -> Support;
+
+    /// Refuses a plan this backend cannot run, naming the weight types (with one tensor of
+    /// each) or KV cache types it lacks and listing what it supports.
+    ///
+    /// # Errors
+    /// As said.
+    fn check(&self, plan: &Plan) -> anyhow::Result<()> {
+        let s = self.supports();
+        let mut missing: std::collections::BTreeMap<&str, &str> = Default::default();
+        for w in &plan.weights {
+            let t = w.dtype.ggml_type();
+            if !s.weight_types.contains(&t) {
+                missing.entry(t.name()).or_insert(&w.name);
+            }
+        }
+        let names = |ts: &[GgmlType]| ts.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ");
+        anyhow::ensure!(
+            missing.is_empty(),
+            "the {} target has no kernels yet for {} (supported: {}); try `modelc run --backend interp`",
+            self.target().name(),
+            missing
+                .iter()
+                .map(|(t, n)| format!("{t} (e.g. {n})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            names(&s.weight_types)
+        );
+        let kind = |k: ir::graph::KvKind| plan.kv.iter().find(|c| c.kind == k).map(|c| c.dtype);
+        if let (Some(k), Some(v)) = (kind(ir::graph::KvKind::K), kind(ir::graph::KvKind::V)) {
+            check_kv_pair(&s, self.target(), k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Turns a plan that [`Backend::check`] accepts into the program the artifact stores.
+    ///
+    /// # Errors
+    /// What the backend's code generation reports.
+    fn build(&self, plan: Plan) -> anyhow::Result<Payload>;
+
+    /// Loads a program this backend built, with the weights, into an engine.
+    ///
+    /// # Errors
+    /// A payload of another backend, a context past the compiled one, a weight the file
+    /// lacks, or what the backend reports.
+    fn load<'w>(
+        &self,
+        payload: &Payload,
+        weights: &'w dyn WeightSource,
+        opts: &LoadOptions,
+    ) -> anyhow::Result<Box<dyn Engine + 'w>>;
+}
+
+/// Refuses a `(k, v)` cache type pair `s` lacks, listing those it has.
+///
+/// # Errors
+/// As said.
+pub fn check_kv_pair(s: &Support, target: Target, k: DType, v: DType) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        s.kv_pairs.contains(&(k, v)),
+        "-ctk {} -ctv {}: the {} target does not read this KV cache (it reads -ctk/-ctv {})",
+        cache_type_name(k),
+        cache_type_name(v),
+        target.name(),
+        s.kv_pairs_text()
+    );
+    Ok(())
+}
+
+/// Every backend's flags, each group defined by its backend.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BackendArgs {
+    /// The CPU backend's flags.
+    #[command(flatten)]
+    pub cpu: cpu::CpuArgs,
+}
+
+/// The backend of `target`, set up with its flags from `args`: the one place a target is
+/// dispatched (module doc).
+///
+/// # Errors
+/// A target whose backend is not built yet, in one line naming the issue that adds it.
+pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Backend>> {
+    match target {
+        Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
+        #[cfg(feature = "cuda")]
+        Target::Cuda => anyhow::bail!(
+            "--target cuda: there is no CUDA backend yet (issue 14: CUDA C generated from the plan, NVRTC, CUDA graphs); use --target cpu"
+        ),
+        #[cfg(feature = "metal")]
+        Target::Metal => anyhow::bail!(
+            "--target metal: there is no Metal backend yet (issue 16: Metal Shading Language generated from the plan); use --target cpu"
+        ),
+        #[allow(unreachable_patterns)]
+        other => anyhow::bail!(
+            "--target {}: this modelc was built without the `{}` feature",
+            other.name(),
+            other.name()
+        ),
+    }
+}

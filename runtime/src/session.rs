@@ -1,0 +1,257 @@
+//! A session: one loaded [`Engine`] with the KV memory of one or more sequences, and the
+//! calls that evaluate, continue, truncate and clear them. What the REPL, the runner, the
+//! server and the tests drive.
+//!
+//! A sequence continues where it stopped: [`Session::eval`] appends tokens at its `n_past`;
+//! [`Session::truncate`] drops its positions from `n` on (`/regen`, a stop string, a prompt
+//! that shares only a prefix with what the cache holds), zeroing those cells so that what
+//! follows computes exactly as on a fresh cache. [`Session::decode_batch`] takes tokens of
+//! several sequences in one call, each with its sequence id as `llama_batch` has them, and
+//! evaluates each run of one sequence's tokens against that sequence's memory (module doc
+//! of [`crate::kv_cache`]): every sequence computes what it would alone.
+
+use crate::engine::{Engine, EngineMemory};
+use crate::kv_cache::{KvCache, SeqId};
+use crate::tokenizer::TokenId;
+
+/// One token of a [`Session::decode_batch`] call (an entry of `llama_batch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchToken {
+    /// The token.
+    pub token: TokenId,
+    /// The sequence it continues (its position is that sequence's next one).
+    pub seq: SeqId,
+    /// Whether its logits are returned.
+    pub logits: bool,
+}
+
+/// What a session holds, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// KV memory of all sequences (allocated; pages are mapped as cells are written).
+    pub kv: u64,
+    /// KV memory of one sequence.
+    pub kv_per_seq: u64,
+    /// Cells written, all sequences together.
+    pub kv_cells_written: u64,
+    /// What the engine holds besides the KV memory.
+    pub engine: EngineMemory,
+}
+
+/// A loaded engine with its sequences' KV memory (module doc).
+pub struct Session<'w> {
+    engine: Box<dyn Engine + 'w>,
+    kv: KvCache,
+}
+
+impl<'w> Session<'w> {
+    /// A session over `engine` with room for `n_seq_max` sequences of the engine's context.
+    ///
+    /// # Errors
+    /// `n_seq_max` of 0, or KV memory that cannot be allocated (one line naming the size and
+    /// the memory available).
+    pub fn new(engine: Box<dyn Engine + 'w>, n_seq_max: usize) -> anyhow::Result<Session<'w>> {
+        let kv = KvCache::new(engine.kv_layout().clone(), n_seq_max)?;
+        Ok(Session { engine, kv })
+    }
+
+    /// A session with one sequence (id 0), as the runner and `modelc run` use.
+    ///
+    /// # Errors
+    /// As [`Session::new`].
+    pub fn single(engine: impl Engine + 'w) -> anyhow::Result<Session<'w>> {
+        Session::new(Box::new(engine), 1)
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &dyn Engine {
+        self.engine.as_ref()
+    }
+
+    /// The engine, mutably.
+    pub fn engine_mut(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
+    }
+
+    /// Vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        self.engine.n_vocab()
+    }
+
+    /// Context size of each sequence.
+    pub fn n_ctx(&self) -> usize {
+        self.engine.n_ctx()
+    }
+
+    /// Most tokens of one sequence evaluated per engine call.
+    pub fn max_ubatch(&self) -> usize {
+        self.engine.max_ubatch()
+    }
+
+    /// Sequences the session holds at most.
+    pub fn n_seq_max(&self) -> usize {
+        self.kv.n_seq_max()
+    }
+
+    /// The tokens sequence `seq` holds: position `i` holds token `i`.
+    pub fn tokens(&self, seq: SeqId) -> &[TokenId] {
+        self.kv.tokens(seq)
+    }
+
+    /// Positions sequence `seq` holds (`n_past`).
+    pub fn n_past(&self, seq: SeqId) -> usize {
+        self.kv.tokens(seq).len()
+    }
+
+    /// What the session holds.
+    pub fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            kv: self.kv.bytes(),
+            kv_per_seq: self.kv.layout().stream_bytes,
+            kv_cells_written: self.kv.cells_written() as u64,
+            engine: self.engine.memory(),
+        }
+    }
+
+    /// Evaluates `tokens` as the continuation of sequence `seq` (at positions
+    /// `n_past..n_past + tokens.len()`) in calls of at most [`Session::max_ubatch`] tokens,
+    /// and returns the logits: every token's row when `all_logits`, else the last one's.
+    ///
+    /// # Errors
+    /// An empty call, positions past the context, a token outside the vocabulary, no free
+    /// sequence slot, or what the engine reports. Tokens evaluated before an error stay in
+    /// the sequence.
+    pub fn eval(
+        &mut self,
+        seq: SeqId,
+        tokens: &[TokenId],
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
+        let n_past = self.n_past(seq);
+        self.decode_seq(seq, tokens, n_past, all_logits)
+    }
+
+    /// Evaluates `tokens` of sequence 0 at positions `pos0..` ([`Session::decode_seq`]).
+    ///
+    /// # Errors
+    /// As [`Session::decode_seq`].
+    pub fn decode(
+        &mut self,
+        tokens: &[TokenId],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
+        self.decode_seq(0, tokens, pos0, all_logits)
+    }
+
+    /// Evaluates `tokens` of sequence `seq` at positions `pos0..`: the sequence is first
+    /// truncated to `pos0` positions if it holds more. One engine call: at most
+    /// [`Session::max_ubatch`] tokens.
+    ///
+    /// # Errors
+    /// `pos0` past the sequence's `n_past` (positions must follow one another), and what
+    /// [`Engine::decode`] reports.
+    pub fn decode_seq(
+        &mut self,
+        seq: SeqId,
+        tokens: &[TokenId],
+        pos0: usize,
+        all_logits: bool,
+    ) -> anyhow::Result<&[f32]> {
+        let i = self.kv.stream_for(seq)?;
+        let n_past = self.kv.n_past(i);
+        anyhow::ensure!(
+            pos0 <= n_past,
+            "sequence {seq} holds {n_past} positions: the next token is at {n_past}, not {pos0}"
+        );
+        if pos0 < n_past {
+            self.truncate_stream(i, pos0);
+        }
+        let mut kv = self.kv.lend(i);
+        let done = self
+            .engine
+            .decode(&mut kv, tokens, pos0, all_logits)
+            .map(|_| ());
+        let written = kv.written;
+        match done {
+            Ok(()) => {
+                self.kv.commit(i, tokens, written);
+                Ok(self.engine.last_logits())
+            }
+            Err(e) => {
+                // Cells the failed call wrote are zeroed; the sequence keeps its past.
+                self.kv.commit(i, &[], written);
+                self.truncate_stream(i, pos0);
+                Err(e)
+            }
+        }
+    }
+
+    /// Evaluates a batch of tokens of one or more sequences, each continuing its sequence,
+    /// and returns the logits rows of the tokens marked `logits`, in batch order. The batch
+    /// is cut into runs of consecutive tokens of one sequence, each evaluated against that
+    /// sequence's memory (llama.cpp splits a batch per sequence the same way for a
+    /// non-unified cache), so each sequence gets the logits it would get alone.
+    ///
+    /// # Errors
+    /// As [`Session::eval`] for each run; an engine without all-token logits steps when a
+    /// run asks for rows other than its last.
+    pub fn decode_batch(&mut self, batch: &[BatchToken]) -> anyhow::Result<Vec<f32>> {
+        let n_vocab = self.n_vocab();
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < batch.len() {
+            let seq = batch[start].seq;
+            let mut end = start + 1;
+            while end < batch.len() && batch[end].seq == seq && end - start < self.max_ubatch() {
+                end += 1;
+            }
+            let run = &batch[start..end];
+            let tokens: Vec<TokenId> = run.iter().map(|b| b.token).collect();
+            let only_last = run[..run.len() - 1].iter().all(|b| !b.logits);
+            let logits = self.eval(seq, &tokens, !only_last)?;
+            if only_last {
+                if run[run.len() - 1].logits {
+                    out.extend_from_slice(&logits[..n_vocab]);
+                }
+            } else {
+                for (j, b) in run.iter().enumerate() {
+                    if b.logits {
+                        out.extend_from_slice(&logits[j * n_vocab..(j + 1) * n_vocab]);
+                    }
+                }
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Truncates sequence `seq` to its first `n` positions (no-op for a sequence holding
+    /// fewer); cells from `n` on are zeroed.
+    pub fn truncate(&mut self, seq: SeqId, n: usize) {
+        if let Some(i) = self.kv.stream_of(seq) {
+            self.truncate_stream(i, n);
+        }
+    }
+
+    fn truncate_stream(&mut self, i: usize, n: usize) {
+        self.kv.truncate(i, n);
+        self.engine.forget(i, n);
+    }
+
+    /// Empties sequence `seq` and frees its memory for another sequence.
+    pub fn clear_seq(&mut self, seq: SeqId) {
+        if let Some(i) = self.kv.stream_of(seq) {
+            self.kv.release(i);
+            self.engine.forget(i, 0);
+        }
+    }
+
+    /// Empties every sequence.
+    pub fn clear(&mut self) {
+        for i in 0..self.kv.n_seq_max() {
+            self.kv.release(i);
+            self.engine.forget(i, 0);
+        }
+    }
+}
