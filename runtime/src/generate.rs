@@ -39,6 +39,10 @@ pub struct GenerateOptions {
     pub cache_prompt: bool,
     /// Set from another thread (Ctrl-C, a client that went away) to stop between tokens.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// When the context is full, keep the first `n` positions and drop the oldest half of
+    /// the rest instead of stopping (llama.cpp's context shift: `--context-shift`, `--keep`);
+    /// `None` stops with `context`.
+    pub context_shift: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -53,6 +57,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             cache_prompt: true,
             cancel: None,
+            context_shift: None,
         }
     }
 }
@@ -109,11 +114,18 @@ pub struct Completion {
     /// The stop string that ended it (`word`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopping_word: Option<String>,
+    /// Positions dropped by context shifts while generating.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub n_discarded: usize,
     /// Timings.
     pub timings: Timings,
     /// Per-position probabilities when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probs: Option<Vec<PositionProbs>>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn ms(t: Instant) -> f64 {
@@ -181,6 +193,7 @@ pub struct Generation<'s, 'w> {
     limit: usize,
     stop_type: Option<&'static str>,
     stopping_word: Option<String>,
+    n_discarded: usize,
     timings: Timings,
     t_gen: Instant,
 }
@@ -212,25 +225,9 @@ impl<'s, 'w> Generation<'s, 'w> {
         for &t in prompt {
             sampler.accept(t);
         }
-        // The part of the prompt the sequence holds (at least the last token is evaluated
-        // again: its logits are needed).
-        let keep = if opts.cache_prompt {
-            common_prefix(session.tokens(seq), prompt).min(prompt.len() - 1)
-        } else {
-            0
-        };
-        session.truncate(seq, keep);
         let t_prompt = Instant::now();
-        let chunk = opts.n_batch.min(session.max_ubatch()).max(1);
         let mut logits = Vec::new();
-        for part in prompt[keep..].chunks(chunk) {
-            if is_cancelled(&opts.cancel) {
-                anyhow::bail!("cancelled");
-            }
-            let out = session.eval(seq, part, false)?;
-            logits.clear();
-            logits.extend_from_slice(out);
-        }
+        let keep = prefill(session, seq, prompt, opts, &mut logits)?;
         let prompt_ms = ms(t_prompt);
         let evaluated = prompt.len() - keep;
         Ok(Generation {
@@ -252,6 +249,7 @@ impl<'s, 'w> Generation<'s, 'w> {
             },
             stop_type: (opts.n_predict == 0).then_some("limit"),
             stopping_word: None,
+            n_discarded: 0,
             timings: Timings {
                 cache_n: keep,
                 prompt_n: evaluated,
@@ -336,13 +334,44 @@ impl<'s, 'w> Generation<'s, 'w> {
             return Ok(self.flush());
         }
         if self.session.n_past(self.seq) + 1 > self.session.n_ctx() {
-            self.stop_type = Some("context");
-            return Ok(self.flush());
+            let shift = self.opts.context_shift;
+            match shift {
+                Some(n_keep) if self.shift(n_keep)? => {}
+                _ => {
+                    self.stop_type = Some("context");
+                    return Ok(self.flush());
+                }
+            }
         }
         let out = self.session.eval(self.seq, &[token], false)?;
         self.logits.clear();
         self.logits.extend_from_slice(out);
         Ok(Some(self.take_final()))
+    }
+
+    /// The context is full: keeps the first `n_keep` positions, drops the oldest half of the
+    /// rest, and evaluates what remains at its new positions (as llama-completion's context
+    /// shift does, with the kept K recomputed where llama.cpp re-ropes the cached K: the same
+    /// positions and tokens, a fresh evaluation of them). Returns whether anything was
+    /// dropped.
+    ///
+    /// # Errors
+    /// An engine error.
+    fn shift(&mut self, n_keep: usize) -> anyhow::Result<bool> {
+        let held = self.session.tokens(self.seq).to_vec();
+        let n_keep = n_keep.min(held.len());
+        let n_discard = (held.len() - n_keep) / 2;
+        if n_discard == 0 {
+            return Ok(false);
+        }
+        let mut kept = held[..n_keep].to_vec();
+        kept.extend_from_slice(&held[n_keep + n_discard..]);
+        let mut logits = Vec::new();
+        prefill(self.session, self.seq, &kept, &self.opts, &mut logits)?;
+        // `prefill` evaluates all but what it keeps; the last kept token was evaluated too
+        // (its logits are not needed: the next token is already sampled).
+        self.n_discarded += n_discard;
+        Ok(true)
     }
 
     /// Looks for a stop string in the text, where it could end in the last `added` bytes;
@@ -431,6 +460,7 @@ impl<'s, 'w> Generation<'s, 'w> {
             prompt_tokens: self.prompt,
             stop_type: self.stop_type.unwrap_or("none"),
             stopping_word: self.stopping_word,
+            n_discarded: self.n_discarded,
             timings: Timings {
                 predicted_n: n,
                 predicted_ms,
@@ -441,6 +471,38 @@ impl<'s, 'w> Generation<'s, 'w> {
             probs: self.probs,
         }
     }
+}
+
+/// Makes sequence `seq` hold `prompt` (non-empty): keeps the longest prefix it holds when
+/// `opts.cache_prompt` (at least the last token is evaluated again: its logits are needed),
+/// evaluates the rest in calls of `opts.n_batch` tokens (at most the engine's ubatch), and
+/// leaves the last token's logits in `logits`. Returns the number of tokens kept. What a
+/// generation does with its prompt, and what replaying a saved conversation does with each
+/// turn's.
+///
+/// # Errors
+/// The cancel flag set between calls, or an engine error.
+pub fn prefill(
+    session: &mut Session<'_>,
+    seq: SeqId,
+    prompt: &[TokenId],
+    opts: &GenerateOptions,
+    logits: &mut Vec<f32>,
+) -> anyhow::Result<usize> {
+    let keep = if opts.cache_prompt {
+        common_prefix(session.tokens(seq), prompt).min(prompt.len().saturating_sub(1))
+    } else {
+        0
+    };
+    session.truncate(seq, keep);
+    let chunk = opts.n_batch.min(session.max_ubatch()).max(1);
+    for part in prompt[keep..].chunks(chunk) {
+        anyhow::ensure!(!is_cancelled(&opts.cancel), "cancelled");
+        let out = session.eval(seq, part, false)?;
+        logits.clear();
+        logits.extend_from_slice(out);
+    }
+    Ok(keep)
 }
 
 fn is_cancelled(flag: &Option<Arc<AtomicBool>>) -> bool {

@@ -2,7 +2,7 @@
 //! names (`common/arg.cpp`), and the text front end they drive: prompt → (chat template) →
 //! tokens → [`crate::generate::generate`] → plain text or llama-server's JSON.
 
-use crate::chat::{template_for_model, RenderOptions};
+use crate::chat::{template_for_model, ChatTemplate, RenderOptions};
 use crate::generate::{generate, GenerateOptions};
 use crate::sampler::SamplerParams;
 use crate::session::Session;
@@ -65,9 +65,42 @@ pub struct GenArgs {
     /// Apply the model's chat template to the prompt, as one user message.
     #[arg(long)]
     pub chat: bool,
-    /// Use this Jinja chat template instead of the model's (with --chat).
-    #[arg(long = "chat-template-file")]
+    /// Use this Jinja chat template instead of the model's (with --chat or a conversation).
+    #[arg(long = "chat-template-file", conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
+    /// Use the built-in chat template of this name instead of the model's (`chatml`, ...).
+    #[arg(long = "chat-template", value_name = "NAME")]
+    pub chat_template: Option<String>,
+    /// Stop when the text contains this (repeatable; llama-cli's `-r` / `--reverse-prompt`);
+    /// the stop text is not printed.
+    #[arg(
+        long = "stop",
+        visible_alias = "reverse-prompt",
+        short = 'r',
+        value_name = "TEXT"
+    )]
+    pub stop: Vec<String>,
+    /// Chat with the model (`-cnv`; a runner starts in it on a terminal without -p or -f):
+    /// `-p` is then the first message.
+    #[arg(long = "conversation")]
+    pub conversation: bool,
+    /// The system prompt of a conversation (`-sys`).
+    #[arg(long = "system-prompt", visible_alias = "system", value_name = "TEXT")]
+    pub system: Option<String>,
+    /// In a conversation: answer one message and exit (`-st`).
+    #[arg(long = "single-turn")]
+    pub single_turn: bool,
+    /// When the context fills, drop the oldest half of it (after `--keep`) and go on, as
+    /// llama-completion does (the default).
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    pub context_shift: bool,
+    /// Stop when the context fills instead of shifting it.
+    #[arg(long = "no-context-shift")]
+    pub no_context_shift: bool,
+    /// Prompt tokens a context shift keeps (after BOS; -1: the whole prompt), as llama.cpp's
+    /// `--keep`; a conversation also keeps its system prompt.
+    #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true)]
+    pub keep: i64,
     /// Print one JSON object with llama-server's fields instead of the text.
     #[arg(long)]
     pub json: bool,
@@ -156,6 +189,52 @@ impl GenArgs {
         }
     }
 
+    /// The chat template these flags choose: `--chat-template-file`, `--chat-template NAME`
+    /// or the model's.
+    ///
+    /// # Errors
+    /// A file that cannot be read, an unknown name, a template that does not compile.
+    pub fn template(&self, file: &GgufFile) -> anyhow::Result<ChatTemplate> {
+        let user = match &self.chat_template_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            ),
+            None => None,
+        };
+        let (tmpl, _) = template_for_model(file, user.as_deref(), self.chat_template.as_deref())?;
+        Ok(tmpl)
+    }
+
+    /// The positions a context shift keeps for a prompt of `n_prompt` tokens that begins
+    /// with BOS when `bos` (llama.cpp: `--keep` plus BOS; -1 or more than the prompt: all of
+    /// it), or `None` with `--no-context-shift`.
+    pub fn shift_keep(&self, n_prompt: usize, bos: bool) -> Option<usize> {
+        if self.no_context_shift {
+            return None;
+        }
+        Some(match usize::try_from(self.keep) {
+            Ok(k) if k <= n_prompt => (k + usize::from(bos)).min(n_prompt),
+            _ => n_prompt,
+        })
+    }
+
+    /// The generation options these flags give (sampler, `-n`, `-b`, stop strings, ...).
+    ///
+    /// # Errors
+    /// Bad `--forced-tokens`.
+    pub fn generate_options(&self, vocab: &Vocab) -> anyhow::Result<GenerateOptions> {
+        Ok(GenerateOptions {
+            n_predict: self.n_predict,
+            sampler: self.sampler(),
+            n_probs: self.n_probs,
+            forced: self.forced(vocab)?,
+            ignore_eos: self.ignore_eos,
+            n_batch: self.n_batch,
+            stop: self.stop.clone(),
+            ..GenerateOptions::default()
+        })
+    }
+
     fn forced(&self, vocab: &Vocab) -> anyhow::Result<Option<Vec<TokenId>>> {
         let Some(s) = &self.forced_tokens else {
             return Ok(None);
@@ -185,13 +264,7 @@ pub fn prompt_tokens(
 ) -> anyhow::Result<Vec<TokenId>> {
     let mut text = args.prompt_text()?;
     if args.chat {
-        let user = match &args.chat_template_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            ),
-            None => None,
-        };
-        let (tmpl, _) = template_for_model(file, user.as_deref(), None)?;
+        let tmpl = args.template(file)?;
         let messages = [serde_json::json!({ "role": "user", "content": text })];
         let opts = RenderOptions {
             add_generation_prompt: true,
@@ -200,6 +273,45 @@ pub fn prompt_tokens(
         text = tmpl.render(&messages, &opts)?;
     }
     Ok(vocab.tokenize(&text, true, true))
+}
+
+/// Chats with the model on `session` ([`crate::repl`]): messages from the terminal (line
+/// editing) or from stdin when it is piped; `-p`/`-f` is the first message.
+///
+/// # Errors
+/// What the conversation loop reports; exits the process with 130 after a second Ctrl-C.
+pub fn run_conversation(
+    args: &GenArgs,
+    file: &GgufFile,
+    vocab: &Vocab,
+    session: &mut Session<'_>,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    anyhow::ensure!(!args.json, "--json does not apply to a conversation");
+    let first = match (&args.prompt, &args.file) {
+        (None, None) => None,
+        _ => Some(args.prompt_text()?),
+    };
+    let opts = crate::repl::ChatOptions {
+        generate: args.generate_options(vocab)?,
+        system: args.system.clone(),
+        first,
+        single_turn: args.single_turn,
+        context_shift: !args.no_context_shift,
+        keep: usize::try_from(args.keep).unwrap_or(0),
+    };
+    let mut chat = crate::repl::Chat::new(session, vocab, args.template(file)?, opts);
+    let terminal = std::io::stdin().is_terminal();
+    let mut lines: Box<dyn crate::repl::input::Lines> = if terminal {
+        Box::new(crate::repl::input::Terminal::new()?)
+    } else {
+        Box::new(crate::repl::input::Piped::new(std::io::stdin().lock()))
+    };
+    let code = crate::repl::run(&mut chat, lines.as_mut(), terminal)?;
+    if code != 0 {
+        std::process::exit(i32::from(code));
+    }
+    Ok(())
 }
 
 /// Runs one generation with these flags on `session` and prints the result (streamed text,
@@ -211,18 +323,13 @@ pub fn run_generation(
     session: &mut Session<'_>,
 ) -> anyhow::Result<()> {
     args.validate()?;
+    if args.conversation {
+        return run_conversation(args, file, vocab, session);
+    }
     let prompt = prompt_tokens(args, file, vocab)?;
-    let sampler = args.sampler();
-    let seed = sampler.seed;
-    let opts = GenerateOptions {
-        n_predict: args.n_predict,
-        sampler,
-        n_probs: args.n_probs,
-        forced: args.forced(vocab)?,
-        ignore_eos: args.ignore_eos,
-        n_batch: args.n_batch,
-        ..GenerateOptions::default()
-    };
+    let mut opts = args.generate_options(vocab)?;
+    opts.context_shift = args.shift_keep(prompt.len(), vocab.add_bos());
+    let seed = opts.sampler.seed;
     let stdout = std::io::stdout();
     let stream = !args.json;
     // The first error writing the streamed text (reported after generation: a closed pipe

@@ -31,6 +31,9 @@ enum Command {
     /// Generate text from a model (compiled in memory, or with the reference interpreter).
     #[command(allow_negative_numbers = true)]
     Run(run::RunArgs),
+    /// Chat with a model, compiled in memory (the runner's `-cnv` mode).
+    #[command(allow_negative_numbers = true)]
+    Repl(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(run::PerplexityArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
@@ -45,12 +48,15 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 5] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 8] = [
     ("-ub", "--ubatch-size"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-ngl", "--n-gpu-layers"),
     ("-fa", "--flash-attn"),
+    ("-cnv", "--conversation"),
+    ("-sys", "--system-prompt"),
+    ("-st", "--single-turn"),
 ];
 
 /// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`, `-fa`) rewritten to
@@ -143,6 +149,10 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Run(args) => run::run(args),
+        Command::Repl(mut args) => {
+            args.gen.conversation = true;
+            run::run(args)
+        }
         Command::Perplexity(args) => run::perplexity(args),
         Command::Graph(args) => run::graph(args),
         Command::Template(args) => template::run(args),

@@ -206,8 +206,33 @@ pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.gen.validate()?;
     args.model.validate()?;
+    let t0 = std::time::Instant::now();
+    // A conversation shows what it is doing while the model compiles (on a terminal only:
+    // indicatif draws nothing when stderr is not one).
+    let spinner = args.gen.conversation.then(|| {
+        let p = indicatif::ProgressBar::new_spinner();
+        p.set_message(format!(
+            "compiling {} (lowering, passes, kernels, weights)",
+            args.model.model.display()
+        ));
+        p.enable_steady_tick(std::time::Duration::from_millis(80));
+        p
+    });
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut session = open_session(&args.model, &gguf, &model, false)?;
+    if let Some(p) = spinner {
+        p.finish_and_clear();
+        let m = session.memory();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        eprintln!(
+            "modelc: ready in {:.0} ms: n_ctx {}, weights {:.1} MiB (copies), KV cache {:.1} MiB, work buffers {:.1} MiB",
+            t0.elapsed().as_secs_f64() * 1e3,
+            session.n_ctx(),
+            mib(m.engine.weights),
+            mib(m.kv),
+            mib(m.engine.work)
+        );
+    }
     run_generation(&args.gen, &gguf, &vocab, &mut session)
 }
 

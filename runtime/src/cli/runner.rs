@@ -254,6 +254,12 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
             );
             cli.gen.validate()?;
+            let mut gen = cli.gen.clone();
+            // As llama-cli: on a terminal without a prompt, chat.
+            if gen.prompt.is_none() && gen.file.is_none() {
+                use std::io::IsTerminal;
+                gen.conversation |= std::io::stdin().is_terminal();
+            }
             let gguf = open_checked(&artifact, cli.common.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = match cli.common.n_ctx {
@@ -272,7 +278,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &cli.common.backend,
                 threads,
             )?;
-            run_generation(&cli.gen, &gguf, &vocab, &mut session)
+            run_generation(&gen, &gguf, &vocab, &mut session)
         }
         Some(RunnerCommand::Bench(b)) => {
             anyhow::ensure!(b.reps >= 1, "-r must be at least 1");
