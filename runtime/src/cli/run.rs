@@ -151,20 +151,21 @@ pub fn open_session<'a>(
             crate::memory::check_fits(n_ctx, kv.stream_bytes + plan.arena_bytes())?;
             warn_ctx_train(n_ctx, n_ctx_train);
             let payload = be.build(plan)?;
-            let engine = be.load(
-                &payload,
-                gguf,
-                &LoadOptions {
-                    n_threads: threads,
-                    n_ctx,
-                    flash_attn: args.engine.flash(),
-                    logits: if all_logits {
-                        LogitRows::All
-                    } else {
-                        LogitRows::Last
-                    },
+            let opts = LoadOptions {
+                n_threads: threads,
+                n_ctx,
+                flash_attn: args.engine.flash(),
+                logits: if all_logits {
+                    LogitRows::All
+                } else {
+                    LogitRows::Last
                 },
-            )?;
+            };
+            // The file's pages are given back while the weights are copied, as in a runner.
+            let engine = crate::engine_weights::ReleasingGguf::new(gguf)
+                .while_loading(std::time::Duration::from_millis(2), || {
+                    be.load(&payload, gguf, &opts)
+                })?;
             Session::new(engine, 1)
         }
         None => {
