@@ -94,6 +94,19 @@ fn bad_flags_are_one_line_errors_without_a_model() {
             .unwrap();
         assert_one_line_error(&out, "a seed is -1 (random) or a number from 0 up");
     }
+    // Sampler values that are not finite numbers, and -n below -2, are refused up front.
+    for (args, want) in [
+        (["--temp", "nan"], "--temp NaN: expected a finite number"),
+        (["--top-p", "inf"], "--top-p inf: expected a finite number"),
+        (["-n", "-3"], "-n -3: a number of tokens, -1"),
+    ] {
+        let out = modelc()
+            .args(["run", missing, "-p", "x"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, want);
+    }
     // The multi-letter flags are named as typed, not as the long forms they are rewritten to.
     let out = modelc()
         .args(["run", missing, "-p", "x", "-ngl", "5"])

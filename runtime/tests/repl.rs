@@ -134,14 +134,25 @@ fn saved_conversation_loads_and_continues() {
     assert_eq!(text(&out.stdout).trim_end(), original[1]);
 
     // Multi-line blocks are one message; bad commands are one line on stderr.
+    // A failed /save keeps the conversation going; a block holding a command is a message.
     let out = piped(
         repl(&m),
-        "/set temp x\n/load /nonexistent.json\n\"\"\"\nSay hi\nin one word\n\"\"\"\n",
+        "/set temp x\n/set temp nan\n/load /nonexistent.json\n/save /tmp\n/save\n\"\"\"\nSay hi\nin one word\n\"\"\"\n\"\"\"\n/stats\n\"\"\"\n",
     );
     let err = text(&out.stderr);
     assert!(err.contains("[/set: 'x' is not a number]"), "{err}");
+    assert!(
+        err.contains("[/set: 'nan' is not a finite number]"),
+        "{err}"
+    );
     assert!(err.contains("[/load: reading /nonexistent.json"), "{err}");
-    assert_eq!(text(&out.stdout).lines().count(), 1);
+    assert!(err.contains("[/save: /tmp is a directory"), "{err}");
+    assert!(err.contains("[/save: needs a file name]"), "{err}");
+    assert!(
+        !err.contains("last turn"),
+        "a block ran as a command: {err}"
+    );
+    assert_eq!(text(&out.stdout).lines().count(), 2);
 }
 
 /// Under a pseudo-terminal (python3's `pty`, as a person at a terminal): Ctrl-C stops a long

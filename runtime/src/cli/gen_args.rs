@@ -21,7 +21,8 @@ pub struct GenArgs {
     /// Read the prompt from this file instead.
     #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
     pub file: Option<PathBuf>,
-    /// Tokens to generate (-1: until end of generation or a full context).
+    /// Tokens to generate (-1: until end of generation, shifting a full context unless
+    /// --no-context-shift; -2: until the context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
     /// Prompt tokens per decode call.
@@ -147,6 +148,15 @@ pub fn resolve_threads(requested: Option<i64>) -> usize {
     }
 }
 
+/// Refuses a sampler value that is not a finite number (NaN or infinite), naming its flag.
+///
+/// # Errors
+/// As said.
+pub fn check_finite(flag: &str, v: f32) -> anyhow::Result<()> {
+    anyhow::ensure!(v.is_finite(), "{flag} {v}: expected a finite number");
+    Ok(())
+}
+
 /// Refuses a `-b` of 0, as one line.
 pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
     anyhow::ensure!(n_batch >= 1, "-b must be at least 1");
@@ -154,9 +164,29 @@ pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
 }
 
 impl GenArgs {
-    /// Refuses values that cannot work (`-b 0`) before the model is loaded.
+    /// Refuses values that cannot work (`-b 0`, `-n` below -2, a sampler value that is not
+    /// a finite number) before the model is loaded.
+    ///
+    /// # Errors
+    /// The first such value, in one line naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
-        check_n_batch(self.n_batch)
+        check_n_batch(self.n_batch)?;
+        anyhow::ensure!(
+            self.n_predict >= -2,
+            "-n {}: a number of tokens, -1 (until end of generation) or -2 (until the context is full)",
+            self.n_predict
+        );
+        for (flag, v) in [
+            ("--temp", self.temp),
+            ("--top-p", self.top_p),
+            ("--min-p", self.min_p),
+            ("--repeat-penalty", self.repeat_penalty),
+            ("--frequency-penalty", self.frequency_penalty),
+            ("--presence-penalty", self.presence_penalty),
+        ] {
+            check_finite(flag, v)?;
+        }
+        Ok(())
     }
 
     /// The sampler settings these flags give; a random seed (`-s -1` or none) is drawn here
@@ -297,7 +327,7 @@ pub fn run_conversation(
         system: args.system.clone(),
         first,
         single_turn: args.single_turn,
-        context_shift: !args.no_context_shift,
+        context_shift: !args.no_context_shift && args.n_predict != -2,
         keep: usize::try_from(args.keep).unwrap_or(0),
     };
     let mut chat = crate::repl::Chat::new(session, vocab, args.template(file)?, opts);
@@ -328,7 +358,12 @@ pub fn run_generation(
     }
     let prompt = prompt_tokens(args, file, vocab)?;
     let mut opts = args.generate_options(vocab)?;
-    opts.context_shift = args.shift_keep(prompt.len(), vocab.add_bos());
+    // llama.cpp's -n -2: until the context is full (no shift).
+    opts.context_shift = if args.n_predict == -2 {
+        None
+    } else {
+        args.shift_keep(prompt.len(), vocab.add_bos())
+    };
     let seed = opts.sampler.seed;
     let stdout = std::io::stdout();
     let stream = !args.json;

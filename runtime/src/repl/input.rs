@@ -9,8 +9,10 @@ use std::io::BufRead;
 /// What one read gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Read {
-    /// A message or a command (the text of a `"""` block joined with newlines).
+    /// A line: a message or a command.
     Text(String),
+    /// A `"""` block, its lines joined with newlines: always a message.
+    Block(String),
     /// Ctrl-C at the prompt.
     Interrupted,
     /// End of input (Ctrl-D, or the end of the pipe).
@@ -36,7 +38,7 @@ pub trait Lines {
 /// As [`Lines::line`].
 pub fn read_message(lines: &mut dyn Lines, prompt: &str) -> anyhow::Result<Read> {
     let first = match lines.line(prompt)? {
-        Read::Text(t) => t,
+        Read::Text(t) | Read::Block(t) => t,
         other => return Ok(other),
     };
     if first.trim() != "\"\"\"" {
@@ -49,14 +51,14 @@ pub fn read_message(lines: &mut dyn Lines, prompt: &str) -> anyhow::Result<Read>
     loop {
         match lines.line("... ")? {
             Read::Text(t) if t.trim() == "\"\"\"" => break,
-            Read::Text(t) => block.push(t),
+            Read::Text(t) | Read::Block(t) => block.push(t),
             Read::Eof => break,
             Read::Interrupted => return Ok(Read::Interrupted),
         }
     }
     let text = block.join("\n");
     lines.remember(&text);
-    Ok(Read::Text(text))
+    Ok(Read::Block(text))
 }
 
 /// Lines from a pipe or a file: no prompt is shown.

@@ -316,11 +316,11 @@ impl<'a, 'w> Chat<'a, 'w> {
                 Err(e) => eprintln!("[/set: {e}]"),
             },
             "/stats" => eprintln!("{}", self.stats()),
-            "/save" => {
-                anyhow::ensure!(!arg.is_empty(), "/save needs a file name");
-                save(Path::new(arg), &self.messages)?;
-                eprintln!("[saved {} messages to {arg}]", self.messages.len());
-            }
+            "/save" => match save(Path::new(arg), &self.messages) {
+                Ok(()) => eprintln!("[saved {} messages to {arg}]", self.messages.len()),
+                Err(e) => eprintln!("[/save: {e:#}]"),
+            },
+            "/load" if arg.is_empty() => eprintln!("[/load needs a file name]"),
             "/load" => match load(Path::new(arg)) {
                 Ok(m) => {
                     self.messages = m;
@@ -402,10 +402,12 @@ impl<'a, 'w> Chat<'a, 'w> {
             .split_once(char::is_whitespace)
             .context("give a name and a value")?;
         let value = value.trim();
-        let f = || {
-            value
+        let f = || -> anyhow::Result<f32> {
+            let v = value
                 .parse::<f32>()
-                .with_context(|| format!("'{value}' is not a number"))
+                .with_context(|| format!("'{value}' is not a number"))?;
+            anyhow::ensure!(v.is_finite(), "'{value}' is not a finite number");
+            Ok(v)
         };
         let s = &mut self.opts.generate.sampler;
         match name {
@@ -414,10 +416,19 @@ impl<'a, 'w> Chat<'a, 'w> {
             "top_p" => s.top_p = f()?,
             "min_p" => s.min_p = f()?,
             "repeat_penalty" => s.repeat_penalty = f()?,
-            "seed" => s.seed = value.parse().context("a seed is a number from 0 up")?,
+            "seed" => {
+                s.seed = match value.parse::<i64>() {
+                    // -1, as -s -1: a random seed.
+                    Ok(-1) => u64::from(rand::random_range(0..u32::MAX)),
+                    _ => value
+                        .parse()
+                        .context("a seed is -1 (random) or a number from 0 up")?,
+                }
+            }
             "n_predict" => {
-                self.opts.generate.n_predict =
-                    value.parse().context("n_predict is a whole number")?
+                let n: i64 = value.parse().context("n_predict is a whole number")?;
+                anyhow::ensure!(n >= -1, "n_predict is a number of tokens, or -1");
+                self.opts.generate.n_predict = n;
             }
             other => anyhow::bail!(
                 "no setting '{other}' (temp, top_k, top_p, min_p, repeat_penalty, seed, n_predict)"
@@ -456,6 +467,12 @@ impl<'a, 'w> Chat<'a, 'w> {
 /// # Errors
 /// The file cannot be written.
 pub fn save(path: &Path, messages: &[serde_json::Value]) -> anyhow::Result<()> {
+    anyhow::ensure!(!path.as_os_str().is_empty(), "needs a file name");
+    anyhow::ensure!(
+        !path.is_dir() && !path.as_os_str().to_string_lossy().ends_with('/'),
+        "{} is a directory: give a file name",
+        path.display()
+    );
     let json = serde_json::to_string_pretty(&serde_json::json!({ "messages": messages }))?;
     let dir = path
         .parent()
@@ -546,13 +563,15 @@ pub fn run(chat: &mut Chat<'_, '_>, lines: &mut dyn Lines, terminal: bool) -> an
                 eprintln!("[Ctrl-C again to exit]");
                 continue;
             }
-            Read::Text(t) => t,
+            Read::Text(t) => (t, false),
+            Read::Block(t) => (t, true),
         };
+        let (text, block) = text;
         interrupts.idle_presses.store(0, Ordering::Relaxed);
         if text.trim().is_empty() {
             continue;
         }
-        if text.starts_with('/') && !text.contains('\n') {
+        if text.starts_with('/') && !block {
             if !chat.command(&text, &mut out)? {
                 return Ok(0);
             }
