@@ -265,6 +265,16 @@ impl Engine for CpuEngine<'_> {
         self.exec.kv_layout()
     }
 
+    fn shift_k(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        from: usize,
+        n: usize,
+        delta: i64,
+    ) -> anyhow::Result<bool> {
+        Ok(self.exec.shift_k(kv.mem, from, n, delta)?)
+    }
+
     fn last_logits(&self) -> &[f32] {
         &self.logits
     }

@@ -74,6 +74,22 @@ pub trait Engine {
     /// the session's memory (the session has already zeroed the cells of its own memory).
     fn forget(&mut self, _stream: usize, _from: usize) {}
 
+    /// Re-ropes the cached keys of cells `from..from + n` of `kv` by `delta` positions
+    /// (llama.cpp's K shift, for a context shift); `false` when this engine cannot (the
+    /// session then evaluates the moved positions again).
+    ///
+    /// # Errors
+    /// Cells outside the context.
+    fn shift_k(
+        &mut self,
+        _kv: &mut KvStream<'_>,
+        _from: usize,
+        _n: usize,
+        _delta: i64,
+    ) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+
     /// Memory the engine holds besides the KV memory.
     fn memory(&self) -> EngineMemory;
 }
@@ -141,6 +157,16 @@ impl<E: Engine + ?Sized> Engine for &mut E {
 
     fn forget(&mut self, stream: usize, from: usize) {
         (**self).forget(stream, from)
+    }
+
+    fn shift_k(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        from: usize,
+        n: usize,
+        delta: i64,
+    ) -> anyhow::Result<bool> {
+        (**self).shift_k(kv, from, n, delta)
     }
 
     fn memory(&self) -> EngineMemory {

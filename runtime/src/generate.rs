@@ -350,10 +350,8 @@ impl<'s, 'w> Generation<'s, 'w> {
     }
 
     /// The context is full: keeps the first `n_keep` positions, drops the oldest half of the
-    /// rest, and evaluates what remains at its new positions (as llama-completion's context
-    /// shift does, with the kept K recomputed where llama.cpp re-ropes the cached K: the same
-    /// positions and tokens, a fresh evaluation of them). Returns whether anything was
-    /// dropped.
+    /// rest, and moves what remains down, its keys re-roped by the shift as llama-completion
+    /// does ([`Session::shift`]). Returns whether anything was dropped.
     ///
     /// # Errors
     /// An engine error.
@@ -364,12 +362,7 @@ impl<'s, 'w> Generation<'s, 'w> {
         if n_discard == 0 {
             return Ok(false);
         }
-        let mut kept = held[..n_keep].to_vec();
-        kept.extend_from_slice(&held[n_keep + n_discard..]);
-        let mut logits = Vec::new();
-        prefill(self.session, self.seq, &kept, &self.opts, &mut logits)?;
-        // `prefill` evaluates all but what it keeps; the last kept token was evaluated too
-        // (its logits are not needed: the next token is already sampled).
+        self.session.shift(self.seq, n_keep, n_discard)?;
         self.n_discarded += n_discard;
         Ok(true)
     }

@@ -210,6 +210,27 @@ impl KvCache {
         s.written = s.written.min(n);
     }
 
+    /// Context shift of stream `i`: cells `n_keep + n_discard..n_past` move down to
+    /// `n_keep` (every cache, K and V), the dropped tokens leave the bookkeeping, and the
+    /// cells vacated at the end are zeroed. The moved keys still carry their old positions'
+    /// rotation: the engine re-ropes them ([`crate::engine::Engine::shift_k`]).
+    pub fn shift(&mut self, i: usize, n_keep: usize, n_discard: usize) {
+        let b = self.layout.stream_bytes as usize;
+        let n_past = self.streams[i].tokens.len();
+        let src = (n_keep + n_discard).min(n_past);
+        let n = n_past - src;
+        let mem = &mut self.mem.as_mut_slice()[i * b..(i + 1) * b];
+        for c in &self.layout.caches {
+            let (off, row) = (c.offset as usize, c.row_bytes as usize);
+            mem.copy_within(off + src * row..off + (src + n) * row, off + n_keep * row);
+        }
+        let s = &mut self.streams[i];
+        s.tokens.drain(n_keep..src);
+        // Zero what lies past the new end, as a truncation does.
+        let keep = s.tokens.len();
+        self.truncate(i, keep);
+    }
+
     /// Empties stream `i` and frees it for another sequence.
     pub fn release(&mut self, i: usize) {
         self.truncate(i, 0);

@@ -239,6 +239,42 @@ impl<'w> Session<'w> {
         self.engine.forget(i, n);
     }
 
+    /// Context shift (llama.cpp's, in `llama-completion`): keeps the first `n_keep`
+    /// positions of sequence `seq`, drops the next `n_discard`, and moves the rest down to
+    /// follow the kept ones. The moved keys are re-roped by `-n_discard` positions as
+    /// llama.cpp's K shift does when the engine can; otherwise the moved positions are
+    /// evaluated again. Returns whether the keys were re-roped.
+    ///
+    /// # Errors
+    /// An engine error.
+    pub fn shift(&mut self, seq: SeqId, n_keep: usize, n_discard: usize) -> anyhow::Result<bool> {
+        let Some(i) = self.kv.stream_of(seq) else {
+            return Ok(false);
+        };
+        let n_past = self.kv.n_past(i);
+        let n_keep = n_keep.min(n_past);
+        let n_discard = n_discard.min(n_past - n_keep);
+        if n_discard == 0 {
+            return Ok(false);
+        }
+        let src = n_keep + n_discard;
+        let mut kv = self.kv.lend(i);
+        let roped = self
+            .engine
+            .shift_k(&mut kv, src, n_past - src, -(n_discard as i64))?;
+        if roped {
+            self.kv.shift(i, n_keep, n_discard);
+            self.engine.forget(i, n_past - n_discard);
+            return Ok(true);
+        }
+        let held = self.kv.tokens(seq).to_vec();
+        self.truncate_stream(i, n_keep);
+        for part in held[src..].chunks(self.max_ubatch().max(1)) {
+            self.eval(seq, part, false)?;
+        }
+        Ok(false)
+    }
+
     /// Empties sequence `seq` and frees its memory for another sequence.
     pub fn clear_seq(&mut self, seq: SeqId) {
         if let Some(i) = self.kv.stream_of(seq) {

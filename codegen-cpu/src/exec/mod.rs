@@ -573,6 +573,56 @@ impl<'w> CompiledPlan<'w> {
         Ok(())
     }
 
+    /// Re-ropes cells `from..from + n` of every K cache in the KV memory `kv` of one
+    /// sequence by `delta` positions: llama.cpp's K shift (`llama_kv_cache` after
+    /// `llama_memory_seq_add`), for a context shift that moved those cells. Returns `false`
+    /// (and changes nothing) when some K cache cannot be shifted so (a Q8_0 cache: its keys
+    /// are Hadamard-rotated; a K stored without rope): the caller evaluates the positions
+    /// again instead.
+    ///
+    /// # Errors
+    /// [`ExecError::Input`] for `kv` shorter than the layout or cells past the context.
+    pub fn shift_k(
+        &mut self,
+        kv: &mut [u8],
+        from: usize,
+        n: usize,
+        delta: i64,
+    ) -> Result<bool, ExecError> {
+        if (kv.len() as u64) < self.kv_layout.stream_bytes || from + n > self.n_ctx() {
+            return Err(ExecError::Input(format!(
+                "K shift of cells {from}..{} in a context of {}",
+                from + n,
+                self.n_ctx()
+            )));
+        }
+        let Some(step) = self.steps.first() else {
+            return Ok(false);
+        };
+        let ropes: Vec<&ops::RopeKv> = step
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::RopeKv(r) if r.k.is_some() => Some(r),
+                _ => None,
+            })
+            .collect();
+        if ropes.len() != self.kv_layout.caches.len() / 2
+            || ropes
+                .iter()
+                .any(|r| r.k_rope().is_none_or(|(_, c, _)| c.q8))
+        {
+            return Ok(false);
+        }
+        let kv = Ptr(kv.as_mut_ptr());
+        for r in ropes {
+            // SAFETY: `kv` holds a stream of this plan's layout (checked above) and the cells
+            // lie in the context; the op's cache rows were lowered against this plan.
+            unsafe { r.shift_k(kv, from..from + n, delta, self.flash) };
+        }
+        Ok(true)
+    }
+
     /// Whether attention is llama.cpp's flash attention.
     pub fn flash_attn(&self) -> bool {
         self.flash

@@ -113,6 +113,24 @@ pub(crate) struct CacheRows {
 }
 
 impl CacheRows {
+    /// Loads `n` values at element `elem` of row `pos` as f32 (F16 or F32 caches).
+    ///
+    /// # Safety
+    /// As [`CacheRows::store`]; not a Q8_0 cache; `dst` valid for `n` writes.
+    pub unsafe fn load(&self, pos: usize, elem: usize, dst: *mut f32, n: usize) {
+        let row = self.ptr.add(pos * self.stride);
+        for i in 0..n {
+            *dst.add(i) = if self.f16 {
+                half::f16::from_bits(std::ptr::read_unaligned(
+                    row.add(2 * (elem + i)) as *const u16
+                ))
+                .to_f32()
+            } else {
+                std::ptr::read_unaligned(row.add(4 * (elem + i)) as *const f32)
+            };
+        }
+    }
+
     /// These rows in the KV memory at `kv` (the lowering stores their offset in it).
     #[inline]
     pub fn rebase(&self, kv: Ptr) -> CacheRows {
@@ -428,6 +446,54 @@ unsafe fn get_rows(g: &GetRows, c: usize, cx: &Ctx<'_>) {
             }
             cx.error.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+impl RopeKv {
+    /// The K cache this op ropes into and the table it ropes with, if it does both.
+    pub fn k_rope(&self) -> Option<(&View, &CacheRows, &RopeTable)> {
+        match (&self.k, &self.table) {
+            (Some((kx, cache)), Some(table)) => Some((kx, cache, table.as_ref())),
+            _ => None,
+        }
+    }
+
+    /// Re-ropes cells `cells` of this op's K cache in the KV memory at `kv` by `delta`
+    /// positions, as llama.cpp's K shift does after `llama_memory_seq_add`
+    /// (`build_rope_shift`: each cached key, read as f32, rotated by the angles of
+    /// `delta`, stored back in the cache's type; an F32 cache under flash attention keeps
+    /// f16-rounded values, as a step stores them). Returns `false` for an op without a K
+    /// rope or with a Q8_0 cache (whose keys are also Hadamard-rotated): the caller
+    /// recomputes those positions instead.
+    ///
+    /// # Safety
+    /// `kv` is a sequence's KV memory laid out for this op's plan; `cells` lie in it.
+    pub unsafe fn shift_k(
+        &self,
+        kv: Ptr,
+        cells: std::ops::Range<usize>,
+        delta: i64,
+        flash: bool,
+    ) -> bool {
+        let Some((kx, cache, table)) = self.k_rope() else {
+            return false;
+        };
+        if cache.q8 {
+            return false;
+        }
+        let cache = cache.rebase(kv);
+        let d = kx.ne[0];
+        let mut pairs = Vec::new();
+        table.pairs_at(delta, &mut pairs);
+        let mut tmp = vec![0f32; d];
+        for cell in cells {
+            for h in 0..kx.ne[1] {
+                cache.load(cell, h * d, tmp.as_mut_ptr(), d);
+                table.rotate_by(tmp.as_mut_ptr(), &pairs);
+                cache.store(cell, h * d, tmp.as_ptr(), d, flash);
+            }
+        }
+        true
     }
 }
 

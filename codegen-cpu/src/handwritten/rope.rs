@@ -25,6 +25,10 @@ use super::has_avx2;
 pub(crate) struct RopeTable {
     mode: RopeMode,
     n_rot: usize,
+    /// The parameters and frequency factors, for rotations by positions outside the table
+    /// ([`RopeTable::rotate_by`]).
+    params: RopeParams,
+    factors: Option<Vec<f32>>,
     /// Position-major: position `p`, pair `i` at `2·(p·n_rot/2 + i)` (cos, then sin).
     cs: Vec<f32>,
 }
@@ -43,7 +47,35 @@ impl RopeTable {
         RopeTable {
             mode: p.mode,
             n_rot: p.n_rot as usize,
+            params: *p,
+            factors: freq_factors.map(<[f32]>::to_vec),
             cs,
+        }
+    }
+
+    /// The `(cos, sin)` pairs of position `pos` (any, negative included), as the table's.
+    pub(crate) fn pairs_at(&self, pos: i64, out: &mut Vec<(f32, f32)>) {
+        rope_cache(&self.params, pos as f32, self.factors.as_deref(), out);
+    }
+
+    /// Rotates one head of `d` values in place by the angles of position `pos` given as
+    /// its `pairs` ([`RopeTable::pairs_at`]): what llama.cpp's K shift does to a cached key
+    /// (`build_rope_shift`: `ggml_rope_ext` by the position delta), in the same arithmetic
+    /// as [`RopeTable::rotate`].
+    ///
+    /// # Safety
+    /// `x` valid for `d` reads and writes, `d ≥ n_rot`; `pairs` has `n_rot / 2` entries.
+    pub(crate) unsafe fn rotate_by(&self, x: *mut f32, pairs: &[(f32, f32)]) {
+        let half = self.n_rot / 2;
+        let (sa, sb) = match self.mode {
+            RopeMode::Norm => (2, 1),
+            RopeMode::Neox => (1, half),
+        };
+        for (i, &(c, s)) in pairs.iter().enumerate().take(half) {
+            let (a, b) = (sa * i, sa * i + sb);
+            let (x0, x1) = (*x.add(a), *x.add(b));
+            *x.add(a) = x0.mul_add(c, -(x1 * s));
+            *x.add(b) = x0.mul_add(s, x1 * c);
         }
     }
 

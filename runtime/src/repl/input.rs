@@ -129,7 +129,7 @@ mod tests {
         let mut got = Vec::new();
         loop {
             match read_message(&mut p, "> ").unwrap() {
-                Read::Text(t) => got.push(t),
+                Read::Text(t) | Read::Block(t) => got.push(t),
                 Read::Eof => break,
                 Read::Interrupted => unreachable!(),
             }
