@@ -234,3 +234,64 @@ fn context_shift_moves_and_reropes_the_cache() {
         );
     }
 }
+
+/// The K shift is a rotation by the position delta: layer 0's keys depend only on the token
+/// and its position, so keys computed at positions `p` and re-roped by `-d` equal, within
+/// f16 rounding, the keys computed at `p - d` directly.
+#[test]
+fn k_shift_rotates_keys_to_their_new_positions() {
+    use runtime::engine::{Engine, KvStream};
+    let Some(gguf) = smollm2() else { return };
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan");
+    let k0 = plan
+        .kv
+        .iter()
+        .position(|c| c.layer == 0 && c.kind == ir::graph::KvKind::K)
+        .expect("layer 0 K cache");
+    let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    let layout = e.kv_layout().clone();
+    let slot = layout.caches[k0];
+    let tokens: Vec<u32> = PROMPT_A.iter().chain(&NEXT_A).copied().collect();
+    let (src, d) = (10usize, 6usize);
+    let n = tokens.len() - src;
+
+    let mut a = vec![0u8; layout.stream_bytes as usize];
+    let mut kv = KvStream {
+        index: 0,
+        mem: &mut a,
+        written: 0,
+    };
+    e.decode(&mut kv, &tokens, 0, false).expect("decode");
+    assert!(e.shift_k(&mut kv, src, n, -(d as i64)).expect("shift"));
+
+    let mut b = vec![0u8; layout.stream_bytes as usize];
+    let mut kv = KvStream {
+        index: 1,
+        mem: &mut b,
+        written: 0,
+    };
+    e.decode(&mut kv, &tokens[src..], src - d, false)
+        .expect("decode");
+
+    let row = slot.row_bytes as usize;
+    let f16s = |m: &[u8], cell: usize| -> Vec<f32> {
+        let at = slot.offset as usize + cell * row;
+        m[at..at + row]
+            .chunks_exact(2)
+            .map(|h| half::f16::from_le_bytes([h[0], h[1]]).to_f32())
+            .collect()
+    };
+    let mut worst = 0f32;
+    for i in 0..n {
+        let (x, y) = (f16s(&a, src + i), f16s(&b, src - d + i));
+        for (p, q) in x.iter().zip(&y) {
+            worst = worst.max((p - q).abs() / q.abs().max(1.0));
+        }
+    }
+    eprintln!("re-roped vs computed at the new positions: max relative difference {worst:.2e}");
+    assert!(
+        worst < 4e-3,
+        "re-roped keys differ from keys at the new positions by {worst}"
+    );
+}
