@@ -333,7 +333,14 @@ impl<'s, 'w> Generation<'s, 'w> {
             self.stop_type = Some("limit");
             return Ok(self.flush());
         }
-        if self.session.n_past(self.seq) + 1 > self.session.n_ctx() {
+        // llama-completion shifts before the decode that would fill the context's last cell
+        // (`n_past + 1 >= n_ctx`); without a shift the last cell is used.
+        let n_past = self.session.n_past(self.seq);
+        let full = match self.opts.context_shift {
+            Some(_) => n_past + 1 >= self.session.n_ctx(),
+            None => n_past + 1 > self.session.n_ctx(),
+        };
+        if full {
             let shift = self.opts.context_shift;
             match shift {
                 Some(n_keep) if self.shift(n_keep)? => {}

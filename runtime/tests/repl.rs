@@ -265,8 +265,8 @@ fn full_context_shifts_instead_of_failing() {
         .expect("/stats context line");
     assert!(used.ends_with("/ 160 tokens"), "{used}");
 
-    // Within one generation: -n past the context shifts (llama-completion's default) or,
-    // with --no-context-shift, stops with a warning.
+    // Within one generation: -n past the context stops with a warning by default (as
+    // llama-completion at 0c1e570), or shifts with --context-shift.
     let gen = [
         "-p",
         "Once upon a time",
@@ -280,7 +280,7 @@ fn full_context_shifts_instead_of_failing() {
         .arg("run")
         .arg(&m)
         .args(gen)
-        .args(["-c", "96", "--json"])
+        .args(["-c", "96", "--json", "--context-shift"])
         .output()
         .expect("runs");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -291,7 +291,7 @@ fn full_context_shifts_instead_of_failing() {
         .arg("run")
         .arg(&m)
         .args(gen)
-        .args(["-c", "96", "--no-context-shift"])
+        .args(["-c", "96"])
         .output()
         .expect("runs");
     assert!(out.status.success());

@@ -92,11 +92,12 @@ pub struct GenArgs {
     #[arg(long = "single-turn")]
     pub single_turn: bool,
     /// When the context fills, drop the oldest half of it (after `--keep`) and go on, as
-    /// llama-completion does (the default).
+    /// llama.cpp's `--context-shift` (off by default in plain generation, as in
+    /// llama-completion at 0c1e570; on in a conversation).
     #[arg(long = "context-shift", overrides_with = "no_context_shift")]
     pub context_shift: bool,
-    /// Stop when the context fills instead of shifting it.
-    #[arg(long = "no-context-shift")]
+    /// Stop when the context fills instead of shifting it (a conversation shifts by default).
+    #[arg(long = "no-context-shift", overrides_with = "context_shift")]
     pub no_context_shift: bool,
     /// Prompt tokens a context shift keeps (after BOS; -1: the whole prompt), as llama.cpp's
     /// `--keep`; a conversation also keeps its system prompt.
@@ -235,11 +236,11 @@ impl GenArgs {
         Ok(tmpl)
     }
 
-    /// The positions a context shift keeps for a prompt of `n_prompt` tokens that begins
-    /// with BOS when `bos` (llama.cpp: `--keep` plus BOS; -1 or more than the prompt: all of
-    /// it), or `None` with `--no-context-shift`.
+    /// The positions a context shift of plain generation keeps for a prompt of `n_prompt`
+    /// tokens that begins with BOS when `bos` (llama.cpp: `--keep` plus BOS; -1 or more
+    /// than the prompt: all of it), or `None` without `--context-shift`.
     pub fn shift_keep(&self, n_prompt: usize, bos: bool) -> Option<usize> {
-        if self.no_context_shift {
+        if !self.context_shift {
             return None;
         }
         Some(match usize::try_from(self.keep) {
