@@ -297,3 +297,33 @@ fn full_context_shifts_instead_of_failing() {
     assert!(out.status.success());
     assert!(text(&out.stderr).contains("is full; generation stopped"));
 }
+
+/// Greedy text across a context shift equals llama-completion's (`--context-shift -c 256`,
+/// 330 tokens: one shift of 127 positions, 80 tokens after it), recorded in
+/// `tests/data/context_shift_llama_cpp.json`.
+#[test]
+fn context_shift_text_equals_llama_cpp() {
+    let Some(m) = model() else { return };
+    let data =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/context_shift_llama_cpp.json");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&data).expect("reference")).expect("JSON");
+    let out = modelc()
+        .arg("run")
+        .arg(&m)
+        .args(["-p", r["prompt"].as_str().expect("prompt")])
+        .args(["-n", "330", "-c", "256", "--temp", "0", "-t", "2"])
+        .args(["--context-shift", "--ignore-eos", "--json"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["n_discarded"], 127, "one shift of 127 positions");
+    assert_eq!(
+        v["content"]
+            .as_str()
+            .expect("content")
+            .trim_end_matches('\n'),
+        r["text"].as_str().expect("text")
+    );
+}
