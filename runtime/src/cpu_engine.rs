@@ -41,23 +41,40 @@ pub fn build_plan(
     kv_types: KvTypes,
     logits: LogitRows,
 ) -> anyhow::Result<Plan> {
-    let opts = |all_logits: bool| CompileOptions {
+    let opts = CompileOptions {
         ubatches: ubatches.to_vec(),
-        all_logits,
         n_ctx,
         kv_types,
         ..CompileOptions::default()
     };
-    let run = |all: bool| compile(model, &opts(all), &mut |_, _| {}).context("compiling the plan");
-    match logits {
-        LogitRows::Last => run(false),
-        LogitRows::All => run(true),
-        LogitRows::Both => {
-            let mut a = run(false)?;
-            merge_steps(&mut a, run(true)?)?;
-            Ok(a)
-        }
+    build_plan_with(model, &opts, logits, &mut |_, _| {})
+}
+
+/// [`build_plan`] from full compile options (their `all_logits` is set from `logits`),
+/// calling `after` after every pass of the first compilation (`modelc compile
+/// --dump-after`).
+///
+/// # Errors
+/// As [`build_plan`].
+pub fn build_plan_with(
+    model: &compiler::Model,
+    opts: &CompileOptions,
+    logits: LogitRows,
+    after: &mut dyn FnMut(&compiler::passes::Pass, &compiler::passes::Module),
+) -> anyhow::Result<Plan> {
+    let with = |all_logits: bool| CompileOptions {
+        all_logits,
+        ..opts.clone()
+    };
+    let first =
+        compile(model, &with(logits == LogitRows::All), after).context("compiling the plan")?;
+    if logits != LogitRows::Both {
+        return Ok(first);
     }
+    let mut a = first;
+    let b = compile(model, &with(true), &mut |_, _| {}).context("compiling the plan")?;
+    merge_steps(&mut a, b)?;
+    Ok(a)
 }
 
 /// Adds the steps of `b` that `a` lacks to `a`, renumbering weights and KV caches by name

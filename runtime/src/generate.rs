@@ -363,9 +363,9 @@ impl<'s, 'w> Generation<'s, 'w> {
     /// # Errors
     /// An engine error.
     fn shift(&mut self, n_keep: usize) -> anyhow::Result<bool> {
-        let held = self.session.tokens(self.seq).to_vec();
-        let n_keep = n_keep.min(held.len());
-        let n_discard = (held.len() - n_keep) / 2;
+        let n_past = self.session.n_past(self.seq);
+        let n_keep = n_keep.min(n_past);
+        let n_discard = (n_past - n_keep) / 2;
         if n_discard == 0 {
             return Ok(false);
         }

@@ -204,6 +204,33 @@ pub trait Backend {
     ) -> anyhow::Result<Box<dyn Engine + 'w>>;
 }
 
+/// How often the model file's pages are given back while a program's weights are copied
+/// ([`crate::engine_weights::ReleasingGguf::while_loading`]).
+const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Loads `payload` with the weights of `gguf` through `be` into a one-sequence session of
+/// `opts.n_ctx`: first refuses a context whose KV memory and work buffers do not fit in the
+/// memory this process may use, then loads while the file's pages are given back (the
+/// process holds the engine's copies of the weights, not the file's pages too).
+///
+/// # Errors
+/// A context that does not fit, or what [`Backend::load`] and [`Session::new`] report.
+pub fn open_session<'w>(
+    be: &dyn Backend,
+    payload: &Payload,
+    gguf: &'w ir::gguf::GgufFile,
+    opts: &LoadOptions,
+) -> anyhow::Result<crate::session::Session<'w>> {
+    let plan = payload.plan();
+    let kv = plan
+        .kv_layout(opts.n_ctx as u64)
+        .map_err(anyhow::Error::msg)?;
+    crate::memory::check_fits(opts.n_ctx, kv.stream_bytes + plan.arena_bytes())?;
+    let engine = crate::engine_weights::ReleasingGguf::new(gguf)
+        .while_loading(RELEASE_PERIOD, || be.load(payload, gguf, opts))?;
+    crate::session::Session::new(engine, 1)
+}
+
 /// Refuses a `(k, v)` cache type pair `s` lacks, listing those it has.
 ///
 /// # Errors

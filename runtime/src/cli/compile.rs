@@ -4,7 +4,7 @@
 //! [`crate::artifact`] for how the runner carries the program).
 
 use crate::artifact::{fingerprint, write_runner, Artifact, ARTIFACT_VERSION};
-use crate::backend::{backend, cache_type_name, BackendArgs, Target, LLAMA_CACHE_TYPES};
+use crate::backend::{backend, cache_type_name, BackendArgs, LogitRows, Target, LLAMA_CACHE_TYPES};
 use anyhow::Context;
 use compiler::passes::CompileOptions;
 use ir::gguf::GgufFile;
@@ -201,9 +201,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let n_ctx_train = compiler::HParams::from_gguf(&gguf)?.n_ctx_train as usize;
     let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.kv.resolve(KvTypes::F16, args.target)?;
-    // Steps for both kinds of logits: the runner generates and computes perplexity with
-    // the same program.
-    let mut opts = compile_options(&args.ubatch, n_ctx, kv_types, false)?;
+    let opts = compile_options(&args.ubatch, n_ctx, kv_types, false)?;
     if let Some(p) = &args.dump_after {
         anyhow::ensure!(
             compiler::passes::pass_names().contains(&p.as_str()),
@@ -213,15 +211,14 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     }
     let dump = args.dump_after.clone();
     let model = compiler::load_model(&gguf)?;
-    let mut plan = compiler::passes::compile(&model, &opts, &mut |pass, m| {
-        if dump.as_deref() == Some(pass.name) {
-            println!("; after {}\n{m}", pass.name);
-        }
-    })?;
-    be.check(&plan)?;
-    opts.all_logits = true;
-    let all = compiler::passes::compile(&model, &opts, &mut |_, _| {})?;
-    crate::cpu_engine::merge_steps(&mut plan, all)?;
+    // Steps for both kinds of logits: the runner generates and computes perplexity with
+    // the same program.
+    let plan =
+        crate::cpu_engine::build_plan_with(&model, &opts, LogitRows::Both, &mut |pass, m| {
+            if dump.as_deref() == Some(pass.name) {
+                println!("; after {}\n{m}", pass.name);
+            }
+        })?;
     let summary = plan.summary();
     let payload = be.build(plan)?;
     let out = args

@@ -147,9 +147,6 @@ pub fn open_session<'a>(
             let ub = [1, args.n_ubatch as u32];
             let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
             let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
-            let kv = plan.kv_layout(n_ctx as u64).map_err(anyhow::Error::msg)?;
-            crate::memory::check_fits(n_ctx, kv.stream_bytes + plan.arena_bytes())?;
-            warn_ctx_train(n_ctx, n_ctx_train);
             let payload = be.build(plan)?;
             let opts = LoadOptions {
                 n_threads: threads,
@@ -161,12 +158,9 @@ pub fn open_session<'a>(
                     LogitRows::Last
                 },
             };
-            // The file's pages are given back while the weights are copied, as in a runner.
-            let engine = crate::engine_weights::ReleasingGguf::new(gguf)
-                .while_loading(std::time::Duration::from_millis(2), || {
-                    be.load(&payload, gguf, &opts)
-                })?;
-            Session::new(engine, 1)
+            let session = crate::backend::open_session(be.as_ref(), &payload, gguf, &opts)?;
+            warn_ctx_train(n_ctx, n_ctx_train);
+            Ok(session)
         }
         None => {
             // The interpreter's KV cache: at least K and V in f16 for every layer.

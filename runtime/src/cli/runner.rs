@@ -15,7 +15,6 @@ use crate::artifact::{fingerprint, Artifact};
 use crate::backend::cpu::Kernels;
 use crate::backend::{backend, cache_type_name, BackendArgs, LoadOptions, LogitRows};
 use crate::bench::{self, Test};
-use crate::engine_weights::ReleasingGguf;
 use crate::session::Session;
 use crate::tokenizer::Vocab;
 use anyhow::Context;
@@ -192,14 +191,14 @@ fn compiled_kv(artifact: &Artifact, kv: &KvArgs) -> anyhow::Result<KvTypes> {
 
 /// Loads the runner's program through its target's backend into a one-sequence session of
 /// `n_ctx` (at most the compiled context: no re-planning), giving the file's pages back while
-/// the weights are copied ([`ReleasingGguf`]).
+/// the weights are copied ([`crate::backend::open_session`]).
 ///
 /// # Errors
 /// A context past the compiled one, cache types other than the compiled ones, a context
 /// that does not fit in memory, or what the backend reports.
 fn load_session<'a>(
     artifact: &Artifact,
-    weights: &'a ReleasingGguf<'a>,
+    gguf: &'a GgufFile,
     n_ctx: usize,
     logits: LogitRows,
     engine: &EngineArgs,
@@ -212,9 +211,6 @@ fn load_session<'a>(
         "-c {n_ctx}: this runner was compiled for a context of at most {}; compile one with `modelc compile MODEL -c {n_ctx}`",
         artifact.n_ctx
     );
-    let plan = artifact.payload.plan();
-    let kv = plan.kv_layout(n_ctx as u64).map_err(anyhow::Error::msg)?;
-    crate::memory::check_fits(n_ctx, kv.stream_bytes + plan.arena_bytes())?;
     let be = backend(artifact.target, backend_args)?;
     let opts = LoadOptions {
         n_threads: threads.max(1),
@@ -222,20 +218,13 @@ fn load_session<'a>(
         flash_attn: engine.flash(),
         logits,
     };
-    let e = weights.while_loading(RELEASE_PERIOD, || {
-        be.load(&artifact.payload, weights, &opts)
-    })?;
-    Session::new(e, 1)
+    crate::backend::open_session(be.as_ref(), &artifact.payload, gguf, &opts)
 }
 
 /// The model's training context, for [`warn_ctx_train`].
 fn n_ctx_train(gguf: &GgufFile) -> anyhow::Result<usize> {
     Ok(compiler::HParams::from_gguf(gguf)?.n_ctx_train as usize)
 }
-
-/// How often the file's pages are released while an engine is built
-/// ([`ReleasingGguf::while_loading`]).
-const RELEASE_PERIOD: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Runs as the runner for `artifact` with the process's arguments.
 pub fn main(artifact: Artifact) -> std::process::ExitCode {
@@ -268,10 +257,9 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             };
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);
-            let weights = ReleasingGguf::new(&gguf);
             let mut session = load_session(
                 &artifact,
-                &weights,
+                &gguf,
                 n_ctx,
                 LogitRows::Last,
                 &cli.common.engine,
@@ -319,12 +307,11 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .map(|&n| Test::Pp(n))
                 .collect();
             tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
-            let weights = ReleasingGguf::new(&gguf);
             let rows = bench::run(
                 &mut |t| {
                     load_session(
                         &artifact,
-                        &weights,
+                        &gguf,
                         n_ctx,
                         LogitRows::Last,
                         &b.engine,
@@ -373,10 +360,9 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let vocab = Vocab::from_gguf(&gguf)?;
             warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
-            let weights = ReleasingGguf::new(&gguf);
             let mut session = load_session(
                 &artifact,
-                &weights,
+                &gguf,
                 p.n_ctx,
                 LogitRows::All,
                 &p.engine,

@@ -129,16 +129,22 @@ impl<'a, 'w> Chat<'a, 'w> {
 
     /// The prompt tokens of the conversation, ending with the assistant's header.
     fn prompt(&self) -> anyhow::Result<Vec<u32>> {
-        let text = match &self.raw {
-            Some(t) => t.clone(),
-            None => self.template.render(
-                &self.messages,
-                &RenderOptions {
-                    add_generation_prompt: true,
-                    ..Default::default()
-                },
-            )?,
-        };
+        match &self.raw {
+            Some(t) => Ok(self.vocab.tokenize(t, true, true)),
+            None => self.render_prompt(&self.messages),
+        }
+    }
+
+    /// The tokens of `messages` rendered with the template, ending with the assistant's
+    /// header.
+    fn render_prompt(&self, messages: &[serde_json::Value]) -> anyhow::Result<Vec<u32>> {
+        let text = self.template.render(
+            messages,
+            &RenderOptions {
+                add_generation_prompt: true,
+                ..Default::default()
+            },
+        )?;
         Ok(self.vocab.tokenize(&text, true, true))
     }
 
@@ -374,14 +380,7 @@ impl<'a, 'w> Chat<'a, 'w> {
                 .iter()
                 .filter_map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
                 .collect();
-            let text = self.template.render(
-                &self.messages[..i],
-                &RenderOptions {
-                    add_generation_prompt: true,
-                    ..Default::default()
-                },
-            )?;
-            let prompt = self.vocab.tokenize(&text, true, true);
+            let prompt = self.render_prompt(&self.messages[..i])?;
             if prompt.is_empty() || prompt.len() + ids.len() >= self.session.n_ctx() {
                 continue;
             }
