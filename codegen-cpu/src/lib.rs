@@ -88,9 +88,17 @@ pub mod jit;
 pub mod layout;
 pub mod matmul;
 pub mod pool;
+pub mod rows;
 
 pub use generated::{SumOrder, Tiling};
 pub use jit::{CodegenError, Jit, JitCode, Result};
 pub use layout::{repack, RepackedWeight};
 pub use matmul::{compile_matmul, compile_matmul_with, MatmulKernel, MatmulSpec};
 pub use pool::ThreadPool;
+
+/// Whether the CPU backend multiplies weights of type `wtype`: by a generated kernel over
+/// repacked weights ([`layout::supports`]) or by a row-dot kernel over ggml's own layout
+/// ([`rows::supports`]).
+pub fn matmul_supports(wtype: ir::ggml::GgmlType) -> bool {
+    layout::supports(wtype) || rows::supports(wtype)
+}

@@ -3,13 +3,16 @@
 //!
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
-//!     [--only bandwidth|shapes|decode|pp] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
+//!     [--only bandwidth|shapes|decode|pp|rows] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
 //! GB/s of repacked weight bytes read, and GMAC/s; then a "decode token" sweep (30 layers ×
 //! {q,k,v,o,gate,up,down} + output, distinct weights so they come from DRAM as in a real
 //! step) and a prompt sweep (ubatch 64, output for the last token only, as llama-bench's pp).
+//! `rows`: the row-dot kernels ([`codegen_cpu::rows`]) of every other block type at decode
+//! shapes (one token), GB/s of weight bytes streamed (weights larger than the caches, so
+//! they come from DRAM as in a real step).
 
 use std::time::Instant;
 
@@ -270,6 +273,66 @@ fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
     }
 }
 
+/// The row-dot kernels per block type at decode shapes (module doc).
+fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
+    use codegen_cpu::rows::RowsMatmul;
+    println!("| type | weight {{K, M}} x copies | path | threads | µs/call (median) | GB/s (best) | share of read bandwidth |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for t in GgmlType::ALL
+        .iter()
+        .copied()
+        .filter(|&t| codegen_cpu::rows::supports(t))
+    {
+        // FFN-down-like rows, 64 copies (> L3) cycled so every call reads from DRAM.
+        let (k, m, copies) = (N_FF.next_multiple_of(256), N_EMBD, 64);
+        let Ok(kern) = RowsMatmul::new(t, k, m, 1) else {
+            continue;
+        };
+        let ws: Vec<Vec<u8>> = (0..copies)
+            .map(|_| {
+                (0..kern.weight_bytes())
+                    .map(|_| rng.next() as u8 & 0x3f)
+                    .collect()
+            })
+            .collect();
+        let x: Vec<f32> = (0..k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut act = vec![0u8; kern.act_bytes()];
+        if let Err(e) = kern.prepare(&x, &mut act) {
+            panic!("prepare: {e}");
+        }
+        let mut out = vec![0f32; m];
+        for (pi, pool) in pools.iter().enumerate() {
+            let mut i = 0;
+            let s = time_it(a.reps, || {
+                i = (i + 1) % copies;
+                if let Err(e) = kern.run(pool, &ws[i], &act, &mut out) {
+                    panic!("run: {e}");
+                }
+            });
+            let gbs = kern.weight_bytes() as f64 / s.min / 1e9;
+            let share = roof
+                .get(pi)
+                .map_or(String::from("-"), |r| format!("{:.0}%", 100.0 * gbs / r));
+            println!(
+                "| {} | {{{k}, {m}}} x {copies} | {}{} | {} | {:.1} | {:.1} | {share} |",
+                t.name(),
+                if kern.simd() { "AVX2" } else { "plain" },
+                if kern.exact() {
+                    ", exact"
+                } else {
+                    ", scalar order"
+                },
+                pool.n_threads(),
+                s.median * 1e6,
+                gbs,
+            );
+        }
+    }
+}
+
 struct Layer {
     w: Vec<RepackedWeight>, // q k v o gate up down
 }
@@ -457,6 +520,10 @@ fn main() {
         .collect();
     let only = a.only.as_deref();
     let roof = bench_bandwidth(&a, &pools);
+    if only.is_none() || only == Some("rows") {
+        bench_rows(&a, &pools, &roof);
+        println!();
+    }
     if only.is_none() || only == Some("shapes") {
         bench_shapes(&a, &pools);
         println!();

@@ -18,7 +18,7 @@ use ir::plan::{
     ValueId, WeightId,
 };
 
-use super::mul_mat::{chunk_groups, Epi, Mat, MulMat, Out, Prep};
+use super::mul_mat::{chunk_groups, Epi, Mat, MatWeight, MulMat, Out, Prep};
 use super::ops::{Attention, CacheRows, GetRows, Op, RopeKv, Table};
 use super::view::{Ptr, View};
 use super::ExecError;
@@ -29,6 +29,7 @@ use crate::handwritten::elementwise::{Binary, Glu, Unary};
 use crate::handwritten::rope::RopeTable;
 use crate::layout::{repack, supports, RepackedWeight};
 use crate::matmul::MatmulSpec;
+use crate::rows::RowDot;
 
 /// Sizes of the scratch buffers the lowered ops need.
 #[derive(Clone, Copy, Debug, Default)]
@@ -193,6 +194,39 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         let p = Ptr(v.as_ptr() as *mut u8);
         self.store.f32s.insert(id, v);
         Ok(p)
+    }
+
+    /// Weight `id` read in place by the row-dot kernels ([`crate::rows`]), with the input
+    /// preparation they need; `k` is the input's row length.
+    fn rows_weight(&mut self, id: WeightId, k: usize) -> Result<(Prep, MatWeight), String> {
+        let w = self.plan.weights[id.index()].clone();
+        let t = w.dtype.ggml_type();
+        let dot = RowDot::new(t).ok_or_else(|| {
+            format!(
+                "weight {} is {}: no CPU matmul kernel for this type yet",
+                w.name,
+                t.name()
+            )
+        })?;
+        if w.shape.ne[2] != 1 || w.shape.ne[3] != 1 {
+            return Err(format!("weight {} {} is not a matrix", w.name, w.shape));
+        }
+        let (row_bytes, _) = dot.row_bytes(k).zip(dot.act_row_bytes(k)).ok_or_else(|| {
+            format!(
+                "weight {}: {k} values are not whole {} blocks",
+                w.name,
+                t.name()
+            )
+        })?;
+        let data = self.raw(id)?;
+        Ok((
+            Prep::Rows(dot),
+            MatWeight::Rows {
+                dot,
+                data: Ptr(data.as_ptr() as *mut u8),
+                row_bytes,
+            },
+        ))
     }
 
     /// Weight `id` repacked for the matmul kernels.
@@ -767,8 +801,22 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             }
             let t = wv.dtype.ggml_type();
             let m = wv.shape.ne[1] as usize;
-            let rw = self.repacked(wid)?;
             let m_pad = m.next_multiple_of(4);
+            if !supports(t) {
+                let (prep, weight) = self.rows_weight(wid, kk)?;
+                preps.push(prep);
+                mats.push(Mat {
+                    entry: None,
+                    spec: usize::MAX,
+                    weight,
+                    m,
+                    m_pad,
+                    dst: None,
+                    scratch: 0,
+                });
+                continue;
+            }
+            let rw = self.repacked(wid)?;
             let ms = MatmulSpec {
                 wtype: t,
                 k: kk,
@@ -792,7 +840,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             mats.push(Mat {
                 entry: None,
                 spec: spec_i,
-                weight: rw,
+                weight: MatWeight::Repacked(rw),
                 m,
                 m_pad,
                 dst: None,
@@ -853,6 +901,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                         x.format().act == y.format().act
                             && x.format().zero_point == y.format().zero_point
                     }
+                    (Prep::Rows(x), Prep::Rows(y)) => x.act_type() == y.act_type(),
                     _ => true,
                 }
         };
@@ -883,6 +932,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     ) -> Op {
         let arb = match prep {
             Prep::Quant(_) => act_row_bytes(k),
+            Prep::Rows(r) => r.act_row_bytes(k).unwrap_or(0),
             _ => 4 * k,
         };
         let split_prep = self.n_threads > 1 && n >= 2 * self.n_threads;

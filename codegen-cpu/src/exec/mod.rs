@@ -54,7 +54,7 @@ use crate::layout::AlignedBuf;
 use crate::matmul::define_matmul;
 use crate::pool::ThreadPool;
 use lower::{Lowerer, WeightStore};
-use mul_mat::KernelFn;
+use mul_mat::{KernelFn, MatWeight};
 use ops::{Ctx, Op, Scratch};
 use sync::StepSync;
 use view::{Ptr, View};
@@ -461,7 +461,9 @@ impl<'w> CompiledPlan<'w> {
                 for op in &mut st.ops {
                     if let Op::MulMat(m) = op {
                         for mat in &mut m.mats {
-                            mat.entry = Some(entries[mat.spec]);
+                            if matches!(mat.weight, MatWeight::Repacked(_)) {
+                                mat.entry = Some(entries[mat.spec]);
+                            }
                         }
                     }
                 }

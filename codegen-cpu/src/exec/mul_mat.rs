@@ -32,6 +32,7 @@ use crate::handwritten::actq::FastQuant;
 use crate::handwritten::elementwise::{binary, glu, Binary, Glu};
 use crate::handwritten::norm::rms_norm_row;
 use crate::layout::RepackedWeight;
+use crate::rows::RowDot;
 
 /// Most products (rows × tokens) of a chunk with an epilogue: 64 KiB of f32 per weight, so a
 /// chunk's products are still in cache when the epilogue reads them.
@@ -55,6 +56,9 @@ pub(crate) enum Prep {
     F16,
     /// Rounded through bf16 (BF16 weights).
     BF16,
+    /// Quantized to the weight type's `vec_dot_type` in ggml's own block layout (weights
+    /// multiplied by the row-dot kernels of [`crate::rows`]).
+    Rows(RowDot),
 }
 
 /// Where a product's `{M, N}` result goes: token `t`'s row at `ptr + t·stride`.
@@ -71,8 +75,8 @@ pub(crate) struct Mat {
     pub entry: Option<KernelFn>,
     /// Index of its shape in the load's kernel table.
     pub spec: usize,
-    /// The repacked weight.
-    pub weight: Arc<RepackedWeight>,
+    /// The weight, repacked or read in place.
+    pub weight: MatWeight,
     /// Rows (`M`).
     pub m: usize,
     /// `M` rounded up to a multiple of 4: the kernel's row count and output row stride.
@@ -82,6 +86,20 @@ pub(crate) struct Mat {
     pub dst: Option<Out>,
     /// Byte offset of this weight's products in the epilogue scratch.
     pub scratch: usize,
+}
+
+/// How a product reads its weight.
+#[derive(Debug)]
+pub(crate) enum MatWeight {
+    /// Repacked into the generated kernels' layout ([`crate::layout`]).
+    Repacked(Arc<RepackedWeight>),
+    /// In ggml's layout, read in place: `row_bytes` per row at `data` (the model file's
+    /// mapping, borrowed for the plan's lifetime), multiplied by `dot`.
+    Rows {
+        dot: RowDot,
+        data: Ptr,
+        row_bytes: usize,
+    },
 }
 
 impl Mat {
@@ -277,8 +295,30 @@ impl MulMat {
     /// Groups `g0..g1` of `mat` for all tokens into `out` (`{m_pad, N}`, row stride
     /// `4·m_pad`).
     unsafe fn products(&self, mat: &Mat, act: *const u8, out: *mut f32, g0: usize, g1: usize) {
-        if let Some(entry) = mat.entry {
-            entry(mat.weight.data().as_ptr(), act, out, g0 as i64, g1 as i64);
+        match &mat.weight {
+            MatWeight::Repacked(w) => {
+                if let Some(entry) = mat.entry {
+                    entry(w.data().as_ptr(), act, out, g0 as i64, g1 as i64);
+                }
+            }
+            MatWeight::Rows {
+                dot,
+                data,
+                row_bytes,
+            } => {
+                let arb = self.act_row_bytes;
+                let r1 = (g1 * GROUP_ROWS).min(mat.m);
+                for r in g0 * GROUP_ROWS..r1 {
+                    let w = std::slice::from_raw_parts(
+                        data.add(r * row_bytes) as *const u8,
+                        *row_bytes,
+                    );
+                    for t in 0..self.n {
+                        let a = std::slice::from_raw_parts(act.add(t * arb), arb);
+                        *out.add(t * mat.m_pad + r) = dot.dot(w, a);
+                    }
+                }
+            }
         }
     }
 
@@ -287,6 +327,7 @@ impl MulMat {
         let x = std::slice::from_raw_parts(src, self.k);
         match self.prep {
             Prep::Quant(q) => q.row(src, dst, self.k),
+            Prep::Rows(r) => r.prepare(x, std::slice::from_raw_parts_mut(dst, self.act_row_bytes)),
             Prep::F32 => std::ptr::copy_nonoverlapping(src as *const u8, dst, 4 * self.k),
             Prep::F16 => {
                 for (i, v) in x.iter().enumerate() {

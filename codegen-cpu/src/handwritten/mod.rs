@@ -29,6 +29,7 @@ pub(crate) mod elementwise;
 pub(crate) mod embed;
 pub(crate) mod flash;
 pub(crate) mod norm;
+pub(crate) mod qdot;
 pub(crate) mod rope;
 pub(crate) mod soft_max_attn;
 

@@ -94,7 +94,7 @@ impl Backend for CpuBackend {
             weight_types: ir::ggml::GgmlType::ALL
                 .iter()
                 .copied()
-                .filter(|&t| codegen_cpu::layout::supports(t))
+                .filter(|&t| codegen_cpu::matmul_supports(t))
                 .collect(),
             kv_pairs: Support::kv_pairs_from(codegen_cpu::exec::kv_pair_supported),
         }

@@ -1,0 +1,218 @@
+//! Matrix products over weights kept in ggml's own layout (row-major blocks, read in place
+//! from the model file) for every block type that has no generated kernel: the
+//! "row-dot" kernels.
+//!
+//! Everything here is derived from the format descriptions of `ir::ggml`: the activation
+//! format is the weight type's `vec_dot_type` ([`ir::ggml::vec_dot_type`]), activations are
+//! quantized to it by ggml's own quantizers ([`ir::ggml::quantize`], x86 flavour), and a row
+//! size is [`ir::ggml::GgmlType::row_size`]. What remains per type is its dot product:
+//! [`RowDot`] takes the hand-written AVX2 routine of [`crate::handwritten::qdot`] where one
+//! exists, else the lane-faithful plain routine of `ir::ggml` that computes what llama.cpp's
+//! x86 AVX2 kernel for that type computes (`ggml_vec_dot_<type>_<vec_dot_type>`,
+//! ggml-cpu/arch/x86/quants.c), else ggml's scalar dot product of the type (correct, in
+//! another summation order: [`RowDot::exact`] says which). So a type is supported here
+//! exactly when `ir::ggml` can compute its dot product; no list is written out.
+//!
+//! Weights are not copied: a row is `row_size(k)` bytes at `row · row_size(k)` of the
+//! tensor's data (GGUF tensor data is aligned to `general.alignment`, at least 32 bytes, and
+//! the routines read unaligned).
+
+use ir::ggml::{self, GgmlType, Q8Flavor};
+
+use crate::handwritten::qdot;
+
+/// Whether weights of type `wtype` can be multiplied by the row-dot kernels: a block type
+/// whose x86 dot product `ir::ggml` (or [`crate::handwritten::qdot`]) computes.
+pub fn supports(wtype: GgmlType) -> bool {
+    RowDot::new(wtype).is_some()
+}
+
+/// The dot product of one weight row with one prepared activation row, for one type.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowDot {
+    wtype: GgmlType,
+    /// The companion activation type (`vec_dot_type`).
+    act: GgmlType,
+    /// Whether `ir::ggml::vec_dot_avx2` computes this type (else `ir::ggml::vec_dot`).
+    x86: bool,
+    /// A hand-written routine, if the host can run one.
+    fast: Option<qdot::DotFn>,
+}
+
+impl RowDot {
+    /// The dot product for `wtype`, if it has one.
+    pub fn new(wtype: GgmlType) -> Option<RowDot> {
+        if wtype.block_size() == 1 {
+            return None; // F32 / F16 / BF16 go through the generated float kernels.
+        }
+        let act = ggml::vec_dot_type(wtype)?;
+        // Probe the references with one zero block: they refuse types they do not compute.
+        let w = vec![0u8; wtype.type_size()];
+        let a = vec![0u8; act.type_size() * wtype.block_size() / act.block_size()];
+        let x86 = ggml::vec_dot_avx2(wtype, &w, &a).is_ok();
+        if !x86 {
+            ggml::vec_dot(wtype, &w, &a).ok()?;
+        }
+        Some(RowDot {
+            wtype,
+            act,
+            x86,
+            fast: qdot::dot_fn(wtype),
+        })
+    }
+
+    /// Whether the products are llama.cpp's x86 numbers (else ggml's scalar order: within
+    /// rounding of them).
+    pub fn exact(&self) -> bool {
+        self.x86 || self.fast.is_some()
+    }
+
+    /// The activation type rows are prepared in.
+    pub fn act_type(&self) -> GgmlType {
+        self.act
+    }
+
+    /// Bytes of one prepared activation row of `k` values (`None` when `k` is not a whole
+    /// number of blocks).
+    pub fn act_row_bytes(&self, k: usize) -> Option<usize> {
+        usize::try_from(self.act.row_size(k as u64)?).ok()
+    }
+
+    /// Bytes of one weight row of `k` values.
+    pub fn row_bytes(&self, k: usize) -> Option<usize> {
+        usize::try_from(self.wtype.row_size(k as u64)?).ok()
+    }
+
+    /// Quantizes the f32 row `x` into `dst` (`act_row_bytes(x.len())` bytes) as llama.cpp's
+    /// x86 build does before the product (`from_float` of the `vec_dot_type`).
+    pub fn prepare(&self, x: &[f32], dst: &mut [u8]) {
+        // Lengths were checked when the kernel was lowered; the quantizer only fails on them.
+        let _ = ggml::quantize(self.act, x, dst, Q8Flavor::X86);
+    }
+
+    /// The dot product of weight row `w` with prepared row `a` (whole rows, lengths as
+    /// checked at lowering).
+    #[inline]
+    pub fn dot(&self, w: &[u8], a: &[u8]) -> f32 {
+        match self.fast {
+            // SAFETY: `dot_fn` returned it only where the host has the features it needs;
+            // `w` and `a` are whole rows of the same number of values.
+            Some(f) => unsafe { f(w, a) },
+            None if self.x86 => ggml::vec_dot_avx2(self.wtype, w, a).unwrap_or(f32::NAN),
+            None => ggml::vec_dot(self.wtype, w, a).unwrap_or(f32::NAN),
+        }
+    }
+}
+
+/// A stand-alone row-dot product `out{m, n} = W{k, m} · x{k, n}` over a weight in ggml's
+/// layout, for benchmarks and tests (plans use the same [`RowDot`] through their fused
+/// matmul op).
+#[derive(Debug)]
+pub struct RowsMatmul {
+    dot: RowDot,
+    k: usize,
+    m: usize,
+    n: usize,
+    row_bytes: usize,
+    act_row: usize,
+}
+
+impl RowsMatmul {
+    /// The product for weights of type `wtype` with `k` values per row, `m` rows and `n`
+    /// tokens.
+    ///
+    /// Errors: [`crate::CodegenError::UnsupportedType`] for a type without a row-dot
+    /// routine; [`crate::CodegenError::Shape`] when `k` is not a whole number of blocks.
+    pub fn new(wtype: GgmlType, k: usize, m: usize, n: usize) -> crate::Result<RowsMatmul> {
+        let dot = RowDot::new(wtype).ok_or(crate::CodegenError::UnsupportedType(wtype.name()))?;
+        let (row_bytes, act_row) = dot.row_bytes(k).zip(dot.act_row_bytes(k)).ok_or_else(|| {
+            crate::CodegenError::Shape(format!("{k} values are not whole {} blocks", wtype.name()))
+        })?;
+        Ok(RowsMatmul {
+            dot,
+            k,
+            m,
+            n,
+            row_bytes,
+            act_row,
+        })
+    }
+
+    /// Whether the products are llama.cpp's x86 numbers ([`RowDot::exact`]).
+    pub fn exact(&self) -> bool {
+        self.dot.exact()
+    }
+
+    /// Whether a hand-written SIMD routine computes them on this host.
+    pub fn simd(&self) -> bool {
+        self.dot.fast.is_some()
+    }
+
+    /// Bytes of the prepared activations of all `n` tokens.
+    pub fn act_bytes(&self) -> usize {
+        self.act_row * self.n
+    }
+
+    /// Bytes of the weight (`m` rows).
+    pub fn weight_bytes(&self) -> usize {
+        self.row_bytes * self.m
+    }
+
+    /// Quantizes `x` (`{k, n}` f32) into `act` ([`act_bytes`](Self::act_bytes)).
+    ///
+    /// Errors: [`crate::CodegenError::BufferSize`] on wrong lengths.
+    pub fn prepare(&self, x: &[f32], act: &mut [u8]) -> crate::Result<()> {
+        check_len("activations (f32)", self.k * self.n, x.len())?;
+        check_len("prepared activations", self.act_bytes(), act.len())?;
+        for (src, dst) in x
+            .chunks_exact(self.k)
+            .zip(act.chunks_exact_mut(self.act_row))
+        {
+            self.dot.prepare(src, dst);
+        }
+        Ok(())
+    }
+
+    /// `out` (`{m, n}`) `= W · x`, rows split over the pool's threads.
+    ///
+    /// Errors: [`crate::CodegenError::BufferSize`] on wrong lengths.
+    pub fn run(
+        &self,
+        pool: &crate::ThreadPool,
+        w: &[u8],
+        act: &[u8],
+        out: &mut [f32],
+    ) -> crate::Result<()> {
+        check_len("weight", self.weight_bytes(), w.len())?;
+        check_len("prepared activations", self.act_bytes(), act.len())?;
+        check_len("output", self.m * self.n, out.len())?;
+        let out_ptr = out.as_mut_ptr() as usize;
+        pool.run(&|ti, nt| {
+            let (r0, r1) = (self.m * ti / nt, self.m * (ti + 1) / nt);
+            for r in r0..r1 {
+                let wr = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
+                for t in 0..self.n {
+                    let v = self
+                        .dot
+                        .dot(wr, &act[t * self.act_row..(t + 1) * self.act_row]);
+                    // SAFETY: `out` holds m·n floats (checked) and stays borrowed until the
+                    // pool has joined; threads write disjoint rows.
+                    unsafe { *(out_ptr as *mut f32).add(t * self.m + r) = v };
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> crate::Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(crate::CodegenError::BufferSize {
+            what,
+            expected,
+            got,
+        })
+    }
+}
