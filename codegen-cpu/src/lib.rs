@@ -9,7 +9,9 @@
 //! type's 8-bit companion format ([`actq`] describes the layout), and a kernel generated for
 //! the exact shape ([`generated`]) computes ggml's per-block integer dot products with
 //! `pmaddubsw`/`pmaddwd`. [`pool::ThreadPool`] splits the rows over threads. [`formats`]
-//! holds the one description per block format that drives all of it.
+//! holds the one description per block format that drives all of it. Every other block
+//! type is multiplied in ggml's own layout, read in place from the model file, by the
+//! row-dot kernels of [`rows`] (activations in the type's `vec_dot_type`, from `ir::ggml`).
 //!
 //! ```
 //! use codegen_cpu::{compile_matmul, repack, MatmulSpec, ThreadPool};
@@ -46,6 +48,7 @@
 //! |---|---|---|---|
 //! | matmul, Q4_0 / Q4_1 / Q8_0 weights ([`SumOrder::Ggml`], the default) | Cranelift | `generated::quant` | `ggml_vec_dot_q4_0_q8_0`, `_q4_1_q8_1`, `_q8_0_q8_0` (arch/x86/quants.c, AVX2), bit for bit |
 //! | matmul, quantized weights, [`SumOrder::Block`] | Cranelift | `generated::quant_block` | the same dot products in ggml's scalar order (not bit-exact with llama.cpp's x86 build) |
+//! | matmul, every other block type (Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS), and in the exact mode Q4_0 / IQ4_NL / Q4_K weights llama.cpp repacks | hand-written AVX2; plain: `ir::ggml`'s lane-faithful routines | [`rows`] (`handwritten::qdot`, `qdot_tiled`, `qdot_repack`) | `ggml_vec_dot_*` (one column), ggml-cpu's tiled K-quant kernel and tinyBLAS (prompts), the repacked `ggml_gemv/gemm_*_8x8_*` (arch/x86/quants.c, tiled/, arch/x86/repack.cpp), bit for bit |
 //! | matmul, F32 / F16 / BF16 weights | Cranelift | `generated::float` | `ggml_vec_dot_f32` / `_f16` / `_bf16`, tinyBLAS: within rounding (own summation order) |
 //! | matmul rows of a padded last group ([`MatmulKernel`] only) | plain Rust | [`matmul`] | as the generated kernel of the same weight type |
 //! | activation quantizer (Q8_0 / Q8_1) | hand-written AVX2; fallback: the scalar reference [`actq::quantize_act`] | `handwritten::actq` | `quantize_row_q8_0`, `quantize_row_q8_1` (arch/x86/quants.c, AVX2) |

@@ -6,8 +6,10 @@
 //! format is the weight type's `vec_dot_type` ([`ir::ggml::vec_dot_type`]), activations are
 //! quantized to it by ggml's own quantizers ([`ir::ggml::quantize`], x86 flavour), and a row
 //! size is [`ir::ggml::GgmlType::row_size`]. What remains per type is its dot product:
-//! [`RowDot`] takes the hand-written AVX2 routine of [`crate::handwritten::qdot`] where one
-//! exists, else the lane-faithful plain routine of `ir::ggml` that computes what llama.cpp's
+//! [`RowDot`] takes the hand-written AVX2 routine of [`crate::handwritten::qdot`] (one column),
+//! [`crate::handwritten::qdot_tiled`] (products of many columns, where llama.cpp switches to
+//! its tiled K-quant kernel or tinyBLAS) or [`crate::handwritten::qdot_repack`] (weights
+//! llama.cpp repacks) where one exists, else the lane-faithful plain routine of `ir::ggml` that computes what llama.cpp's
 //! x86 AVX2 kernel for that type computes (`ggml_vec_dot_<type>_<vec_dot_type>`,
 //! ggml-cpu/arch/x86/quants.c), else ggml's scalar dot product of the type (correct, in
 //! another summation order: [`RowDot::exact`] says which). So a type is supported here
@@ -17,9 +19,9 @@
 //! tensor's data (GGUF tensor data is aligned to `general.alignment`, at least 32 bytes, and
 //! the routines read unaligned).
 
-use ir::ggml::{self, GgmlType, Q8Flavor};
+use ir::ggml::{self, GgmlType, Q8Flavor, RepackKernel};
 
-use crate::handwritten::qdot;
+use crate::handwritten::{qdot, qdot_repack, qdot_tiled};
 
 /// Whether weights of type `wtype` can be multiplied by the row-dot kernels: a block type
 /// whose x86 dot product `ir::ggml` (or [`crate::handwritten::qdot`]) computes.
@@ -27,20 +29,37 @@ pub fn supports(wtype: GgmlType) -> bool {
     RowDot::new(wtype).is_some()
 }
 
-/// The dot product of one weight row with one prepared activation row, for one type.
+/// Which order a weight's products follow (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// `ggml_vec_dot_*` (and, with several columns, tinyBLAS or the tiled K-quant kernel,
+    /// as `ir::ggml::vec_dot_avx2_mul_mat` says) — lane-faithful x86 numbers.
+    X86,
+    /// ggml's repacked 8×8 kernels (`ir::ggml::repacked_by_llama_cpp`).
+    Repacked,
+    /// ggml's scalar `vec_dot` (no x86 reproduction of the type yet): within rounding.
+    Scalar,
+}
+
+/// The dot product of one weight row with one prepared activation row, for one weight.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowDot {
     wtype: GgmlType,
-    /// The companion activation type (`vec_dot_type`).
+    /// The activation type (`vec_dot_type`).
     act: GgmlType,
-    /// Whether `ir::ggml::vec_dot_avx2` computes this type (else `ir::ggml::vec_dot`).
-    x86: bool,
-    /// A hand-written routine, if the host can run one.
+    order: Order,
+    /// A hand-written `vec_dot`-order routine, if the host can run one.
     fast: Option<qdot::DotFn>,
+    /// A hand-written repacked-order routine, if the host can run one.
+    fast_repack: Option<qdot_repack::RepackDotFn>,
+    /// A hand-written routine for the many-column order (the tiled K-quant kernel,
+    /// IQ4_NL's tinyBLAS), if the host can run one.
+    fast_cols: Option<qdot_tiled::TiledFn>,
 }
 
 impl RowDot {
-    /// The dot product for `wtype`, if it has one.
+    /// The dot product for a weight of type `wtype` that llama.cpp does not repack, if the
+    /// type has one.
     pub fn new(wtype: GgmlType) -> Option<RowDot> {
         if wtype.block_size() == 1 {
             return None; // F32 / F16 / BF16 go through the generated float kernels.
@@ -49,22 +68,49 @@ impl RowDot {
         // Probe the references with one zero block: they refuse types they do not compute.
         let w = vec![0u8; wtype.type_size()];
         let a = vec![0u8; act.type_size() * wtype.block_size() / act.block_size()];
-        let x86 = ggml::vec_dot_avx2(wtype, &w, &a).is_ok();
-        if !x86 {
+        let order = if ggml::vec_dot_avx2(wtype, &w, &a).is_ok() {
+            Order::X86
+        } else {
             ggml::vec_dot(wtype, &w, &a).ok()?;
-        }
+            Order::Scalar
+        };
         Some(RowDot {
             wtype,
             act,
-            x86,
+            order,
             fast: qdot::dot_fn(wtype),
+            fast_repack: None,
+            fast_cols: qdot_tiled::tiled_fn(wtype),
+        })
+    }
+
+    /// The dot product for the weight `ne` (ggml order) of type `wtype`: in the repacked
+    /// kernels' order where llama.cpp's x86 build repacks it, else as [`RowDot::new`].
+    pub fn for_weight(wtype: GgmlType, ne: [u64; 4]) -> Option<RowDot> {
+        let repacked = ggml::repacked_by_llama_cpp(wtype, ne)
+            && ggml::RepackedRow::new(wtype, &vec![0u8; wtype.type_size()]).is_ok();
+        if !repacked {
+            return RowDot::new(wtype);
+        }
+        Some(RowDot {
+            wtype,
+            act: ggml::vec_dot_type(wtype)?,
+            order: Order::Repacked,
+            fast: None,
+            fast_repack: qdot_repack::dot_fn(wtype),
+            fast_cols: None,
         })
     }
 
     /// Whether the products are llama.cpp's x86 numbers (else ggml's scalar order: within
     /// rounding of them).
     pub fn exact(&self) -> bool {
-        self.x86 || self.fast.is_some()
+        self.order != Order::Scalar
+    }
+
+    /// Whether a hand-written SIMD routine computes one-column products on this host.
+    pub fn simd(&self) -> bool {
+        self.fast.is_some() || self.fast_repack.is_some()
     }
 
     /// The activation type rows are prepared in.
@@ -84,23 +130,54 @@ impl RowDot {
     }
 
     /// Quantizes the f32 row `x` into `dst` (`act_row_bytes(x.len())` bytes) as llama.cpp's
-    /// x86 build does before the product (`from_float` of the `vec_dot_type`).
+    /// x86 build does before the product (`from_float` of the `vec_dot_type`; the repacked
+    /// kernels' 4-column quantizers give the same numbers, see `ir::ggml::quantize_q8_k_4x8`).
     pub fn prepare(&self, x: &[f32], dst: &mut [u8]) {
         // Lengths were checked when the kernel was lowered; the quantizer only fails on them.
         let _ = ggml::quantize(self.act, x, dst, Q8Flavor::X86);
     }
 
-    /// The dot product of weight row `w` with prepared row `a` (whole rows, lengths as
-    /// checked at lowering).
+    /// The product of weight row `w` with prepared row `a`, the activation column `col` of a
+    /// llama.cpp `mul_mat` with `n_cols` columns (which chooses its kernel: gemm or gemv for
+    /// repacked weights, tinyBLAS or the tiled K-quant kernel from a few columns on). Whole
+    /// rows, lengths as checked at lowering.
     #[inline]
-    pub fn dot(&self, w: &[u8], a: &[u8]) -> f32 {
-        match self.fast {
-            // SAFETY: `dot_fn` returned it only where the host has the features it needs;
-            // `w` and `a` are whole rows of the same number of values.
-            Some(f) => unsafe { f(w, a) },
-            None if self.x86 => ggml::vec_dot_avx2(self.wtype, w, a).unwrap_or(f32::NAN),
-            None => ggml::vec_dot(self.wtype, w, a).unwrap_or(f32::NAN),
+    pub fn dot(&self, w: &[u8], a: &[u8], col: usize, n_cols: usize) -> f32 {
+        match self.order {
+            Order::Repacked => {
+                let k = RepackKernel::for_column(col, n_cols);
+                match self.fast_repack {
+                    // SAFETY: `dot_fn` chose it for this host; whole rows of equal length.
+                    Some(f) => unsafe { f(w, a, k) },
+                    None => qdot_repack::dot_plain(self.wtype, w, a, k),
+                }
+            }
+            Order::X86 if vec_dot_order(self.wtype, n_cols) => match self.fast {
+                // SAFETY: `dot_fn` chose it for this host; whole rows of equal length.
+                Some(f) => unsafe { f(w, a) },
+                None => ggml::vec_dot_avx2(self.wtype, w, a).unwrap_or(f32::NAN),
+            },
+            Order::X86 => match self.fast_cols {
+                // SAFETY: `tiled_fn` chose it for this host; whole rows of equal length.
+                Some(f) => unsafe { f(w, a) },
+                None => ggml::vec_dot_avx2_mul_mat(self.wtype, w, a, n_cols).unwrap_or(f32::NAN),
+            },
+            Order::Scalar => ggml::vec_dot(self.wtype, w, a).unwrap_or(f32::NAN),
         }
+    }
+}
+
+/// Whether llama.cpp's x86 `mul_mat` with `n_cols` activation columns computes a product of
+/// `wtype` weights (not repacked) with `ggml_vec_dot_*` itself or with a kernel giving the
+/// same numbers (tinyBLAS for Q4_0 / Q5_0 / Q8_0), as `ir::ggml::vec_dot_avx2_mul_mat`
+/// decides: not IQ4_NL from 2 columns (tinyBLAS, another order), not the K-quants from 8
+/// (the tiled kernel).
+fn vec_dot_order(wtype: GgmlType, n_cols: usize) -> bool {
+    use GgmlType::*;
+    match wtype {
+        IQ4_NL => n_cols < 2,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => n_cols < 8,
+        _ => true,
     }
 }
 
@@ -124,7 +201,8 @@ impl RowsMatmul {
     /// Errors: [`crate::CodegenError::UnsupportedType`] for a type without a row-dot
     /// routine; [`crate::CodegenError::Shape`] when `k` is not a whole number of blocks.
     pub fn new(wtype: GgmlType, k: usize, m: usize, n: usize) -> crate::Result<RowsMatmul> {
-        let dot = RowDot::new(wtype).ok_or(crate::CodegenError::UnsupportedType(wtype.name()))?;
+        let dot = RowDot::for_weight(wtype, [k as u64, m as u64, 1, 1])
+            .ok_or(crate::CodegenError::UnsupportedType(wtype.name()))?;
         let (row_bytes, act_row) = dot.row_bytes(k).zip(dot.act_row_bytes(k)).ok_or_else(|| {
             crate::CodegenError::Shape(format!("{k} values are not whole {} blocks", wtype.name()))
         })?;
@@ -143,9 +221,9 @@ impl RowsMatmul {
         self.dot.exact()
     }
 
-    /// Whether a hand-written SIMD routine computes them on this host.
+    /// Whether a hand-written SIMD routine computes one-column products on this host.
     pub fn simd(&self) -> bool {
-        self.dot.fast.is_some()
+        self.dot.simd()
     }
 
     /// Bytes of the prepared activations of all `n` tokens.
@@ -192,9 +270,8 @@ impl RowsMatmul {
             for r in r0..r1 {
                 let wr = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
                 for t in 0..self.n {
-                    let v = self
-                        .dot
-                        .dot(wr, &act[t * self.act_row..(t + 1) * self.act_row]);
+                    let a = &act[t * self.act_row..(t + 1) * self.act_row];
+                    let v = self.dot.dot(wr, a, t, self.n);
                     // SAFETY: `out` holds m·n floats (checked) and stays borrowed until the
                     // pool has joined; threads write disjoint rows.
                     unsafe { *(out_ptr as *mut f32).add(t * self.m + r) = v };

@@ -178,6 +178,7 @@ fn check_kv(
                 n as u32,
                 n_real,
                 n_llama,
+                0,
                 &args,
             )
             .expect("cpu step");

@@ -380,9 +380,10 @@ impl Engine for CpuEngine<'_> {
             // one this step falls in chooses the attention kernel.
             let g0 = done / LLAMA_N_UBATCH * LLAMA_N_UBATCH;
             let n_llama = (tokens.len() - g0).min(LLAMA_N_UBATCH);
+            let col0 = done - g0;
             let out = self
                 .exec
-                .step_real(kv.mem, c.n_tokens, n_outputs, n_real, n_llama, &args)?;
+                .step_real(kv.mem, c.n_tokens, n_outputs, n_real, n_llama, col0, &args)?;
             // Padding rows are stored too, at the positions after the real ones.
             kv.written = kv.written.max((c.pos0 + c.n_tokens) as usize);
             if all_logits {

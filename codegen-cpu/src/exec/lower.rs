@@ -24,6 +24,7 @@ use super::view::{Ptr, View};
 use super::ExecError;
 use crate::actq::act_row_bytes;
 use crate::formats::QuantFormat;
+use crate::generated::SumOrder;
 use crate::handwritten::actq::FastQuant;
 use crate::handwritten::elementwise::{Binary, Glu, Unary};
 use crate::handwritten::rope::RopeTable;
@@ -92,6 +93,8 @@ pub(crate) struct Lowerer<'p, 'w, 's> {
     /// attention rebase their views on the step's KV memory).
     kv_ok: bool,
     pub n_threads: usize,
+    /// The sum order of the products (`--kernels`).
+    pub order: SumOrder,
     pub needs: Needs,
     pub specs: SpecTable,
     /// Whether some activation quantizer fell back to the scalar reference.
@@ -128,6 +131,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             kv_ranges,
             kv_ok: false,
             n_threads,
+            order: SumOrder::Ggml,
             needs: Needs::default(),
             specs: Vec::new(),
             slow_quant: false,
@@ -201,7 +205,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     fn rows_weight(&mut self, id: WeightId, k: usize) -> Result<(Prep, MatWeight), String> {
         let w = self.plan.weights[id.index()].clone();
         let t = w.dtype.ggml_type();
-        let dot = RowDot::new(t).ok_or_else(|| {
+        let dot = RowDot::for_weight(t, w.shape.ne).ok_or_else(|| {
             format!(
                 "weight {} is {}: no CPU matmul kernel for this type yet",
                 w.name,
@@ -802,7 +806,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             let t = wv.dtype.ggml_type();
             let m = wv.shape.ne[1] as usize;
             let m_pad = m.next_multiple_of(4);
-            if !supports(t) {
+            let name = &self.plan.weights[wid.index()].name;
+            let lm_head = name == "output.weight" || name == "token_embd.weight";
+            // Weights llama.cpp repacks run its repacked kernels' order in the exact mode.
+            let ne = wv.shape.ne;
+            let repacked = self.order == SumOrder::Ggml && ir::ggml::repacked_by_llama_cpp(t, ne);
+            if !supports(t) || (repacked && RowDot::for_weight(t, ne).is_some()) {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);
                 mats.push(Mat {
@@ -813,6 +822,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     m_pad,
                     dst: None,
                     scratch: 0,
+                    lm_head,
                 });
                 continue;
             }
@@ -845,6 +855,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 m_pad,
                 dst: None,
                 scratch: 0,
+                lm_head,
             });
         }
         let epi_src = next + n_mat;
@@ -962,6 +973,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             mats.iter().map(|m| m.m_pad / 4).sum()
         };
         let chunk_groups = chunk_groups(total, n, self.n_threads, epilogue);
+        let lm_head = mats.iter().any(|m| m.lm_head);
         Op::MulMat(Box::new(MulMat {
             k,
             n,
@@ -973,6 +985,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             mats,
             epi,
             chunk_groups,
+            lm_head,
         }))
     }
 }

@@ -347,6 +347,7 @@ impl<'w> CompiledPlan<'w> {
             kv_ranges,
             n_threads,
         );
+        low.order = order;
         let mut kinds: Vec<String> = Vec::new();
         let mut steps = Vec::with_capacity(plan.steps.len());
         for s in &plan.steps {
@@ -701,6 +702,7 @@ impl<'w> CompiledPlan<'w> {
             n_outputs,
             n_tokens as usize,
             n_tokens as usize,
+            0,
             args,
         )
     }
@@ -709,10 +711,14 @@ impl<'w> CompiledPlan<'w> {
     /// first `n_real` rows are real; the padding rows' attention results are zeros), which
     /// are part of (or all of) a llama.cpp ubatch of `n_llama` tokens: llama.cpp chooses its
     /// flash-attention kernel by `n_llama`, and so does this step, so a ubatch cut into
-    /// compiled sizes or padded to one computes llama.cpp's numbers.
+    /// compiled sizes or padded to one computes llama.cpp's numbers. The step's first token
+    /// is column `llama_col0` of that ubatch: llama.cpp's matrix-product kernels (gemm or gemv
+    /// for a repacked weight, the tiled K-quant kernel) are chosen by the column and the
+    /// column count, and so are the row-dot kernels' orders.
     ///
     /// # Errors
     /// As [`CompiledPlan::step`]; `n_real` outside `1..=n_tokens`, `n_llama` below `n_real`.
+    #[allow(clippy::too_many_arguments)]
     pub fn step_real(
         &mut self,
         kv: &mut [u8],
@@ -720,6 +726,7 @@ impl<'w> CompiledPlan<'w> {
         n_outputs: u32,
         n_real: usize,
         n_llama: usize,
+        llama_col0: usize,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
         if (kv.len() as u64) < self.kv_layout.stream_bytes {
@@ -729,7 +736,7 @@ impl<'w> CompiledPlan<'w> {
                 self.kv_layout.stream_bytes
             )));
         }
-        if n_real == 0 || n_real > n_tokens as usize || n_llama < n_real {
+        if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
             return Err(ExecError::Input(format!(
                 "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
             )));
@@ -744,7 +751,8 @@ impl<'w> CompiledPlan<'w> {
                 ))
             })?;
         self.write_inputs(si, args)?;
-        self.run(si, Ptr(kv.as_mut_ptr()), args.kv_len, n_real, n_llama)?;
+        let ub = (n_llama, llama_col0);
+        self.run(si, Ptr(kv.as_mut_ptr()), args.kv_len, n_real, ub)?;
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
         // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
@@ -840,7 +848,7 @@ impl<'w> CompiledPlan<'w> {
         kv: Ptr,
         kv_len: usize,
         n_real: usize,
-        n_llama: usize,
+        (n_llama, llama_col0): (usize, usize),
     ) -> Result<(), ExecError> {
         let st = &self.steps[si];
         let sync = &st.sync;
@@ -862,6 +870,7 @@ impl<'w> CompiledPlan<'w> {
                 error,
                 n_real,
                 n_llama,
+                llama_col0,
                 flash,
                 llama_threads,
             };

@@ -86,6 +86,8 @@ pub(crate) struct Mat {
     pub dst: Option<Out>,
     /// Byte offset of this weight's products in the epilogue scratch.
     pub scratch: usize,
+    /// Whether the weight is the language-model head (see [`MulMat::lm_head`]).
+    pub lm_head: bool,
 }
 
 /// How a product reads its weight.
@@ -142,6 +144,9 @@ pub(crate) struct MulMat {
     pub epi: Epi,
     /// Groups of 4 rows per product chunk (even, so paired-group kernels are not split).
     pub chunk_groups: usize,
+    /// Whether this is the language-model head (`output.weight`, or a tied `token_embd`),
+    /// whose input holds only the rows whose logits are asked for.
+    pub lm_head: bool,
 }
 
 /// Groups per product chunk for `total` groups of `n` tokens on `n_threads` threads.
@@ -238,10 +243,12 @@ impl MulMat {
                     let hi = g1.min(base + gm).saturating_sub(base);
                     if lo < hi {
                         match (mat.direct(), mat.dst) {
-                            (Some(d), _) => self.products(mat, act, d.ptr.0 as *mut f32, lo, hi),
+                            (Some(d), _) => {
+                                self.products(mat, act, d.ptr.0 as *mut f32, lo, hi, cx)
+                            }
                             (None, Some(d)) => {
                                 let s = cx.scratch.epi.f32_at(mat.scratch);
-                                self.products(mat, act, s, lo, hi);
+                                self.products(mat, act, s, lo, hi, cx);
                                 let (r0, r1) = (lo * GROUP_ROWS, (hi * GROUP_ROWS).min(mat.m));
                                 for t in 0..self.n {
                                     std::ptr::copy_nonoverlapping(
@@ -268,7 +275,7 @@ impl MulMat {
         let n = self.n;
         let epi = cx.scratch.epi;
         for mat in &self.mats {
-            self.products(mat, act, epi.f32_at(mat.scratch), g, ge);
+            self.products(mat, act, epi.f32_at(mat.scratch), g, ge, cx);
         }
         let (r0, r1) = (g * GROUP_ROWS, (ge * GROUP_ROWS).min(m));
         if r0 >= r1 {
@@ -293,8 +300,20 @@ impl MulMat {
     }
 
     /// Groups `g0..g1` of `mat` for all tokens into `out` (`{m_pad, N}`, row stride
-    /// `4·m_pad`).
-    unsafe fn products(&self, mat: &Mat, act: *const u8, out: *mut f32, g0: usize, g1: usize) {
+    /// `4·m_pad`). Row-dot weights compute only the step's real tokens (the padding rows of
+    /// their results are left as they are: nothing reads them), each as the column of
+    /// llama.cpp's `mul_mat` it is (column `llama_col0 + t` of `n_llama`; the head of a
+    /// one-output step is a one-column product), which chooses llama.cpp's kernel and so
+    /// the order of its sums.
+    unsafe fn products(
+        &self,
+        mat: &Mat,
+        act: *const u8,
+        out: *mut f32,
+        g0: usize,
+        g1: usize,
+        cx: &Ctx<'_>,
+    ) {
         match &mat.weight {
             MatWeight::Repacked(w) => {
                 if let Some(entry) = mat.entry {
@@ -307,15 +326,22 @@ impl MulMat {
                 row_bytes,
             } => {
                 let arb = self.act_row_bytes;
+                // The language-model head of a step with one output is llama.cpp's one-column
+                // product of the last token; every other product has a column per token.
+                let (n, n_cols, col0) = if self.lm_head && self.n == 1 {
+                    (1, 1, 0)
+                } else {
+                    (cx.n_real.min(self.n), cx.n_llama.max(1), cx.llama_col0)
+                };
                 let r1 = (g1 * GROUP_ROWS).min(mat.m);
                 for r in g0 * GROUP_ROWS..r1 {
                     let w = std::slice::from_raw_parts(
                         data.add(r * row_bytes) as *const u8,
                         *row_bytes,
                     );
-                    for t in 0..self.n {
+                    for t in 0..n {
                         let a = std::slice::from_raw_parts(act.add(t * arb), arb);
-                        *out.add(t * mat.m_pad + r) = dot.dot(w, a);
+                        *out.add(t * mat.m_pad + r) = dot.dot(w, a, col0 + t, n_cols);
                     }
                 }
             }

@@ -64,6 +64,9 @@ pub(crate) struct Ctx<'a> {
     /// Tokens of the llama.cpp ubatch these tokens belong to (its `n_tokens`, which chooses
     /// the flash-attention kernel; at least `n_real`).
     pub n_llama: usize,
+    /// Column of that ubatch the step's first token is (its matrix products' kernels
+    /// depend on it).
+    pub llama_col0: usize,
     /// Attention as llama.cpp's CPU flash attention (else its soft_max path).
     pub flash: bool,
     /// llama.cpp's thread count (its split-KV flash decode cuts the cache per thread).

@@ -24,11 +24,6 @@ use ir::ggml::cpu_math::v_silu;
 #[cfg(target_arch = "x86_64")]
 use super::has_avx2;
 
-/// `sqrt(2 / π)` as ggml writes it.
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-/// ggml's `GELU_COEF_A`.
-const GELU_COEF_A: f32 = 0.044715;
-
 /// ggml's `ggml_v_expf` for AVX2 + FMA (vec.h), 8 lanes: `x = n·ln2 + b` with `n` rounded
 /// by the 1.5·2^23 trick, a degree-5 polynomial in `b`, the exponent added to the bits, the
 /// two-factor scaling when some |n| > 126. Operation for operation what ggml computes, so
@@ -102,12 +97,6 @@ pub(crate) fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// `ggml_gelu_f32`, the tanh form.
-#[inline]
-fn gelu_exact(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
-}
-
 /// GELU as ggml-cpu evaluates it (`GGML_GELU_FP16`): 0 at or below -10, `x` at or above 10,
 /// otherwise the f16 value of `gelu(f16(x))` (a 64K-entry table indexed by the f16 bits of
 /// `x`, built on first use).
@@ -122,7 +111,10 @@ pub(crate) fn gelu(x: f32) -> f32 {
     }
     let t = TABLE.get_or_init(|| {
         (0..=u16::MAX)
-            .map(|b| half::f16::from_f32(gelu_exact(half::f16::from_bits(b).to_f32())).to_bits())
+            .map(|b| {
+                let x = half::f16::from_bits(b).to_f32();
+                half::f16::from_f32(ir::ggml::cpu_math::gelu_table_value(x)).to_bits()
+            })
             .collect()
     });
     half::f16::from_bits(t[half::f16::from_f32(x).to_bits() as usize]).to_f32()

@@ -30,6 +30,8 @@ pub(crate) mod embed;
 pub(crate) mod flash;
 pub(crate) mod norm;
 pub(crate) mod qdot;
+pub(crate) mod qdot_repack;
+pub(crate) mod qdot_tiled;
 pub(crate) mod rope;
 pub(crate) mod soft_max_attn;
 

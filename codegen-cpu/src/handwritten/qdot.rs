@@ -5,6 +5,9 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
+//! Routines: Q5_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
+//! IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
 //! (`maddubs` then `madd` pair neighbours), each scaled by its 16-value sub-block scale; the
@@ -26,7 +29,15 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         return match wtype {
+            GgmlType::Q5_0 => Some(x86::q5_0_q8_0),
+            GgmlType::Q5_1 => Some(x86::q5_1_q8_1),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0),
+            GgmlType::Q2_K => Some(x86::q2_k_q8_k),
+            GgmlType::Q3_K => Some(x86::q3_k_q8_k),
+            GgmlType::Q4_K => Some(x86::q4_k_q8_k),
+            GgmlType::Q5_K => Some(x86::q5_k_q8_k),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k),
+            GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
             _ => None,
         };
     }
@@ -44,7 +55,7 @@ mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
-    use ir::ggml::f16_to_f32;
+    use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
     const Q6_K_BYTES: usize = 128 + 64 + 16 + 2;
@@ -115,12 +126,690 @@ mod x86 {
         _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
         hsum8(&lanes)
     }
+
+    // ---- Shared pieces -----------------------------------------------------------------
+    //
+    // The helpers below are `#[inline(always)]` and only called from the `#[target_feature]`
+    // routines of this module, into which they are inlined (so their intrinsics are compiled
+    // with AVX2, FMA and F16C on).
+
+    /// Bytes of a `block_q8_0`: f16 `d`, 32 × i8 `qs`.
+    const Q8_0_BYTES: usize = 2 + 32;
+    /// Bytes of a `block_q8_1`: f16 `d`, f16 `s` (`d · Σ qs`), 32 × i8 `qs`.
+    const Q8_1_BYTES: usize = 2 + 2 + 32;
+    /// Bytes of a `block_q5_0`: f16 `d`, `qh[4]`, `qs[16]`.
+    const Q5_0_BYTES: usize = 2 + 4 + 16;
+    /// Bytes of a `block_q5_1`: f16 `d`, f16 `m`, `qh[4]`, `qs[16]`.
+    const Q5_1_BYTES: usize = 2 + 2 + 4 + 16;
+    /// Bytes of a `block_iq4_nl`: f16 `d`, `qs[16]`.
+    const IQ4_NL_BYTES: usize = 2 + 16;
+    /// Bytes of a `block_q2_K`: `scales[16]`, `qs[64]`, f16 `d`, f16 `dmin`.
+    const Q2_K_BYTES: usize = 16 + 64 + 2 + 2;
+    /// Bytes of a `block_q3_K`: `hmask[32]`, `qs[64]`, `scales[12]`, f16 `d`.
+    const Q3_K_BYTES: usize = 32 + 64 + 12 + 2;
+    /// Bytes of a `block_q4_K`: f16 `d`, f16 `dmin`, `scales[12]`, `qs[128]`.
+    const Q4_K_BYTES: usize = 2 + 2 + 12 + 128;
+    /// Bytes of a `block_q5_K`: f16 `d`, f16 `dmin`, `scales[12]`, `qh[32]`, `qs[128]`.
+    const Q5_K_BYTES: usize = 2 + 2 + 12 + 32 + 128;
+    /// Bytes of a `block_iq4_xs`: f16 `d`, u16 `scales_h`, `scales_l[4]`, `qs[128]`.
+    const IQ4_XS_BYTES: usize = 2 + 2 + 4 + 128;
+
+    /// 32 bytes at `p`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 32 bytes of reads.
+    #[inline(always)]
+    unsafe fn load32(p: *const u8) -> __m256i {
+        _mm256_loadu_si256(p as *const __m256i)
+    }
+
+    /// The f16 at `p` as f32 (exact; F16C).
+    ///
+    /// (LLVM inserts the one 16-bit value into whatever register it likes, which makes the
+    /// conversion wait for that register's last writer; the hot loops of the 32-value block
+    /// types convert their scales two or four at a time ([`f16x2_product`],
+    /// [`f16_products`], [`f16x4`]) instead, which fills the whole low register.)
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 2 bytes of reads.
+    #[inline(always)]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        let bits = std::ptr::read_unaligned(p as *const u16);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
+    /// The product of the f16 values at `p` and `q` (both exact as f32; the product of two
+    /// f16 values is exact in f32, so the order of the factors does not matter).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// and `q` valid for 2 bytes of reads each.
+    #[inline(always)]
+    unsafe fn f16x2_product(p: *const u8, q: *const u8) -> f32 {
+        let a = std::ptr::read_unaligned(p as *const u16) as u32;
+        let b = std::ptr::read_unaligned(q as *const u16) as u32;
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128((a | (b << 16)) as i32));
+        _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    }
+
+    /// The products of the f16 values at `x1` and `y1` (lane 0) and at `x2` and `y2` (lane
+    /// 2): the scales of two blocks, converted at once. (Products of two f16 values are
+    /// exact in f32, in either order.)
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); each
+    /// pointer valid for 2 bytes of reads.
+    #[inline(always)]
+    unsafe fn f16_products(x1: *const u8, y1: *const u8, x2: *const u8, y2: *const u8) -> __m128 {
+        let h = |p: *const u8| std::ptr::read_unaligned(p as *const u16) as u64;
+        let bits = h(x1) | h(y1) << 16 | h(x2) << 32 | h(y2) << 48;
+        let v = _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64));
+        _mm_mul_ps(v, _mm_movehdup_ps(v))
+    }
+
+    /// The two f16 values of the 4 bytes at `p` (a super-block's `d` and `dmin`) as f32.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 4 bytes of reads.
+    #[inline(always)]
+    unsafe fn f16_pair(p: *const u8) -> (f32, f32) {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(u32_at(p) as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+
+    /// The four f16 values of the 4 bytes at `p` then the 4 bytes at `q`, as f32 lanes 0..4.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// and `q` valid for 4 bytes of reads each.
+    #[inline(always)]
+    unsafe fn f16x4(p: *const u8, q: *const u8) -> __m128 {
+        let a = std::ptr::read_unaligned(p as *const u32) as u64;
+        let b = std::ptr::read_unaligned(q as *const u32) as u64;
+        _mm_cvtph_ps(_mm_cvtsi64_si128((a | (b << 32)) as i64))
+    }
+
+    /// The f32 at `p` (little-endian, as x86 stores it).
+    ///
+    /// # Safety
+    /// `p` valid for 4 bytes of reads.
+    #[inline(always)]
+    unsafe fn f32_at(p: *const u8) -> f32 {
+        std::ptr::read_unaligned(p as *const f32)
+    }
+
+    /// The u32 at `p`.
+    ///
+    /// # Safety
+    /// `p` valid for 4 bytes of reads.
+    #[inline(always)]
+    unsafe fn u32_at(p: *const u8) -> u32 {
+        std::ptr::read_unaligned(p as *const u32)
+    }
+
+    /// The 32 nibbles of the 16 bytes at `p`, as ggml lays them out for a 32-value block:
+    /// low nibbles in bytes 0..16, high nibbles in bytes 16..32.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 16 bytes of reads.
+    #[inline(always)]
+    unsafe fn nibbles32(p: *const u8) -> __m256i {
+        // The 16 bytes in both halves (one load), the high half shifted down by 4 bits.
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+        let shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
+        _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+    }
+
+    /// Byte `j` = `0xFF` where bit `j` of `bits` is set, else 0.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn bytes_from_bits(bits: u32) -> __m256i {
+        // Byte j takes byte j / 8 of `bits`, then tests bit j % 8 of it.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+        );
+        let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+    }
+
+    /// ggml's `mul_add_epi8`: the signed × signed byte products of `x` and `y` as
+    /// `maddubs(sign(x, x), sign(y, x))`, neighbours added into 16 i16 lanes. (The sign trick
+    /// is kept as ggml has it: `y = -128` against a negative `x` stays `-128`.)
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn maddubs_signed(x: __m256i, y: __m256i) -> __m256i {
+        _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+    }
+
+    /// The i16 lanes `p` added in pairs into 8 i32 lanes.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn pairs(p: __m256i) -> __m256i {
+        _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+    }
+
+    /// `acc = fma(d, f32(lanes), acc)`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn fma_lanes(d: f32, lanes: __m256i, acc: __m256) -> __m256 {
+        _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc)
+    }
+
+    /// ggml's `hsum_float_8` of the eight lanes.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn hsum(acc: __m256) -> f32 {
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        hsum8(&lanes)
+    }
+
+    /// From `scales` (eight i16 scales, the same in both 128-bit halves): scale `2i` in i16
+    /// lanes 0..8 (the products of values 0..16 of a 32-value vector) and scale `2i + 1` in
+    /// lanes 8..16 (values 16..32); ggml's `get_scale_shuffle_q3k(i)` shuffle.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn scale_pair(scales: __m256i, i: i32) -> __m256i {
+        let lo = (4 * i) | ((4 * i + 1) << 8);
+        let hi = (4 * i + 2) | ((4 * i + 3) << 8);
+        let shuf = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
+        _mm256_shuffle_epi8(scales, shuf)
+    }
+
+    /// Every i16 lane = lane `i` of `scales` (eight i16 scales, the same in both halves);
+    /// ggml's `get_scale_shuffle_k4(i)` shuffle.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn scale_one(scales: __m256i, i: i32) -> __m256i {
+        let pick = (2 * i) | ((2 * i + 1) << 8);
+        _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pick as i16))
+    }
+
+    /// The IQ4_NL table in both 128-bit halves (for `_mm256_shuffle_epi8`).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn iq4_table() -> __m256i {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        _mm256_set_m128i(t, t)
+    }
+
+    // ---- Q5_0, Q5_1, IQ4_NL (32-value blocks) ------------------------------------------
+
+    /// `ggml_vec_dot_q5_0_q8_0` (AVX2). Per block: the 5-bit values as signed bytes
+    /// (`nibble | 0xF0` where the fifth bit is clear, i.e. `q - 16`), times the Q8_0 bytes by
+    /// the sign trick, i16 pairs added into 8 i32 lanes (lane `l`: values `4l..4l+4`);
+    /// `acc = fma(d_x·d_y, f32(lanes), acc)`; `hsum_float_8` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q5_0 blocks, `a` as many Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q5_0_BYTES).min(a.len() / Q8_0_BYTES);
+        let high = _mm256_set1_epi8(0xf0u8 as i8);
+        let lanes = |x: *const u8, y: *const u8| {
+            let set = bytes_from_bits(u32_at(x.add(2)));
+            let qx = _mm256_or_si256(nibbles32(x.add(6)), _mm256_andnot_si256(set, high));
+            _mm256_cvtepi32_ps(pairs(maddubs_signed(qx, load32(y.add(2)))))
+        };
+        let mut acc = _mm256_setzero_ps();
+        let mut b = 0;
+        // Two blocks a step (their four f16 scales converted at once), added in block order.
+        while b + 1 < nb {
+            let x1 = w.as_ptr().add(b * Q5_0_BYTES);
+            let y1 = a.as_ptr().add(b * Q8_0_BYTES);
+            let (x2, y2) = (x1.add(Q5_0_BYTES), y1.add(Q8_0_BYTES));
+            let d = f16_products(x1, y1, x2, y2);
+            let (l1, l2) = (lanes(x1, y1), lanes(x2, y2));
+            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), l1, acc);
+            acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehl_ps(d, d)), l2, acc);
+            b += 2;
+        }
+        if b < nb {
+            let x = w.as_ptr().add(b * Q5_0_BYTES);
+            let y = a.as_ptr().add(b * Q8_0_BYTES);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16x2_product(x, y)), lanes(x, y), acc);
+        }
+        hsum(acc)
+    }
+
+    /// `ggml_vec_dot_q5_1_q8_1` (AVX2). Per block: the unsigned 5-bit values times the Q8_1
+    /// bytes (`maddubs`), pairs into 8 i32 lanes; `acc = fma(f32(lanes), d_x·d_y, acc)`;
+    /// a scalar `summs += m_x · s_y` (a product of two f16 values: exact); the result is
+    /// `hsum_float_8(acc) + summs`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q5_1 blocks, `a` as many Q8_1 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q5_1_BYTES).min(a.len() / Q8_1_BYTES);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q5_1_BYTES);
+            let y = a.as_ptr().add(b * Q8_1_BYTES);
+            // [d_x, m_x, d_y, s_y] → lane 0: d_x·d_y, lane 1: m_x·s_y.
+            let v = f16x4(x, y);
+            let p = _mm_mul_ps(v, _mm_movehl_ps(v, v));
+            summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
+            let d = _mm_cvtss_f32(p);
+            let set = bytes_from_bits(u32_at(x.add(4)));
+            let qx = _mm256_or_si256(nibbles32(x.add(8)), _mm256_and_si256(set, bit4));
+            let lanes = pairs(_mm256_maddubs_epi16(qx, load32(y.add(4))));
+            acc = fma_lanes(d, lanes, acc);
+        }
+        hsum(acc) + summs
+    }
+
+    /// The 8 i32 lanes of one IQ4_NL block with one Q8_0 block: table values times the Q8_0
+    /// bytes by the sign trick, i16 pairs added.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `x`
+    /// a whole IQ4_NL block, `y` a whole Q8_0 block.
+    #[inline(always)]
+    unsafe fn iq4_nl_lanes(table: __m256i, x: *const u8, y: *const u8) -> __m256i {
+        let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(2)));
+        pairs(maddubs_signed(qx, load32(y.add(2))))
+    }
+
+    /// `ggml_vec_dot_iq4_nl_q8_0` (AVX2, one activation column). Blocks in pairs: even
+    /// blocks into `acc1`, odd ones into `acc2`, each `fma(d_y·d_x, f32(lanes), acc)`; then
+    /// `hsum_float_8(acc1 + acc2)`. An odd last block goes in as ggml's scalar tail, which
+    /// GCC fuses: `sum = fma(d_y·d_x, f32(isum), sum)`, `isum` the block's exact sum of
+    /// products (plain signed products, no sign trick).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ4_NL blocks, `a` as many Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq4_nl_q8_0(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ4_NL_BYTES).min(a.len() / Q8_0_BYTES);
+        let table = iq4_table();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut acc2 = _mm256_setzero_ps();
+        let mut b = 0;
+        while b + 1 < nb {
+            let x1 = w.as_ptr().add(b * IQ4_NL_BYTES);
+            let y1 = a.as_ptr().add(b * Q8_0_BYTES);
+            let x2 = x1.add(IQ4_NL_BYTES);
+            let y2 = y1.add(Q8_0_BYTES);
+            let l1 = iq4_nl_lanes(table, x1, y1);
+            let l2 = iq4_nl_lanes(table, x2, y2);
+            let d = f16_products(x1, y1, x2, y2);
+            let d1 = _mm256_broadcastss_ps(d);
+            let d2 = _mm256_broadcastss_ps(_mm_movehl_ps(d, d));
+            acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(l1), acc1);
+            acc2 = _mm256_fmadd_ps(d2, _mm256_cvtepi32_ps(l2), acc2);
+            b += 2;
+        }
+        let mut sum = hsum(_mm256_add_ps(acc1, acc2));
+        if b < nb {
+            let x = w.as_ptr().add(b * IQ4_NL_BYTES);
+            let y = a.as_ptr().add(b * Q8_0_BYTES);
+            let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(2)));
+            let qy = load32(y.add(2));
+            // Exact signed products: widen to i16 and multiply-add pairs.
+            let lo = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qx)),
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qy)),
+            );
+            let hi = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(qx)),
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(qy)),
+            );
+            let mut l = [0i32; 8];
+            _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, _mm256_add_epi32(lo, hi));
+            let isum = l.iter().fold(0i32, |s, &v| s.wrapping_add(v));
+            sum = f16x2_product(y, x).mul_add(isum as f32, sum);
+        }
+        sum
+    }
+
+    // ---- K-quants and IQ4_XS (256-value super-blocks, Q8_K activations) -----------------
+
+    /// `ggml_vec_dot_q2_K_q8_K` (AVX2). Per super-block: 8 i32 lanes of the mins,
+    /// `m[2l]·bsums[2l] + m[2l+1]·bsums[2l+1]`, go in first, `acc = fma(-d_y·dmin_x, ·, acc)`;
+    /// then the 2-bit values times the Q8_K bytes (`maddubs`), times the 4-bit scale of each
+    /// 16 values (`madd`), summed over the eight 32-value vectors into 8 i32 lanes,
+    /// `acc = fma(d_y·d_x, ·, acc)`; `hsum_float_8` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q2_K blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q2_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q2_K_BYTES).min(a.len() / Q8_K_BYTES);
+        let m3 = _mm256_set1_epi8(3);
+        let m4 = _mm_set1_epi8(0x0f);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q2_K_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let yd = f32_at(y);
+            let (xd, xdmin) = f16_pair(x.add(80));
+            let d = yd * xd;
+            let dmin = -yd * xdmin;
+            let q8 = y.add(4);
+            let packed = _mm_loadu_si128(x as *const __m128i);
+            let scales8 = _mm_and_si128(packed, m4);
+            let mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), m4);
+            let mins = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8), load32(y.add(260)));
+            acc = fma_lanes(dmin, mins, acc);
+            let all = _mm256_cvtepi8_epi16(scales8);
+            let halves = [
+                _mm256_permute2x128_si256::<0x00>(all, all),
+                _mm256_permute2x128_si256::<0x11>(all, all),
+            ];
+            let mut sumi = _mm256_setzero_si256();
+            for (half, &scales) in halves.iter().enumerate() {
+                let bits = load32(x.add(16 + 32 * half));
+                let mut p = [_mm256_setzero_si256(); 4];
+                for (k, pk) in p.iter_mut().enumerate() {
+                    let q2 = _mm256_and_si256(
+                        _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)),
+                        m3,
+                    );
+                    let y8 = load32(q8.add(32 * (4 * half + k)));
+                    *pk = _mm256_madd_epi16(
+                        scale_pair(scales, k as i32),
+                        _mm256_maddubs_epi16(q2, y8),
+                    );
+                }
+                let s01 = _mm256_add_epi32(p[0], p[1]);
+                let s23 = _mm256_add_epi32(p[2], p[3]);
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        hsum(acc)
+    }
+
+    /// The sixteen 6-bit Q3_K scales of the 12 bytes at `p`, minus 32, as i16 in one
+    /// register (scale `j` in lane `j`).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 12 bytes of reads.
+    #[inline(always)]
+    unsafe fn q3_k_scales(p: *const u8) -> __m256i {
+        let (a0, a1, a2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
+        let (low, high) = (0x0f0f_0f0fu32, 0x0303_0303u32);
+        let s = _mm_setr_epi32(
+            ((a0 & low) | ((a2 & high) << 4)) as i32,
+            ((a1 & low) | (((a2 >> 2) & high) << 4)) as i32,
+            (((a0 >> 4) & low) | (((a2 >> 4) & high) << 4)) as i32,
+            (((a1 >> 4) & low) | (((a2 >> 6) & high) << 4)) as i32,
+        );
+        _mm256_cvtepi8_epi16(_mm_sub_epi8(s, _mm_set1_epi8(32)))
+    }
+
+    /// `ggml_vec_dot_q3_K_q8_K` (AVX2). Per super-block: over the eight 32-value vectors,
+    /// `maddubs(low 2 bits, y) - maddubs(4 where the high bit is clear, y)` (i16), times the
+    /// scale `sc - 32` of each 16 values (`madd`), summed into 8 i32 lanes;
+    /// `acc = fma(d_y·d_x, ·, acc)`; `hsum_float_8` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q3_K blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q3_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q3_K_BYTES).min(a.len() / Q8_K_BYTES);
+        let m3 = _mm256_set1_epi8(3);
+        let four = _mm256_set1_epi8(4);
+        let zero = _mm256_setzero_si256();
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q3_K_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f32_at(y) * f16_at(x.add(108));
+            let q8 = y.add(4);
+            let all = q3_k_scales(x.add(96));
+            let halves = [
+                _mm256_permute2x128_si256::<0x00>(all, all),
+                _mm256_permute2x128_si256::<0x11>(all, all),
+            ];
+            let hbits = load32(x);
+            let mut sumi = _mm256_setzero_si256();
+            for (half, &scales) in halves.iter().enumerate() {
+                let bits = load32(x.add(32 + 32 * half));
+                let mut p = [_mm256_setzero_si256(); 4];
+                for (k, pk) in p.iter_mut().enumerate() {
+                    let g = 4 * half + k;
+                    let low = _mm256_and_si256(
+                        _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)),
+                        m3,
+                    );
+                    // 4 where bit g of the hmask byte is clear, else 0.
+                    let bit = _mm256_and_si256(hbits, _mm256_set1_epi8((1u8 << g) as i8));
+                    let high = _mm256_and_si256(_mm256_cmpeq_epi8(bit, zero), four);
+                    let y8 = load32(q8.add(32 * g));
+                    let p16 = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(low, y8),
+                        _mm256_maddubs_epi16(high, y8),
+                    );
+                    *pk = _mm256_madd_epi16(scale_pair(scales, k as i32), p16);
+                }
+                let s01 = _mm256_add_epi32(p[0], p[1]);
+                let s23 = _mm256_add_epi32(p[2], p[3]);
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        hsum(acc)
+    }
+
+    /// The eight 6-bit scales (i16 lanes 0..8) and eight 6-bit mins (lanes 8..16) of the 12
+    /// packed bytes at `p` of a Q4_K / Q5_K super-block.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
+    /// valid for 12 bytes of reads.
+    #[inline(always)]
+    unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
+        let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
+        let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+        let scales_lo = u0 & m6;
+        let scales_hi = (u2 & m4) | (((u0 >> 6) & m2) << 4);
+        let mins_lo = u1 & m6;
+        let mins_hi = ((u2 >> 4) & m4) | (((u1 >> 6) & m2) << 4);
+        _mm256_cvtepu8_epi16(_mm_setr_epi32(
+            scales_lo as i32,
+            scales_hi as i32,
+            mins_lo as i32,
+            mins_hi as i32,
+        ))
+    }
+
+    /// The four i32 mins lanes of a Q4_K / Q5_K super-block: lane `t` =
+    /// `m[2t]·s[2t] + m[2t+1]·s[2t+1]` with `s[j] = bsums[2j] + bsums[2j+1]` (i16 `hadd`).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `y`
+    /// a whole Q8_K block.
+    #[inline(always)]
+    unsafe fn k4_mins(mins_scales: __m256i, y: *const u8) -> __m128i {
+        let bsums = load32(y.add(260));
+        let s = _mm_hadd_epi16(
+            _mm256_castsi256_si128(bsums),
+            _mm256_extracti128_si256::<1>(bsums),
+        );
+        _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_scales), s)
+    }
+
+    /// `ggml_vec_dot_q4_K_q8_K` (AVX2). Per super-block: four i32 mins lanes
+    /// ([`k4_mins`]) into `acc_m = fma(-d_y·dmin_x, ·, acc_m)` (4 lanes); over the eight
+    /// 32-value vectors the nibbles times the Q8_K bytes (`maddubs`), times the vector's
+    /// scale (`madd`), summed into 8 i32 lanes, `acc = fma(d_y·d_x, ·, acc)`. The result is
+    /// `hsum_float_8(acc) + ((acc_m0 + acc_m2) + (acc_m1 + acc_m3))`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q4_K blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q4_K_BYTES).min(a.len() / Q8_K_BYTES);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let mut acc = _mm256_setzero_ps();
+        let mut acc_m = _mm_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q4_K_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let yd = f32_at(y);
+            let (xd, xdmin) = f16_pair(x);
+            let d = yd * xd;
+            let dmin = -yd * xdmin;
+            let ms = k4_scales_mins(x.add(4));
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins(ms, y)), acc_m);
+            let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
+            let q4 = x.add(16);
+            let q8 = y.add(4);
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let bits = load32(q4.add(32 * j));
+                let lo = _mm256_and_si256(bits, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                let pl = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32),
+                    _mm256_maddubs_epi16(lo, load32(q8.add(64 * j))),
+                );
+                let ph = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32 + 1),
+                    _mm256_maddubs_epi16(hi, load32(q8.add(64 * j + 32))),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        hsum(acc) + _mm_cvtss_f32(m)
+    }
+
+    /// `ggml_vec_dot_q5_K_q8_K` (AVX2). As Q4_K with a fifth bit (16 added where bit `g` of
+    /// `qh[byte]` is set, for vector `g`), except the mins: the four [`k4_mins`] lanes are
+    /// added into one i32 and go into a scalar `summs = fma(-d_y·dmin_x, f32(mins), summs)`
+    /// (GCC fuses ggml's `summs += dmin * mins`); the result is `hsum_float_8(acc) + summs`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q5_K blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / Q5_K_BYTES).min(a.len() / Q8_K_BYTES);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let sixteen = _mm256_set1_epi8(16);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q5_K_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let yd = f32_at(y);
+            let (xd, xdmin) = f16_pair(x);
+            let d = yd * xd;
+            let dmin = -yd * xdmin;
+            let ms = k4_scales_mins(x.add(4));
+            let m = k4_mins(ms, y);
+            let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+            let m = _mm_add_epi32(m, _mm_shuffle_epi32::<0b01>(m));
+            summs = dmin.mul_add(_mm_cvtsi128_si32(m) as f32, summs);
+            let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
+            let hbits = load32(x.add(16));
+            let q5 = x.add(48);
+            let q8 = y.add(4);
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let bits = load32(q5.add(32 * j));
+                let h0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                let h1 = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+                let hi0 =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h0), h0), sixteen);
+                let hi1 =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h1), h1), sixteen);
+                let v0 = _mm256_or_si256(_mm256_and_si256(bits, m4), hi0);
+                let v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hi1);
+                let p0 = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32),
+                    _mm256_maddubs_epi16(v0, load32(q8.add(64 * j))),
+                );
+                let p1 = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32 + 1),
+                    _mm256_maddubs_epi16(v1, load32(q8.add(64 * j + 32))),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        hsum(acc) + summs
+    }
+
+    /// `ggml_vec_dot_iq4_xs_q8_K` (AVX2). Per super-block: over the eight 32-value blocks,
+    /// table values times the Q8_K bytes by the sign trick (i16), times the block's scale
+    /// `ls - 32` (`madd`), into two sets of 8 i32 lanes (even and odd blocks) that are added;
+    /// `acc = fma(d_x·d_y, ·, acc)`; `hsum_float_8` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ4_XS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq4_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ4_XS_BYTES).min(a.len() / Q8_K_BYTES);
+        let table = iq4_table();
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ4_XS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            let sh = std::ptr::read_unaligned(x.add(2) as *const u16) as u32;
+            let qs = x.add(8);
+            let q8 = y.add(4);
+            let mut sumi1 = _mm256_setzero_si256();
+            let mut sumi2 = _mm256_setzero_si256();
+            for t in 0..4 {
+                let sl = *x.add(4 + t) as u32;
+                let ls1 = ((sl & 0x0f) | ((sh >> (4 * t)) & 3) << 4) as i32 - 32;
+                let ls2 = ((sl >> 4) | ((sh >> (4 * t + 2)) & 3) << 4) as i32 - 32;
+                let q1 = _mm256_shuffle_epi8(table, nibbles32(qs.add(32 * t)));
+                let q2 = _mm256_shuffle_epi8(table, nibbles32(qs.add(32 * t + 16)));
+                let p1 = maddubs_signed(q1, load32(q8.add(64 * t)));
+                let p2 = maddubs_signed(q2, load32(q8.add(64 * t + 32)));
+                sumi1 =
+                    _mm256_add_epi32(_mm256_madd_epi16(p1, _mm256_set1_epi16(ls1 as i16)), sumi1);
+                sumi2 =
+                    _mm256_add_epi32(_mm256_madd_epi16(p2, _mm256_set1_epi16(ls2 as i16)), sumi2);
+            }
+            acc = fma_lanes(d, _mm256_add_epi32(sumi1, sumi2), acc);
+        }
+        hsum(acc)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ir::ggml::{quantize_activations, vec_dot, Q8Flavor};
+    use ir::ggml::{
+        block_format, quantize_activations, vec_dot, vec_dot_type, FieldKind, Q8Flavor,
+    };
 
     fn rng(s: &mut u64) -> u64 {
         *s ^= *s << 13;
@@ -129,6 +818,20 @@ mod tests {
         *s
     }
 
+    /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
+    /// `m` / `dmin` where it has one).
+    const TYPES: [(GgmlType, &[usize]); 9] = [
+        (GgmlType::Q5_0, &[0]),
+        (GgmlType::Q5_1, &[0, 2]),
+        (GgmlType::IQ4_NL, &[0]),
+        (GgmlType::Q2_K, &[80, 82]),
+        (GgmlType::Q3_K, &[108]),
+        (GgmlType::Q4_K, &[0, 2]),
+        (GgmlType::Q5_K, &[0, 2]),
+        (GgmlType::Q6_K, &[208]),
+        (GgmlType::IQ4_XS, &[0]),
+    ];
+
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.
     fn random_row(t: GgmlType, blocks: usize, f16_at: &[usize], seed: &mut u64) -> Vec<u8> {
         let mut row: Vec<u8> = (0..blocks * t.type_size())
@@ -136,28 +839,82 @@ mod tests {
             .collect();
         for b in 0..blocks {
             for &o in f16_at {
-                let v = half::f16::from_f32((rng(seed) % 1000) as f32 / 20000.0 + 1e-3);
+                let sign = if rng(seed).is_multiple_of(5) {
+                    -1.0
+                } else {
+                    1.0
+                };
+                let v = half::f16::from_f32(sign * ((rng(seed) % 1000) as f32 / 20000.0 + 1e-3));
                 row[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
             }
         }
         row
     }
 
+    /// A raw activation row of `act` blocks: random bytes everywhere (quants at -128 too,
+    /// sums unrelated to the quants) except a moderate scale (f16 `d` and `s` of Q8_0 / Q8_1,
+    /// f32 `d` of Q8_K).
+    fn raw_act(act: GgmlType, blocks: usize, seed: &mut u64) -> Vec<u8> {
+        let size = act.type_size();
+        let mut row: Vec<u8> = (0..blocks * size).map(|_| rng(seed) as u8).collect();
+        for blk in row.chunks_exact_mut(size) {
+            let d = (rng(seed) % 1000) as f32 / 50000.0 + 1e-4;
+            if act == GgmlType::Q8_K {
+                blk[..4].copy_from_slice(&d.to_le_bytes());
+            } else {
+                blk[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+                if act == GgmlType::Q8_1 {
+                    let s = half::f16::from_f32(d * ((rng(seed) % 4001) as f32 - 2000.0));
+                    blk[2..4].copy_from_slice(&s.to_le_bytes());
+                }
+            }
+        }
+        row
+    }
+
+    /// The f16 offsets listed are those of the format description.
+    #[test]
+    fn listed_scale_offsets_are_the_formats() {
+        for (t, f16_at) in TYPES {
+            let f = block_format(t).expect("described");
+            let mut want: Vec<usize> = f
+                .fields
+                .iter()
+                .filter(|f| {
+                    matches!(
+                        f.kind,
+                        FieldKind::Scale(ir::ggml::ScalarKind::F16)
+                            | FieldKind::Min(ir::ggml::ScalarKind::F16)
+                            | FieldKind::MinScale(ir::ggml::ScalarKind::F16)
+                    )
+                })
+                .map(|f| f.offset)
+                .collect();
+            want.sort_unstable();
+            assert_eq!(f16_at, &want[..], "{}", t.name());
+        }
+    }
+
     /// Every routine agrees with ggml's scalar dot product of the type to rounding (same
-    /// maths, another order), and with `ir::ggml::vec_dot_avx2` (the same order) bit for bit
-    /// where that computes the type.
+    /// maths, another order), and with `ir::ggml::vec_dot_avx2` (the same order) bit for bit;
+    /// with 1, 2, 3 and 8 blocks (super-blocks for the K-quants), on quantized activations
+    /// and on raw random activation blocks (bit for bit only: there ggml's sign trick turns
+    /// `-128` products around, which the scalar code does not).
     #[test]
     fn routines_match_the_references() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for (t, f16_at) in [(GgmlType::Q6_K, &[208usize][..])] {
+        for (t, f16_at) in TYPES {
             let Some(f) = dot_fn(t) else {
                 eprintln!("no hand-written routine for {} on this host", t.name());
                 continue;
             };
-            for blocks in [1usize, 3, 8] {
-                for _ in 0..20 {
+            let act_t = vec_dot_type(t).expect("has a vec_dot_type");
+            let bs = t.block_size();
+            let mut differ = 0;
+            for blocks in [1usize, 2, 3, 8] {
+                for _ in 0..200 {
                     let w = random_row(t, blocks, f16_at, &mut seed);
-                    let x: Vec<f32> = (0..blocks * 256)
+                    let x: Vec<f32> = (0..blocks * bs)
                         .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
                         .collect();
                     let (_, act) = quantize_activations(t, &x, Q8Flavor::X86).expect("quantizes");
@@ -166,14 +923,35 @@ mod tests {
                     let scalar = vec_dot(t, &w, &act).expect("scalar dot");
                     assert!(
                         (got - scalar).abs() <= 1e-4 * scalar.abs().max(1.0),
-                        "{}: {got} vs scalar {scalar}",
+                        "{} {blocks} blocks: {got} vs scalar {scalar}",
                         t.name()
                     );
-                    if let Ok(x86) = ir::ggml::vec_dot_avx2(t, &w, &act) {
-                        assert_eq!(got.to_bits(), x86.to_bits(), "{}: {got} vs {x86}", t.name());
-                    }
+                    let x86 = ir::ggml::vec_dot_avx2(t, &w, &act).expect("x86 reference");
+                    assert_eq!(
+                        got.to_bits(),
+                        x86.to_bits(),
+                        "{} {blocks} blocks: {got} vs {x86}",
+                        t.name()
+                    );
+                    differ += (got.to_bits() != scalar.to_bits()) as usize;
+
+                    let raw = raw_act(act_t, blocks * bs / act_t.block_size(), &mut seed);
+                    // SAFETY: as above.
+                    let got = unsafe { f(&w, &raw) };
+                    let x86 = ir::ggml::vec_dot_avx2(t, &w, &raw).expect("x86 reference");
+                    assert_eq!(
+                        got.to_bits(),
+                        x86.to_bits(),
+                        "{} {blocks} blocks, raw activations: {got} vs {x86}",
+                        t.name()
+                    );
                 }
             }
+            assert!(
+                differ > 0,
+                "{}: never differs from the scalar order",
+                t.name()
+            );
         }
     }
 }

@@ -23,6 +23,18 @@ pub fn hsum8(x: &[f32; 8]) -> f32 {
     (r[0] + r[2]) + (r[1] + r[3])
 }
 
+/// One entry of ggml-cpu's GELU table (`ggml_table_gelu_f16`, built in `ggml_cpu_init`
+/// from `ggml_gelu_f32`, the tanh form) for the f16 value `x`, before rounding to f16:
+/// `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` with `1 + 0.044715·x·x` as one fused
+/// multiply-add, as GCC contracts it when llama.cpp is built with FMA (every x86-64 build
+/// with AVX2). The contraction changes one of the 65536 entries (x = -1.9990234, f16 0xbfff:
+/// -0.0455017 instead of -0.0454712), which Gemma 3's prompts reach.
+pub fn gelu_table_value(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const GELU_COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (GELU_COEF_A * x).mul_add(x, 1.0)).tanh())
+}
+
 const R: u32 = 0x4b40_0000; // 0x1.8p23
 const LOG2E: u32 = 0x3fb8_aa3b; // 0x1.715476p+0
 const LN2_LO: u32 = 0x35bf_be8e; // 0x1.7f7d1cp-20

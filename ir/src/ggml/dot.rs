@@ -24,8 +24,11 @@
 //! llama.cpp's SIMD kernels (AVX2, NEON) and llamafile's sgemm compute the same integer
 //! sums but add the scaled block results in a different order, often with fused
 //! multiply-adds; their results differ from these by a few f32 ulps of the partial sums,
-//! never by a rounding of the activations.
+//! never by a rounding of the activations. [`vec_dot_avx2`] and [`vec_dot_avx2_mul_mat`]
+//! reproduce the x86 AVX2 build's order exactly (the kernels beyond Q4_0 / Q4_1 / Q8_0 are in
+//! `dot_x86.rs`).
 
+use super::dot_x86;
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
 use super::layouts::KVALUES_IQ4NL;
@@ -153,22 +156,27 @@ pub fn vec_dot_f32(
 }
 
 /// The dot product of one weight row with one activation row as llama.cpp's x86 AVX2 kernels
-/// compute it (`ggml_vec_dot_q4_0_q8_0`, `ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q8_0_q8_0`
-/// in ggml-cpu/arch/x86/quants.c; llamafile's tinyBLAS gives the same numbers for Q4_0 and
-/// Q8_0 batches), for `wtype` Q4_0, Q4_1 or Q8_0; the interpreter's `avx2_order`.
+/// compute it: `ggml_vec_dot_<type>_q8_<0|1|K>` in ggml-cpu/arch/x86/quants.c, `__AVX2__`
+/// branch (FMA, no AVX-512), for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K,
+/// Q5_K, Q6_K and IQ4_XS weights; the interpreter's `avx2_order` for a product with one
+/// activation column ([`vec_dot_avx2_mul_mat`] for any number).
 ///
-/// Order: eight f32 lanes; per block `d = dx * dy`, and lane `l` (0..8) does
-/// `acc_l = fma(d, isum_l, acc_l)` with `isum_l` the exact i32 sum of the products of values
-/// `4l .. 4l + 4` (natural order; for 4-bit formats `(q - 8)` for Q4_0, `q` for Q4_1); Q4_1
-/// also sums `mx * sy` in a separate f32 (multiply, then add). At the end ggml's
+/// Order for Q4_0, Q4_1, Q8_0 (the other types are documented in `dot_x86.rs`, one
+/// function per ggml kernel): eight f32 lanes; per block `d = dx * dy`, and lane `l` (0..8)
+/// does `acc_l = fma(d, isum_l, acc_l)` with `isum_l` the exact i32 sum of the products of
+/// values `4l .. 4l + 4` (natural order; for 4-bit formats `(q - 8)` for Q4_0, `q` for Q4_1);
+/// Q4_1 also sums `mx * sy` in a separate f32 (multiply, then add). At the end ggml's
 /// `hsum_float_8`: `((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7))`,
-/// plus that sum for Q4_1. `act_row` is in [`vec_dot_type`]`(wtype)` (Q8_0 or Q8_1) as
-/// [`quantize_activations`] makes it.
+/// plus that sum for Q4_1. `act_row` is in [`vec_dot_type`]`(wtype)` (Q8_0, Q8_1 or Q8_K) as
+/// [`quantize_activations`] makes it with [`Q8Flavor::X86`].
 ///
 /// # Errors
 /// [`BlockDataError::Unsupported`] for other weight types; the length errors of
 /// [`vec_dot`].
 pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, BlockDataError> {
+    if let Some(kernel) = x86_kernel(wtype) {
+        return checked_x86(wtype, w_row, act_row, kernel);
+    }
     let (zero, has_min, bits4) = match wtype {
         GgmlType::Q4_0 => (8, false, true),
         GgmlType::Q4_1 => (0, true, true),
@@ -222,6 +230,96 @@ pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32
     ];
     let sum = (r[0] + r[2]) + (r[1] + r[3]);
     Ok(if has_min { sum + summs } else { sum })
+}
+
+/// The dot product of one weight row with one activation row inside llama.cpp's x86 CPU
+/// `mul_mat` (`ggml_compute_forward_mul_mat`, AVX2 build with llamafile on) for a product
+/// with `n_cols` activation columns (`ne[1]` of the activations):
+///
+/// - from 8 columns on, for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, ggml-cpu's tiled
+///   K-quant kernel (ggml-cpu/tiled, on unless `GGML_CPU_TILED_MM=0`): per super-block an
+///   exact integer dot product, scaled by the weight's `d` (and its mins subtracted with
+///   `dmin`, fused), then fused into the output with the activation's `d`;
+/// - from two columns on, llamafile's tinyBLAS (`tinyBLAS_Q0_AVX` in sgemm.cpp) for the
+///   weight types it takes with quantized activations, Q4_0, Q8_0, Q5_0 and IQ4_NL;
+/// - ggml's `vec_dot` ([`vec_dot_avx2`]) otherwise.
+///
+/// tinyBLAS accumulates every block into one set of eight lanes, `fma(dx * dy, isum_l, acc_l)`,
+/// then sums them as `hsum_float_8`: the same numbers as `vec_dot` for Q4_0, Q8_0 and Q5_0;
+/// for IQ4_NL, whose `vec_dot` keeps even and odd blocks apart, other numbers. Weights
+/// llama.cpp repacks (Q4_0, Q4_K, IQ4_NL with rows a multiple of 8, see ggml-cpu/repack.cpp)
+/// run other kernels, not reproduced here.
+///
+/// # Errors
+/// As [`vec_dot_avx2`].
+pub fn vec_dot_avx2_mul_mat(
+    wtype: GgmlType,
+    w_row: &[u8],
+    act_row: &[u8],
+    n_cols: usize,
+) -> Result<f32, BlockDataError> {
+    if n_cols >= 2 && wtype == GgmlType::IQ4_NL {
+        return checked_x86(wtype, w_row, act_row, dot_x86::iq4_nl_q8_0_tinyblas);
+    }
+    if n_cols >= 8 {
+        let tiled = match wtype {
+            GgmlType::Q2_K => Some(dot_x86::tiled_q2_k as dot_x86::TiledFn),
+            GgmlType::Q3_K => Some(dot_x86::tiled_q3_k as dot_x86::TiledFn),
+            GgmlType::Q4_K => Some(dot_x86::tiled_q4_k as dot_x86::TiledFn),
+            GgmlType::Q5_K => Some(dot_x86::tiled_q5_k as dot_x86::TiledFn),
+            GgmlType::Q6_K => Some(dot_x86::tiled_q6_k as dot_x86::TiledFn),
+            GgmlType::IQ4_XS => Some(dot_x86::tiled_iq4_xs as dot_x86::TiledFn),
+            _ => None,
+        };
+        if let Some(block) = tiled {
+            let at = GgmlType::Q8_K;
+            let n = row_values(wtype, w_row)?;
+            check_lengths(at, "activation row", n, act_row.len())?;
+            return Ok(dot_x86::tiled_q8_k(
+                w_row,
+                act_row,
+                wtype.type_size(),
+                block,
+            ));
+        }
+    }
+    vec_dot_avx2(wtype, w_row, act_row)
+}
+
+/// A kernel of [`super::dot_x86`]: weight row and activation row, checked, to the result.
+type X86Kernel = fn(&[u8], &[u8]) -> f32;
+
+/// The kernel of [`super::dot_x86`] for `wtype`, if it has one there.
+fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
+    Some(match wtype {
+        GgmlType::Q5_0 => dot_x86::q5_0_q8_0,
+        GgmlType::Q5_1 => dot_x86::q5_1_q8_1,
+        GgmlType::IQ4_NL => dot_x86::iq4_nl_q8_0,
+        GgmlType::Q2_K => dot_x86::q2_k_q8_k,
+        GgmlType::Q3_K => dot_x86::q3_k_q8_k,
+        GgmlType::Q4_K => dot_x86::q4_k_q8_k,
+        GgmlType::Q5_K => dot_x86::q5_k_q8_k,
+        GgmlType::Q6_K => dot_x86::q6_k_q8_k,
+        GgmlType::IQ4_XS => dot_x86::iq4_xs_q8_k,
+        _ => return None,
+    })
+}
+
+/// Checks that `w_row` is whole blocks of `wtype` and `act_row` the same number of values of
+/// its activation type, then runs `kernel`.
+fn checked_x86(
+    wtype: GgmlType,
+    w_row: &[u8],
+    act_row: &[u8],
+    kernel: X86Kernel,
+) -> Result<f32, BlockDataError> {
+    let at = vec_dot_type(wtype).ok_or(BlockDataError::Unsupported {
+        op: "vec_dot_avx2",
+        ty: wtype,
+    })?;
+    let n = row_values(wtype, w_row)?;
+    check_lengths(at, "activation row", n, act_row.len())?;
+    Ok(kernel(w_row, act_row))
 }
 
 /// Number of values in a row of whole blocks.
@@ -598,6 +696,7 @@ mod tests {
             }
         }
         assert!(differ > 0, "no element tells the two orders apart");
-        assert!(vec_dot_avx2(GgmlType::Q6_K, &[0; 210], &[0; 292]).is_err());
+        assert!(vec_dot_avx2(GgmlType::Q6_K, &[0; 210], &[0; 291]).is_err());
+        assert!(vec_dot_avx2(GgmlType::Q8_1, &[0; 36], &[0; 36]).is_err());
     }
 }

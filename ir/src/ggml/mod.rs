@@ -11,22 +11,32 @@
 //! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
 //!   format of each weight type, the conversion to it, and the dot product ggml's scalar code
 //!   computes for a weight row and an activation row;
+//! - [`vec_dot_avx2`] / [`vec_dot_avx2_mul_mat`]: the same dot products in the operation
+//!   order of llama.cpp's x86 AVX2 build (its `vec_dot` kernels, and llamafile's tinyBLAS
+//!   from two activation columns on), bit for bit;
+//! - [`repacked_by_llama_cpp`] / [`RepackedRow`] / [`repack_mul_mat_8`]: the interleaved
+//!   x86 kernels llama.cpp runs for the Q4_0, Q4_K and IQ4_NL weights it repacks at load
+//!   time, and their activation quantizers;
 //! - [`cpu_math`]: the few pieces of ggml-cpu arithmetic (its vectorized `expf`, the rope
 //!   angle table) that the interpreter and the backends' kernels share by definition.
 
 pub mod cpu_math;
 mod dequant;
 mod dot;
+mod dot_x86;
 mod error;
 mod format;
 mod fp;
 mod hadamard;
 mod layouts;
 mod quant;
+mod repack_x86;
 mod types;
 
 pub use dequant::dequantize;
-pub use dot::{quantize_activations, vec_dot, vec_dot_avx2, vec_dot_f32, vec_dot_type};
+pub use dot::{
+    quantize_activations, vec_dot, vec_dot_avx2, vec_dot_avx2_mul_mat, vec_dot_f32, vec_dot_type,
+};
 pub use error::{BlockDataError, DequantError};
 pub use format::{
     block_format, block_formats, BitPiece, BlockFormat, Decode, Field, FieldKind, Index, IntCode,
@@ -37,5 +47,9 @@ pub use hadamard::{fwht, k_rot_size, v_rot_size};
 pub use quant::{
     quantize, quantize_bf16, quantize_f16, quantize_q8_0, quantize_q8_0_with, quantize_q8_1,
     quantize_q8_1_with, quantize_q8_k, Q8Flavor,
+};
+pub use repack_x86::{
+    quantize_q8_k_4x8, repack_mul_mat_8, repack_quantize_activations, repacked_by_llama_cpp,
+    RepackKernel, RepackedRow,
 };
 pub use types::{GgmlType, QK_K};

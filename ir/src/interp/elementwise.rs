@@ -94,7 +94,8 @@ pub(crate) fn gelu_f16_table(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        f16_to_f32(f32_to_f16(gelu(f16_to_f32(f32_to_f16(x)))))
+        let t = crate::ggml::cpu_math::gelu_table_value(f16_to_f32(f32_to_f16(x)));
+        f16_to_f32(f32_to_f16(t))
     }
 }
 

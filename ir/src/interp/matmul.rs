@@ -8,7 +8,9 @@
 //! - llama.cpp's rounding: the activations are first converted to the weight type's
 //!   companion format ([`crate::ggml::vec_dot_type`]: Q8_0, Q8_1, Q8_K blocks, or F16 / BF16
 //!   values), as ggml-cpu's `ggml_compute_forward_mul_mat` does, and each output is the
-//!   weight type's reference dot product ([`crate::ggml::vec_dot`]).
+//!   weight type's reference dot product ([`crate::ggml::vec_dot`]) or, in llama.cpp's x86
+//!   order, the one its AVX2 build computes for that number of columns
+//!   ([`crate::ggml::vec_dot_avx2_mul_mat`]: `vec_dot`, tinyBLAS, the tiled K-quant kernel).
 //!
 //! Rows of `a` are split over threads (`std::thread::scope`); each output element is computed
 //! by one thread in a fixed order, so results do not depend on the thread count.
@@ -50,7 +52,7 @@ pub(crate) struct MatOpts {
     pub flavor: Q8Flavor,
     /// Threads to split rows over.
     pub n_threads: usize,
-    /// Summation order of the Q4_0 / Q4_1 / Q8_0 dot products.
+    /// Summation order of the quantized dot products (and of the float ones).
     pub order: Order,
 }
 
@@ -157,14 +159,50 @@ unsafe fn dot_avx(a: &[f32], b: &[f32]) -> f32 {
 enum Kernel {
     /// Dequantize / copy rows of `a` to f32, dot with (possibly rounded) f32 rows of `b`.
     Float,
-    /// Reference `vec_dot` of weight rows with activation rows in the companion format.
-    Quant { act: Vec<u8>, act_row: usize },
+    /// `vec_dot` of weight rows with activation rows in the companion format: ggml's
+    /// reference one ([`ggml::vec_dot`]), or in [`Order::Avx2`] what llama.cpp's x86
+    /// `mul_mat` computes for this number of columns ([`ggml::vec_dot_avx2_mul_mat`]).
+    Quant {
+        act: Vec<u8>,
+        act_row: usize,
+        order: Order,
+    },
     /// The same numbers through unpacked int8 rows ([`qdot`]).
     Fast {
         kind: Fast,
         act: Unpacked,
         order: Order,
     },
+    /// A weight llama.cpp's x86 build repacks ([`ggml::repacked_by_llama_cpp`]): its
+    /// interleaved gemm kernel for the first `n_rows - n_rows % 4` columns, gemv for the
+    /// rest ([`ggml::RepackedRow`]), activations quantized per column for that kernel.
+    Repack { act: Vec<u8>, act_row: usize },
+}
+
+/// Whether `a` is a weight llama.cpp's x86 AVX2 build repacks, in the order that follows it.
+fn repacked(a: &MatA<'_>, t: GgmlType, order: Order) -> bool {
+    let supported = matches!(t, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL);
+    match a {
+        MatA::Weight { ne, .. } => {
+            supported
+                && order == Order::Avx2
+                && ggml::repacked_by_llama_cpp(t, ne.map(|n| n as u64))
+        }
+        MatA::Float { .. } => false,
+    }
+}
+
+/// [`Kernel::Repack`]: each of the `n_rows` columns of `rows` quantized for its kernel.
+fn repack_kernel(t: GgmlType, rows: &[f32], k: usize, n_rows: usize) -> Result<Kernel, String> {
+    let mut act = Vec::new();
+    for (n, src) in rows.chunks_exact(k.max(1)).take(n_rows).enumerate() {
+        let kernel = ggml::RepackKernel::for_column(n, n_rows);
+        let (_, a) =
+            ggml::repack_quantize_activations(t, src, kernel).map_err(|e| e.to_string())?;
+        act.extend_from_slice(&a);
+    }
+    let act_row = act.len() / n_rows.max(1);
+    Ok(Kernel::Repack { act, act_row })
 }
 
 /// Computes `out = a · bᵀ` per slice; `b` and `out` are stored as [`Lay`] says.
@@ -203,6 +241,9 @@ pub(crate) fn mul_mat(
                         .for_each(|v| *v = bf16_to_f32(f32_to_bf16(*v)));
                     Kernel::Float
                 }
+                (true, DType::Block(t)) if repacked(a, t, opts.order) => {
+                    repack_kernel(t, &rows, k, n_rows)?
+                }
                 (true, DType::Block(t)) => {
                     let vdt =
                         ggml::vec_dot_type(t).ok_or_else(|| format!("no dot product for {t}"))?;
@@ -224,7 +265,11 @@ pub(crate) fn mul_mat(
                                 order: opts.order,
                             }
                         }
-                        _ => Kernel::Quant { act, act_row },
+                        _ => Kernel::Quant {
+                            act,
+                            act_row,
+                            order: opts.order,
+                        },
                     }
                 }
                 _ => Kernel::Float,
@@ -337,6 +382,7 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
     let mut res = vec![0f32; (hi - lo) * n_rows];
     let mut buf = vec![0f32; k];
     let mut unpacked = Unpacked::default();
+    let mut repacked = ggml::RepackedRow::default();
     for m in lo..hi {
         let dst = &mut res[(m - lo) * n_rows..(m - lo + 1) * n_rows];
         match (sc.kernel, sc.a) {
@@ -347,11 +393,31 @@ fn run_rows_body(sc: &Slice<'_, '_>, lo: usize, hi: usize) -> Result<Vec<f32>, S
                     *o = qdot::dot(*kind, &unpacked, act, n, *order);
                 }
             }
-            (Kernel::Quant { act, act_row }, MatA::Weight { ty, data, ne }) => {
+            (
+                Kernel::Quant {
+                    act,
+                    act_row,
+                    order,
+                },
+                MatA::Weight { ty, data, ne },
+            ) => {
                 let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
                 for (n, o) in dst.iter_mut().enumerate() {
-                    *o = ggml::vec_dot(*ty, w, &act[n * act_row..(n + 1) * act_row])
-                        .map_err(|e| e.to_string())?;
+                    let a = &act[n * act_row..(n + 1) * act_row];
+                    *o = match order {
+                        Order::Reference => ggml::vec_dot(*ty, w, a),
+                        Order::Avx2 => ggml::vec_dot_avx2_mul_mat(*ty, w, a, n_rows),
+                    }
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+            (Kernel::Repack { act, act_row }, MatA::Weight { ty, data, ne }) => {
+                let w = weight_row(*ty, data, ne, m, sc.a2, sc.a3, k)?;
+                repacked.load(*ty, w).map_err(|e| e.to_string())?;
+                for (n, o) in dst.iter_mut().enumerate() {
+                    let a = &act[n * act_row..(n + 1) * act_row];
+                    let kernel = ggml::RepackKernel::for_column(n, n_rows);
+                    *o = repacked.dot(a, kernel).map_err(|e| e.to_string())?;
                 }
             }
             _ => {

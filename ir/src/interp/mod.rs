@@ -58,8 +58,10 @@ pub struct InterpOptions {
     /// Evaluate GELU from ggml's f16 table (`GGML_GELU_FP16`).
     pub gelu_f16: bool,
     /// Follow the operation order of llama.cpp's x86-64 AVX2/FMA kernels where it is known
-    /// ([`avx2`](self) module: Q4_0 / Q4_1 / Q8_0 dot products, the vectorized `expf` of SiLU
-    /// and softmax, f16 dot products in attention) instead of ggml's scalar reference order.
+    /// (the quantized products of every block type as llama.cpp's x86 `mul_mat` chooses its
+    /// kernel — `ggml::vec_dot_avx2_mul_mat`, the repacked kernels of `ggml::RepackedRow` —,
+    /// the vectorized `expf` of SiLU and softmax, f16 dot products in attention) instead of
+    /// ggml's scalar reference order.
     pub avx2_order: bool,
     /// Which Q8_0 / Q8_1 activation quantizer to reproduce.
     pub q8_flavor: Q8Flavor,

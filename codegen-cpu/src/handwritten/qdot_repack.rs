@@ -1,0 +1,250 @@
+//! Dot products in the order of llama.cpp's *repacked* x86 kernels, for the weights its AVX2
+//! build interleaves at load time (Q4_0, IQ4_NL, Q4_K with `ne[1] % 8 == 0`:
+//! `ir::ggml::repacked_by_llama_cpp`). Those kernels (`ggml_gemv_*_8x8_*` /
+//! `ggml_gemm_*_8x8_*`, ggml-cpu/arch/x86/repack.cpp) add each block's exact integer sum
+//! into one f32 accumulator per output instead of the eight lanes of `ggml_vec_dot_*`:
+//!
+//! - Q4_0 / IQ4_NL × Q8_0 (gemv and gemm alike): `acc = fma(isum_b, dx_b · dy_b, acc)` over
+//!   the 32-value blocks `b`;
+//! - Q4_K × Q8_K: per super-block, gemv: `acc = fma(Σ_j sc_j·isum_j, d·dy, acc)` and
+//!   `acc_min = fma(Σ_j m_j·bsum_j, dmin·dy, acc_min)` over its 8 sub-blocks `j`; gemm: the
+//!   same with one fma per pair of sub-blocks; the result `acc - acc_min`.
+//!
+//! We do not interleave: every output depends on one weight row and one activation column,
+//! so the row-dot kernels read ggml's rows in place and compute these orders per row (the
+//! module doc of `ir::ggml`'s `repack_x86` has the details and how they were checked). The
+//! AVX2 routines here are checked bit for bit against `ir::ggml::RepackedRow::dot`, which is
+//! also the plain path on other hosts.
+
+use ir::ggml::{GgmlType, RepackKernel, RepackedRow};
+
+/// A repacked-order dot product of two whole rows; the kernel (gemv or gemm) chooses the
+/// order for Q4_K.
+///
+/// # Safety
+/// The host must have the CPU features the routine was chosen for ([`dot_fn`] checks), and
+/// the rows must be whole rows of the weight type and its activation type of equal length.
+pub(crate) type RepackDotFn = unsafe fn(&[u8], &[u8], RepackKernel) -> f32;
+
+/// The AVX2 routine for `wtype` on this host, if there is one.
+pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q4_0 => Some(x86::q4_0),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl),
+            GgmlType::Q4_K => Some(x86::q4_k),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
+/// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
+pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
+    RepackedRow::new(wtype, w)
+        .and_then(|r| r.dot(a, kernel))
+        .unwrap_or(f32::NAN)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use ir::ggml::{f16_to_f32, RepackKernel, KVALUES_IQ4NL};
+
+    /// Σ of the 8 i32 lanes.
+    #[inline(always)]
+    unsafe fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// Σ x_i·y_i over 32 signed bytes each (exact).
+    #[inline(always)]
+    unsafe fn isum_i8(x: __m256i, y: __m256i) -> i32 {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+        hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
+
+    /// The 32 nibbles of 16 bytes, low nibbles first (values 0..16 then 16..32).
+    #[inline(always)]
+    unsafe fn nibbles(p: *const u8) -> __m256i {
+        let b = _mm_loadu_si128(p as *const __m128i);
+        let lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+        _mm256_set_m128i(hi, lo)
+    }
+
+    #[inline(always)]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        f16_to_f32(u16::from_le_bytes([*p, *p.add(1)]))
+    }
+
+    /// Q4_0 / IQ4_NL (18-byte blocks) × Q8_0 (34-byte blocks): one accumulator,
+    /// `acc = fma(isum_b, dx·dy, acc)`; `map` turns nibbles into values.
+    #[inline(always)]
+    unsafe fn b32(w: &[u8], a: &[u8], map: impl Fn(__m256i) -> __m256i) -> f32 {
+        let nb = (w.len() / 18).min(a.len() / 34);
+        let mut acc = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(18 * b);
+            let y = a.as_ptr().add(34 * b);
+            let qx = map(nibbles(x.add(2)));
+            let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
+            let isum = isum_i8(qx, qy);
+            acc = (isum as f32).mul_add(f16_at(x) * f16_at(y), acc);
+        }
+        acc
+    }
+
+    /// Q4_0 in the repacked kernels' order (values `q - 8`).
+    ///
+    /// # Safety
+    /// AVX2 and FMA; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn q4_0(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
+        b32(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
+    }
+
+    /// IQ4_NL in the repacked kernels' order (values `kvalues_iq4nl[q]`).
+    ///
+    /// # Safety
+    /// AVX2 and FMA; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn iq4_nl(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        b32(w, a, |q| _mm256_shuffle_epi8(table, q))
+    }
+
+    /// Q4_K (144-byte blocks) × Q8_K (292-byte blocks) in the gemv or gemm order (module
+    /// doc of the parent).
+    ///
+    /// # Safety
+    /// AVX2 and FMA; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn q4_k(w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
+        let nb = (w.len() / 144).min(a.len() / 292);
+        let gemm = kernel == RepackKernel::Gemm;
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for b in 0..nb {
+            let x = w.as_ptr().add(144 * b);
+            let y = a.as_ptr().add(292 * b);
+            let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
+            let d = f16_at(x) * dy;
+            let dmin = f16_at(x.add(2)) * dy;
+            let s = std::slice::from_raw_parts(x.add(4), 12);
+            let (mut isum_b, mut imin_b) = (0i32, 0i32);
+            for p in 0..4 {
+                let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                let lo = _mm256_and_si256(qs, _mm256_set1_epi8(0x0f));
+                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), _mm256_set1_epi8(0x0f));
+                let mut isum = 0i32;
+                let mut imin = 0i32;
+                for (h, q) in [lo, hi].into_iter().enumerate() {
+                    let j = 2 * p + h;
+                    let (sc, m) = scale_min(j, s);
+                    let qy = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
+                    let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), _mm256_set1_epi16(1));
+                    isum += sc * hsum_i32(prod);
+                    let bs = |g: usize| {
+                        i16::from_le_bytes([*y.add(260 + 2 * g), *y.add(261 + 2 * g)]) as i32
+                    };
+                    imin += m * (bs(2 * j) + bs(2 * j + 1));
+                }
+                if gemm {
+                    acc = (isum as f32).mul_add(d, acc);
+                    acc_min = (imin as f32).mul_add(dmin, acc_min);
+                } else {
+                    isum_b += isum;
+                    imin_b += imin;
+                }
+            }
+            if !gemm {
+                acc = (isum_b as f32).mul_add(d, acc);
+                acc_min = (imin_b as f32).mul_add(dmin, acc_min);
+            }
+        }
+        acc - acc_min
+    }
+
+    /// Scale and minimum of sub-block `j` from Q4_K's 12 packed bytes (ggml's
+    /// `get_scale_min_k4`).
+    #[inline(always)]
+    fn scale_min(j: usize, s: &[u8]) -> (i32, i32) {
+        if j < 4 {
+            ((s[j] & 63) as i32, (s[j + 4] & 63) as i32)
+        } else {
+            (
+                ((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4)) as i32,
+                ((s[j + 4] >> 4) | ((s[j] >> 6) << 4)) as i32,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ir::ggml::{repack_quantize_activations, Q8Flavor};
+
+    fn rng(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    /// The AVX2 routines equal `ir::ggml::RepackedRow::dot` bit for bit, both kernels.
+    #[test]
+    fn routines_match_the_reference() {
+        let _ = Q8Flavor::X86;
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        for (t, f16_at) in [
+            (GgmlType::Q4_0, &[0usize][..]),
+            (GgmlType::IQ4_NL, &[0][..]),
+            (GgmlType::Q4_K, &[0, 2][..]),
+        ] {
+            let Some(f) = dot_fn(t) else {
+                eprintln!("no AVX2 routine for {} on this host", t.name());
+                continue;
+            };
+            for blocks in [1usize, 2, 5] {
+                let n = blocks * 256;
+                for _ in 0..30 {
+                    let nb = n / t.block_size();
+                    let mut w: Vec<u8> = (0..nb * t.type_size())
+                        .map(|_| rng(&mut seed) as u8)
+                        .collect();
+                    for b in 0..nb {
+                        for &o in f16_at {
+                            let v = half::f16::from_f32(
+                                (rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3,
+                            );
+                            w[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                    let x: Vec<f32> = (0..n)
+                        .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                        .collect();
+                    for k in [RepackKernel::Gemv, RepackKernel::Gemm] {
+                        let (_, act) = repack_quantize_activations(t, &x, k).expect("quantizes");
+                        // SAFETY: chosen for this host by `dot_fn`; whole rows of equal length.
+                        let got = unsafe { f(&w, &act, k) };
+                        let want = dot_plain(t, &w, &act, k);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{} {k:?}: {got} vs {want}",
+                            t.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
