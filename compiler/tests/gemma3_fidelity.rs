@@ -84,17 +84,7 @@ fn load_prompts(reference: &std::path::Path) -> Vec<Prompt> {
         .collect()
 }
 
-/// Natural-log softmax of `logits` in f64.
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = max
-        + logits
-            .iter()
-            .map(|&x| (x as f64 - max).exp())
-            .sum::<f64>()
-            .ln();
-    logits.iter().map(|&x| x as f64 - lse).collect()
-}
+use modelc_tests::log_softmax;
 
 /// How one model compares with its reference.
 #[derive(Default)]

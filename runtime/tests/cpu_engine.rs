@@ -299,17 +299,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-/// Natural-log softmax in f64.
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = max
-        + logits
-            .iter()
-            .map(|&x| (x as f64 - max).exp())
-            .sum::<f64>()
-            .ln();
-    logits.iter().map(|&x| x as f64 - lse).collect()
-}
+use modelc_tests::log_softmax;
 
 /// SmolLM2: the compiled engine against the interpreter (llama.cpp's roundings; bit-exact
 /// with llama.cpp on the fixtures) on a 12-token prompt decoded as one padded ubatch, then 4

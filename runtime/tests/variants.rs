@@ -37,17 +37,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Natural-log softmax in f64.
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let lse = max
-        + logits
-            .iter()
-            .map(|&x| (x as f64 - max).exp())
-            .sum::<f64>()
-            .ln();
-    logits.iter().map(|&x| x as f64 - lse).collect()
-}
+use modelc_tests::log_softmax;
 
 fn argmax(l: &[f32]) -> u32 {
     let mut best = 0;

@@ -107,3 +107,16 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
         "the shared folder lies beside the repository in CI and on developers' machines",
     )
 }
+
+/// Natural-log softmax of `logits` in f64, as `shared/reference/` computes its log-probabilities
+/// (`logit - logsumexp(all logits)` in double precision).
+pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = max
+        + logits
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    logits.iter().map(|&x| x as f64 - lse).collect()
+}
