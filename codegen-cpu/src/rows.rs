@@ -52,6 +52,8 @@ pub(crate) struct RowDot {
     fast: Option<qdot::DotFn>,
     /// A hand-written repacked-order routine, if the host can run one.
     fast_repack: Option<qdot_repack::RepackDotFn>,
+    /// Its eight-row form, where the type has one.
+    fast_repack8: Option<qdot_repack::RepackDot8Fn>,
     /// A hand-written routine for the many-column order (the tiled K-quant kernel,
     /// IQ4_NL's tinyBLAS), if the host can run one.
     fast_cols: Option<qdot_tiled::TiledFn>,
@@ -80,6 +82,7 @@ impl RowDot {
             order,
             fast: qdot::dot_fn(wtype),
             fast_repack: None,
+            fast_repack8: None,
             fast_cols: qdot_tiled::tiled_fn(wtype),
         })
     }
@@ -98,6 +101,7 @@ impl RowDot {
             order: Order::Repacked,
             fast: None,
             fast_repack: qdot_repack::dot_fn(wtype),
+            fast_repack8: qdot_repack::dot8_fn(wtype),
             fast_cols: None,
         })
     }
@@ -163,6 +167,61 @@ impl RowDot {
                 None => ggml::vec_dot_avx2_mul_mat(self.wtype, w, a, n_cols).unwrap_or(f32::NAN),
             },
             Order::Scalar => ggml::vec_dot(self.wtype, w, a).unwrap_or(f32::NAN),
+        }
+    }
+}
+
+impl RowDot {
+    /// Whether [`RowDot::dot8`] computes eight rows at once.
+    pub fn has_dot8(&self) -> bool {
+        self.fast_repack8.is_some()
+    }
+
+    /// [`RowDot::dot`] of eight weight rows with one activation row, where
+    /// [`RowDot::has_dot8`] (Q4_0 / IQ4_NL in the repacked order, whose gemm and gemv give
+    /// the same numbers: the column does not matter); else `None`.
+    #[inline]
+    pub fn dot8(&self, w: &[&[u8]; 8], a: &[u8]) -> Option<[f32; 8]> {
+        // SAFETY: `dot8_fn` chose it for this host; whole rows of equal length.
+        self.fast_repack8.map(|f| unsafe { f(w, a) })
+    }
+}
+
+/// Rows `r0..r1` of `out` (`out[t·out_stride + r]`) for tokens `0..n`: weight row `r` is
+/// `row_bytes` at `w + r·row_bytes`, token `t`'s prepared activations `act_row` bytes at
+/// `act + t·act_row`, token `t` being column `col0 + t` of llama.cpp's `n_cols`. Eight rows
+/// at a time where the kernel has that form and `r` is a multiple of 8.
+///
+/// # Safety
+/// The pointers must cover those rows, tokens and outputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn products(
+    dot: &RowDot,
+    w: *const u8,
+    row_bytes: usize,
+    act: *const u8,
+    act_row: usize,
+    (n, col0, n_cols): (usize, usize, usize),
+    out: *mut f32,
+    out_stride: usize,
+    (r0, r1): (usize, usize),
+) {
+    let row = |r: usize| std::slice::from_raw_parts(w.add(r * row_bytes), row_bytes);
+    let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
+    let mut r = r0;
+    while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
+        let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
+        for t in 0..n {
+            if let Some(v) = dot.dot8(&ws, arow(t)) {
+                std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * out_stride + r), 8);
+            }
+        }
+        r += 8;
+    }
+    for r in r..r1 {
+        let wr = row(r);
+        for t in 0..n {
+            *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
     }
 }
@@ -266,17 +325,25 @@ impl RowsMatmul {
         check_len("output", self.m * self.n, out.len())?;
         let out_ptr = out.as_mut_ptr() as usize;
         pool.run(&|ti, nt| {
-            let (r0, r1) = (self.m * ti / nt, self.m * (ti + 1) / nt);
-            for r in r0..r1 {
-                let wr = &w[r * self.row_bytes..(r + 1) * self.row_bytes];
-                for t in 0..self.n {
-                    let a = &act[t * self.act_row..(t + 1) * self.act_row];
-                    let v = self.dot.dot(wr, a, t, self.n);
-                    // SAFETY: `out` holds m·n floats (checked) and stays borrowed until the
-                    // pool has joined; threads write disjoint rows.
-                    unsafe { *(out_ptr as *mut f32).add(t * self.m + r) = v };
-                }
-            }
+            // Rows split in multiples of 8, as the plans' chunks are.
+            let blocks = self.m.div_ceil(8);
+            let r0 = (8 * (blocks * ti / nt)).min(self.m);
+            let r1 = (8 * (blocks * (ti + 1) / nt)).min(self.m);
+            // SAFETY: lengths checked above; `out` stays borrowed until the pool has joined,
+            // and threads write disjoint rows.
+            unsafe {
+                products(
+                    &self.dot,
+                    w.as_ptr(),
+                    self.row_bytes,
+                    act.as_ptr(),
+                    self.act_row,
+                    (self.n, 0, self.n),
+                    out_ptr as *mut f32,
+                    self.m,
+                    (r0, r1),
+                )
+            };
         });
         Ok(())
     }

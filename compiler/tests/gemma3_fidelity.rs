@@ -234,6 +234,7 @@ fn check(model_path: Option<std::path::PathBuf>, reference: &str, label: &str, e
 /// decoded in llama.cpp's split (all but the last 4 prompt tokens, then the last 4). The
 /// SmolLM2 variants, repacked ones included, are in `smollm2_fidelity.rs`.
 #[test]
+#[ignore = "about 3 minutes of interpreter on 2 cores; CI checks the compiled runner on Gemma 3 (runtime/tests/variants.rs): cargo test --release -p compiler --test gemma3_fidelity -- --ignored"]
 fn gemma3_q4_k_m_matches_llama_cpp() {
     check(
         modelc_tests::gemma3(),

@@ -333,17 +333,18 @@ impl MulMat {
                 } else {
                     (cx.n_real.min(self.n), cx.n_llama.max(1), cx.llama_col0)
                 };
-                let r1 = (g1 * GROUP_ROWS).min(mat.m);
-                for r in g0 * GROUP_ROWS..r1 {
-                    let w = std::slice::from_raw_parts(
-                        data.add(r * row_bytes) as *const u8,
-                        *row_bytes,
-                    );
-                    for t in 0..n {
-                        let a = std::slice::from_raw_parts(act.add(t * arb), arb);
-                        *out.add(t * mat.m_pad + r) = dot.dot(w, a, col0 + t, n_cols);
-                    }
-                }
+                let rows = (g0 * GROUP_ROWS, (g1 * GROUP_ROWS).min(mat.m));
+                crate::rows::products(
+                    dot,
+                    data.0 as *const u8,
+                    *row_bytes,
+                    act,
+                    arb,
+                    (n, col0, n_cols),
+                    out,
+                    mat.m_pad,
+                    rows,
+                );
             }
         }
     }

@@ -41,6 +41,28 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
     None
 }
 
+/// Eight rows at once in the same order (each lane one row's chain of fused multiply-adds,
+/// as llama.cpp's interleaved kernels keep them): `out[i]` is what [`RepackDotFn`] gives for
+/// row `i` and the gemv kernel. Q4_0 and IQ4_NL only (their gemm and gemv orders agree).
+///
+/// # Safety
+/// As [`RepackDotFn`], for each of the eight rows.
+pub(crate) type RepackDot8Fn = unsafe fn(&[&[u8]; 8], &[u8]) -> [f32; 8];
+
+/// The eight-row AVX2 routine for `wtype` on this host, if there is one.
+pub(crate) fn dot8_fn(wtype: GgmlType) -> Option<RepackDot8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q4_0 => Some(x86::q4_0_x8),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl_x8),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
 pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
     RepackedRow::new(wtype, w)
@@ -99,6 +121,77 @@ mod x86 {
             acc = (isum as f32).mul_add(f16_at(x) * f16_at(y), acc);
         }
         acc
+    }
+
+    /// The eight rows' sums of `v[i]`'s eight lanes, lane `i` for row `i` (exact).
+    #[inline(always)]
+    unsafe fn hsum8_rows(v: [__m256i; 8]) -> __m256i {
+        let s01 = _mm256_hadd_epi32(v[0], v[1]);
+        let s23 = _mm256_hadd_epi32(v[2], v[3]);
+        let s45 = _mm256_hadd_epi32(v[4], v[5]);
+        let s67 = _mm256_hadd_epi32(v[6], v[7]);
+        let s0123 = _mm256_hadd_epi32(s01, s23);
+        let s4567 = _mm256_hadd_epi32(s45, s67);
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256(s0123, s4567, 0x20),
+            _mm256_permute2x128_si256(s0123, s4567, 0x31),
+        )
+    }
+
+    /// [`b32`] for eight rows: lane `i` of the accumulator is row `i`'s chain.
+    #[inline(always)]
+    unsafe fn b32_x8(w: &[&[u8]; 8], a: &[u8], map: impl Fn(__m256i) -> __m256i) -> [f32; 8] {
+        let nb = w
+            .iter()
+            .map(|r| r.len() / 18)
+            .min()
+            .unwrap_or(0)
+            .min(a.len() / 34);
+        let mut acc = _mm256_setzero_ps();
+        let ones = _mm256_set1_epi16(1);
+        for b in 0..nb {
+            let y = a.as_ptr().add(34 * b);
+            let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
+            // f16 → f32 by F16C: exact, as the scalar conversion.
+            let dy = _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([*y, *y.add(1)])));
+            let mut part = [_mm256_setzero_si256(); 8];
+            let mut dx = [0u16; 8];
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(18 * b);
+                let qx = map(nibbles(x.add(2)));
+                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                part[i] = _mm256_madd_epi16(p, ones);
+                dx[i] = u16::from_le_bytes([*x, *x.add(1)]);
+            }
+            let isum = _mm256_cvtepi32_ps(hsum8_rows(part));
+            // dx·dy per lane, rounded as the one-row routine rounds it.
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx.as_ptr() as *const __m128i));
+            let scale = _mm256_mul_ps(dx, dy);
+            acc = _mm256_fmadd_ps(isum, scale, acc);
+        }
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
+    }
+
+    /// Q4_0, eight rows ([`super::RepackDot8Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_0_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
+        b32_x8(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
+    }
+
+    /// IQ4_NL, eight rows ([`super::RepackDot8Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq4_nl_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        b32_x8(w, a, |q| _mm256_shuffle_epi8(table, q))
     }
 
     /// Q4_0 in the repacked kernels' order (values `q - 8`).
@@ -231,6 +324,31 @@ mod tests {
                     let x: Vec<f32> = (0..n)
                         .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
                         .collect();
+                    if let Some(f8) = dot8_fn(t) {
+                        // Eight different rows: this one with its blocks rotated by i.
+                        let ts = t.type_size();
+                        let many: Vec<Vec<u8>> = (0..8)
+                            .map(|i| {
+                                let mut r = w.clone();
+                                r.rotate_left((i % nb) * ts);
+                                r
+                            })
+                            .collect();
+                        let rows: [&[u8]; 8] = std::array::from_fn(|i| &many[i][..]);
+                        let (_, act) = repack_quantize_activations(t, &x, RepackKernel::Gemv)
+                            .expect("quantizes");
+                        // SAFETY: chosen for this host by `dot8_fn`; whole rows.
+                        let got = unsafe { f8(&rows, &act) };
+                        for (i, g) in got.iter().enumerate() {
+                            let want = dot_plain(t, rows[i], &act, RepackKernel::Gemv);
+                            assert_eq!(
+                                g.to_bits(),
+                                want.to_bits(),
+                                "{} row {i}: {g} vs {want}",
+                                t.name()
+                            );
+                        }
+                    }
                     for k in [RepackKernel::Gemv, RepackKernel::Gemm] {
                         let (_, act) = repack_quantize_activations(t, &x, k).expect("quantizes");
                         // SAFETY: chosen for this host by `dot_fn`; whole rows of equal length.
