@@ -227,16 +227,13 @@ pub(crate) unsafe fn products(
 }
 
 /// Whether llama.cpp's x86 `mul_mat` with `n_cols` activation columns computes a product of
-/// `wtype` weights (not repacked) with `ggml_vec_dot_*` itself or with a kernel giving the
-/// same numbers (tinyBLAS for Q4_0 / Q5_0 / Q8_0), as `ir::ggml::vec_dot_avx2_mul_mat`
-/// decides: not IQ4_NL from 2 columns (tinyBLAS, another order), not the K-quants from 8
-/// (the tiled kernel).
+/// `wtype` weights (not repacked) with `ggml_vec_dot_*` or a kernel giving the same numbers
+/// (tinyBLAS for Q4_0 / Q5_0 / Q8_0): `ir::ggml::x86_mul_mat_kernel` decides.
 fn vec_dot_order(wtype: GgmlType, n_cols: usize) -> bool {
-    use GgmlType::*;
-    match wtype {
-        IQ4_NL => n_cols < 2,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => n_cols < 8,
-        _ => true,
+    match ggml::x86_mul_mat_kernel(wtype, n_cols) {
+        ggml::X86MulMatKernel::VecDot => true,
+        ggml::X86MulMatKernel::TinyBlas => wtype != GgmlType::IQ4_NL,
+        ggml::X86MulMatKernel::Tiled => false,
     }
 }
 

@@ -258,10 +258,11 @@ pub fn vec_dot_avx2_mul_mat(
     act_row: &[u8],
     n_cols: usize,
 ) -> Result<f32, BlockDataError> {
-    if n_cols >= 2 && wtype == GgmlType::IQ4_NL {
+    let kernel = x86_mul_mat_kernel(wtype, n_cols);
+    if kernel == X86MulMatKernel::TinyBlas && wtype == GgmlType::IQ4_NL {
         return checked_x86(wtype, w_row, act_row, dot_x86::iq4_nl_q8_0_tinyblas);
     }
-    if n_cols >= 8 {
+    if kernel == X86MulMatKernel::Tiled {
         let tiled = match wtype {
             GgmlType::Q2_K => Some(dot_x86::tiled_q2_k as dot_x86::TiledFn),
             GgmlType::Q3_K => Some(dot_x86::tiled_q3_k as dot_x86::TiledFn),
@@ -284,6 +285,30 @@ pub fn vec_dot_avx2_mul_mat(
         }
     }
     vec_dot_avx2(wtype, w_row, act_row)
+}
+
+/// Which kernel llama.cpp's x86 `mul_mat` runs for a weight of type `wtype` (not repacked)
+/// and `n_cols` activation columns (the rules of [`vec_dot_avx2_mul_mat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum X86MulMatKernel {
+    /// The type's `ggml_vec_dot_*` ([`vec_dot_avx2`]).
+    VecDot,
+    /// llamafile's tinyBLAS with quantized activations (Q4_0, Q5_0, Q8_0, IQ4_NL from two
+    /// columns; the same numbers as `vec_dot` except for IQ4_NL).
+    TinyBlas,
+    /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS from eight columns).
+    Tiled,
+}
+
+/// The kernel of llama.cpp's x86 `mul_mat` for `wtype` weights and `n_cols` columns
+/// ([`X86MulMatKernel`]).
+pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
+    use GgmlType::*;
+    match wtype {
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if n_cols >= 8 => X86MulMatKernel::Tiled,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL if n_cols >= 2 => X86MulMatKernel::TinyBlas,
+        _ => X86MulMatKernel::VecDot,
+    }
 }
 
 /// A kernel of [`super::dot_x86`]: weight row and activation row, checked, to the result.
