@@ -22,69 +22,9 @@ use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
 /// The tolerance of "close" (nat).
 const CLOSE: f64 = 0.1;
 
-struct Prompt {
-    id: String,
-    tokens: Vec<u32>,
-    calls: Vec<usize>,
-    completion: Vec<u32>,
-    top5: Vec<Vec<(u32, f64)>>,
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_u64())
-                .map(|x| x as u32)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn load_prompts(reference: &std::path::Path) -> Vec<Prompt> {
-    let s = std::fs::read_to_string(reference).expect("reference json");
-    let v: serde_json::Value = serde_json::from_str(&s).expect("reference json parses");
-    v["prompts"]
-        .as_array()
-        .expect("prompts")
-        .iter()
-        .map(|p| Prompt {
-            id: p["id"].as_str().unwrap_or("?").to_string(),
-            tokens: ids(&p["tokens_add_special_true"]),
-            // The variants' files do not record the split: one call, as for SmolLM2 Q4_1.
-            calls: p["server_prompt_decode_calls"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|c| c.as_u64())
-                        .map(|c| c as usize)
-                        .collect()
-                })
-                .unwrap_or_else(|| vec![ids(&p["tokens_add_special_true"]).len()]),
-            completion: ids(&p["completion"]["tokens"]),
-            top5: p["teacher_forced"]["top5"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|pos| {
-                            pos.as_array()
-                                .map(|e| {
-                                    e.iter()
-                                        .filter_map(|e| {
-                                            Some((e[0].as_u64()? as u32, e[1].as_f64()?))
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
-        .collect()
-}
-
+mod reference;
 use modelc_tests::log_softmax;
+use reference::{load_prompts, Prompt};
 
 /// How one model compares with its reference.
 #[derive(Default)]

@@ -35,69 +35,9 @@ use ir::interp::{InterpOptions, Outputs, Session, SessionOptions};
 
 const TOLERANCE: f64 = 0.1;
 
-struct Prompt {
-    id: String,
-    tokens: Vec<u32>,
-    calls: Vec<usize>,
-    completion: Vec<u32>,
-    top5: Vec<Vec<(u32, f64)>>,
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array of ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn load_prompts(reference: &std::path::Path) -> Vec<Prompt> {
-    let s = std::fs::read_to_string(reference).expect("reference json");
-    let v: serde_json::Value = serde_json::from_str(&s).expect("reference json parses");
-    v["prompts"]
-        .as_array()
-        .expect("prompts")
-        .iter()
-        .map(|p| {
-            let tokens = ids(&p["tokens_add_special_true"]);
-            // The variants' files do not record the calls: SmolLM2's prompts were decoded in
-            // one call each (as the Q4_1 file records).
-            let calls = match p["server_prompt_decode_calls"].as_array() {
-                Some(c) => c
-                    .iter()
-                    .map(|c| c.as_u64().expect("call") as usize)
-                    .collect(),
-                None => vec![tokens.len()],
-            };
-            (p, tokens, calls)
-        })
-        .map(|(p, tokens, calls)| Prompt {
-            id: p["id"].as_str().unwrap_or("?").to_string(),
-            tokens,
-            calls,
-            completion: ids(&p["completion"]["tokens"]),
-            top5: p["teacher_forced"]["top5"]
-                .as_array()
-                .expect("top5")
-                .iter()
-                .map(|pos| {
-                    pos.as_array()
-                        .expect("position")
-                        .iter()
-                        .map(|e| {
-                            (
-                                e[0].as_u64().expect("id") as u32,
-                                e[1].as_f64().expect("logprob"),
-                            )
-                        })
-                        .collect()
-                })
-                .collect(),
-        })
-        .collect()
-}
-
+mod reference;
 use modelc_tests::log_softmax;
+use reference::{load_prompts, Prompt};
 
 /// Outcome of one prompt: largest deviation, the position where ours and llama.cpp's argmax
 /// first differ (if any) with both candidates' log-probabilities.

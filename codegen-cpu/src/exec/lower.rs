@@ -808,10 +808,11 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             let m_pad = m.next_multiple_of(4);
             let name = &self.plan.weights[wid.index()].name;
             let lm_head = name == "output.weight" || name == "token_embd.weight";
-            // Weights llama.cpp repacks run its repacked kernels' order in the exact mode.
-            let ne = wv.shape.ne;
-            let repacked = self.order == SumOrder::Ggml && ir::ggml::repacked_by_llama_cpp(t, ne);
-            if !supports(t) || (repacked && RowDot::for_weight(t, ne).is_some()) {
+            // Weights llama.cpp repacks run its repacked kernels' order in the exact mode
+            // (the row-dot kernels have it; the generated ones do not).
+            let repacked = self.order == SumOrder::Ggml
+                && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
+            if !supports(t) || repacked {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);
                 mats.push(Mat {

@@ -50,7 +50,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
 const Q8_K_BYTES: usize = 4 + 256 + 32;
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::Q8_K_BYTES;
@@ -175,7 +175,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
     /// valid for 2 bytes of reads.
     #[inline(always)]
-    unsafe fn f16_at(p: *const u8) -> f32 {
+    pub(in crate::handwritten) unsafe fn f16_at(p: *const u8) -> f32 {
         let bits = std::ptr::read_unaligned(p as *const u16);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
     }
@@ -257,7 +257,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
     /// valid for 16 bytes of reads.
     #[inline(always)]
-    unsafe fn nibbles32(p: *const u8) -> __m256i {
+    pub(in crate::handwritten) unsafe fn nibbles32(p: *const u8) -> __m256i {
         // The 16 bytes in both halves (one load), the high half shifted down by 4 bits.
         let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
         let shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));

@@ -74,7 +74,8 @@ pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKerne
 mod x86 {
     use std::arch::x86_64::*;
 
-    use ir::ggml::{f16_to_f32, RepackKernel, KVALUES_IQ4NL};
+    use super::super::qdot::x86::{f16_at, nibbles32 as nibbles};
+    use ir::ggml::{scale_min_k4, RepackKernel, KVALUES_IQ4NL};
 
     /// Σ of the 8 i32 lanes.
     #[inline(always)]
@@ -90,20 +91,6 @@ mod x86 {
     unsafe fn isum_i8(x: __m256i, y: __m256i) -> i32 {
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
         hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
-    }
-
-    /// The 32 nibbles of 16 bytes, low nibbles first (values 0..16 then 16..32).
-    #[inline(always)]
-    unsafe fn nibbles(p: *const u8) -> __m256i {
-        let b = _mm_loadu_si128(p as *const __m128i);
-        let lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
-        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
-        _mm256_set_m128i(hi, lo)
-    }
-
-    #[inline(always)]
-    unsafe fn f16_at(p: *const u8) -> f32 {
-        f16_to_f32(u16::from_le_bytes([*p, *p.add(1)]))
     }
 
     /// Q4_0 / IQ4_NL (18-byte blocks) × Q8_0 (34-byte blocks): one accumulator,
@@ -197,8 +184,8 @@ mod x86 {
     /// Q4_0 in the repacked kernels' order (values `q - 8`).
     ///
     /// # Safety
-    /// AVX2 and FMA; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_0(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
         b32(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
     }
@@ -206,8 +193,8 @@ mod x86 {
     /// IQ4_NL in the repacked kernels' order (values `kvalues_iq4nl[q]`).
     ///
     /// # Safety
-    /// AVX2 and FMA; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn iq4_nl(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
@@ -218,8 +205,8 @@ mod x86 {
     /// doc of the parent).
     ///
     /// # Safety
-    /// AVX2 and FMA; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_k(w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
         let nb = (w.len() / 144).min(a.len() / 292);
         let gemm = kernel == RepackKernel::Gemm;
@@ -240,7 +227,8 @@ mod x86 {
                 let mut imin = 0i32;
                 for (h, q) in [lo, hi].into_iter().enumerate() {
                     let j = 2 * p + h;
-                    let (sc, m) = scale_min(j, s);
+                    let (sc, m) = scale_min_k4(j, s);
+                    let (sc, m) = (sc as i32, m as i32);
                     let qy = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
                     let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), _mm256_set1_epi16(1));
                     isum += sc * hsum_i32(prod);
@@ -263,20 +251,6 @@ mod x86 {
             }
         }
         acc - acc_min
-    }
-
-    /// Scale and minimum of sub-block `j` from Q4_K's 12 packed bytes (ggml's
-    /// `get_scale_min_k4`).
-    #[inline(always)]
-    fn scale_min(j: usize, s: &[u8]) -> (i32, i32) {
-        if j < 4 {
-            ((s[j] & 63) as i32, (s[j + 4] & 63) as i32)
-        } else {
-            (
-                ((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4)) as i32,
-                ((s[j + 4] >> 4) | ((s[j] >> 6) << 4)) as i32,
-            )
-        }
     }
 }
 

@@ -198,7 +198,7 @@ fn q3_k(b: &[u8], y: &mut [f32]) {
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8) of a Q4_K /
 /// Q5_K block, from its 12-byte `scales`.
 #[inline]
-pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -33,7 +33,7 @@ mod quant;
 mod repack_x86;
 mod types;
 
-pub use dequant::dequantize;
+pub use dequant::{dequantize, scale_min_k4};
 pub use dot::{
     quantize_activations, vec_dot, vec_dot_avx2, vec_dot_avx2_mul_mat, vec_dot_f32, vec_dot_type,
     x86_mul_mat_kernel, X86MulMatKernel,
