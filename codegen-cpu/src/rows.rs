@@ -57,6 +57,12 @@ pub(crate) struct RowDot {
     /// A hand-written routine for the many-column order (the tiled K-quant kernel,
     /// IQ4_NL's tinyBLAS), if the host can run one.
     fast_cols: Option<qdot_tiled::TiledFn>,
+    /// Four-column forms of `fast`, `fast_cols`, `fast_repack` and `fast_repack8` (the
+    /// weight's blocks unpacked once for four tokens; the same numbers per output).
+    fast4: Option<qdot::Dot4Fn>,
+    fast_cols4: Option<qdot_tiled::Tiled4Fn>,
+    fast_repack4: Option<qdot_repack::RepackDot4Fn>,
+    fast_repack8x4: Option<qdot_repack::RepackDot8x4Fn>,
 }
 
 impl RowDot {
@@ -84,6 +90,10 @@ impl RowDot {
             fast_repack: None,
             fast_repack8: None,
             fast_cols: qdot_tiled::tiled_fn(wtype),
+            fast4: qdot::dot4_fn(wtype),
+            fast_cols4: qdot_tiled::tiled4_fn(wtype),
+            fast_repack4: None,
+            fast_repack8x4: None,
         })
     }
 
@@ -103,6 +113,10 @@ impl RowDot {
             fast_repack: qdot_repack::dot_fn(wtype),
             fast_repack8: qdot_repack::dot8_fn(wtype),
             fast_cols: None,
+            fast4: None,
+            fast_cols4: None,
+            fast_repack4: qdot_repack::dot4_fn(wtype),
+            fast_repack8x4: qdot_repack::dot8x4_fn(wtype),
         })
     }
 
@@ -185,6 +199,37 @@ impl RowDot {
         // SAFETY: `dot8_fn` chose it for this host; whole rows of equal length.
         self.fast_repack8.map(|f| unsafe { f(w, a) })
     }
+
+    /// [`RowDot::dot`] of one weight row with the four activation rows `a` (columns
+    /// `col..col + 4` of llama.cpp's `n_cols`), where a four-column routine computes them
+    /// all in one kernel's order; else `None`.
+    #[inline]
+    pub fn dot4(&self, w: &[u8], a: &[&[u8]; 4], col: usize, n_cols: usize) -> Option<[f32; 4]> {
+        match self.order {
+            Order::Repacked => {
+                let k = RepackKernel::for_column(col, n_cols);
+                if RepackKernel::for_column(col + 3, n_cols) != k {
+                    return None;
+                }
+                // SAFETY: `dot4_fn` chose it for this host; whole rows of equal length.
+                self.fast_repack4.map(|f| unsafe { f(w, a, k) })
+            }
+            // SAFETY (both): chosen for this host; whole rows of equal length.
+            Order::X86 if vec_dot_order(self.wtype, n_cols) => {
+                self.fast4.map(|f| unsafe { f(w, a) })
+            }
+            Order::X86 => self.fast_cols4.map(|f| unsafe { f(w, a) }),
+            Order::Scalar => None,
+        }
+    }
+
+    /// [`RowDot::dot8`] for four activation rows: `out[c][i]` for row `i` and column `c`,
+    /// where the type has that form; else `None`.
+    #[inline]
+    pub fn dot8x4(&self, w: &[&[u8]; 8], a: &[&[u8]; 4]) -> Option<[[f32; 8]; 4]> {
+        // SAFETY: `dot8x4_fn` chose it for this host; whole rows of equal length.
+        self.fast_repack8x4.map(|f| unsafe { f(w, a) })
+    }
 }
 
 /// Rows `r0..r1` of `out` (`out[t·out_stride + r]`) for tokens `0..n`: weight row `r` is
@@ -206,12 +251,57 @@ pub(crate) unsafe fn products(
     out_stride: usize,
     (r0, r1): (usize, usize),
 ) {
+    // Tokens in chunks whose prepared activations stay in L1 while every row of the range
+    // passes over them (each weight row is read once per chunk, from L2 at worst).
+    let chunk = (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3;
+    let mut t0 = 0;
+    while t0 < n {
+        let nt = chunk.min(n - t0);
+        products_chunk(
+            dot,
+            (w, row_bytes),
+            (act.add(t0 * act_row), act_row),
+            (nt, col0 + t0, n_cols),
+            out.add(t0 * out_stride),
+            out_stride,
+            (r0, r1),
+        );
+        t0 += nt;
+    }
+}
+
+/// Bytes of prepared activations [`products`] keeps hot at a time (about half of a
+/// 32–48 KiB L1 data cache).
+const TOKEN_CHUNK_BYTES: usize = 20 * 1024;
+
+/// [`products`] for one chunk of `n` tokens (columns `col0..col0 + n`).
+///
+/// # Safety
+/// As [`products`].
+unsafe fn products_chunk(
+    dot: &RowDot,
+    (w, row_bytes): (*const u8, usize),
+    (act, act_row): (*const u8, usize),
+    (n, col0, n_cols): (usize, usize, usize),
+    out: *mut f32,
+    out_stride: usize,
+    (r0, r1): (usize, usize),
+) {
     let row = |r: usize| std::slice::from_raw_parts(w.add(r * row_bytes), row_bytes);
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
+    let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
-        for t in 0..n {
+        let mut t = 0;
+        while t + 4 <= n {
+            let Some(v) = dot.dot8x4(&ws, &arows4(t)) else { break };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
+            }
+            t += 4;
+        }
+        for t in t..n {
             if let Some(v) = dot.dot8(&ws, arow(t)) {
                 std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * out_stride + r), 8);
             }
@@ -220,7 +310,15 @@ pub(crate) unsafe fn products(
     }
     for r in r..r1 {
         let wr = row(r);
-        for t in 0..n {
+        let mut t = 0;
+        while t + 4 <= n {
+            let Some(v) = dot.dot4(wr, &arows4(t), col0 + t, n_cols) else { break };
+            for (c, &vc) in v.iter().enumerate() {
+                *out.add((t + c) * out_stride + r) = vc;
+            }
+            t += 4;
+        }
+        for t in t..n {
             *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
     }

@@ -45,6 +45,30 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
     None
 }
 
+/// Four columns at once: `out[c]` is what the [`DotFn`] of the type gives for the weight
+/// row and activation row `a[c]` (the weight's blocks are unpacked once for the four).
+///
+/// # Safety
+/// As [`DotFn`], for each column.
+pub(crate) type Dot4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
+
+/// The four-column form of [`dot_fn`]'s routine for `wtype` on this host, where there is
+/// one: the types whose `vec_dot` order llama.cpp also keeps for prompts (Q5_0 through
+/// tinyBLAS, which gives the same numbers, and Q5_1); the K-quants switch to the tiled
+/// kernel there (`super::qdot_tiled`).
+pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<Dot4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_x4),
+            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_x4),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs`, 16 × i16 `bsums`.
 #[cfg(target_arch = "x86_64")]
 const Q8_K_BYTES: usize = 4 + 256 + 32;
@@ -230,6 +254,18 @@ pub(super) mod x86 {
         let a = std::ptr::read_unaligned(p as *const u32) as u64;
         let b = std::ptr::read_unaligned(q as *const u32) as u64;
         _mm_cvtph_ps(_mm_cvtsi64_si128((a | (b << 32)) as i64))
+    }
+
+    /// The f16 values at `p[0..4]` as f32 lanes 0..4.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); each
+    /// pointer valid for 2 bytes of reads.
+    #[inline(always)]
+    unsafe fn f16x4_scattered(p: [*const u8; 4]) -> __m128 {
+        let h = |i: usize| std::ptr::read_unaligned(p[i] as *const u16) as u64;
+        let bits = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+        _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
     }
 
     /// The f32 at `p` (little-endian, as x86 stores it).
@@ -425,6 +461,63 @@ pub(super) mod x86 {
             acc = fma_lanes(d, lanes, acc);
         }
         hsum(acc) + summs
+    }
+
+    /// [`q5_0_q8_0`] for four activation rows: each block's signed 5-bit values are built
+    /// once; every column keeps its own eight lanes and `hsum_float_8`, as the one-column
+    /// routine.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q5_0 blocks, each `a[c]` as many Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_0_q8_0_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+        let nb = a.iter().fold(w.len() / Q5_0_BYTES, |n, r| n.min(r.len() / Q8_0_BYTES));
+        let high = _mm256_set1_epi8(0xf0u8 as i8);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q5_0_BYTES);
+            let set = bytes_from_bits(u32_at(x.add(2)));
+            let qx = _mm256_or_si256(nibbles32(x.add(6)), _mm256_andnot_si256(set, high));
+            let ax = _mm256_sign_epi8(qx, qx);
+            let y: [*const u8; 4] = std::array::from_fn(|c| a[c].as_ptr().add(b * Q8_0_BYTES));
+            // The four columns' d_x·d_y at once (products of two f16 values: exact in f32,
+            // as `f16x2_product` computes them).
+            let dy = f16x4_scattered(y);
+            let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(f16_at(x)), dy));
+            for c in 0..4 {
+                let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(load32(y[c].add(2)), qx));
+                let dc = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32));
+                acc[c] = _mm256_fmadd_ps(dc, _mm256_cvtepi32_ps(pairs(p)), acc[c]);
+            }
+        }
+        [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+    }
+
+    /// [`q5_1_q8_1`] for four activation rows (each block's quants built once).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q5_1 blocks, each `a[c]` as many Q8_1 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+        let nb = a.iter().fold(w.len() / Q5_1_BYTES, |n, r| n.min(r.len() / Q8_1_BYTES));
+        let bit4 = _mm256_set1_epi8(0x10);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut summs = [0f32; 4];
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q5_1_BYTES);
+            let set = bytes_from_bits(u32_at(x.add(4)));
+            let qx = _mm256_or_si256(nibbles32(x.add(8)), _mm256_and_si256(set, bit4));
+            let (dx, mx) = f16_pair(x);
+            for c in 0..4 {
+                let y = a[c].as_ptr().add(b * Q8_1_BYTES);
+                let (dy, sy) = f16_pair(y);
+                // Products of two f16 values: exact, as in the one-column routine.
+                summs[c] += mx * sy;
+                let lanes = pairs(_mm256_maddubs_epi16(qx, load32(y.add(4))));
+                acc[c] = fma_lanes(dx * dy, lanes, acc[c]);
+            }
+        }
+        std::array::from_fn(|c| hsum(acc[c]) + summs[c])
     }
 
     /// The 8 i32 lanes of one IQ4_NL block with one Q8_0 block: table values times the Q8_0
@@ -892,6 +985,33 @@ mod tests {
                 .collect();
             want.sort_unstable();
             assert_eq!(f16_at, &want[..], "{}", t.name());
+        }
+    }
+
+    /// The four-column forms give each column what the one-column routine gives (random
+    /// quantized and raw activations).
+    #[test]
+    fn four_column_routines_match_one() {
+        let mut seed = 0x5151_u64;
+        for (t, f16_at) in TYPES {
+            let (Some(f), Some(f4)) = (dot_fn(t), dot4_fn(t)) else { continue };
+            let act_t = vec_dot_type(t).expect("has a vec_dot_type");
+            for blocks in [1usize, 3, 18] {
+                for _ in 0..100 {
+                    let w = random_row(t, blocks, f16_at, &mut seed);
+                    let acts: Vec<Vec<u8>> = (0..4)
+                        .map(|_| raw_act(act_t, blocks * t.block_size() / act_t.block_size(), &mut seed))
+                        .collect();
+                    let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
+                    // SAFETY: both chosen for this host; whole rows of equal length.
+                    let got = unsafe { f4(&w, &a) };
+                    for c in 0..4 {
+                        // SAFETY: as above.
+                        let want = unsafe { f(&w, a[c]) };
+                        assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
+                    }
+                }
+            }
         }
     }
 

@@ -63,6 +63,46 @@ pub(crate) fn dot8_fn(wtype: GgmlType) -> Option<RepackDot8Fn> {
     None
 }
 
+/// Four activation columns at once: `out[c]` is what [`RepackDotFn`] gives for the row,
+/// column `a[c]` and the kernel (the weight's blocks are unpacked once for the four).
+///
+/// # Safety
+/// As [`RepackDotFn`], for each column.
+pub(crate) type RepackDot4Fn = unsafe fn(&[u8], &[&[u8]; 4], RepackKernel) -> [f32; 4];
+
+/// The four-column AVX2 routine for `wtype` on this host, if there is one (Q4_K: Q4_0 and
+/// IQ4_NL take [`RepackDot8x4Fn`]).
+pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<RepackDot4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() && wtype == GgmlType::Q4_K {
+        return Some(x86::q4_k_x4);
+    }
+    let _ = wtype;
+    None
+}
+
+/// Eight rows × four columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
+/// column `a[c]` (llama.cpp's gemm tile: each weight block is unpacked once for the four
+/// columns). Q4_0 and IQ4_NL only.
+///
+/// # Safety
+/// As [`RepackDot8Fn`], for each column.
+pub(crate) type RepackDot8x4Fn = unsafe fn(&[&[u8]; 8], &[&[u8]; 4]) -> [[f32; 8]; 4];
+
+/// The eight-row, four-column AVX2 routine for `wtype` on this host, if there is one.
+pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q4_0 => Some(x86::q4_0_x8x4),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x4),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
 pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
     RepackedRow::new(wtype, w)
@@ -125,39 +165,48 @@ mod x86 {
         )
     }
 
-    /// [`b32`] for eight rows: lane `i` of the accumulator is row `i`'s chain.
+    /// [`b32`] for eight rows and `C` columns: lane `i` of column `c`'s accumulator is row
+    /// `i`'s chain with that column; each weight block is unpacked once for the `C` columns.
     #[inline(always)]
-    unsafe fn b32_x8(w: &[&[u8]; 8], a: &[u8], map: impl Fn(__m256i) -> __m256i) -> [f32; 8] {
-        let nb = w
-            .iter()
-            .map(|r| r.len() / 18)
-            .min()
-            .unwrap_or(0)
-            .min(a.len() / 34);
-        let mut acc = _mm256_setzero_ps();
+    unsafe fn b32_x8<const C: usize>(
+        w: &[&[u8]; 8],
+        a: &[&[u8]; C],
+        map: impl Fn(__m256i) -> __m256i,
+    ) -> [[f32; 8]; C] {
+        let rows = w.iter().map(|r| r.len() / 18).min().unwrap_or(0);
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 34));
+        let mut acc = [_mm256_setzero_ps(); C];
         let ones = _mm256_set1_epi16(1);
         for b in 0..nb {
-            let y = a.as_ptr().add(34 * b);
-            let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
-            // f16 → f32 by F16C: exact, as the scalar conversion.
-            let dy = _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([*y, *y.add(1)])));
-            let mut part = [_mm256_setzero_si256(); 8];
+            let mut qx = [_mm256_setzero_si256(); 8];
+            let mut ax = [_mm256_setzero_si256(); 8];
             let mut dx = [0u16; 8];
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(18 * b);
-                let qx = map(nibbles(x.add(2)));
-                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                part[i] = _mm256_madd_epi16(p, ones);
+                qx[i] = map(nibbles(x.add(2)));
+                ax[i] = _mm256_sign_epi8(qx[i], qx[i]);
                 dx[i] = u16::from_le_bytes([*x, *x.add(1)]);
             }
-            let isum = _mm256_cvtepi32_ps(hsum8_rows(part));
-            // dx·dy per lane, rounded as the one-row routine rounds it.
+            // f16 → f32 by F16C: exact, as the scalar conversion.
             let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx.as_ptr() as *const __m128i));
-            let scale = _mm256_mul_ps(dx, dy);
-            acc = _mm256_fmadd_ps(isum, scale, acc);
+            for c in 0..C {
+                let y = a[c].as_ptr().add(34 * b);
+                let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
+                let dy = _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([*y, *y.add(1)])));
+                let mut part = [_mm256_setzero_si256(); 8];
+                for i in 0..8 {
+                    let p = _mm256_maddubs_epi16(ax[i], _mm256_sign_epi8(qy, qx[i]));
+                    part[i] = _mm256_madd_epi16(p, ones);
+                }
+                let isum = _mm256_cvtepi32_ps(hsum8_rows(part));
+                // dx·dy per lane, rounded as the one-row routine rounds it.
+                acc[c] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dx, dy), acc[c]);
+            }
         }
-        let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        let mut out = [[0f32; 8]; C];
+        for c in 0..C {
+            _mm256_storeu_ps(out[c].as_mut_ptr(), acc[c]);
+        }
         out
     }
 
@@ -167,6 +216,15 @@ mod x86 {
     /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_0_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
+        b32_x8(w, &[a], |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))[0]
+    }
+
+    /// Q4_0, eight rows × four columns ([`super::RepackDot8x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and four activation rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_0_x8x4(w: &[&[u8]; 8], a: &[&[u8]; 4]) -> [[f32; 8]; 4] {
         b32_x8(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
     }
 
@@ -176,6 +234,17 @@ mod x86 {
     /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn iq4_nl_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        b32_x8(w, &[a], |q| _mm256_shuffle_epi8(table, q))[0]
+    }
+
+    /// IQ4_NL, eight rows × four columns ([`super::RepackDot8x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and four activation rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq4_nl_x8x4(w: &[&[u8]; 8], a: &[&[u8]; 4]) -> [[f32; 8]; 4] {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
         b32_x8(w, a, |q| _mm256_shuffle_epi8(table, q))
@@ -208,49 +277,97 @@ mod x86 {
     /// AVX2, FMA and F16C; whole rows of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_k(w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
-        let nb = (w.len() / 144).min(a.len() / 292);
+        q4_k_cols(w, &[a], kernel)[0]
+    }
+
+    /// [`q4_k`] for four activation rows ([`super::RepackDot4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_k_x4(w: &[u8], a: &[&[u8]; 4], kernel: RepackKernel) -> [f32; 4] {
+        q4_k_cols(w, a, kernel)
+    }
+
+    /// The sums of the eight i32 lanes of `u[0..4]` (exact).
+    #[inline(always)]
+    unsafe fn hsum4_i32(u: [__m256i; 4]) -> [i32; 4] {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        let mut out = [0i32; 4];
+        _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, s);
+        out
+    }
+
+    /// [`q4_k`] for `C` columns. Per super-block, sub-block `j`'s integer sum scaled by its
+    /// 6-bit scale is `madd(maddubs(q_j, y_j), sc_j)` in eight i32 lanes (exact: at most
+    /// `2 · 15 · 128 · 63` a lane), and its mins term `m_j · (bsums[2j] + bsums[2j+1])` is
+    /// lane `j` of one `madd`; the gemm order adds them per pair of sub-blocks, the gemv
+    /// order per super-block, then the float steps of the module doc.
+    #[inline(always)]
+    unsafe fn q4_k_cols<const C: usize>(
+        w: &[u8],
+        a: &[&[u8]; C],
+        kernel: RepackKernel,
+    ) -> [f32; C] {
+        let nb = a.iter().fold(w.len() / 144, |n, r| n.min(r.len() / 292));
         let gemm = kernel == RepackKernel::Gemm;
-        let (mut acc, mut acc_min) = (0f32, 0f32);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let (mut acc, mut acc_min) = ([0f32; C], [0f32; C]);
         for b in 0..nb {
             let x = w.as_ptr().add(144 * b);
-            let y = a.as_ptr().add(292 * b);
-            let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
-            let d = f16_at(x) * dy;
-            let dmin = f16_at(x.add(2)) * dy;
             let s = std::slice::from_raw_parts(x.add(4), 12);
-            let (mut isum_b, mut imin_b) = (0i32, 0i32);
+            let mut q = [_mm256_setzero_si256(); 8];
+            let mut sc = [_mm256_setzero_si256(); 8];
+            let mut mins = [0i16; 16];
             for p in 0..4 {
                 let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
-                let lo = _mm256_and_si256(qs, _mm256_set1_epi8(0x0f));
-                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), _mm256_set1_epi8(0x0f));
-                let mut isum = 0i32;
-                let mut imin = 0i32;
-                for (h, q) in [lo, hi].into_iter().enumerate() {
-                    let j = 2 * p + h;
-                    let (sc, m) = scale_min_k4(j, s);
-                    let (sc, m) = (sc as i32, m as i32);
-                    let qy = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
-                    let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(q, qy), _mm256_set1_epi16(1));
-                    isum += sc * hsum_i32(prod);
-                    let bs = |g: usize| {
-                        i16::from_le_bytes([*y.add(260 + 2 * g), *y.add(261 + 2 * g)]) as i32
-                    };
-                    imin += m * (bs(2 * j) + bs(2 * j + 1));
-                }
-                if gemm {
-                    acc = (isum as f32).mul_add(d, acc);
-                    acc_min = (imin as f32).mul_add(dmin, acc_min);
-                } else {
-                    isum_b += isum;
-                    imin_b += imin;
-                }
+                q[2 * p] = _mm256_and_si256(qs, m4);
+                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
             }
-            if !gemm {
-                acc = (isum_b as f32).mul_add(d, acc);
-                acc_min = (imin_b as f32).mul_add(dmin, acc_min);
+            for j in 0..8 {
+                let (scale, min) = scale_min_k4(j, s);
+                sc[j] = _mm256_set1_epi16(scale as i16);
+                mins[2 * j] = min as i16;
+                mins[2 * j + 1] = min as i16;
+            }
+            let mins = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
+            let (xd, xdmin) = (f16_at(x), f16_at(x.add(2)));
+            for c in 0..C {
+                let y = a[c].as_ptr().add(292 * b);
+                let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
+                let (d, dmin) = (xd * dy, xdmin * dy);
+                let mut v = [_mm256_setzero_si256(); 8];
+                for j in 0..8 {
+                    let qy = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
+                    v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], qy), sc[j]);
+                }
+                let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
+                let ml = _mm256_madd_epi16(bsums, mins);
+                if gemm {
+                    let pair = |p: usize| _mm256_add_epi32(v[2 * p], v[2 * p + 1]);
+                    let isum = hsum4_i32([pair(0), pair(1), pair(2), pair(3)]);
+                    let mut m = [0i32; 8];
+                    _mm256_storeu_si256(m.as_mut_ptr() as *mut __m256i, ml);
+                    for p in 0..4 {
+                        acc[c] = (isum[p] as f32).mul_add(d, acc[c]);
+                        let imin = m[2 * p] + m[2 * p + 1];
+                        acc_min[c] = (imin as f32).mul_add(dmin, acc_min[c]);
+                    }
+                } else {
+                    let t = [
+                        _mm256_add_epi32(v[0], v[1]),
+                        _mm256_add_epi32(v[2], v[3]),
+                        _mm256_add_epi32(v[4], v[5]),
+                        _mm256_add_epi32(v[6], v[7]),
+                    ];
+                    let all = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
+                    acc[c] = (hsum_i32(all) as f32).mul_add(d, acc[c]);
+                    acc_min[c] = (hsum_i32(ml) as f32).mul_add(dmin, acc_min[c]);
+                }
             }
         }
-        acc - acc_min
+        std::array::from_fn(|c| acc[c] - acc_min[c])
     }
 }
 
@@ -334,6 +451,56 @@ mod tests {
                             "{} {k:?}: {got} vs {want}",
                             t.name()
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The four-column forms give, per row and column, `ir::ggml::RepackedRow`'s numbers.
+    #[test]
+    fn four_column_routines_match_the_reference() {
+        let mut seed = 0x0fed_cba9_8765_4321u64;
+        for t in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
+            let (ts, n) = (t.type_size(), 3 * 256);
+            let nb = n / t.block_size();
+            for _ in 0..20 {
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for b in 0..8 * nb {
+                    let offsets: &[usize] = if t == GgmlType::Q4_K { &[0, 2] } else { &[0] };
+                    for &o in offsets {
+                        let v = half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3);
+                        w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+                for k in [RepackKernel::Gemv, RepackKernel::Gemm] {
+                    let acts: Vec<Vec<u8>> = (0..4)
+                        .map(|_| {
+                            let x: Vec<f32> = (0..n)
+                                .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                                .collect();
+                            repack_quantize_activations(t, &x, k).expect("quantizes").1
+                        })
+                        .collect();
+                    let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
+                    if let Some(f) = dot8x4_fn(t) {
+                        // SAFETY: chosen for this host; whole rows of equal length.
+                        let got = unsafe { f(&rows, &a) };
+                        for c in 0..4 {
+                            for i in 0..8 {
+                                let want = dot_plain(t, rows[i], a[c], k);
+                                assert_eq!(got[c][i].to_bits(), want.to_bits(), "{t} {k:?} row {i} col {c}");
+                            }
+                        }
+                    }
+                    if let Some(f) = dot4_fn(t) {
+                        // SAFETY: as above.
+                        let got = unsafe { f(rows[0], &a, k) };
+                        for c in 0..4 {
+                            let want = dot_plain(t, rows[0], a[c], k);
+                            assert_eq!(got[c].to_bits(), want.to_bits(), "{t} {k:?} col {c}");
+                        }
                     }
                 }
             }

@@ -64,6 +64,32 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
     None
 }
 
+/// Four columns at once: `out[c]` is what the [`TiledFn`] of the type gives for the weight
+/// row and activation row `a[c]` (the weight's blocks are unpacked once for the four).
+///
+/// # Safety
+/// As [`TiledFn`], for each column.
+pub(crate) type Tiled4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
+
+/// The four-column form of [`tiled_fn`]'s routine for `wtype` on this host, if there is one.
+pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q2_K => Some(x86::q2_k_q8_k_tiled4),
+            GgmlType::Q3_K => Some(x86::q3_k_q8_k_tiled4),
+            GgmlType::Q4_K => Some(x86::q4_k_q8_k_tiled4),
+            GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled4),
+            GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled4),
+            GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -371,13 +397,86 @@ mod x86 {
         acc
     }
 
-    /// The number of whole super-blocks both rows have.
+    /// The number of whole super-blocks the weight row and every activation row have.
     #[inline(always)]
-    fn blocks(w: &[u8], wb: usize, a: &[u8], ab: usize) -> usize {
-        (w.len() / wb).min(a.len() / ab)
+    fn blocks<const C: usize>(w: &[u8], wb: usize, a: &[&[u8]; C], ab: usize) -> usize {
+        a.iter().fold(w.len() / wb, |n, r| n.min(r.len() / ab))
+    }
+
+    /// The one-column and four-column entry points of a column-generic routine
+    /// (`$generic::<C>(w, a) -> [f32; C]`), with the target features (so that the generic
+    /// body is inlined into them with AVX2 on).
+    macro_rules! entry_points {
+        ($one:ident, $four:ident, $generic:ident) => {
+            /// One column ([`super::TiledFn`]).
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C; `w` whole weight blocks, `a` as many activation blocks
+            /// (only the whole blocks both have are read).
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $one(w: &[u8], a: &[u8]) -> f32 {
+                $generic::<1>(w, &[a])[0]
+            }
+
+            /// Four columns ([`super::Tiled4Fn`]): each output as the one-column routine
+            /// gives it; the weight's blocks are unpacked once for the four.
+            ///
+            /// # Safety
+            /// As the one-column routine, for each column.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $four(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                $generic::<4>(w, a)
+            }
+        };
     }
 
     // ---- The tiled K-quant kernels ----------------------------------------------------
+    //
+    // Each is generic over the number of activation columns `C`: per super-block, the
+    // weight's quants and scales are unpacked once, then every column's integer sums and
+    // float steps follow (each column's numbers are those of the one-column form).
+
+    entry_points!(q4_k_q8_k_tiled, q4_k_q8_k_tiled4, q4_k_tiled);
+    entry_points!(q5_k_q8_k_tiled, q5_k_q8_k_tiled4, q5_k_tiled);
+    entry_points!(q6_k_q8_k_tiled, q6_k_q8_k_tiled4, q6_k_tiled);
+    entry_points!(q2_k_q8_k_tiled, q2_k_q8_k_tiled4, q2_k_tiled);
+    entry_points!(q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled);
+    entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
+    entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
+
+    /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
+    /// quants `q[j] = (group 2j, group 2j + 1)` unpacked: per column `s1 = Σ_g sc_g · (q · y)`,
+    /// `s2 = Σ_g m_g · (bsums[2g] + bsums[2g+1])`, `out = fma(fma(-dmin, s2, d · s1), yd, out)`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (inlined into them); `x` a whole
+    /// Q4_K / Q5_K block (`d`, `dmin`, `scales` at 0, 2, 4), each `y[c]` a whole Q8_K block.
+    #[inline(always)]
+    unsafe fn k4_step<const C: usize>(
+        x: *const u8,
+        q: &[(__m256i, __m256i); 4],
+        y: [*const u8; C],
+        out: &mut [f32; C],
+    ) {
+        let (scales, mins) = k4_scales_mins(x.add(4));
+        let (d, dmin) = (f16_at(x), f16_at(x.add(2)));
+        for c in 0..C {
+            let s2 = k4_mins_lanes(mins, y[c]);
+            let s1 = k4_sums(scales, y[c], |j| q[j]);
+            let (s1, s2) = hsum2_i32(s1, s2);
+            out[c] = tiled_step_min(out[c], d, dmin, s1, s2, f32_at(y[c]));
+        }
+    }
+
+    /// The block pointers of super-block `i` of the `C` activation rows.
+    #[inline(always)]
+    unsafe fn col_blocks<const C: usize>(a: &[&[u8]; C], i: usize, ab: usize) -> [*const u8; C] {
+        let mut y = [std::ptr::null(); C];
+        for c in 0..C {
+            y[c] = a[c].as_ptr().add(i * ab);
+        }
+        y
+    }
 
     /// Q4_K × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled, AVX2
     /// microkernel of `tiled-kernel.cpp`): per super-block `s1 = Σ_g sc_g · (q · y)` and
@@ -385,66 +484,85 @@ mod x86 {
     /// 32-value groups), `out = fma(fma(-dmin, s2, d · s1), yd, out)`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q4_K blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_k_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// AVX2, FMA and F16C (inlined into the entry points); `w` whole Q4_K blocks, each
+    /// `a[c]` as many Q8_K blocks (only the whole blocks all have are read).
+    #[inline(always)]
+    unsafe fn q4_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q4_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * Q4_K_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
-            let (scales, mins) = k4_scales_mins(x.add(4));
-            let s2 = k4_mins_lanes(mins, y);
-            let s1 = k4_sums(scales, y, |j| {
-                let q = load256(x.add(16 + 32 * j));
-                (
-                    _mm256_and_si256(q, m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
-                )
-            });
-            let (s1, s2) = hsum2_i32(s1, s2);
-            out = tiled_step_min(out, f16_at(x), f16_at(x.add(2)), s1, s2, f32_at(y));
+            let mut q = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+            for (j, qj) in q.iter_mut().enumerate() {
+                let v = load256(x.add(16 + 32 * j));
+                *qj = (
+                    _mm256_and_si256(v, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                );
+            }
+            k4_step(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
         }
         out
     }
 
     /// Q5_K × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled): as
-    /// [`q4_k_q8_k_tiled`], the quants being the nibbles plus 16 where bit `g` of `qh` is set.
+    /// [`q4_k_tiled`], the quants being the nibbles plus 16 where bit `g` of `qh` is set.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q5_K blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_k_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// As [`q4_k_tiled`], with Q5_K blocks.
+    #[inline(always)]
+    unsafe fn q5_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q5_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let one = _mm256_set1_epi8(1);
         let two = _mm256_set1_epi8(2);
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * Q5_K_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
-            let (scales, mins) = k4_scales_mins(x.add(4));
-            let s2 = k4_mins_lanes(mins, y);
             let qh = load256(x.add(16));
-            let s1 = k4_sums(scales, y, |j| {
-                let q = load256(x.add(48 + 32 * j));
+            let mut q = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+            for (j, qj) in q.iter_mut().enumerate() {
+                let v = load256(x.add(48 + 32 * j));
                 // bits 2j and 2j + 1 of qh at bits 0 and 1 (the masks drop what the 16-bit
                 // shift brings in from the neighbouring byte)
                 let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j as i32));
                 let hlo = _mm256_slli_epi16::<4>(_mm256_and_si256(h, one));
                 let hhi = _mm256_slli_epi16::<3>(_mm256_and_si256(h, two));
-                (
-                    _mm256_or_si256(_mm256_and_si256(q, m4), hlo),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q), m4), hhi),
-                )
-            });
-            let (s1, s2) = hsum2_i32(s1, s2);
-            out = tiled_step_min(out, f16_at(x), f16_at(x.add(2)), s1, s2, f32_at(y));
+                *qj = (
+                    _mm256_or_si256(_mm256_and_si256(v, m4), hlo),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), hhi),
+                );
+            }
+            k4_step(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
         }
         out
+    }
+
+    /// The tiled step of the types without mins and with sixteen 16-value sub-blocks
+    /// (Q3_K, Q6_K), `q[4 half + k]` the unsigned quants of 32-value group `4 half + k`
+    /// offset by `2^shift` (`shift` 2 for Q3_K's `+4`, 5 for Q6_K's `+32`), `scales` the
+    /// signed sub-block scales as bytes: per column `s1 = Σ_j sc_j · (q · y) - 2^shift ·
+    /// Σ_j sc_j · bsums[j]`, `out = fma(d · s1, yd, out)`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (inlined into them); each `y[c]` a
+    /// whole Q8_K block.
+    #[inline(always)]
+    unsafe fn k16_step<const C: usize, const SHIFT: i32>(
+        d: f32,
+        scales: __m128i,
+        q: &[__m256i; 8],
+        y: [*const u8; C],
+        out: &mut [f32; C],
+    ) {
+        let (sc_lo, sc_hi, sc_all) = scales16(scales, true);
+        for c in 0..C {
+            let offset = _mm256_madd_epi16(load256(y[c].add(260)), sc_all);
+            let s1 = k16_sums(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
+            let s1 = hsum_i32(_mm256_sub_epi32(s1, _mm256_slli_epi32::<SHIFT>(offset)));
+            out[c] = tiled_step(out[c], d, s1, f32_at(y[c]));
+        }
     }
 
     /// Q6_K × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled): per
@@ -452,23 +570,21 @@ mod x86 {
     /// (computed as `Σ sc_j · (q · y) - 32 · Σ sc_j · bsums[j]`), `out = fma(d · s1, yd, out)`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q6_K blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q6_k_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// As [`q4_k_tiled`], with Q6_K blocks.
+    #[inline(always)]
+    unsafe fn q6_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q6_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let m03 = _mm256_set1_epi8(0x03);
         let m0c = _mm256_set1_epi8(0x0c);
         let m30 = _mm256_set1_epi8(0x30);
         let mc0 = _mm256_set1_epi8(0xc0u8 as i8);
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * Q6_K_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
-            let (sc_lo, sc_hi, sc_all) = scales16(load128(x.add(192)), true);
-            let offset = _mm256_madd_epi16(load256(y.add(260)), sc_all);
-            let s1 = k16_sums(sc_lo, sc_hi, y, |half, k| {
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (g, qg) in q.iter_mut().enumerate() {
+                let (half, k) = (g / 4, g % 4);
                 let l = load256(x.add(64 * half + 32 * (k % 2)));
                 let l = if k < 2 {
                     _mm256_and_si256(l, m4)
@@ -483,10 +599,10 @@ mod x86 {
                     2 => _mm256_and_si256(h, m30),
                     _ => _mm256_srli_epi16::<2>(_mm256_and_si256(h, mc0)),
                 };
-                _mm256_or_si256(l, h)
-            });
-            let s1 = hsum_i32(_mm256_sub_epi32(s1, _mm256_slli_epi32::<5>(offset)));
-            out = tiled_step(out, f16_at(x.add(208)), s1, f32_at(y));
+                *qg = _mm256_or_si256(l, h);
+            }
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            k16_step::<C, 5>(f16_at(x.add(208)), load128(x.add(192)), &q, y, &mut out);
         }
         out
     }
@@ -497,28 +613,32 @@ mod x86 {
     /// out)`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q2_K blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q2_k_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// As [`q4_k_tiled`], with Q2_K blocks.
+    #[inline(always)]
+    unsafe fn q2_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q2_K_BYTES, a, Q8_K_BYTES);
         let m3 = _mm256_set1_epi8(3);
         let m4 = _mm_set1_epi8(0x0f);
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * Q2_K_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
             let sm = load128(x);
             let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sm), m4));
-            let s2 = _mm256_madd_epi16(load256(y.add(260)), mins);
             let (sc_lo, sc_hi, _) = scales16(_mm_and_si128(sm, m4), false);
-            let s1 = k16_sums(sc_lo, sc_hi, y, |half, k| {
-                let q = load256(x.add(16 + 32 * half));
-                let q = _mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * k as i32));
-                _mm256_and_si256(q, m3)
-            });
-            let (s1, s2) = hsum2_i32(s1, s2);
-            out = tiled_step_min(out, f16_at(x.add(80)), f16_at(x.add(82)), s1, s2, f32_at(y));
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (g, qg) in q.iter_mut().enumerate() {
+                let v = load256(x.add(16 + 32 * (g / 4)));
+                let v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (g % 4) as i32));
+                *qg = _mm256_and_si256(v, m3);
+            }
+            let (d, dmin) = (f16_at(x.add(80)), f16_at(x.add(82)));
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            for c in 0..C {
+                let s2 = _mm256_madd_epi16(load256(y[c].add(260)), mins);
+                let s1 = k16_sums(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
+                let (s1, s2) = hsum2_i32(s1, s2);
+                out[c] = tiled_step_min(out[c], d, dmin, s1, s2, f32_at(y[c]));
+            }
         }
         out
     }
@@ -548,10 +668,9 @@ mod x86 {
     /// as `Σ sc_j · ((q + 4 h) · y) - 4 · Σ sc_j · bsums[j]`), `out = fma(d · s1, yd, out)`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q3_K blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q3_k_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// As [`q4_k_tiled`], with Q3_K blocks.
+    #[inline(always)]
+    unsafe fn q3_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q3_K_BYTES, a, Q8_K_BYTES);
         let m3 = _mm256_set1_epi8(3);
         let bit = [
@@ -560,18 +679,17 @@ mod x86 {
             _mm256_set1_epi8(4),
             _mm256_set1_epi8(8),
         ];
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * Q3_K_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
-            let (sc_lo, sc_hi, sc_all) = scales16(q3_k_scales(x.add(96)), true);
-            let offset = _mm256_madd_epi16(load256(y.add(260)), sc_all);
             let hm = load256(x);
             let hm_hi = _mm256_srli_epi16::<4>(hm);
-            let s1 = k16_sums(sc_lo, sc_hi, y, |half, k| {
-                let q = load256(x.add(32 + 32 * half));
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (g, qg) in q.iter_mut().enumerate() {
+                let (half, k) = (g / 4, g % 4);
+                let v = load256(x.add(32 + 32 * half));
                 let low =
-                    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 // bit `4 half + k` of hmask, at bit 2
                 let h = _mm256_and_si256(if half == 0 { hm } else { hm_hi }, bit[k]);
                 let h = match k {
@@ -580,10 +698,10 @@ mod x86 {
                     2 => h,
                     _ => _mm256_srli_epi16::<1>(h),
                 };
-                _mm256_or_si256(low, h)
-            });
-            let s1 = hsum_i32(_mm256_sub_epi32(s1, _mm256_slli_epi32::<2>(offset)));
-            out = tiled_step(out, f16_at(x.add(108)), s1, f32_at(y));
+                *qg = _mm256_or_si256(low, h);
+            }
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            k16_step::<C, 2>(f16_at(x.add(108)), q3_k_scales(x.add(96)), &q, y, &mut out);
         }
         out
     }
@@ -594,42 +712,48 @@ mod x86 {
     /// out)`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole IQ4_XS blocks, `a` as many Q8_K blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn iq4_xs_q8_k_tiled(w: &[u8], a: &[u8]) -> f32 {
+    /// As [`q4_k_tiled`], with IQ4_XS blocks.
+    #[inline(always)]
+    unsafe fn iq4_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, IQ4_XS_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let table = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr() as *const u8));
-        let mut out = 0f32;
+        let mut out = [0f32; C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * IQ4_XS_BYTES);
-            let y = a.as_ptr().add(i * Q8_K_BYTES);
             let sh = u16::from_le_bytes([*x.add(2), *x.add(3)]) as u32;
             let sl = u32_at(x.add(4));
-            let q8 = y.add(4);
-            let mut acc = _mm256_setzero_si256();
+            // per 32-value block b: the table values v (for the sign trick) and |v|
+            let mut v = [_mm256_setzero_si256(); 8];
+            let mut s = [_mm256_setzero_si256(); 8];
             for p in 0..4 {
                 let q = load256(x.add(8 + 32 * p));
                 // [block 2p low nibbles | block 2p+1 low], then the high nibbles
                 let vlo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
                 let vhi =
                     _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4));
-                let v = [
-                    _mm256_permute2x128_si256::<0x20>(vlo, vhi),
-                    _mm256_permute2x128_si256::<0x31>(vlo, vhi),
-                ];
-                for (h, v) in v.into_iter().enumerate() {
-                    let b = 2 * p + h;
-                    let ls = ((sl >> (4 * b)) & 0x0f) | (((sh >> (2 * b)) & 3) << 4);
-                    let yv = load256(q8.add(32 * b));
-                    let prod =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yv, v));
-                    let s = _mm256_set1_epi16(ls as i16 - 32);
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s));
-                }
+                v[2 * p] = _mm256_permute2x128_si256::<0x20>(vlo, vhi);
+                v[2 * p + 1] = _mm256_permute2x128_si256::<0x31>(vlo, vhi);
             }
-            out = tiled_step(out, f16_at(x), hsum_i32(acc), f32_at(y));
+            for (b, sb) in s.iter_mut().enumerate() {
+                let ls = ((sl >> (4 * b)) & 0x0f) | (((sh >> (2 * b)) & 3) << 4);
+                *sb = _mm256_set1_epi16(ls as i16 - 32);
+            }
+            let d = f16_at(x);
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            for c in 0..C {
+                let q8 = y[c].add(4);
+                let mut acc = _mm256_setzero_si256();
+                for b in 0..8 {
+                    let yv = load256(q8.add(32 * b));
+                    let prod = _mm256_maddubs_epi16(
+                        _mm256_sign_epi8(v[b], v[b]),
+                        _mm256_sign_epi8(yv, v[b]),
+                    );
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s[b]));
+                }
+                out[c] = tiled_step(out[c], d, hsum_i32(acc), f32_at(y[c]));
+            }
         }
         out
     }
@@ -644,34 +768,41 @@ mod x86 {
     /// `hsum_float_8`.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `w` whole IQ4_NL blocks, `a` as many Q8_0 blocks (only the whole
-    /// blocks both have are read).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn iq4_nl_q8_0_tinyblas(w: &[u8], a: &[u8]) -> f32 {
+    /// AVX2, FMA and F16C (inlined into the entry points); `w` whole IQ4_NL blocks, each
+    /// `a[c]` as many Q8_0 blocks (only the whole blocks all have are read).
+    #[inline(always)]
+    unsafe fn iq4_nl_tinyblas<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, IQ4_NL_BYTES, a, Q8_0_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
         let shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
         let table = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr() as *const u8));
-        let mut acc = _mm256_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); C];
         for i in 0..nb {
             let x = w.as_ptr().add(i * IQ4_NL_BYTES);
-            let y = a.as_ptr().add(i * Q8_0_BYTES);
             // the 16 bytes in both halves, the high half shifted right by 4
             let q = _mm256_broadcastsi128_si256(load128(x.add(2)));
             let q = _mm256_srlv_epi32(q, shift);
             let v = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
-            let yv = load256(y.add(2));
-            let prod = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yv, v));
-            let isum = _mm256_madd_epi16(prod, ones);
-            let d = f16_product(x, y);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+            let abs = _mm256_sign_epi8(v, v);
+            let y = col_blocks(a, i, Q8_0_BYTES);
+            for c in 0..C {
+                let yv = load256(y[c].add(2));
+                let prod = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(yv, v));
+                let isum = _mm256_madd_epi16(prod, ones);
+                let d = f16_product(x, y[c]);
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc[c]);
+            }
         }
-        // hsum_float_8: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))
-        let r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        let r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        _mm_cvtss_f32(r)
+        let mut out = [0f32; C];
+        for c in 0..C {
+            // hsum_float_8: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))
+            let r = _mm_add_ps(_mm256_castps256_ps128(acc[c]), _mm256_extractf128_ps::<1>(acc[c]));
+            let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+            let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+            out[c] = _mm_cvtss_f32(r);
+        }
+        out
     }
 }
 
@@ -787,6 +918,35 @@ mod tests {
                 }
             }
             eprintln!("{t}: {checked} rows bit-exact, {differ_scalar} differ from scalar vec_dot");
+        }
+    }
+
+    /// The four-column forms give each column what the one-column form gives, on random
+    /// weights and quantized activations and on raw activation bytes.
+    #[test]
+    fn qdot_tiled_four_columns_match_one() {
+        let mut seed = 0x4c0f_u64;
+        for t in TYPES {
+            let (Some(f), Some(f4)) = (routine(t), super::tiled4_fn(t)) else { continue };
+            for n in [256usize, 2048] {
+                for _ in 0..50 {
+                    let w = random_weights(t, n, &mut seed);
+                    let acts: Vec<Vec<u8>> = (0..4)
+                        .map(|_| {
+                            let x = random_acts(n, &mut seed);
+                            quantize_activations(t, &x, Q8Flavor::X86).unwrap().1
+                        })
+                        .collect();
+                    let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
+                    // SAFETY: both chosen for this host; whole rows of equal length.
+                    let got = unsafe { f4(&w, &a) };
+                    for c in 0..4 {
+                        // SAFETY: as above.
+                        let want = unsafe { f(&w, a[c]) };
+                        assert_eq!(got[c].to_bits(), want.to_bits(), "{t} n={n} column {c}");
+                    }
+                }
+            }
         }
     }
 
