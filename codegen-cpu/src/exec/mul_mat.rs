@@ -45,6 +45,10 @@ const CHUNKS_PER_THREAD: usize = 8;
 /// Tokens per chunk of a prepare phase.
 const PREP_TOKENS: usize = 4;
 
+/// Groups of rows a generated kernel computes per call while the next as many are
+/// prefetched ([`MulMat::products`]).
+const PREFETCH_GROUPS: usize = 4;
+
 /// How input rows are prepared for the products.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Prep {
@@ -316,8 +320,19 @@ impl MulMat {
     ) {
         match &mat.weight {
             MatWeight::Repacked(w) => {
-                if let Some(entry) = mat.entry {
-                    entry(w.data().as_ptr(), act, out, g0 as i64, g1 as i64);
+                let Some(entry) = mat.entry else { return };
+                // A few groups per call, the next few prefetched first: the hardware
+                // prefetcher alone streams decode's weights at ~55% of the read bandwidth
+                // (each group is contiguous in the repacked layout).
+                let base = w.data().as_ptr();
+                let gb = w.data().len() / (mat.m_pad / GROUP_ROWS).max(1);
+                let mut g = g0;
+                while g < g1 {
+                    let ge = (g + PREFETCH_GROUPS).min(g1);
+                    let next = (ge + PREFETCH_GROUPS).min(g1);
+                    crate::rows::prefetch(base.wrapping_add(ge * gb), (next - ge) * gb);
+                    entry(base, act, out, g as i64, ge as i64);
+                    g = ge;
                 }
             }
             MatWeight::Rows {

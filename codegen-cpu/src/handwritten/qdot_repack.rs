@@ -183,6 +183,13 @@ mod x86 {
             let mut dx = [0u16; 8];
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(18 * b);
+                // The same bytes of the next eight rows (the caller's next call, when rows
+                // are contiguous as in a tensor): eight short rows read side by side are
+                // eight streams too short for the hardware prefetcher to pick up. A
+                // prefetch never faults, so the address may lie past the tensor.
+                if (18 * b) % 64 < 18 {
+                    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(8 * row.len()) as *const i8);
+                }
                 qx[i] = map(nibbles(x.add(2)));
                 ax[i] = _mm256_sign_epi8(qx[i], qx[i]);
                 dx[i] = u16::from_le_bytes([*x, *x.add(1)]);
