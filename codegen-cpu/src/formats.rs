@@ -1,11 +1,14 @@
-//! Descriptions of the weight block formats the CPU matmul kernels handle. One description per
-//! format drives the repacker ([`crate::layout`]), the activation quantizer
-//! ([`crate::actq`]) and the kernel generators ([`crate::generated`]) (DESIGN.md principle 1).
-//!
-//! Source of the block layouts: ggml's `ggml-common.h` (`block_q4_0`, `block_q4_1`,
-//! `block_q8_0`): a block of 32 values is an f16 scale `d` (and for Q4_1 an f16 minimum `m`),
-//! then the quants. 4-bit quants are packed two per byte: byte `j` holds value `j` in its low
-//! nibble and value `j + 16` in its high nibble.
+//! What the CPU matmul kernels need to know of a weight block format, *derived* from its one
+//! description in `ir::ggml` ([`ir::ggml::block_format`], DESIGN.md principle 1): the
+//! repacker ([`crate::layout`]), the activation quantizer ([`crate::actq`]) and the kernel
+//! generators ([`crate::generated`]) read a [`QuantFormat`], which [`QuantFormat::of`] builds
+//! from the description and the type's `vec_dot_type`. A type gets generated kernels exactly
+//! when its description has the shape they implement (a 32-value block: an f16 scale `d`
+//! first, an optional f16 minimum `m` added after scaling, then one quant field of 4-bit
+//! values in ggml's nibble order — byte `j` holds value `j` low and `j + 16` high — with a
+//! constant offset, or of int8 values); no list of types is written here. Today that is
+//! Q4_0, Q4_1 and Q8_0 (ggml-common.h's `block_q4_0`, `block_q4_1`, `block_q8_0`); every
+//! other block type goes through the row-dot kernels ([`crate::rows`]).
 
 use ir::ggml::GgmlType;
 
@@ -41,12 +44,57 @@ pub struct QuantFormat {
 }
 
 impl QuantFormat {
-    /// The format description of `wtype`, if the CPU kernels handle it.
+    /// The kernels' view of `wtype`, derived from its `ir::ggml` description (module doc),
+    /// if the generated kernels handle its shape.
     pub fn of(wtype: GgmlType) -> Option<QuantFormat> {
-        let (bits, zero_point, has_min, act) = match wtype {
-            GgmlType::Q4_0 => (4, 8, false, ActKind::Q8_0),
-            GgmlType::Q4_1 => (4, 0, true, ActKind::Q8_1),
-            GgmlType::Q8_0 => (8, 0, false, ActKind::Q8_0),
+        use ir::ggml::{Decode, FieldKind, IntMap, MinTerm, ScalarKind};
+        let f = ir::ggml::block_format(wtype)?;
+        let Decode::Quantized(r) = f.decode else {
+            return None;
+        };
+        if f.block_size != QK || r.sub_scale.is_some() {
+            return None;
+        }
+        let f16_at = |name: &str, offset: usize, kind: fn(ScalarKind) -> FieldKind| {
+            f.field(name)
+                .is_some_and(|fl| fl.offset == offset && fl.kind == kind(ScalarKind::F16))
+        };
+        if !f16_at(r.d, 0, FieldKind::Scale) {
+            return None;
+        }
+        let has_min = match r.min {
+            MinTerm::None => false,
+            MinTerm::Add { m } if f16_at(m, 2, FieldKind::Min) => true,
+            _ => return None,
+        };
+        let [piece] = r.quant.pieces else {
+            return None;
+        };
+        let qs = f.field(piece.field)?;
+        let bits = piece.width;
+        // Value i at byte (i % 16), bit 4·(i / 16) for 4-bit quants; at byte i for int8.
+        let laid_out = (0..QK).all(|i| match bits {
+            4 => piece.byte.eval(i) == i % 16 && piece.shift.eval(i) == 4 * (i / 16),
+            8 => piece.byte.eval(i) == i && piece.shift.eval(i) == 0,
+            _ => false,
+        });
+        let zero_point = match (bits, r.quant.map) {
+            (4, IntMap::Offset(k)) => -k,
+            (8, IntMap::Int8) => 0,
+            _ => return None,
+        };
+        let qs_at = if has_min { 4 } else { 2 };
+        if !laid_out
+            || piece.at != 0
+            || qs.offset != qs_at
+            || qs.size != QK * bits as usize / 8
+            || f.type_size != qs_at + qs.size
+        {
+            return None;
+        }
+        let act = match ir::ggml::vec_dot_type(wtype)? {
+            GgmlType::Q8_0 => ActKind::Q8_0,
+            GgmlType::Q8_1 => ActKind::Q8_1,
             _ => return None,
         };
         Some(QuantFormat {
@@ -87,5 +135,28 @@ impl QuantFormat {
     /// [`crate::layout`] for the layout.
     pub fn group_block_bytes(&self) -> usize {
         self.group_qs_offset() + GROUP_ROWS * self.qs_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derivation finds exactly the shapes the generated kernels implement, with the
+    /// parameters of ggml-common.h's structs.
+    #[test]
+    fn formats_are_derived_from_the_descriptions() {
+        let found: Vec<QuantFormat> = GgmlType::ALL.iter().filter_map(|&t| QuantFormat::of(t)).collect();
+        let want = [
+            (GgmlType::Q4_0, 4, 8, false, ActKind::Q8_0, 18),
+            (GgmlType::Q4_1, 4, 0, true, ActKind::Q8_1, 20),
+            (GgmlType::Q8_0, 8, 0, false, ActKind::Q8_0, 34),
+        ];
+        assert_eq!(found.len(), want.len(), "{found:?}");
+        for (f, (t, bits, zp, min, act, bytes)) in found.iter().zip(want) {
+            assert_eq!((f.wtype, f.bits, f.zero_point, f.has_min, f.act), (t, bits, zp, min, act));
+            assert_eq!(f.src_block_bytes(), bytes);
+            assert_eq!(f.src_block_bytes(), t.type_size());
+        }
     }
 }

@@ -333,6 +333,51 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
     }
 }
 
+/// The row-dot kernels at a prompt shape: one FFN-down-like weight (hot after the first
+/// call), 64 tokens, as a plan's chunk computes them; GMAC/s of multiply-adds.
+fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
+    use codegen_cpu::rows::RowsMatmul;
+    println!("| type | weight {{K, M}} x tokens | threads | µs/call (median) | GMAC/s (best) |");
+    println!("|---|---|---|---|---|");
+    let mut rng = Rng(0x1f83_d9ab_fb41_bd6b);
+    let (k, m, n) = (N_FF.next_multiple_of(256), N_EMBD, 64);
+    for t in GgmlType::ALL
+        .iter()
+        .copied()
+        .filter(|&t| codegen_cpu::rows::supports(t))
+    {
+        let Ok(kern) = RowsMatmul::new(t, k, m, n) else {
+            continue;
+        };
+        let w: Vec<u8> = (0..kern.weight_bytes())
+            .map(|_| rng.next() as u8 & 0x3f)
+            .collect();
+        let x: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut act = vec![0u8; kern.act_bytes()];
+        if let Err(e) = kern.prepare(&x, &mut act) {
+            panic!("prepare: {e}");
+        }
+        let mut out = vec![0f32; m * n];
+        for pool in pools {
+            let s = time_it(a.reps, || {
+                if let Err(e) = kern.run(pool, &w, &act, &mut out) {
+                    panic!("run: {e}");
+                }
+            });
+            let gmacs = (k * m * n) as f64 / s.min / 1e9;
+            println!(
+                "| {} | {{{k}, {m}}} x {n} | {} | {:.1} | {:.2} |",
+                t.name(),
+                pool.n_threads(),
+                s.median * 1e6,
+                gmacs,
+            );
+        }
+    }
+}
+
 struct Layer {
     w: Vec<RepackedWeight>, // q k v o gate up down
 }
@@ -522,6 +567,8 @@ fn main() {
     let roof = bench_bandwidth(&a, &pools);
     if only.is_none() || only == Some("rows") {
         bench_rows(&a, &pools, &roof);
+        println!();
+        bench_rows_pp(&a, &pools);
         println!();
     }
     if only.is_none() || only == Some("shapes") {
