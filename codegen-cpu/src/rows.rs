@@ -63,6 +63,10 @@ pub(crate) struct RowDot {
     fast_cols4: Option<qdot_tiled::Tiled4Fn>,
     fast_repack4: Option<qdot_repack::RepackDot4Fn>,
     fast_repack8x4: Option<qdot_repack::RepackDot8x4Fn>,
+    /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
+    /// (Q4_K).
+    fast4x4: Option<qdot::Dot4x4Fn>,
+    fast_repack4x4: Option<qdot_repack::RepackDot4x4Fn>,
 }
 
 impl RowDot {
@@ -94,6 +98,8 @@ impl RowDot {
             fast_cols4: qdot_tiled::tiled4_fn(wtype),
             fast_repack4: None,
             fast_repack8x4: None,
+            fast4x4: qdot::dot4x4_fn(wtype),
+            fast_repack4x4: None,
         })
     }
 
@@ -117,6 +123,8 @@ impl RowDot {
             fast_cols4: None,
             fast_repack4: qdot_repack::dot4_fn(wtype),
             fast_repack8x4: qdot_repack::dot8x4_fn(wtype),
+            fast4x4: None,
+            fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
         })
     }
 
@@ -223,6 +231,38 @@ impl RowDot {
         }
     }
 
+    /// [`RowDot::dot4`] for four weight rows: `out[c][r]` for row `w[r]` and column `a[c]`,
+    /// where a tile routine computes them in the kernel's order; else `None`.
+    #[inline]
+    pub fn dot4x4(
+        &self,
+        w: &[&[u8]; 4],
+        a: &[&[u8]; 4],
+        col: usize,
+        n_cols: usize,
+    ) -> Option<[[f32; 4]; 4]> {
+        match self.order {
+            Order::Repacked => {
+                let k = RepackKernel::for_column(col, n_cols);
+                if RepackKernel::for_column(col + 3, n_cols) != k {
+                    return None;
+                }
+                // SAFETY: `dot4x4_fn` chose it for this host; whole rows of equal length.
+                self.fast_repack4x4.map(|f| unsafe { f(w, a, k) })
+            }
+            // SAFETY: `dot4x4_fn` chose it for this host; whole rows of equal length.
+            Order::X86 if vec_dot_order(self.wtype, n_cols) => {
+                self.fast4x4.map(|f| unsafe { f(w, a) })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether [`RowDot::dot4x4`] has a routine (for some columns).
+    fn has_tile4x4(&self) -> bool {
+        self.fast4x4.is_some() || self.fast_repack4x4.is_some()
+    }
+
     /// [`RowDot::dot8`] for four activation rows: `out[c][i]` for row `i` and column `c`,
     /// where the type has that form; else `None`.
     #[inline]
@@ -327,6 +367,26 @@ unsafe fn products_chunk(
             }
         }
         r += 8;
+    }
+    while dot.has_tile4x4() && r + 4 <= r1 && n >= 4 {
+        let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
+        if r + 4 + PREFETCH_ROWS < r1 {
+            prefetch(w.add((r + 4 + PREFETCH_ROWS) * row_bytes), 4 * row_bytes);
+        }
+        let mut t = 0;
+        while t + 4 <= n {
+            let Some(v) = dot.dot4x4(&ws, &arows4(t), col0 + t, n_cols) else { break };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
+            }
+            t += 4;
+        }
+        for (i, wr) in ws.iter().enumerate() {
+            for t in t..n {
+                *out.add(t * out_stride + r + i) = dot.dot(wr, arow(t), col0 + t, n_cols);
+            }
+        }
+        r += 4;
     }
     for r in r..r1 {
         let wr = row(r);

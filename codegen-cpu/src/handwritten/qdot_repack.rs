@@ -81,6 +81,24 @@ pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<RepackDot4Fn> {
     None
 }
 
+/// Four rows × four columns: `out[c][r]` is what [`RepackDotFn`] gives for row `w[r]`,
+/// column `a[c]` and the kernel.
+///
+/// # Safety
+/// As [`RepackDotFn`], for each pair.
+pub(crate) type RepackDot4x4Fn =
+    unsafe fn(&[&[u8]; 4], &[&[u8]; 4], RepackKernel) -> [[f32; 4]; 4];
+
+/// The four-row, four-column AVX2 routine for `wtype` on this host, if there is one (Q4_K).
+pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() && wtype == GgmlType::Q4_K {
+        return Some(x86::q4_k_4x4);
+    }
+    let _ = wtype;
+    None
+}
+
 /// Eight rows × four columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
 /// column `a[c]` (llama.cpp's gemm tile: each weight block is unpacked once for the four
 /// columns). Q4_0 and IQ4_NL only.
@@ -296,6 +314,19 @@ mod x86 {
         q4_k_cols(w, a, kernel)
     }
 
+    /// [`q4_k`] for four rows × four activation rows ([`super::RepackDot4x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_k_4x4(
+        w: &[&[u8]; 4],
+        a: &[&[u8]; 4],
+        kernel: RepackKernel,
+    ) -> [[f32; 4]; 4] {
+        q4_k_tile(w, a, kernel)
+    }
+
     /// The sums of the eight i32 lanes of `u[0..4]` (exact).
     #[inline(always)]
     unsafe fn hsum4_i32(u: [__m256i; 4]) -> [i32; 4] {
@@ -306,75 +337,100 @@ mod x86 {
         out
     }
 
-    /// [`q4_k`] for `C` columns. Per super-block, sub-block `j`'s integer sum scaled by its
-    /// 6-bit scale is `madd(maddubs(q_j, y_j), sc_j)` in eight i32 lanes (exact: at most
-    /// `2 · 15 · 128 · 63` a lane), and its mins term `m_j · (bsums[2j] + bsums[2j+1])` is
-    /// lane `j` of one `madd`; the gemm order adds them per pair of sub-blocks, the gemv
-    /// order per super-block, then the float steps of the module doc.
+    /// [`q4_k`] for `C` columns of one row.
     #[inline(always)]
     unsafe fn q4_k_cols<const C: usize>(
         w: &[u8],
         a: &[&[u8]; C],
         kernel: RepackKernel,
     ) -> [f32; C] {
-        let nb = a.iter().fold(w.len() / 144, |n, r| n.min(r.len() / 292));
+        let out = q4_k_tile::<1, C>(&[w], a, kernel);
+        std::array::from_fn(|c| out[c][0])
+    }
+
+    /// [`q4_k`] for `R` rows × `C` columns, `out[c][r]`. Per super-block, sub-block `j`'s
+    /// integer sum scaled by its 6-bit scale is `madd(maddubs(q_j, y_j), sc_j)` in eight i32
+    /// lanes (exact: at most `2 · 15 · 128 · 63` a lane), and its mins term
+    /// `m_j · (bsums[2j] + bsums[2j+1])` is lane `j` of one `madd`; the gemm order adds them
+    /// per pair of sub-blocks, the gemv order per super-block, then the float steps of the
+    /// module doc. Each row's block is unpacked once per tile, each column's once per row.
+    #[inline(always)]
+    unsafe fn q4_k_tile<const R: usize, const C: usize>(
+        w: &[&[u8]; R],
+        a: &[&[u8]; C],
+        kernel: RepackKernel,
+    ) -> [[f32; R]; C] {
+        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 292));
         let gemm = kernel == RepackKernel::Gemm;
         let m4 = _mm256_set1_epi8(0x0f);
-        let (mut acc, mut acc_min) = ([0f32; C], [0f32; C]);
+        let (mut acc, mut acc_min) = ([[0f32; R]; C], [[0f32; R]; C]);
         for b in 0..nb {
-            let x = w.as_ptr().add(144 * b);
-            let s = std::slice::from_raw_parts(x.add(4), 12);
-            let mut q = [_mm256_setzero_si256(); 8];
-            let mut sc = [_mm256_setzero_si256(); 8];
-            let mut mins = [0i16; 16];
-            for p in 0..4 {
-                let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
-                q[2 * p] = _mm256_and_si256(qs, m4);
-                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+            let mut q = [[_mm256_setzero_si256(); 8]; R];
+            let mut sc = [[_mm256_setzero_si256(); 8]; R];
+            let mut mins = [_mm256_setzero_si256(); R];
+            let mut xd = [(0f32, 0f32); R];
+            for r in 0..R {
+                let x = w[r].as_ptr().add(144 * b);
+                let s = std::slice::from_raw_parts(x.add(4), 12);
+                for p in 0..4 {
+                    let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                    q[r][2 * p] = _mm256_and_si256(qs, m4);
+                    q[r][2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                }
+                let mut m16 = [0i16; 16];
+                for j in 0..8 {
+                    let (scale, min) = scale_min_k4(j, s);
+                    sc[r][j] = _mm256_set1_epi16(scale as i16);
+                    m16[2 * j] = min as i16;
+                    m16[2 * j + 1] = min as i16;
+                }
+                mins[r] = _mm256_loadu_si256(m16.as_ptr() as *const __m256i);
+                xd[r] = (f16_at(x), f16_at(x.add(2)));
             }
-            for j in 0..8 {
-                let (scale, min) = scale_min_k4(j, s);
-                sc[j] = _mm256_set1_epi16(scale as i16);
-                mins[2 * j] = min as i16;
-                mins[2 * j + 1] = min as i16;
-            }
-            let mins = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
-            let (xd, xdmin) = (f16_at(x), f16_at(x.add(2)));
             for c in 0..C {
                 let y = a[c].as_ptr().add(292 * b);
                 let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
-                let (d, dmin) = (xd * dy, xdmin * dy);
-                let mut v = [_mm256_setzero_si256(); 8];
-                for j in 0..8 {
-                    let qy = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
-                    v[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], qy), sc[j]);
+                let mut qy = [_mm256_setzero_si256(); 8];
+                for (j, v) in qy.iter_mut().enumerate() {
+                    *v = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
                 }
                 let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
-                let ml = _mm256_madd_epi16(bsums, mins);
-                if gemm {
-                    let pair = |p: usize| _mm256_add_epi32(v[2 * p], v[2 * p + 1]);
-                    let isum = hsum4_i32([pair(0), pair(1), pair(2), pair(3)]);
-                    let mut m = [0i32; 8];
-                    _mm256_storeu_si256(m.as_mut_ptr() as *mut __m256i, ml);
-                    for p in 0..4 {
-                        acc[c] = (isum[p] as f32).mul_add(d, acc[c]);
-                        let imin = m[2 * p] + m[2 * p + 1];
-                        acc_min[c] = (imin as f32).mul_add(dmin, acc_min[c]);
+                for r in 0..R {
+                    let (d, dmin) = (xd[r].0 * dy, xd[r].1 * dy);
+                    let v: [__m256i; 8] = std::array::from_fn(|j| {
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[r][j], qy[j]), sc[r][j])
+                    });
+                    let ml = _mm256_madd_epi16(bsums, mins[r]);
+                    let (acc, acc_min) = (&mut acc[c][r], &mut acc_min[c][r]);
+                    if gemm {
+                        let pair = |p: usize| _mm256_add_epi32(v[2 * p], v[2 * p + 1]);
+                        let isum = hsum4_i32([pair(0), pair(1), pair(2), pair(3)]);
+                        let mut m = [0i32; 8];
+                        _mm256_storeu_si256(m.as_mut_ptr() as *mut __m256i, ml);
+                        for p in 0..4 {
+                            *acc = (isum[p] as f32).mul_add(d, *acc);
+                            let imin = m[2 * p] + m[2 * p + 1];
+                            *acc_min = (imin as f32).mul_add(dmin, *acc_min);
+                        }
+                    } else {
+                        let t = [
+                            _mm256_add_epi32(v[0], v[1]),
+                            _mm256_add_epi32(v[2], v[3]),
+                            _mm256_add_epi32(v[4], v[5]),
+                            _mm256_add_epi32(v[6], v[7]),
+                        ];
+                        let all = _mm256_add_epi32(
+                            _mm256_add_epi32(t[0], t[1]),
+                            _mm256_add_epi32(t[2], t[3]),
+                        );
+                        *acc = (hsum_i32(all) as f32).mul_add(d, *acc);
+                        *acc_min = (hsum_i32(ml) as f32).mul_add(dmin, *acc_min);
                     }
-                } else {
-                    let t = [
-                        _mm256_add_epi32(v[0], v[1]),
-                        _mm256_add_epi32(v[2], v[3]),
-                        _mm256_add_epi32(v[4], v[5]),
-                        _mm256_add_epi32(v[6], v[7]),
-                    ];
-                    let all = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
-                    acc[c] = (hsum_i32(all) as f32).mul_add(d, acc[c]);
-                    acc_min[c] = (hsum_i32(ml) as f32).mul_add(dmin, acc_min[c]);
                 }
             }
         }
-        std::array::from_fn(|c| acc[c] - acc_min[c])
+        std::array::from_fn(|c| std::array::from_fn(|r| acc[c][r] - acc_min[c][r]))
     }
 }
 
@@ -507,6 +563,17 @@ mod tests {
                         for c in 0..4 {
                             let want = dot_plain(t, rows[0], a[c], k);
                             assert_eq!(got[c].to_bits(), want.to_bits(), "{t} {k:?} col {c}");
+                        }
+                    }
+                    if let Some(f) = dot4x4_fn(t) {
+                        let four: [&[u8]; 4] = std::array::from_fn(|i| rows[i]);
+                        // SAFETY: as above.
+                        let got = unsafe { f(&four, &a, k) };
+                        for c in 0..4 {
+                            for r in 0..4 {
+                                let want = dot_plain(t, rows[r], a[c], k);
+                                assert_eq!(got[c][r].to_bits(), want.to_bits(), "{t} {k:?} 4x4 r{r} c{c}");
+                            }
                         }
                     }
                 }
