@@ -45,8 +45,25 @@ pub struct QuantFormat {
 
 impl QuantFormat {
     /// The kernels' view of `wtype`, derived from its `ir::ggml` description (module doc),
-    /// if the generated kernels handle its shape.
+    /// if the generated kernels handle its shape. (Derived once per process; callers ask
+    /// per call of a kernel.)
     pub fn of(wtype: GgmlType) -> Option<QuantFormat> {
+        static DERIVED: std::sync::OnceLock<Vec<(GgmlType, QuantFormat)>> =
+            std::sync::OnceLock::new();
+        DERIVED
+            .get_or_init(|| {
+                GgmlType::ALL
+                    .iter()
+                    .filter_map(|&t| Some((t, QuantFormat::derive(t)?)))
+                    .collect()
+            })
+            .iter()
+            .find(|(t, _)| *t == wtype)
+            .map(|&(_, f)| f)
+    }
+
+    /// [`QuantFormat::of`], computed from the description.
+    fn derive(wtype: GgmlType) -> Option<QuantFormat> {
         use ir::ggml::{Decode, FieldKind, IntMap, MinTerm, ScalarKind};
         let f = ir::ggml::block_format(wtype)?;
         let Decode::Quantized(r) = f.decode else {

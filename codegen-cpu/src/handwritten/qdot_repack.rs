@@ -311,6 +311,9 @@ mod x86 {
     /// AVX2, FMA and F16C; whole rows of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_k_x4(w: &[u8], a: &[&[u8]; 4], kernel: RepackKernel) -> [f32; 4] {
+        if kernel == RepackKernel::Gemm {
+            return q4_k_gemm4::<1>(&[w], a).map(|c| c[0]);
+        }
         q4_k_cols(w, a, kernel)
     }
 
@@ -324,14 +327,112 @@ mod x86 {
         a: &[&[u8]; 4],
         kernel: RepackKernel,
     ) -> [[f32; 4]; 4] {
+        if kernel == RepackKernel::Gemm {
+            return q4_k_gemm4::<4>(w, a);
+        }
         q4_k_tile(w, a, kernel)
+    }
+
+    /// [`q4_k_tile`] in the gemm order for `R` rows × 4 columns, the float steps of the
+    /// four columns side by side in the lanes of one vector (lane `c` runs exactly column
+    /// `c`'s chain of fused multiply-adds): per row and super-block, the pair sums of the
+    /// four columns come out of one horizontal add tree per pair, lane `c` for column `c`.
+    #[inline(always)]
+    unsafe fn q4_k_gemm4<const R: usize>(w: &[&[u8]; R], a: &[&[u8]; 4]) -> [[f32; R]; 4] {
+        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 292));
+        let m4 = _mm256_set1_epi8(0x0f);
+        let (mut acc, mut acc_min) = ([_mm_setzero_ps(); R], [_mm_setzero_ps(); R]);
+        for b in 0..nb {
+            let y: [*const u8; 4] = std::array::from_fn(|c| a[c].as_ptr().add(292 * b));
+            let dy = _mm_setr_ps(
+                std::ptr::read_unaligned(y[0] as *const f32),
+                std::ptr::read_unaligned(y[1] as *const f32),
+                std::ptr::read_unaligned(y[2] as *const f32),
+                std::ptr::read_unaligned(y[3] as *const f32),
+            );
+            for r in 0..R {
+                let x = w[r].as_ptr().add(144 * b);
+                let s = std::slice::from_raw_parts(x.add(4), 12);
+                let mut q = [_mm256_setzero_si256(); 8];
+                for p in 0..4 {
+                    let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                    q[2 * p] = _mm256_and_si256(qs, m4);
+                    q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                }
+                let mut sc = [_mm256_setzero_si256(); 8];
+                let mut m16 = [0i16; 16];
+                for j in 0..8 {
+                    let (scale, min) = scale_min_k4(j, s);
+                    sc[j] = _mm256_set1_epi16(scale as i16);
+                    m16[2 * j] = min as i16;
+                    m16[2 * j + 1] = min as i16;
+                }
+                let mins = _mm256_loadu_si256(m16.as_ptr() as *const __m256i);
+                // pair[c][p]: column c's lanes of sub-blocks 2p and 2p + 1; ml[c]: mins.
+                let mut pair = [[_mm256_setzero_si256(); 4]; 4];
+                let mut ml = [_mm256_setzero_si256(); 4];
+                for c in 0..4 {
+                    for p in 0..4 {
+                        let v = |j: usize| {
+                            let qy = _mm256_loadu_si256(y[c].add(4 + 32 * j) as *const __m256i);
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], qy), sc[j])
+                        };
+                        pair[c][p] = _mm256_add_epi32(v(2 * p), v(2 * p + 1));
+                    }
+                    let bsums = _mm256_loadu_si256(y[c].add(260) as *const __m256i);
+                    ml[c] = _mm256_madd_epi16(bsums, mins);
+                }
+                // min pair sums: h01 = [c0: p0 p1, c1: p0 p1 | c0: p2 p3, c1: p2 p3], h23 alike
+                let h01 = _mm256_hadd_epi32(ml[0], ml[1]);
+                let h23 = _mm256_hadd_epi32(ml[2], ml[3]);
+                let (lo01, lo23) = (_mm256_castsi256_ps(h01), _mm256_castsi256_ps(h23));
+                let pick = |lo: __m256, hi: __m256, half: bool, odd: bool| {
+                    let (l, h) = if half {
+                        (_mm256_extractf128_ps(lo, 1), _mm256_extractf128_ps(hi, 1))
+                    } else {
+                        (_mm256_castps256_ps128(lo), _mm256_castps256_ps128(hi))
+                    };
+                    let v = if odd {
+                        _mm_shuffle_ps(l, h, 0b11_01_11_01)
+                    } else {
+                        _mm_shuffle_ps(l, h, 0b10_00_10_00)
+                    };
+                    _mm_cvtepi32_ps(_mm_castps_si128(v))
+                };
+                let xd = _mm_set1_ps(f16_at(x));
+                let xdmin = _mm_set1_ps(f16_at(x.add(2)));
+                let (d, dmin) = (_mm_mul_ps(xd, dy), _mm_mul_ps(xdmin, dy));
+                for p in 0..4 {
+                    let isum = hsum4_i32_vec([pair[0][p], pair[1][p], pair[2][p], pair[3][p]]);
+                    acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), d, acc[r]);
+                    let imin = pick(lo01, lo23, p >= 2, p % 2 == 1);
+                    acc_min[r] = _mm_fmadd_ps(imin, dmin, acc_min[r]);
+                }
+            }
+        }
+        let mut out = [[0f32; R]; 4];
+        for r in 0..R {
+            let mut v = [0f32; 4];
+            _mm_storeu_ps(v.as_mut_ptr(), _mm_sub_ps(acc[r], acc_min[r]));
+            for c in 0..4 {
+                out[c][r] = v[c];
+            }
+        }
+        out
+    }
+
+    /// The sums of the eight i32 lanes of `u[0..4]` (exact), lane `i` for `u[i]`.
+    #[inline(always)]
+    unsafe fn hsum4_i32_vec(u: [__m256i; 4]) -> __m128i {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
     }
 
     /// The sums of the eight i32 lanes of `u[0..4]` (exact).
     #[inline(always)]
     unsafe fn hsum4_i32(u: [__m256i; 4]) -> [i32; 4] {
-        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
-        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        let s = hsum4_i32_vec(u);
         let mut out = [0i32; 4];
         _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, s);
         out
