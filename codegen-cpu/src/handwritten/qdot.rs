@@ -523,6 +523,7 @@ pub(super) mod x86 {
         w: &[&[u8]; R],
         a: &[&[u8]; C],
     ) -> [[f32; R]; C] {
+        const { assert!(R <= 8, "one vector of row scales") };
         let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / Q5_0_BYTES));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
         let high = _mm256_set1_epi8(0xf0u8 as i8);
@@ -530,7 +531,7 @@ pub(super) mod x86 {
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut ax = [_mm256_setzero_si256(); R];
-            let mut dx = [0f32; R];
+            let mut dx = [0f32; 8];
             for r in 0..R {
                 let x = w[r].as_ptr().add(b * Q5_0_BYTES);
                 let set = bytes_from_bits(u32_at(x.add(2)));
@@ -538,15 +539,22 @@ pub(super) mod x86 {
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
                 dx[r] = f16_at(x);
             }
+            // Every d_x·d_y of the tile, stored to be broadcast from memory (a load, off the
+            // vector ALU ports the products need). Products of two f16 values are exact in
+            // f32, as `f16x2_product` computes them.
+            let mut d = [[0f32; 8]; C];
+            let dxv = _mm256_loadu_ps(dx.as_ptr());
+            for (c, dc) in d.iter_mut().enumerate() {
+                let y = a[c].as_ptr().add(b * Q8_0_BYTES);
+                _mm256_storeu_ps(dc.as_mut_ptr(), _mm256_mul_ps(dxv, _mm256_set1_ps(f16_at(y))));
+            }
             for c in 0..C {
                 let y = a[c].as_ptr().add(b * Q8_0_BYTES);
                 let qy = load32(y.add(2));
-                let dy = f16_at(y);
                 for r in 0..R {
                     let p = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qy, qx[r]));
-                    // The product of two f16 values is exact in f32: as `f16x2_product`.
-                    let d = _mm256_set1_ps(dx[r] * dy);
-                    acc[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(pairs(p)), acc[c][r]);
+                    let dcr = _mm256_broadcast_ss(&d[c][r]);
+                    acc[c][r] = _mm256_fmadd_ps(dcr, _mm256_cvtepi32_ps(pairs(p)), acc[c][r]);
                 }
             }
         }
