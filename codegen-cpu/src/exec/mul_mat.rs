@@ -325,6 +325,11 @@ impl MulMat {
                 // prefetcher alone streams decode's weights at ~55% of the read bandwidth
                 // (each group is contiguous in the repacked layout).
                 let base = w.data().as_ptr();
+                if self.n > 2 {
+                    // Prompts reuse each group across their tokens: nothing to stream.
+                    entry(base, act, out, g0 as i64, g1 as i64);
+                    return;
+                }
                 let gb = w.data().len() / (mat.m_pad / GROUP_ROWS).max(1);
                 let mut g = g0;
                 while g < g1 {
