@@ -215,10 +215,7 @@ impl RowDot {
     pub fn dot4(&self, w: &[u8], a: &[&[u8]; 4], col: usize, n_cols: usize) -> Option<[f32; 4]> {
         match self.order {
             Order::Repacked => {
-                let k = RepackKernel::for_column(col, n_cols);
-                if RepackKernel::for_column(col + 3, n_cols) != k {
-                    return None;
-                }
+                let k = kernel_of_four(col, n_cols)?;
                 // SAFETY: `dot4_fn` chose it for this host; whole rows of equal length.
                 self.fast_repack4.map(|f| unsafe { f(w, a, k) })
             }
@@ -243,10 +240,7 @@ impl RowDot {
     ) -> Option<[[f32; 4]; 4]> {
         match self.order {
             Order::Repacked => {
-                let k = RepackKernel::for_column(col, n_cols);
-                if RepackKernel::for_column(col + 3, n_cols) != k {
-                    return None;
-                }
+                let k = kernel_of_four(col, n_cols)?;
                 // SAFETY: `dot4x4_fn` chose it for this host; whole rows of equal length.
                 self.fast_repack4x4.map(|f| unsafe { f(w, a, k) })
             }
@@ -407,6 +401,13 @@ unsafe fn products_chunk(
             *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
     }
+}
+
+/// The repacked kernel (gemm or gemv) of columns `col..col + 4` of llama.cpp's `n_cols`, if
+/// the four take the same one.
+fn kernel_of_four(col: usize, n_cols: usize) -> Option<RepackKernel> {
+    let k = RepackKernel::for_column(col, n_cols);
+    (RepackKernel::for_column(col + 3, n_cols) == k).then_some(k)
 }
 
 /// Whether llama.cpp's x86 `mul_mat` with `n_cols` activation columns computes a product of

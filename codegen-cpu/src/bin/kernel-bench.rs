@@ -195,6 +195,13 @@ fn time_it(reps: usize, mut f: impl FnMut()) -> Timing {
     }
 }
 
+/// `k · n` activation values in [-1, 1), the same for every benchmark.
+fn bench_activations(k: usize, n: usize) -> Vec<f32> {
+    (0..k * n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
 fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
     println!("| kernel | shape {{K, M}} x N | tiling | threads | µs/call (median) | µs/call (min) | GB/s (min) | GMAC/s (min) | compile ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -227,9 +234,7 @@ fn bench_shapes(a: &Args, pools: &[ThreadPool]) {
             let t0 = Instant::now();
             let kern = kernel(&spec, a.tiling, a.order);
             let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let x: Vec<f32> = (0..k * n)
-                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-                .collect();
+            let x = bench_activations(k, n);
             let mut act = vec![0u8; kern.act_bytes()];
             if let Err(e) = kern.prepare(&x, &mut act) {
                 panic!("prepare: {e}");
@@ -296,11 +301,8 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
                     .collect()
             })
             .collect();
-        let x: Vec<f32> = (0..k)
-            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-            .collect();
         let mut act = vec![0u8; kern.act_bytes()];
-        if let Err(e) = kern.prepare(&x, &mut act) {
+        if let Err(e) = kern.prepare(&bench_activations(k, 1), &mut act) {
             panic!("prepare: {e}");
         }
         let mut out = vec![0f32; m];
@@ -352,11 +354,8 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
         let w: Vec<u8> = (0..kern.weight_bytes())
             .map(|_| rng.next() as u8 & 0x3f)
             .collect();
-        let x: Vec<f32> = (0..k * n)
-            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-            .collect();
         let mut act = vec![0u8; kern.act_bytes()];
-        if let Err(e) = kern.prepare(&x, &mut act) {
+        if let Err(e) = kern.prepare(&bench_activations(k, n), &mut act) {
             panic!("prepare: {e}");
         }
         let mut out = vec![0f32; m * n];
