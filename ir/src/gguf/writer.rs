@@ -50,6 +50,13 @@ impl GgufWriter {
         self
     }
 
+    /// Sets the data alignment (a power of two) regardless of any `general.alignment` key
+    /// (llama-quantize copies the input's key but always aligns to 32 bytes).
+    pub fn set_alignment(&mut self, alignment: u64) -> &mut Self {
+        self.alignment = alignment;
+        self
+    }
+
     /// Adds a metadata pair. Setting `general.alignment` (a u32) changes the data alignment.
     pub fn add_kv(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
