@@ -1,0 +1,215 @@
+//! `modelc quantize` against llama.cpp's `llama-quantize` (issue 12):
+//!
+//! - every SmolLM2 variant of `shared/reference/variants.json` (llama-quantize
+//!   `--allow-requantize` from the Q4_1 file, 2 threads) gets exactly the listed sha256;
+//! - every quantized fixture of `shared/fixtures/models/` (llama-quantize `--pure` from the
+//!   F32 original) is reproduced byte for byte;
+//! - bad input gets one line on stderr and status 1, and leaves no file behind;
+//! - `--dry-run` prints the plan and writes nothing.
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn modelc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_modelc"))
+}
+
+/// A fresh scratch folder for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("modelc-quantize-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn quantize(args: &[&str], input: &Path, output: &Path, ftype: &str) -> Output {
+    modelc()
+        .arg("quantize")
+        .args(args)
+        .arg(input)
+        .arg(output)
+        .arg(ftype)
+        .arg("2")
+        .output()
+        .unwrap()
+}
+
+fn sha256(path: &Path) -> String {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path).unwrap();
+    std::io::copy(&mut f, &mut h).unwrap();
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn smollm2_variants_have_llama_quantizes_sha256() {
+    let (Some(src), Some(list)) = (
+        modelc_tests::smollm2(),
+        modelc_tests::shared("reference/variants.json"),
+    ) else {
+        return;
+    };
+    let list: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(list).unwrap()).unwrap();
+    let dir = scratch("variants");
+    let mut wrong = Vec::new();
+    for v in list.as_array().unwrap() {
+        if v["made_by"].is_null() {
+            continue;
+        }
+        let ty = v["type"].as_str().unwrap();
+        let out = dir.join(format!("{ty}.gguf"));
+        let run = quantize(&["--allow-requantize"], &src, &out, ty);
+        assert!(
+            run.status.success(),
+            "{ty}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let size = std::fs::metadata(&out).unwrap().len();
+        let sha = sha256(&out);
+        if sha != v["sha256"].as_str().unwrap() || size != v["size_bytes"].as_u64().unwrap() {
+            wrong.push(format!("{ty} ({size} bytes, sha256 {sha})"));
+        }
+        std::fs::remove_file(&out).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(wrong.is_empty(), "differ from llama-quantize: {wrong:?}");
+}
+
+#[test]
+fn fixtures_are_reproduced_from_their_f32_originals() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("fixtures");
+    let mut names: Vec<String> = std::fs::read_dir(&models)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".gguf") && !n.ends_with("-F32.gguf"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 23, "{names:?}");
+    let mut wrong = Vec::new();
+    for name in &names {
+        let stem = name.trim_end_matches(".gguf");
+        let (model, ty) = stem.rsplit_once('-').unwrap();
+        // The fixtures' K-quant files are the `_S` mixes (their README).
+        let ftype = match ty {
+            "Q3_K" | "Q4_K" | "Q5_K" => format!("{ty}_S"),
+            t => t.to_string(),
+        };
+        let out = dir.join(name);
+        let run = quantize(
+            &["--pure"],
+            &models.join(format!("{model}-F32.gguf")),
+            &out,
+            &ftype,
+        );
+        assert!(
+            run.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        if std::fs::read(&out).unwrap() != std::fs::read(models.join(name)).unwrap() {
+            wrong.push(name.clone());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(wrong.is_empty(), "differ from llama-quantize: {wrong:?}");
+}
+
+/// Status 1, exactly one line on stderr containing `what`, and no output file.
+fn fails_with(out: &Output, what: &str, output: &Path) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(what), "expected '{what}' in: {err}");
+    assert!(!output.exists(), "{} was written", output.display());
+    let mut tmp = output.as_os_str().to_owned();
+    tmp.push(".tmp");
+    assert!(!Path::new(&tmp).exists());
+}
+
+#[test]
+fn bad_input_gets_one_line() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("errors");
+    let f32 = models.join("llama-sep-F32.gguf");
+    let q4 = models.join("llama-sep-Q4_0.gguf");
+    let out = dir.join("out.gguf");
+
+    fails_with(&quantize(&[], &f32, &out, "Q9_K"), "unknown quantization type", &out);
+    fails_with(
+        &quantize(&[], &f32, &out, "IQ2_XXS"),
+        "importance matrix",
+        &out,
+    );
+    fails_with(
+        &quantize(&[], &q4, &out, "Q8_0"),
+        "requantizing from type Q4_0 is disabled",
+        &out,
+    );
+
+    // Not a GGUF file at all, and a GGUF file without a model in it.
+    let text = dir.join("notes.gguf");
+    std::fs::write(&text, "not a model").unwrap();
+    fails_with(&quantize(&[], &text, &out, "Q8_0"), "notes.gguf", &out);
+    let empty = dir.join("empty.gguf");
+    let mut w = ir::gguf::GgufWriter::new();
+    w.add_kv("general.name", ir::gguf::Value::String("x".into()));
+    w.write_to_file(&empty).unwrap();
+    fails_with(&quantize(&[], &empty, &out, "Q8_0"), "not a model", &out);
+
+    // Output equal to the input (also through another spelling of the path).
+    let copy = dir.join("model.gguf");
+    std::fs::copy(&f32, &copy).unwrap();
+    let same = dir.join(".").join("model.gguf");
+    let run = quantize(&[], &copy, &same, "Q8_0");
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("the same"));
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        std::fs::read(&f32).unwrap(),
+        "the input was changed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_writes_nothing() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("dry-run");
+    let out = dir.join("out.gguf");
+    let run = quantize(
+        &["--dry-run"],
+        &models.join("llama-sep-F32.gguf"),
+        &out,
+        "Q4_K_M",
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let text = String::from_utf8_lossy(&run.stdout);
+    // 21 tensors; in Q4_K_M the output gets Q6_K, and so do the last layer's attn_v and
+    // ffn_down (llama.cpp's use_more_bits(1, 2)), not the first layer's.
+    assert_eq!(text.lines().filter(|l| l.starts_with('[')).count(), 21, "{text}");
+    assert!(text.contains("output.weight"), "{text}");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("output.weight").ends_with("(q6_k)"), "{text}");
+    assert!(line("blk.1.attn_v.weight").ends_with("(q6_k)"), "{text}");
+    assert!(line("blk.1.ffn_down.weight").ends_with("(q6_k)"), "{text}");
+    assert!(line("blk.0.attn_v.weight").ends_with("(q4_k)"), "{text}");
+    assert!(line("blk.0.attn_q.weight").ends_with("(q4_k)"), "{text}");
+    assert!(line("output_norm.weight").contains("size ="), "{text}");
+    assert!(text.contains("quant size"), "{text}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
