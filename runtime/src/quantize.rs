@@ -106,9 +106,7 @@ impl FileType {
     /// # Errors
     /// An unknown name; a mix that needs an importance matrix; one modelc cannot make yet.
     pub fn parse(s: &str) -> anyhow::Result<FileType> {
-        let by_name = FILE_TYPES
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(s));
+        let by_name = FILE_TYPES.iter().find(|(n, _)| n.eq_ignore_ascii_case(s));
         let by_id = || {
             let id: u32 = s.parse().ok()?;
             FILE_TYPES
@@ -237,7 +235,10 @@ impl Category {
 
     /// `category_is_attn_v`: the value projections, which the mixes give more bits.
     fn is_attn_v(self) -> bool {
-        matches!(self, Category::AttnV | Category::AttnQkv | Category::AttnKvB)
+        matches!(
+            self,
+            Category::AttnV | Category::AttnQkv | Category::AttnKvB
+        )
     }
 }
 
@@ -549,7 +550,13 @@ impl MixState<'_> {
         }
         self.n_fallback += 1;
         let r = match t {
-            T::IQ1_S | T::IQ1_M | T::IQ2_XXS | T::IQ2_XS | T::IQ2_S | T::IQ3_XXS | T::IQ3_S
+            T::IQ1_S
+            | T::IQ1_M
+            | T::IQ2_XXS
+            | T::IQ2_XS
+            | T::IQ2_S
+            | T::IQ3_XXS
+            | T::IQ3_S
             | T::IQ4_XS => T::IQ4_NL,
             T::Q2_K | T::Q3_K | T::TQ1_0 | T::TQ2_0 => T::Q4_0,
             T::Q4_K => T::Q5_0,
@@ -712,8 +719,13 @@ fn tensor_data(
     }
     let fail = |e: String| GgufError::Write(format!("tensor '{}': {e}", t.name));
     let n_per_row = t.ne[0];
-    let src_row = t.from.row_size(n_per_row).ok_or_else(|| fail("bad row".into()))? as usize;
-    let dst_row = t.to.row_size(n_per_row).ok_or_else(|| fail("bad row".into()))? as usize;
+    let src_row = t
+        .from
+        .row_size(n_per_row)
+        .ok_or_else(|| fail("bad row".into()))? as usize;
+    let dst_row =
+        t.to.row_size(n_per_row)
+            .ok_or_else(|| fail("bad row".into()))? as usize;
     let rows_per_chunk = CHUNK_VALUES.div_ceil(n_per_row).max(1) as usize;
     let mut dst = vec![0u8; t.to_bytes as usize];
     let jobs = Mutex::new(
@@ -775,7 +787,10 @@ fn validate(t: &TensorPlan, data: &[u8]) -> Result<(), String> {
     use ir::ggml::FieldKind;
     for f in format.fields {
         let kind = match f.kind {
-            FieldKind::Scale(k) | FieldKind::Min(k) | FieldKind::MinScale(k) | FieldKind::Value(k) => k,
+            FieldKind::Scale(k)
+            | FieldKind::Min(k)
+            | FieldKind::MinScale(k)
+            | FieldKind::Value(k) => k,
             _ => continue,
         };
         for (i, b) in data.chunks_exact(t.to.type_size()).enumerate() {
@@ -828,7 +843,10 @@ mod tests {
     #[test]
     fn file_type_names_aliases_and_numbers() {
         let t = FileType::parse("q4_k_m").unwrap();
-        assert_eq!((t.name, t.id, t.default_type), ("Q4_K_M", 15, GgmlType::Q4_K));
+        assert_eq!(
+            (t.name, t.id, t.default_type),
+            ("Q4_K_M", 15, GgmlType::Q4_K)
+        );
         assert_eq!(FileType::parse("Q4_K").unwrap().id, 15);
         assert_eq!(FileType::parse("12").unwrap().name, "Q3_K");
         assert_eq!(FileType::parse("7").unwrap().name, "Q8_0");

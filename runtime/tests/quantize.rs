@@ -141,7 +141,11 @@ fn bad_input_gets_one_line() {
     let q4 = models.join("llama-sep-Q4_0.gguf");
     let out = dir.join("out.gguf");
 
-    fails_with(&quantize(&[], &f32, &out, "Q9_K"), "unknown quantization type", &out);
+    fails_with(
+        &quantize(&[], &f32, &out, "Q9_K"),
+        "unknown quantization type",
+        &out,
+    );
     fails_with(
         &quantize(&[], &f32, &out, "IQ2_XXS"),
         "importance matrix",
@@ -191,11 +195,19 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
         &out,
         "Q4_K_M",
     );
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let text = String::from_utf8_lossy(&run.stdout);
     // 21 tensors; in Q4_K_M the output gets Q6_K, and so do the last layer's attn_v and
     // ffn_down (llama.cpp's use_more_bits(1, 2)), not the first layer's.
-    assert_eq!(text.lines().filter(|l| l.starts_with('[')).count(), 21, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with('[')).count(),
+        21,
+        "{text}"
+    );
     assert!(text.contains("output.weight"), "{text}");
     let line = |name: &str| {
         text.lines()

@@ -198,9 +198,10 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
         let mut out = self.header_bytes()?;
         for t in &self.tensors {
-            let data = t.data.as_deref().ok_or_else(|| {
-                GgufError::Write(format!("tensor '{}' has no data", t.name))
-            })?;
+            let data = t
+                .data
+                .as_deref()
+                .ok_or_else(|| GgufError::Write(format!("tensor '{}' has no data", t.name)))?;
             out.extend_from_slice(data);
             out.resize(self.align(out.len() as u64) as usize, 0);
         }
@@ -211,9 +212,9 @@ impl GgufWriter {
     pub fn write_to_file(&self, path: &Path) -> Result<(), GgufError> {
         self.write_streaming(path, |i| {
             let t = &self.tensors[i];
-            t.data.clone().ok_or_else(|| {
-                GgufError::Write(format!("tensor '{}' has no data", t.name))
-            })
+            t.data
+                .clone()
+                .ok_or_else(|| GgufError::Write(format!("tensor '{}' has no data", t.name)))
         })
     }
 

@@ -71,7 +71,11 @@ fn positional(args: &[String], dry_run: bool) -> anyhow::Result<Positional> {
             let Some(t) = args.get(2) else {
                 bail!("missing quantization type (INPUT.gguf OUTPUT.gguf TYPE [NTHREADS])")
             };
-            (Some(PathBuf::from(&args[1])), FileType::parse(t)?, &args[3..])
+            (
+                Some(PathBuf::from(&args[1])),
+                FileType::parse(t)?,
+                &args[3..],
+            )
         }
     };
     let threads = match rest.first() {
@@ -107,7 +111,10 @@ fn mib(bytes: u64) -> f64 {
 
 /// The tensor shape as llama.cpp prints it (`4096, 32000`).
 fn shape(ne: &[u64]) -> String {
-    ne.iter().map(|d| format!("{d:5}")).collect::<Vec<_>>().join(", ")
+    ne.iter()
+        .map(|d| format!("{d:5}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `--dry-run`: one line per tensor and the totals, as llama-quantize prints them.
@@ -141,8 +148,16 @@ fn print_plan(plan: &Plan) {
 
 fn print_totals(plan: &Plan, org: u64, new: u64, out: impl Fn(String)) {
     let bpw = |b: u64| b as f64 * 8.0 / plan.n_elements.max(1) as f64;
-    out(format!("model size  = {:8.2} MiB ({:.2} BPW)", mib(org), bpw(org)));
-    out(format!("quant size  = {:8.2} MiB ({:.2} BPW)", mib(new), bpw(new)));
+    out(format!(
+        "model size  = {:8.2} MiB ({:.2} BPW)",
+        mib(org),
+        bpw(org)
+    ));
+    out(format!(
+        "quant size  = {:8.2} MiB ({:.2} BPW)",
+        mib(new),
+        bpw(new)
+    ));
     if plan.n_fallback > 0 {
         out(format!(
             "{} of {} tensor(s) required fallback quantization",

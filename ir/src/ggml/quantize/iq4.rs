@@ -2,9 +2,9 @@
 //! ggml's `quantize_row_iq4_nl_impl` computes them without an importance matrix (each value
 //! weighted by `x^2`, 7 extra scale tries each way: `quantize_iq4_nl` / `quantize_iq4_xs`).
 
-use super::{put_f16, signed_abs_max, span};
+use super::{put_f16, signed_abs_max, Fields};
 use crate::ggml::quant::nearest_int;
-use crate::ggml::{GgmlType, KVALUES_IQ4NL, QK_K};
+use crate::ggml::{KVALUES_IQ4NL, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`.
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -92,21 +92,20 @@ fn indices(x: &[f32], d: f32, l: &mut [u8]) {
 
 /// One IQ4_NL block (32 values → `d` f16, `qs[16]`): `d` is [`block_scale`] stored as f16
 /// and the indices are taken against the unrounded scale.
-pub(super) fn iq4_nl(x: &[f32], b: &mut [u8]) {
+pub(super) fn iq4_nl(f: &Fields, x: &[f32], b: &mut [u8]) {
     let d = block_scale(x);
-    put_f16(b, 0, d);
+    put_f16(b, f.d.start, d);
     let mut l = [0u8; 32];
     indices(x, d, &mut l);
-    pack(&l, &mut b[span(GgmlType::IQ4_NL, "qs")]);
+    pack(&l, &mut b[f.qs.clone()]);
 }
 
 /// One IQ4_XS super-block (`d` f16, `scales_h` u16, `scales_l[4]`, `qs[128]`): a
 /// [`block_scale`] per 32 values, quantized to 6 bits (`l` in -32..=31, stored `+ 32`, low
 /// nibbles in `scales_l`, top two bits in `scales_h`) against `d = max_scale / -32`; the
 /// indices are taken against each rounded block scale `d * l`.
-pub(super) fn iq4_xs(x: &[f32], b: &mut [u8]) {
-    let t = GgmlType::IQ4_XS;
-    let (sh_at, sl_r, qs_r) = (span(t, "scales_h").start, span(t, "scales_l"), span(t, "qs"));
+pub(super) fn iq4_xs(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let (sh_at, sl_r, qs_r) = (f.scales_h.start, f.scales_l.clone(), f.qs.clone());
     let mut scales = [0.0f32; QK_K / 32];
     let (mut amax, mut max_scale) = (0.0f32, 0.0f32);
     for (s, xs) in scales.iter_mut().zip(x.chunks_exact(32)) {
@@ -117,14 +116,18 @@ pub(super) fn iq4_xs(x: &[f32], b: &mut [u8]) {
         }
     }
     let d = -max_scale / 32.0;
-    put_f16(b, 0, d);
+    put_f16(b, f.d.start, d);
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut l = [0u8; QK_K];
     let mut scales_h = 0u16;
     b[sl_r.clone()].fill(0);
     for (ib, &s) in scales.iter().enumerate() {
         let ls = nearest_int(id * s).clamp(-32, 31);
-        indices(&x[32 * ib..32 * ib + 32], d * ls as f32, &mut l[32 * ib..32 * ib + 32]);
+        indices(
+            &x[32 * ib..32 * ib + 32],
+            d * ls as f32,
+            &mut l[32 * ib..32 * ib + 32],
+        );
         let q = (ls + 32) as u8;
         b[sl_r.start + ib / 2] |= (q & 0xf) << (4 * (ib % 2));
         scales_h |= u16::from(q >> 4) << (2 * ib);

@@ -6,36 +6,42 @@
 //! or 8 bits against one f16 super-block scale, then quantizes the values again against the
 //! rounded sub-block scales. All f32 arithmetic is in ggml's order, one operation at a time.
 
-use super::{put_f16, signed_abs_max, span};
+use super::{put_f16, signed_abs_max, Fields};
 use crate::ggml::quant::nearest_int;
-use crate::ggml::{scale_min_k4, GgmlType, QK_K};
+use crate::ggml::{scale_min_k4, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it counts as all zero.
 const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// `t[0] + t[1] + ...` added left to right from 0, as ggml's `sum += term` loops do.
+#[inline(always)]
+fn in_order_sum<const N: usize>(t: &[f32; N]) -> f32 {
+    t.iter().fold(0.0f32, |s, &v| s + v)
+}
 
 /// `make_qx_quants(n, nmax, x, L, rmse_type = 1, NULL)`: a symmetric scale for `x` with
 /// quants `L[i] = l + nmax`, `l` in `-nmax..nmax`, weighting each value by `x^2`; starts
 /// from `-nmax / max` and tries `-(nmax + 0.1 is) / max` for `is` in -9..=9, keeping the
 /// scale of least weighted squared error. Returns the scale (0 for an all-zero group, with
 /// `L` zero).
-fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
+fn make_qx_quants<const N: usize>(nmax: i32, x: &[f32; N], l_out: &mut [i8; N]) -> f32 {
     let (amax, max) = signed_abs_max(x);
     if amax < GROUP_MAX_EPS {
         l_out.fill(0);
         return 0.0;
     }
     let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+    // The terms of both sums for one candidate are computed value by value (vectorizable),
+    // then added in ggml's order: `sumlx += (w * x) * l`, `suml2 += (w * l) * l`, w = x^2.
+    let w: [f32; N] = std::array::from_fn(|i| x[i] * x[i]);
+    let wx: [f32; N] = std::array::from_fn(|i| w[i] * x[i]);
     let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for &v in x {
-            let l = quant(iscale, v) as f32;
-            let w = v * v;
-            sumlx += w * v * l;
-            suml2 += w * l * l;
-        }
-        (sumlx, suml2)
+        let l: [f32; N] = std::array::from_fn(|i| quant(iscale, x[i]) as f32);
+        let lx: [f32; N] = std::array::from_fn(|i| wx[i] * l[i]);
+        let l2: [f32; N] = std::array::from_fn(|i| w[i] * l[i] * l[i]);
+        (in_order_sum(&lx), in_order_sum(&l2))
     };
-    let fill = |iscale: f32, l_out: &mut [i8]| {
+    let fill = |iscale: f32, l_out: &mut [i8; N]| {
         for (o, &v) in l_out.iter_mut().zip(x) {
             *o = (nmax + quant(iscale, v)) as i8;
         }
@@ -60,7 +66,7 @@ fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
 /// `make_q3_quants(n, nmax, x, L, do_rmse = true)`: a symmetric scale with quants
 /// `L[i] = l + nmax`, refined by up to 5 passes that move one quant at a time when that
 /// lowers the `x^2`-weighted error. Returns the scale (0 for an all-zero group, `L` zero).
-fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
+fn make_q3_quants<const N: usize>(nmax: i32, x: &[f32; N], l_out: &mut [i8; N]) -> f32 {
     let (amax, max) = signed_abs_max(x);
     if amax < GROUP_MAX_EPS {
         l_out.fill(0);
@@ -125,8 +131,13 @@ impl Qkx2 {
     /// `make_qkx2_quants`: an asymmetric scale and minimum for `x` (the minimum clamped to
     /// at most 0), quants `L[i]` in `0..=nmax`, chosen among the candidate scales by the
     /// `weights`-weighted error of a least-squares fit. Returns `(scale, -min)`.
-    fn quantize(&self, x: &[f32], weights: &[f32], l_out: &mut [u8]) -> (f32, f32) {
-        let n = x.len();
+    fn quantize<const N: usize>(
+        &self,
+        x: &[f32; N],
+        weights: &[f32; N],
+        l_out: &mut [u8; N],
+    ) -> (f32, f32) {
+        let n = N;
         let nmax = self.nmax;
         let (mut min, mut max) = (x[0], x[0]);
         let mut sum_w = weights[0];
@@ -162,19 +173,17 @@ impl Qkx2 {
         if self.nstep < 1 {
             return (scale, -min);
         }
-        let mut laux = [0u8; 32];
-        let laux = &mut laux[..n];
+        let mut laux = [0u8; N];
+        let w = weights;
         for is in 0..=self.nstep {
             iscale = (self.rmin + self.rdelta * is as f32 + nmax as f32) / (max - min);
-            let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-            for i in 0..n {
-                let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-                laux[i] = l as u8;
-                let (w, l) = (weights[i], l as f32);
-                sum_l += w * l;
-                sum_l2 += w * l * l;
-                sum_xl += w * l * x[i];
-            }
+            // Per-value terms first (vectorizable), then the sums in ggml's order.
+            let l: [f32; N] =
+                std::array::from_fn(|i| nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as f32);
+            let wl: [f32; N] = std::array::from_fn(|i| w[i] * l[i]);
+            let sum_l = in_order_sum(&wl);
+            let sum_l2 = in_order_sum(&std::array::from_fn::<f32, N, _>(|i| wl[i] * l[i]));
+            let sum_xl = in_order_sum(&std::array::from_fn::<f32, N, _>(|i| wl[i] * x[i]));
             let det = sum_w * sum_l2 - sum_l * sum_l;
             if det > 0.0 {
                 let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
@@ -183,13 +192,14 @@ impl Qkx2 {
                     this_min = 0.0;
                     this_scale = sum_xl / sum_l2;
                 }
-                let mut cur_error = 0.0f32;
-                for i in 0..n {
-                    let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                    cur_error += weights[i] * error(diff);
-                }
+                let cur_error = in_order_sum(&std::array::from_fn::<f32, N, _>(|i| {
+                    w[i] * error(this_scale * l[i] + this_min - x[i])
+                }));
                 if cur_error < best_error {
-                    l_out.copy_from_slice(laux);
+                    for (o, &v) in laux.iter_mut().zip(&l) {
+                        *o = v as u8;
+                    }
+                    l_out.copy_from_slice(&laux);
                     best_error = cur_error;
                     scale = this_scale;
                     min = this_min;
@@ -214,10 +224,9 @@ fn pack_2bit(l: &[u8], qs: &mut [u8]) {
 /// `make_qkx2_quants(nmax 3, weights |x|, rmin -0.5, rdelta 0.1, nstep 15, mad)`; scales and
 /// minimums to 4 bits against `d = max_scale / 15`, `dmin = max_min / 15`; then
 /// `q = clamp(round((x + dm) / dl), 0, 3)`.
-pub(super) fn q2_k(x: &[f32], b: &mut [u8]) {
-    let t = GgmlType::Q2_K;
-    let (sc_r, qs_r) = (span(t, "scales"), span(t, "qs"));
-    let (d_at, dmin_at) = (span(t, "d").start, span(t, "dmin").start);
+pub(super) fn q2_k(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let (sc_r, qs_r) = (f.scales.clone(), f.qs.clone());
+    let (d_at, dmin_at) = (f.d.start, f.dmin.start);
     let search = Qkx2 {
         nmax: 3,
         rmin: -0.5,
@@ -230,12 +239,12 @@ pub(super) fn q2_k(x: &[f32], b: &mut [u8]) {
     let mut mins = [0.0f32; QK_K / 16];
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     let mut weights = [0.0f32; 16];
-    for j in 0..QK_K / 16 {
-        let xs = &x[16 * j..16 * j + 16];
+    let (l16, _) = l.as_chunks_mut::<16>();
+    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
         for (w, v) in weights.iter_mut().zip(xs) {
             *w = v.abs();
         }
-        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l[16 * j..16 * j + 16]);
+        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l16[j]);
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -258,7 +267,15 @@ pub(super) fn q2_k(x: &[f32], b: &mut [u8]) {
             *o |= (nearest_int(iscale * m) << 4) as u8;
         }
     }
-    let d = put_f16(b, d_at, if max_scale > 0.0 { max_scale / 15.0 } else { 0.0 });
+    let d = put_f16(
+        b,
+        d_at,
+        if max_scale > 0.0 {
+            max_scale / 15.0
+        } else {
+            0.0
+        },
+    );
     let dmin = put_f16(b, dmin_at, if max_min > 0.0 { max_min / 15.0 } else { 0.0 });
     for j in 0..QK_K / 16 {
         let s = b[sc_r.start + j];
@@ -277,15 +294,15 @@ pub(super) fn q2_k(x: &[f32], b: &mut [u8]) {
 /// One Q3_K super-block (`hmask[32]`, `qs[64]`, `scales[12]`, `d`): per 16 values
 /// `make_q3_quants(nmax 4)`; scales to signed 6 bits against `d = max_scale / -32`; then
 /// `q = clamp(round(x / dl), -4, 3) + 4`, the high bit in `hmask`, the low two in `qs`.
-pub(super) fn q3_k(x: &[f32], b: &mut [u8]) {
-    let t = GgmlType::Q3_K;
-    let (hm_r, qs_r, sc_r) = (span(t, "hmask"), span(t, "qs"), span(t, "scales"));
-    let d_at = span(t, "d").start;
+pub(super) fn q3_k(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let (hm_r, qs_r, sc_r) = (f.hmask.clone(), f.qs.clone(), f.scales.clone());
+    let d_at = f.d.start;
     let mut l = [0i8; QK_K];
     let mut scales = [0.0f32; QK_K / 16];
     let (mut amax, mut max_scale) = (0.0f32, 0.0f32);
-    for j in 0..QK_K / 16 {
-        scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+    let (l16, _) = l.as_chunks_mut::<16>();
+    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
+        scales[j] = make_q3_quants(4, xs, &mut l16[j]);
         if scales[j].abs() > amax {
             amax = scales[j].abs();
             max_scale = scales[j];
@@ -336,15 +353,15 @@ pub(super) fn q3_k(x: &[f32], b: &mut [u8]) {
 /// `sqrt(mean(x^2)) + |x|`; scales and minimums to 6 bits (ggml's `get_scale_min_k4`
 /// packing) against `d = max_scale / 63`, `dmin = max_min / 63`; then
 /// `q = clamp(round((x + dm) / dl), 0, nmax)` into `l`.
-fn q45_k(t: GgmlType, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]) {
-    let sc_r = span(t, "scales");
-    let (d_at, dmin_at) = (span(t, "d").start, span(t, "dmin").start);
+fn q45_k(f: &Fields, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]) {
+    let sc_r = f.scales.clone();
+    let (d_at, dmin_at) = (f.d.start, f.dmin.start);
     let mut scales = [0.0f32; QK_K / 32];
     let mut mins = [0.0f32; QK_K / 32];
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     let mut weights = [0.0f32; 32];
-    for j in 0..QK_K / 32 {
-        let xs = &x[32 * j..32 * j + 32];
+    let (l32, _) = l.as_chunks_mut::<32>();
+    for (j, xs) in x.as_chunks::<32>().0.iter().enumerate() {
         let mut sum_x2 = 0.0f32;
         for &v in xs {
             sum_x2 += v * v;
@@ -353,7 +370,7 @@ fn q45_k(t: GgmlType, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]
         for (w, v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l[32 * j..32 * j + 32]);
+        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l32[j]);
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -361,7 +378,11 @@ fn q45_k(t: GgmlType, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]
             max_min = mins[j];
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let sc = &mut b[sc_r.clone()];
     for j in 0..QK_K / 32 {
@@ -394,7 +415,7 @@ fn q45_k(t: GgmlType, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]
 /// One Q4_K super-block (`d`, `dmin`, `scales[12]`, `qs[128]`): [`q45_k`] with nmax 15,
 /// rmin -1, rdelta 0.1, nstep 20; per 64 values, byte `j` of 32 holds value `j` (low nibble)
 /// and `j + 32` (high nibble).
-pub(super) fn q4_k(x: &[f32], b: &mut [u8]) {
+pub(super) fn q4_k(f: &Fields, x: &[f32], b: &mut [u8]) {
     let search = Qkx2 {
         nmax: 15,
         rmin: -1.0,
@@ -403,8 +424,8 @@ pub(super) fn q4_k(x: &[f32], b: &mut [u8]) {
         use_mad: false,
     };
     let mut l = [0u8; QK_K];
-    q45_k(GgmlType::Q4_K, &search, x, b, &mut l);
-    let qs = &mut b[span(GgmlType::Q4_K, "qs")];
+    q45_k(f, &search, x, b, &mut l);
+    let qs = &mut b[f.qs.clone()];
     for (ls, q) in l.chunks_exact(64).zip(qs.chunks_exact_mut(32)) {
         for (j, o) in q.iter_mut().enumerate() {
             *o = ls[j] | ls[j + 32] << 4;
@@ -415,8 +436,7 @@ pub(super) fn q4_k(x: &[f32], b: &mut [u8]) {
 /// One Q5_K super-block (`d`, `dmin`, `scales[12]`, `qh[32]`, `qs[128]`): [`q45_k`] with
 /// nmax 31, rmin -0.5, rdelta 0.1, nstep 15; low nibbles as Q4_K, the fifth bit of value
 /// `64 p + j` at bit `2 p` of `qh[j]` and of value `64 p + 32 + j` at bit `2 p + 1`.
-pub(super) fn q5_k(x: &[f32], b: &mut [u8]) {
-    let t = GgmlType::Q5_K;
+pub(super) fn q5_k(f: &Fields, x: &[f32], b: &mut [u8]) {
     let search = Qkx2 {
         nmax: 31,
         rmin: -0.5,
@@ -425,8 +445,8 @@ pub(super) fn q5_k(x: &[f32], b: &mut [u8]) {
         use_mad: false,
     };
     let mut l = [0u8; QK_K];
-    q45_k(t, &search, x, b, &mut l);
-    let (qh_r, qs_r) = (span(t, "qh"), span(t, "qs"));
+    q45_k(f, &search, x, b, &mut l);
+    let (qh_r, qs_r) = (f.qh.clone(), f.qs.clone());
     let mut qh = [0u8; 32];
     for (p, (ls, q)) in l
         .chunks_exact(64)
@@ -452,15 +472,15 @@ pub(super) fn q5_k(x: &[f32], b: &mut [u8]) {
 /// One Q6_K super-block (`ql[128]`, `qh[64]`, `scales[16]` int8, `d`): per 16 values
 /// `make_qx_quants(nmax 32, rmse_type 1)`; scales to int8 against `d = max_scale / -128`;
 /// then `q = clamp(round(x / dl), -32, 31) + 32`. An all-zero super-block is all zero bytes.
-pub(super) fn q6_k(x: &[f32], b: &mut [u8]) {
-    let t = GgmlType::Q6_K;
-    let (ql_r, qh_r, sc_r) = (span(t, "ql"), span(t, "qh"), span(t, "scales"));
-    let d_at = span(t, "d").start;
+pub(super) fn q6_k(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let (ql_r, qh_r, sc_r) = (f.ql.clone(), f.qh.clone(), f.scales.clone());
+    let d_at = f.d.start;
     let mut l = [0i8; QK_K];
     let mut scales = [0.0f32; QK_K / 16];
     let (mut max_abs, mut max_scale) = (0.0f32, 0.0f32);
-    for j in 0..QK_K / 16 {
-        scales[j] = make_qx_quants(32, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+    let (l16, _) = l.as_chunks_mut::<16>();
+    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
+        scales[j] = make_qx_quants(32, xs, &mut l16[j]);
         if scales[j].abs() > max_abs {
             max_abs = scales[j].abs();
             max_scale = scales[j];
@@ -491,7 +511,8 @@ pub(super) fn q6_k(x: &[f32], b: &mut [u8]) {
             let (q1, q2, q3, q4) = (ls[j], ls[j + 32], ls[j + 64], ls[j + 96]);
             b[ql_all.start + 64 * h + j] = (q1 & 0xf) | (q3 & 0xf) << 4;
             b[ql_all.start + 64 * h + j + 32] = (q2 & 0xf) | (q4 & 0xf) << 4;
-            b[qh_all.start + 32 * h + j] = q1 >> 4 | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6;
+            b[qh_all.start + 32 * h + j] =
+                q1 >> 4 | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6;
         }
     }
 }

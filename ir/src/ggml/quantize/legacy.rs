@@ -4,8 +4,7 @@
 //! Quants are `x * id` plus a rounding offset, converted to an integer by truncation, as C's
 //! float-to-integer conversion does (`(int8_t)(x0 + 8.5f)`).
 
-use super::{put_f16, signed_abs_max, span};
-use crate::ggml::GgmlType;
+use super::{put_f16, signed_abs_max, Fields};
 
 /// C's `(int8_t)v` for the in-range values these quantizers produce (truncation toward zero,
 /// then the low 8 bits).
@@ -17,12 +16,12 @@ fn trunc_i8(v: f32) -> i8 {
 /// One Q4_0 block (32 values → `d` f16, `qs[16]`): `d = max / -8` with `max` the value of
 /// largest magnitude, `q = min(15, trunc(x / d + 8.5))`; value `j` in the low nibble of byte
 /// `j`, value `j + 16` in its high nibble.
-pub(super) fn q4_0(x: &[f32], b: &mut [u8]) {
-    let qs = span(GgmlType::Q4_0, "qs");
+pub(super) fn q4_0(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let qs = f.qs.clone();
     let (_, max) = signed_abs_max(x);
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(b, 0, d);
+    put_f16(b, f.d.start, d);
     for (j, o) in b[qs].iter_mut().enumerate() {
         let lo = trunc_i8(x[j] * id + 8.5).min(15) as u8;
         let hi = trunc_i8(x[j + 16] * id + 8.5).min(15) as u8;
@@ -48,13 +47,13 @@ fn min_max(x: &[f32]) -> (f32, f32) {
 
 /// One Q4_1 block (`d`, `m` f16, `qs[16]`): `d = (max - min) / 15`, `m = min`,
 /// `q = min(15, trunc((x - min) / d + 0.5))`.
-pub(super) fn q4_1(x: &[f32], b: &mut [u8]) {
-    let qs = span(GgmlType::Q4_1, "qs");
-    let m_at = span(GgmlType::Q4_1, "m").start;
+pub(super) fn q4_1(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let qs = f.qs.clone();
+    let m_at = f.m.start;
     let (min, max) = min_max(x);
     let d = (max - min) / 15.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(b, 0, d);
+    put_f16(b, f.d.start, d);
     put_f16(b, m_at, min);
     for (j, o) in b[qs].iter_mut().enumerate() {
         let lo = trunc_i8((x[j] - min) * id + 0.5).min(15) as u8;
@@ -66,9 +65,9 @@ pub(super) fn q4_1(x: &[f32], b: &mut [u8]) {
 /// Packs 32 five-bit quants `q(j)`: low nibbles as Q4_0 (`qs`), the fifth bit of value `j` at
 /// bit `j` of the little-endian u32 `qh`.
 #[inline]
-fn pack_5bit(b: &mut [u8], t: GgmlType, q: impl Fn(usize) -> u8) {
-    let qs = span(t, "qs");
-    let qh_at = span(t, "qh").start;
+fn pack_5bit(f: &Fields, b: &mut [u8], q: impl Fn(usize) -> u8) {
+    let qs = f.qs.clone();
+    let qh_at = f.qh.start;
     let mut qh = 0u32;
     for j in 0..16 {
         let (lo, hi) = (q(j), q(j + 16));
@@ -81,24 +80,22 @@ fn pack_5bit(b: &mut [u8], t: GgmlType, q: impl Fn(usize) -> u8) {
 
 /// One Q5_0 block (`d` f16, `qh` u32, `qs[16]`): `d = max / -16`,
 /// `q = min(31, trunc(x / d + 16.5))`.
-pub(super) fn q5_0(x: &[f32], b: &mut [u8]) {
+pub(super) fn q5_0(f: &Fields, x: &[f32], b: &mut [u8]) {
     let (_, max) = signed_abs_max(x);
     let d = max / -16.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(b, 0, d);
-    pack_5bit(b, GgmlType::Q5_0, |j| {
-        trunc_i8(x[j] * id + 16.5).min(31) as u8
-    });
+    put_f16(b, f.d.start, d);
+    pack_5bit(f, b, |j| trunc_i8(x[j] * id + 16.5).min(31) as u8);
 }
 
 /// One Q5_1 block (`d`, `m` f16, `qh` u32, `qs[16]`): `d = (max - min) / 31`, `m = min`,
 /// `q = trunc((x - min) / d + 0.5)` (no clamp, as in ggml).
-pub(super) fn q5_1(x: &[f32], b: &mut [u8]) {
-    let m_at = span(GgmlType::Q5_1, "m").start;
+pub(super) fn q5_1(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let m_at = f.m.start;
     let (min, max) = min_max(x);
     let d = (max - min) / 31.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(b, 0, d);
+    put_f16(b, f.d.start, d);
     put_f16(b, m_at, min);
-    pack_5bit(b, GgmlType::Q5_1, |j| ((x[j] - min) * id + 0.5) as i32 as u8);
+    pack_5bit(f, b, |j| ((x[j] - min) * id + 0.5) as i32 as u8);
 }

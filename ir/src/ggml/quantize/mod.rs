@@ -60,7 +60,7 @@ pub const WEIGHT_QUANT_TYPES: &[GgmlType] = &[
 /// [`BlockDataError::PartialBlock`] / [`BlockDataError::ByteLength`] if `src.len()` is not
 /// whole blocks or `dst.len()` is not their byte size.
 pub fn quantize_weights(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), BlockDataError> {
-    let block: fn(&[f32], &mut [u8]) = match t {
+    let block: fn(&Fields, &[f32], &mut [u8]) = match t {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 => {
             return super::quantize(t, src, dst, super::Q8Flavor::Reference);
         }
@@ -83,13 +83,47 @@ pub fn quantize_weights(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), 
         }
     };
     check_lengths(t, "dst", src.len(), dst.len())?;
+    let fields = Fields::of(t);
     for (x, b) in src
         .chunks_exact(t.block_size())
         .zip(dst.chunks_exact_mut(t.type_size()))
     {
-        block(x, b);
+        block(&fields, x, b);
     }
     Ok(())
+}
+
+/// The byte ranges of the fields of one block format (empty for a field it does not have),
+/// looked up in the description once per [`quantize_weights`] call.
+struct Fields {
+    d: Range<usize>,
+    m: Range<usize>,
+    dmin: Range<usize>,
+    qs: Range<usize>,
+    qh: Range<usize>,
+    ql: Range<usize>,
+    scales: Range<usize>,
+    hmask: Range<usize>,
+    scales_h: Range<usize>,
+    scales_l: Range<usize>,
+}
+
+impl Fields {
+    fn of(t: GgmlType) -> Fields {
+        let f = |name| span(t, name);
+        Fields {
+            d: f("d"),
+            m: f("m"),
+            dmin: f("dmin"),
+            qs: f("qs"),
+            qh: f("qh"),
+            ql: f("ql"),
+            scales: f("scales"),
+            hmask: f("hmask"),
+            scales_h: f("scales_h"),
+            scales_l: f("scales_l"),
+        }
+    }
 }
 
 /// The byte range of field `name` in a block of `t`, from the format description.

@@ -110,11 +110,16 @@ fn llama_quantize_fixture_blocks() {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     for &t in WEIGHT_QUANT_TYPES.iter().filter(|&&t| t != GgmlType::F32) {
-        let want = std::fs::read(dir.join(format!("dequant/{}.bin", t.name().to_lowercase())))
-            .unwrap();
+        let want =
+            std::fs::read(dir.join(format!("dequant/{}.bin", t.name().to_lowercase()))).unwrap();
         let n = want.len() / t.type_size() * t.block_size();
         let got = quantized(t, &all[..n]);
         let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        assert_eq!(first, None, "{t}: first differing byte (block {:?})", first.map(|i| i / t.type_size()));
+        assert_eq!(
+            first,
+            None,
+            "{t}: first differing byte (block {:?})",
+            first.map(|i| i / t.type_size())
+        );
     }
 }
