@@ -719,6 +719,9 @@ fn tensor_data(
     }
     let fail = |e: String| GgufError::Write(format!("tensor '{}': {e}", t.name));
     let n_per_row = t.ne[0];
+    if n_per_row == 0 || t.to_bytes == 0 {
+        return Ok(Vec::new());
+    }
     let src_row = t
         .from
         .row_size(n_per_row)

@@ -97,8 +97,16 @@ fn positional(args: &[String], dry_run: bool) -> anyhow::Result<Positional> {
     })
 }
 
-/// Whether `a` and `b` name the same existing file (`std::filesystem::equivalent`).
+/// Whether `a` and `b` name the same existing file, also through links
+/// (`std::filesystem::equivalent`: same device and inode on Unix).
 fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(a), Ok(b)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return a.dev() == b.dev() && a.ino() == b.ino();
+        }
+    }
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

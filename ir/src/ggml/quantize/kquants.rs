@@ -210,6 +210,30 @@ impl Qkx2 {
     }
 }
 
+impl Qkx2 {
+    /// [`Qkx2::quantize`] of each `N` values of the super-block `x` (`M = 256 / N` of them)
+    /// with the weights `weights(values)`, quants into `l`: `(scales, mins)`.
+    fn sub_blocks<const N: usize, const M: usize>(
+        &self,
+        x: &[f32],
+        l: &mut [u8; QK_K],
+        weights: impl Fn(&[f32; N]) -> [f32; N],
+    ) -> ([f32; M], [f32; M]) {
+        let (ln, _) = l.as_chunks_mut::<N>();
+        let (xn, _) = x.as_chunks::<N>();
+        let (mut scales, mut mins) = ([0.0f32; M], [0.0f32; M]);
+        for j in 0..M {
+            (scales[j], mins[j]) = self.quantize(&xn[j], &weights(&xn[j]), &mut ln[j]);
+        }
+        (scales, mins)
+    }
+}
+
+/// The largest of `v` if positive, else 0 (ggml's `if (scale > max_scale)` from 0).
+fn positive_max(v: &[f32]) -> f32 {
+    v.iter().fold(0.0f32, |m, &s| if s > m { s } else { m })
+}
+
 /// Packs 2-bit quants `l[0..256]` as Q2_K / Q3_K store them: per 128 values, byte `j` of 32
 /// holds values `j`, `j + 32`, `j + 64`, `j + 96` at bits 0, 2, 4, 6.
 fn pack_2bit(l: &[u8], qs: &mut [u8]) {
@@ -235,23 +259,8 @@ pub(super) fn q2_k(f: &Fields, x: &[f32], b: &mut [u8]) {
         use_mad: true,
     };
     let mut l = [0u8; QK_K];
-    let mut scales = [0.0f32; QK_K / 16];
-    let mut mins = [0.0f32; QK_K / 16];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    let mut weights = [0.0f32; 16];
-    let (l16, _) = l.as_chunks_mut::<16>();
-    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
-        for (w, v) in weights.iter_mut().zip(xs) {
-            *w = v.abs();
-        }
-        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l16[j]);
-        if scales[j] > max_scale {
-            max_scale = scales[j];
-        }
-        if mins[j] > max_min {
-            max_min = mins[j];
-        }
-    }
+    let (scales, mins) = search.sub_blocks::<16, { QK_K / 16 }>(x, &mut l, |xs| xs.map(f32::abs));
+    let (max_scale, max_min) = (positive_max(&scales), positive_max(&mins));
     let sc = &mut b[sc_r.clone()];
     if max_scale > 0.0 {
         let iscale = 15.0 / max_scale;
@@ -291,6 +300,18 @@ pub(super) fn q2_k(f: &Fields, x: &[f32], b: &mut [u8]) {
     pack_2bit(&l, &mut b[qs_r]);
 }
 
+/// The scale `search` finds for each 16 values of the super-block `x`, with its quants in
+/// `l` (Q3_K and Q6_K; their largest scale is then [`signed_abs_max`] of these).
+fn scales_of_16(
+    x: &[f32],
+    l: &mut [i8; QK_K],
+    search: impl Fn(&[f32; 16], &mut [i8; 16]) -> f32,
+) -> [f32; QK_K / 16] {
+    let (l16, _) = l.as_chunks_mut::<16>();
+    let (x16, _) = x.as_chunks::<16>();
+    std::array::from_fn(|j| search(&x16[j], &mut l16[j]))
+}
+
 /// One Q3_K super-block (`hmask[32]`, `qs[64]`, `scales[12]`, `d`): per 16 values
 /// `make_q3_quants(nmax 4)`; scales to signed 6 bits against `d = max_scale / -32`; then
 /// `q = clamp(round(x / dl), -4, 3) + 4`, the high bit in `hmask`, the low two in `qs`.
@@ -298,16 +319,8 @@ pub(super) fn q3_k(f: &Fields, x: &[f32], b: &mut [u8]) {
     let (hm_r, qs_r, sc_r) = (f.hmask.clone(), f.qs.clone(), f.scales.clone());
     let d_at = f.d.start;
     let mut l = [0i8; QK_K];
-    let mut scales = [0.0f32; QK_K / 16];
-    let (mut amax, mut max_scale) = (0.0f32, 0.0f32);
-    let (l16, _) = l.as_chunks_mut::<16>();
-    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
-        scales[j] = make_q3_quants(4, xs, &mut l16[j]);
-        if scales[j].abs() > amax {
-            amax = scales[j].abs();
-            max_scale = scales[j];
-        }
-    }
+    let scales = scales_of_16(x, &mut l, |xs, ls| make_q3_quants(4, xs, ls));
+    let (_, max_scale) = signed_abs_max(&scales);
     let sc = &mut b[sc_r.clone()];
     sc.fill(0);
     let d = if max_scale != 0.0 {
@@ -356,28 +369,15 @@ pub(super) fn q3_k(f: &Fields, x: &[f32], b: &mut [u8]) {
 fn q45_k(f: &Fields, search: &Qkx2, x: &[f32], b: &mut [u8], l: &mut [u8; QK_K]) {
     let sc_r = f.scales.clone();
     let (d_at, dmin_at) = (f.d.start, f.dmin.start);
-    let mut scales = [0.0f32; QK_K / 32];
-    let mut mins = [0.0f32; QK_K / 32];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    let mut weights = [0.0f32; 32];
-    let (l32, _) = l.as_chunks_mut::<32>();
-    for (j, xs) in x.as_chunks::<32>().0.iter().enumerate() {
+    let (scales, mins) = search.sub_blocks::<32, { QK_K / 32 }>(x, l, |xs| {
         let mut sum_x2 = 0.0f32;
         for &v in xs {
             sum_x2 += v * v;
         }
         let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, v) in weights.iter_mut().zip(xs) {
-            *w = av_x + v.abs();
-        }
-        (scales[j], mins[j]) = search.quantize(xs, &weights, &mut l32[j]);
-        if scales[j] > max_scale {
-            max_scale = scales[j];
-        }
-        if mins[j] > max_min {
-            max_min = mins[j];
-        }
-    }
+        xs.map(|v| av_x + v.abs())
+    });
+    let (max_scale, max_min) = (positive_max(&scales), positive_max(&mins));
     let inv_scale = if max_scale > 0.0 {
         63.0 / max_scale
     } else {
@@ -476,16 +476,8 @@ pub(super) fn q6_k(f: &Fields, x: &[f32], b: &mut [u8]) {
     let (ql_r, qh_r, sc_r) = (f.ql.clone(), f.qh.clone(), f.scales.clone());
     let d_at = f.d.start;
     let mut l = [0i8; QK_K];
-    let mut scales = [0.0f32; QK_K / 16];
-    let (mut max_abs, mut max_scale) = (0.0f32, 0.0f32);
-    let (l16, _) = l.as_chunks_mut::<16>();
-    for (j, xs) in x.as_chunks::<16>().0.iter().enumerate() {
-        scales[j] = make_qx_quants(32, xs, &mut l16[j]);
-        if scales[j].abs() > max_abs {
-            max_abs = scales[j].abs();
-            max_scale = scales[j];
-        }
-    }
+    let scales = scales_of_16(x, &mut l, |xs, ls| make_qx_quants(32, xs, ls));
+    let (max_abs, max_scale) = signed_abs_max(&scales);
     if max_abs < GROUP_MAX_EPS {
         b.fill(0);
         return;
