@@ -434,7 +434,7 @@ impl MixState<'_> {
         if cat == Category::Output || (self.has_tied_embeddings && cat == Category::TokenEmbd) {
             if let Some(o) = opts.output_tensor_type {
                 t = o;
-            } else if falcon || ne0 % t.block_size() as u64 != 0 {
+            } else if falcon || !ne0.is_multiple_of(t.block_size() as u64) {
                 t = T::Q8_0;
             } else if t != T::Q8_0 {
                 t = T::Q6_K;
@@ -449,9 +449,7 @@ impl MixState<'_> {
                 t = if n_gqa >= 4 { T::Q4_K } else { T::Q3_K };
             } else if f == ft::Q3_K_M {
                 t = if wv < 2 { T::Q5_K } else { T::Q4_K };
-            } else if f == ft::Q3_K_L {
-                t = T::Q5_K;
-            } else if (f == ft::IQ4_NL || f == ft::IQ4_XS) && n_gqa >= 4 {
+            } else if f == ft::Q3_K_L || ((f == ft::IQ4_NL || f == ft::IQ4_XS) && n_gqa >= 4) {
                 t = T::Q5_K;
             } else if (f == ft::Q4_K_M || f == ft::Q5_K_M)
                 && Self::use_more_bits(wv, self.n_attention_wv)
@@ -545,7 +543,7 @@ impl MixState<'_> {
     /// becomes a 32-value type of about the same size, or F16 if even that does not fit.
     fn fallback(&mut self, t: GgmlType, ne0: u64) -> anyhow::Result<GgmlType> {
         use GgmlType as T;
-        if ne0 % t.block_size() as u64 == 0 {
+        if ne0.is_multiple_of(t.block_size() as u64) {
             return Ok(t);
         }
         self.n_fallback += 1;
@@ -565,7 +563,7 @@ impl MixState<'_> {
             t if t.block_size() <= 32 => t,
             t => bail!("no tensor type fallback is defined for type {t}"),
         };
-        Ok(if ne0 % r.block_size() as u64 != 0 {
+        Ok(if !ne0.is_multiple_of(r.block_size() as u64) {
             T::F16
         } else {
             r
