@@ -249,7 +249,8 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     if cancel.load(Ordering::SeqCst) {
         bail!("interrupted; no output written");
     }
-    result.with_context(|| format!("cannot write '{}'", out.display()))?;
+    // The error names the file already.
+    result.context("cannot write the quantized model")?;
     if terminal {
         let org: u64 = plan.tensors.iter().map(|t| t.from_bytes).sum();
         let new: u64 = plan.tensors.iter().map(|t| t.to_bytes).sum();
