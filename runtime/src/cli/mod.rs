@@ -38,6 +38,9 @@ enum Command {
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(run::PerplexityArgs),
     /// Quantize a model as llama-quantize does, byte for byte (INPUT OUTPUT TYPE [NTHREADS]).
+    #[command(
+        override_usage = "modelc quantize [OPTIONS] INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]"
+    )]
     Quantize(quantize::QuantizeArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
