@@ -5,7 +5,9 @@
 //! - every quantized fixture of `shared/fixtures/models/` (llama-quantize `--pure` from the
 //!   F32 original) is reproduced byte for byte;
 //! - bad input gets one line on stderr and status 1, and leaves no file behind;
-//! - `--dry-run` prints the plan and writes nothing.
+//! - `--dry-run` prints the plan and writes nothing; the thread count changes no byte;
+//! - with `LLAMA_QUANTIZE=path/to/llama-quantize`: every mix and the type flags on every
+//!   fixture, against that binary.
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -224,4 +226,106 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
     assert!(text.contains("quant size"), "{text}");
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn thread_count_does_not_change_the_bytes() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("threads");
+    let src = models.join("qwen2-F32.gguf");
+    let files: Vec<Vec<u8>> = ["1", "3"]
+        .iter()
+        .map(|n| {
+            let out = dir.join(format!("t{n}.gguf"));
+            let run = modelc()
+                .arg("quantize")
+                .arg(&src)
+                .arg(&out)
+                .args(["Q4_K_M", n])
+                .output()
+                .unwrap();
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            std::fs::read(&out).unwrap()
+        })
+        .collect();
+    assert!(files[0] == files[1], "1 and 3 threads differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every mix and the type flags on every fixture against a llama-quantize binary, when
+/// `LLAMA_QUANTIZE` names one (llama.cpp commit 0c1e570; opt-in: ~3 minutes on 2 cores).
+#[test]
+fn mixes_equal_llama_quantize_when_given_one() {
+    let Some(lq) = std::env::var_os("LLAMA_QUANTIZE") else {
+        eprintln!(
+            "LLAMA_QUANTIZE is not set: the comparison of every mix with llama-quantize is skipped"
+        );
+        return;
+    };
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("mixes");
+    let (want, got) = (dir.join("want.gguf"), dir.join("got.gguf"));
+    let mixes = [
+        "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
+        "IQ4_NL", "IQ4_XS", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32",
+    ];
+    let flags: [&[&str]; 5] = [
+        &["--leave-output-tensor"],
+        &["--output-tensor-type", "q8_0"],
+        &["--token-embedding-type", "q4_0"],
+        &[
+            "--output-tensor-type",
+            "f16",
+            "--token-embedding-type",
+            "q6_k",
+        ],
+        &["--pure", "--leave-output-tensor"],
+    ];
+    let mut cases: Vec<(&str, &str, &[&str])> = Vec::new();
+    for m in [
+        "llama-sep",
+        "llama-tied",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "phi3",
+    ] {
+        cases.extend(mixes.iter().map(|&t| (m, t, &[][..])));
+    }
+    for f in flags {
+        for m in ["llama-sep", "llama-tied"] {
+            cases.extend(["Q4_K_M", "Q3_K_M"].map(|t| (m, t, f)));
+        }
+    }
+    let mut wrong = Vec::new();
+    for (m, t, f) in cases {
+        let src = models.join(format!("{m}-F32.gguf"));
+        let theirs = Command::new(&lq)
+            .args(f)
+            .arg(&src)
+            .arg(&want)
+            .args([t, "2"])
+            .output()
+            .unwrap();
+        assert!(theirs.status.success(), "llama-quantize {m} {t} {f:?}");
+        let ours = quantize(f, &src, &got, t);
+        assert!(
+            ours.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        if std::fs::read(&want).unwrap() != std::fs::read(&got).unwrap() {
+            wrong.push(format!("{m} {t} {f:?}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(wrong.is_empty(), "differ from llama-quantize: {wrong:?}");
 }
