@@ -2,8 +2,7 @@
 //! ggml's `quantize_row_iq4_nl_impl` computes them without an importance matrix (each value
 //! weighted by `x^2`, 7 extra scale tries each way: `quantize_iq4_nl` / `quantize_iq4_xs`).
 
-use super::{put_f16, signed_abs_max, Fields};
-use crate::ggml::quant::nearest_int;
+use super::{ggml_nearest_int as nearest_int, put_f16, signed_abs_max, Fields};
 use crate::ggml::{KVALUES_IQ4NL, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`.

@@ -6,8 +6,7 @@
 //! or 8 bits against one f16 super-block scale, then quantizes the values again against the
 //! rounded sub-block scales. All f32 arithmetic is in ggml's order, one operation at a time.
 
-use super::{put_f16, signed_abs_max, Fields};
-use crate::ggml::quant::nearest_int;
+use super::{ggml_nearest_int as nearest_int, put_f16, signed_abs_max, Fields};
 use crate::ggml::{scale_min_k4, QK_K};
 
 /// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it counts as all zero.
