@@ -810,8 +810,8 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             let lm_head = name == "output.weight" || name == "token_embd.weight";
             // Weights llama.cpp repacks run its repacked kernels' order in the exact mode
             // (the row-dot kernels have it; the generated ones do not).
-            let repacked =
-                self.order == SumOrder::Ggml && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
+            let repacked = self.order == SumOrder::Ggml
+                && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
             if !supports(t) || repacked {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);

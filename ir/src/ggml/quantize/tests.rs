@@ -126,7 +126,19 @@ fn llama_quantize_fixture_blocks() {
 
 #[test]
 fn ggml_nearest_int_rounds_ties_to_even_in_range() {
-    for v in [0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 31.5, -32.5, 0.0, -0.0, 4_194_303.0] {
+    for v in [
+        0.5f32,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        31.5,
+        -32.5,
+        0.0,
+        -0.0,
+        4_194_303.0,
+    ] {
         assert_eq!(ggml_nearest_int(v), v.round_ties_even() as i32, "{v}");
     }
     for i in 0..100_000 {
