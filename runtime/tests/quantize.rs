@@ -37,6 +37,46 @@ fn quantize(args: &[&str], input: &Path, output: &Path, ftype: &str) -> Output {
         .unwrap()
 }
 
+/// Where two GGUF files first differ: the header, or the first tensor (in file order) whose
+/// type, shape or data differs, with the index of its first differing block.
+fn first_difference(ours: &Path, theirs: &Path) -> String {
+    use ir::gguf::GgufFile;
+    let (Ok(a), Ok(b)) = (GgufFile::open(ours), GgufFile::open(theirs)) else {
+        return "one of the files does not parse".into();
+    };
+    let names = |f: &GgufFile| {
+        f.tensors()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if names(&a) != names(&b) {
+        return "tensor order or names".into();
+    }
+    for (ta, tb) in a.tensors().iter().zip(b.tensors()) {
+        if ta.ggml_type != tb.ggml_type || ta.shape() != tb.shape() {
+            return format!(
+                "{}: {} {:?} vs {} {:?}",
+                ta.name,
+                ta.ggml_type,
+                ta.shape(),
+                tb.ggml_type,
+                tb.shape()
+            );
+        }
+        let (da, db) = (a.tensor_data(ta), b.tensor_data(tb));
+        if let Some(i) = da.iter().zip(db).position(|(x, y)| x != y) {
+            return format!(
+                "{} ({}): first differing block {}",
+                ta.name,
+                ta.ggml_type,
+                i / ta.ggml_type.type_size()
+            );
+        }
+    }
+    "metadata, tensor offsets or padding".into()
+}
+
 fn sha256(path: &Path) -> String {
     let mut h = Sha256::new();
     let mut f = std::fs::File::open(path).unwrap();
@@ -71,7 +111,14 @@ fn smollm2_variants_have_llama_quantizes_sha256() {
         let size = std::fs::metadata(&out).unwrap().len();
         let sha = sha256(&out);
         if sha != v["sha256"].as_str().unwrap() || size != v["size_bytes"].as_u64().unwrap() {
-            wrong.push(format!("{ty} ({size} bytes, sha256 {sha})"));
+            // llama-quantize's file, if the cache has it, says where.
+            let theirs = modelc_tests::models_dir().join(v["file"].as_str().unwrap());
+            let at = if theirs.exists() {
+                first_difference(&out, &theirs)
+            } else {
+                "no llama-quantize file to compare".into()
+            };
+            wrong.push(format!("{ty} ({size} bytes, sha256 {sha}; {at})"));
         }
         std::fs::remove_file(&out).unwrap();
     }
@@ -114,7 +161,10 @@ fn fixtures_are_reproduced_from_their_f32_originals() {
             String::from_utf8_lossy(&run.stderr)
         );
         if std::fs::read(&out).unwrap() != std::fs::read(models.join(name)).unwrap() {
-            wrong.push(name.clone());
+            wrong.push(format!(
+                "{name}: {}",
+                first_difference(&out, &models.join(name))
+            ));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -323,9 +373,35 @@ fn mixes_equal_llama_quantize_when_given_one() {
             String::from_utf8_lossy(&ours.stderr)
         );
         if std::fs::read(&want).unwrap() != std::fs::read(&got).unwrap() {
-            wrong.push(format!("{m} {t} {f:?}"));
+            wrong.push(format!("{m} {t} {f:?}: {}", first_difference(&got, &want)));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(wrong.is_empty(), "differ from llama-quantize: {wrong:?}");
+}
+
+#[test]
+fn first_difference_names_the_tensor() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let d = first_difference(
+        &models.join("llama-sep-Q4_0.gguf"),
+        &models.join("llama-sep-Q4_1.gguf"),
+    );
+    assert!(
+        d.contains("Q4_0") && d.contains("Q4_1") && d.contains(".weight"),
+        "{d}"
+    );
+    let dir = scratch("first-difference");
+    let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
+    let src = models.join("llama-sep-F32.gguf");
+    assert!(quantize(&["--pure"], &src, &a, "Q8_0").status.success());
+    let mut bytes = std::fs::read(&a).unwrap();
+    let n = bytes.len();
+    bytes[n - 100] ^= 1; // in the last tensor's data
+    std::fs::write(&b, bytes).unwrap();
+    let d = first_difference(&a, &b);
+    assert!(d.contains("first differing block"), "{d}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
