@@ -1,7 +1,7 @@
 //! SmolLM2-135M-Instruct against llama.cpp: teacher-forced top-5 log-probabilities
 //! (`shared/reference/ref-SmolLM2-135M-Instruct.TYPE.json`, field `teacher_forced.top5`),
 //! for the Q4_1 file and for every requantized variant whose model file is present
-//! (`shared/reference/make-variants` makes them in the models folder).
+//! (`scripts/make-variants` makes them in the models folder).
 //!
 //! Each prompt (`tokens_add_special_true`) is decoded in the calls llama.cpp made
 //! (`server_prompt_decode_calls`), then llama.cpp's greedy tokens (`completion.tokens`) are
@@ -208,7 +208,7 @@ fn check_variant(ty: &str) {
         modelc_tests::shared(&format!("reference/ref-SmolLM2-135M-Instruct.{ty}.json")),
         modelc_tests::require(
             modelc_tests::models_dir().join(format!("SmolLM2-135M-Instruct.{ty}.gguf")),
-            "shared/reference/make-variants makes it from the Q4_1 file",
+            "scripts/make-variants makes it from the Q4_1 file",
         ),
     ) else {
         return;

@@ -529,23 +529,8 @@ fn vec_dot_equals_dequantized_dot() {
         }
         *tested.entry(*wt).or_insert(0) += 1;
     }
-    for t in [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_NL,
-        GgmlType::IQ4_XS,
-    ] {
+    // Every weight type (those `modelc quantize` makes) has a dot product.
+    for &t in ir::ggml::WEIGHT_QUANT_TYPES {
         assert!(tested.contains_key(&t), "{t} has no dot product test");
     }
 }

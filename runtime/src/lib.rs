@@ -17,6 +17,7 @@ pub mod kv_cache;
 pub mod memory;
 pub mod mt19937;
 pub mod perplexity;
+pub mod quantize;
 pub mod repl;
 pub mod sampler;
 pub mod session;

@@ -1,6 +1,6 @@
 //! The compiled CPU engine against llama.cpp on every real model with a reference in
 //! `shared/reference/`: SmolLM2 135M in each weight type of `variants.json` (the files
-//! `shared/reference/make-variants` makes with llama-quantize) and Gemma 3 270M Q4_K_M.
+//! `scripts/make-variants` makes with `modelc quantize`, byte-identical to llama-quantize's) and Gemma 3 270M Q4_K_M.
 //!
 //! Per model (issue 11's criteria), with `--kernels exact`:
 //! - teacher-forced: each prompt decoded in the calls llama.cpp made
@@ -189,7 +189,7 @@ fn check(model: &Path, reference: &Path) -> Report {
 
 /// Runs [`check`] for the SmolLM2 variant `ty` (or the Gemma file) and asserts the criteria.
 fn run(file: &str, reference: &str) {
-    let how = "shared/reference/make-variants makes the SmolLM2 variants; scripts/fetch-model --gemma fetches Gemma";
+    let how = "scripts/make-variants makes the SmolLM2 variants; scripts/fetch-model --gemma fetches Gemma";
     let (Some(model), Some(reference)) = (
         modelc_tests::require(modelc_tests::models_dir().join(file), how),
         modelc_tests::shared(&format!("reference/{reference}")),

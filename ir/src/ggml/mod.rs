@@ -6,6 +6,8 @@
 //! - [`BlockFormat`] / [`block_format`]: field layout and decoding of each described format
 //!   (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K … Q8_K, IQ4_NL, IQ4_XS);
 //! - [`dequantize`]: blocks to f32, bit-exact with ggml's `dequantize_row_*`;
+//! - [`quantize_weights`]: f32 to the weight formats `llama-quantize` writes (Q4_0 … Q8_0,
+//!   Q2_K … Q6_K, IQ4_NL, IQ4_XS, F16, BF16), bit-exact with ggml's reference quantizers;
 //! - [`quantize`] and the `quantize_*` functions: f32 to the activation formats of llama.cpp's
 //!   CPU matrix products (Q8_0, Q8_1, Q8_K, F16, BF16), bit-exact with ggml;
 //! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
@@ -30,6 +32,7 @@ mod fp;
 mod hadamard;
 mod layouts;
 mod quant;
+mod quantize;
 mod repack_x86;
 mod types;
 
@@ -49,6 +52,7 @@ pub use quant::{
     quantize, quantize_bf16, quantize_f16, quantize_q8_0, quantize_q8_0_with, quantize_q8_1,
     quantize_q8_1_with, quantize_q8_k, Q8Flavor,
 };
+pub use quantize::{quantize_weights, WEIGHT_QUANT_TYPES};
 pub use repack_x86::{
     quantize_q8_k_4x8, repack_mul_mat_8, repack_quantize_activations, repacked_by_llama_cpp,
     RepackKernel, RepackedRow,

@@ -13,7 +13,10 @@ struct PendingTensor {
     name: String,
     ne: Vec<u64>,
     ggml_type: GgmlType,
-    data: Vec<u8>,
+    /// Bytes of the data (without padding).
+    n_bytes: u64,
+    /// The data, or `None` when [`GgufWriter::write_streaming`] is given it later.
+    data: Option<Vec<u8>>,
 }
 
 /// Collects metadata and tensors, then writes a complete GGUF file.
@@ -47,6 +50,13 @@ impl GgufWriter {
         self
     }
 
+    /// Sets the data alignment (a power of two) regardless of any `general.alignment` key
+    /// (llama-quantize copies the input's key but always aligns to 32 bytes).
+    pub fn set_alignment(&mut self, alignment: u64) -> &mut Self {
+        self.alignment = alignment;
+        self
+    }
+
     /// Adds a metadata pair. Setting `general.alignment` (a u32) changes the data alignment.
     pub fn add_kv(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
@@ -72,22 +82,7 @@ impl GgufWriter {
         data: Vec<u8>,
     ) -> Result<&mut Self, GgufError> {
         let name = name.into();
-        if ne.len() > super::GGML_MAX_DIMS {
-            return Err(GgufError::Write(format!(
-                "tensor '{name}' has {} dimensions",
-                ne.len()
-            )));
-        }
-        let n0 = ne.first().copied().unwrap_or(1);
-        let rows: u64 = ne.iter().skip(1).product();
-        let expected = ggml_type
-            .row_size(n0)
-            .and_then(|r| r.checked_mul(rows))
-            .ok_or_else(|| {
-                GgufError::Write(format!(
-                    "tensor '{name}': ne {ne:?} does not fit {ggml_type}"
-                ))
-            })?;
+        let expected = Self::tensor_bytes(&name, ne, ggml_type)?;
         if expected != data.len() as u64 {
             return Err(GgufError::Write(format!(
                 "tensor '{name}': {ggml_type} {ne:?} needs {expected} bytes, got {}",
@@ -98,13 +93,61 @@ impl GgufWriter {
             name,
             ne: ne.to_vec(),
             ggml_type,
-            data,
+            n_bytes: expected,
+            data: Some(data),
         });
         Ok(self)
     }
 
-    /// The complete file as bytes.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
+    /// Adds the description of a tensor whose data [`write_streaming`](Self::write_streaming)
+    /// asks for when it writes the file (for files too large to hold in memory).
+    ///
+    /// Errors: as [`add_tensor`](Self::add_tensor) for the shape.
+    pub fn add_tensor_info(
+        &mut self,
+        name: impl Into<String>,
+        ne: &[u64],
+        ggml_type: GgmlType,
+    ) -> Result<&mut Self, GgufError> {
+        let name = name.into();
+        let n_bytes = Self::tensor_bytes(&name, ne, ggml_type)?;
+        self.tensors.push(PendingTensor {
+            name,
+            ne: ne.to_vec(),
+            ggml_type,
+            n_bytes,
+            data: None,
+        });
+        Ok(self)
+    }
+
+    /// Bytes of a tensor of shape `ne` and type `ggml_type`, checked.
+    fn tensor_bytes(name: &str, ne: &[u64], ggml_type: GgmlType) -> Result<u64, GgufError> {
+        if ne.len() > super::GGML_MAX_DIMS {
+            return Err(GgufError::Write(format!(
+                "tensor '{name}' has {} dimensions",
+                ne.len()
+            )));
+        }
+        let n0 = ne.first().copied().unwrap_or(1);
+        let rows = ne
+            .iter()
+            .skip(1)
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d));
+        ggml_type
+            .row_size(n0)
+            .zip(rows)
+            .and_then(|(r, rows)| r.checked_mul(rows))
+            .ok_or_else(|| {
+                GgufError::Write(format!(
+                    "tensor '{name}': ne {ne:?} does not fit {ggml_type}"
+                ))
+            })
+    }
+
+    /// Bytes of the file up to the tensor data: header, metadata, tensor infos and the
+    /// padding to the alignment (what ggml's `gguf_get_meta_data` writes).
+    pub fn header_bytes(&self) -> Result<Vec<u8>, GgufError> {
         if self.alignment == 0 || !self.alignment.is_power_of_two() {
             return Err(GgufError::Write(format!(
                 "alignment {} is not a power of two",
@@ -121,7 +164,6 @@ impl GgufWriter {
             out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
             write_value(&mut out, v);
         }
-        let align = |x: u64| x.next_multiple_of(self.alignment);
         let mut offset = 0u64;
         for t in &self.tensors {
             write_str(&mut out, &t.name);
@@ -131,30 +173,109 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ggml_type.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offset = align(offset + t.data.len() as u64);
+            offset = self.align(offset + t.n_bytes);
         }
-        out.resize(align(out.len() as u64) as usize, 0);
+        out.resize(self.align(out.len() as u64) as usize, 0);
+        Ok(out)
+    }
+
+    /// Size of the whole file in bytes.
+    pub fn file_size(&self) -> Result<u64, GgufError> {
+        let header = self.header_bytes()?.len() as u64;
+        Ok(self
+            .tensors
+            .iter()
+            .fold(header, |acc, t| acc + self.align(t.n_bytes)))
+    }
+
+    fn align(&self, x: u64) -> u64 {
+        x.next_multiple_of(self.alignment)
+    }
+
+    /// The complete file as bytes.
+    ///
+    /// Errors: a tensor added with [`add_tensor_info`](Self::add_tensor_info) (no data).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
+        let mut out = self.header_bytes()?;
         for t in &self.tensors {
-            out.extend_from_slice(&t.data);
-            out.resize(align(out.len() as u64) as usize, 0);
+            let data = t
+                .data
+                .as_deref()
+                .ok_or_else(|| GgufError::Write(format!("tensor '{}' has no data", t.name)))?;
+            out.extend_from_slice(data);
+            out.resize(self.align(out.len() as u64) as usize, 0);
         }
         Ok(out)
     }
 
     /// Writes the file atomically: to `PATH.tmp` first, then renamed over `path`.
     pub fn write_to_file(&self, path: &Path) -> Result<(), GgufError> {
-        let bytes = self.to_bytes()?;
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
+        self.write_streaming(path, |i| {
+            let t = &self.tensors[i];
+            t.data
+                .clone()
+                .ok_or_else(|| GgufError::Write(format!("tensor '{}' has no data", t.name)))
+        })
+    }
+
+    /// Writes the file atomically, asking `data(i)` for the bytes of tensor `i` (in the order
+    /// added) as it goes, so only one tensor's data is in memory at a time.
+    ///
+    /// The file is written to `PATH.tmp`, flushed to disk and renamed over `path`; on any
+    /// error (including one `data` returns, e.g. for an interruption, or a full disk)
+    /// `PATH.tmp` is removed and `path` is left as it was.
+    ///
+    /// Errors: I/O errors (naming `path`), the error of `data`, or data of the wrong size.
+    pub fn write_streaming(
+        &self,
+        path: &Path,
+        mut data: impl FnMut(usize) -> Result<Vec<u8>, GgufError>,
+    ) -> Result<(), GgufError> {
+        let tmp = Self::tmp_path(path);
         let io = |error| GgufError::Io {
             path: path.to_path_buf(),
             error,
         };
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        let result = (|| {
+            let header = self.header_bytes()?;
+            let f = std::fs::File::create(&tmp).map_err(io)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            w.write_all(&header).map_err(io)?;
+            let zeros = [0u8; 64];
+            for (i, t) in self.tensors.iter().enumerate() {
+                let bytes = data(i)?;
+                if bytes.len() as u64 != t.n_bytes {
+                    return Err(GgufError::Write(format!(
+                        "tensor '{}': {} bytes given, {} expected",
+                        t.name,
+                        bytes.len(),
+                        t.n_bytes
+                    )));
+                }
+                w.write_all(&bytes).map_err(io)?;
+                let mut pad = (self.align(t.n_bytes) - t.n_bytes) as usize;
+                while pad > 0 {
+                    let k = pad.min(zeros.len());
+                    w.write_all(&zeros[..k]).map_err(io)?;
+                    pad -= k;
+                }
+            }
+            let f = w.into_inner().map_err(|e| io(e.into_error()))?;
+            f.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, path).map_err(io)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// The temporary file [`write_streaming`](Self::write_streaming) writes before renaming
+    /// it to `path`: `PATH.tmp`.
+    pub fn tmp_path(path: &Path) -> std::path::PathBuf {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::path::PathBuf::from(tmp)
     }
 }
 

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod compile;
 mod gen_args;
 mod inspect;
+mod quantize;
 mod run;
 mod runner;
 mod template;
@@ -36,6 +37,11 @@ enum Command {
     Repl(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(run::PerplexityArgs),
+    /// Quantize a model as llama-quantize does, byte for byte (INPUT OUTPUT TYPE [NTHREADS]).
+    #[command(
+        override_usage = "modelc quantize [OPTIONS] INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]"
+    )]
+    Quantize(quantize::QuantizeArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -155,6 +161,7 @@ pub fn main() -> ExitCode {
         }
         Command::Perplexity(args) => run::perplexity(args),
         Command::Graph(args) => run::graph(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Template(args) => template::run(args),
         Command::Tokenize(args) => tokenize::run_tokenize(args),
         Command::Detokenize(args) => tokenize::run_detokenize(args),
