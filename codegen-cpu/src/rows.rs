@@ -159,6 +159,9 @@ impl RowDot {
     /// x86 build does before the product (`from_float` of the `vec_dot_type`; the repacked
     /// kernels' 4-column quantizers give the same numbers, see `ir::ggml::quantize_q8_k_4x8`).
     pub fn prepare(&self, x: &[f32], dst: &mut [u8]) {
+        if crate::handwritten::rowq::quantize(self.act, x, dst) {
+            return;
+        }
         // Lengths were checked when the kernel was lowered; the quantizer only fails on them.
         let _ = ggml::quantize(self.act, x, dst, Q8Flavor::X86);
     }

@@ -8,6 +8,8 @@
 //! - `norm`: `rms_norm` (× weight) and `norm`;
 //! - `rope`: rope tables and rotation, f16 / f32 KV cache stores;
 //! - `embed`: `get_rows` (dequantized token embeddings);
+//! - `qdot`, `qdot_tiled`, `qdot_repack`: the row-dot kernels' products ([`crate::rows`]);
+//!   `rowq`: their activation quantizers (ggml's Q8_0 / Q8_1 / Q8_K layouts);
 //! - `attention`: what the attention kernels share (KV rows, K/V to f32);
 //! - `flash`: llama.cpp's CPU flash attention (reference, tiled and split-KV kernels);
 //! - `soft_max_attn`: llama.cpp's attention without flash attention (`-fa off`).
@@ -33,6 +35,7 @@ pub(crate) mod qdot;
 pub(crate) mod qdot_repack;
 pub(crate) mod qdot_tiled;
 pub(crate) mod rope;
+pub(crate) mod rowq;
 pub(crate) mod soft_max_attn;
 
 #[cfg(target_arch = "x86_64")]
