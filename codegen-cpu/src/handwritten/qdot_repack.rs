@@ -338,6 +338,7 @@ mod x86 {
     /// `c`'s chain of fused multiply-adds): per row and super-block, the pair sums of the
     /// four columns come out of one horizontal add tree per pair, lane `c` for column `c`.
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // p indexes sub-block pairs in several arrays
     unsafe fn q4_k_gemm4<const R: usize>(w: &[&[u8]; R], a: &[&[u8]; 4]) -> [[f32; R]; 4] {
         let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 292));

@@ -23,7 +23,7 @@ pub(crate) fn quantize(act: GgmlType, x: &[f32], dst: &mut [u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         let (bs, bytes) = (act.block_size(), act.type_size());
-        if x.len() % bs != 0 || dst.len() != x.len() / bs * bytes {
+        if !x.len().is_multiple_of(bs) || dst.len() != x.len() / bs * bytes {
             return false;
         }
         // SAFETY: the host has AVX2, FMA and F16C; lengths checked just above.
