@@ -173,7 +173,14 @@ pub fn open_session<'a>(
             ]
             .iter()
             .fold(u64::from(h.n_layer), |a, &b| a.saturating_mul(b));
-            crate::memory::check_fits(n_ctx, kv_bytes)?;
+            // The interpreter reads the weights from the mapped file.
+            crate::memory::check_fits(
+                n_ctx,
+                crate::memory::Needs {
+                    resident: kv_bytes,
+                    mapped: gguf.file_size(),
+                },
+            )?;
             warn_ctx_train(n_ctx, n_ctx_train);
             Session::single(InterpEngine::new(
                 gguf,
