@@ -455,3 +455,49 @@ fn template_command_prints_exactly_the_prompt() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no way"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A template that writes `{{ bos_token }}` (Gemma's, Mistral-Nemo's) does not give two BOS
+/// tokens when the tokenizer adds BOS itself: the leading BOS text is removed from the
+/// render (llama.cpp's `common_chat_template_direct_apply` with `add_bos`), and a raw
+/// prompt that starts with BOS text gets llama.cpp's double-BOS warning.
+#[test]
+fn bos_token_in_template_gives_one_bos() {
+    let Some(model) = modelc_tests::gemma3() else { return };
+    let Some(tmpl) = modelc_tests::shared("templates/google-gemma-2-2b-it.jinja") else {
+        return;
+    };
+    let gguf = ir::gguf::GgufFile::open(&model).unwrap();
+    let vocab = runtime::tokenizer::Vocab::from_gguf(&gguf).unwrap();
+    let source = std::fs::read_to_string(&tmpl).unwrap();
+    let t = ChatTemplate::new(&source, "<bos>", "<eos>").unwrap();
+    let msgs = [user("hi")];
+    let text = t.render(&msgs, &RenderOptions::for_prompt(&vocab, true)).unwrap();
+    assert!(text.starts_with("<start_of_turn>user\n"), "{text:?}");
+    let ids = vocab.tokenize(&text, true, true);
+    assert_eq!(&ids[..3], &[2, 105, 2364], "{ids:?}");
+    assert!(vocab.double_bos_eos(&ids).is_empty());
+    // Rendered for printing (not for the tokenizer), the text stays as the template wrote it.
+    assert!(t.render(&msgs, &opts(true)).unwrap().starts_with("<bos><start_of_turn>"));
+    // A raw prompt with BOS text: two BOS, and a warning.
+    let raw = vocab.tokenize("<bos>hi", true, true);
+    assert_eq!(&raw[..2], &[2, 2]);
+    assert_eq!(vocab.double_bos_eos(&raw).len(), 1);
+
+    // End to end: `modelc run --chat` tokenizes the rendered prompt with one BOS.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("run")
+        .arg(&model)
+        .args(["--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json", "--chat-template-file"])
+        .arg(&tmpl)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let prompt: Vec<u64> = v["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(&prompt[..3], &[2, 105, 2364], "{prompt:?}");
+}

@@ -121,6 +121,27 @@ pub struct RenderOptions {
     /// Extra template variables (Hugging Face's `**kwargs`, e.g. `enable_thinking`). They
     /// cannot replace the variables listed in the module doc.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The tokenizer will put BOS before the rendered text itself (the vocabulary's
+    /// `add_bos`): a leading `bos_token` text is removed from the render, so that the prompt
+    /// does not start with two BOS tokens (llama.cpp's `common_chat_template_direct_apply`
+    /// with `add_bos`).
+    pub add_bos: bool,
+    /// Likewise for EOS: the tokenizer will append it (`add_eos`), so a trailing `eos_token`
+    /// text is removed.
+    pub add_eos: bool,
+}
+
+impl RenderOptions {
+    /// Options for a prompt that `vocab` will tokenize with BOS / EOS added as the model asks
+    /// ([`RenderOptions::add_bos`], [`RenderOptions::add_eos`]), with `add_generation_prompt`.
+    pub fn for_prompt(vocab: &crate::tokenizer::Vocab, add_generation_prompt: bool) -> Self {
+        RenderOptions {
+            add_generation_prompt,
+            add_bos: vocab.add_bos(),
+            add_eos: vocab.add_eos(),
+            ..Default::default()
+        }
+    }
 }
 
 /// One compiled chat template with the model's BOS / EOS texts.
@@ -277,8 +298,14 @@ impl ChatTemplate {
             Ok(captured) => captured.state().fuel_levels().map_or(0, |(used, _)| used),
             Err(e) => return Err(self.classify(e, out.over)),
         };
-        let text = String::from_utf8(out.buf)
+        let mut text = String::from_utf8(out.buf)
             .map_err(|_| ChatError::Render("template produced invalid UTF-8".into()))?;
+        if opts.add_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
+            text.drain(..self.bos_token.len());
+        }
+        if opts.add_eos && !self.eos_token.is_empty() && text.ends_with(&self.eos_token) {
+            text.truncate(text.len() - self.eos_token.len());
+        }
         Ok((text, fuel_used))
     }
 

@@ -297,13 +297,13 @@ pub fn prompt_tokens(
     if args.chat {
         let tmpl = args.template(file)?;
         let messages = [serde_json::json!({ "role": "user", "content": text })];
-        let opts = RenderOptions {
-            add_generation_prompt: true,
-            ..Default::default()
-        };
-        text = tmpl.render(&messages, &opts)?;
+        text = tmpl.render(&messages, &RenderOptions::for_prompt(vocab, true))?;
     }
-    Ok(vocab.tokenize(&text, true, true))
+    let ids = vocab.tokenize(&text, true, true);
+    for w in vocab.double_bos_eos(&ids) {
+        eprintln!("modelc: warning: {w}");
+    }
+    Ok(ids)
 }
 
 /// Chats with the model on `session` ([`crate::repl`]): messages from the terminal (line

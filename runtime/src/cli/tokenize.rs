@@ -153,6 +153,11 @@ pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
         }
     };
     let ids = vocab.tokenize(&text, !args.no_bos, args.special);
+    if !args.no_bos {
+        for w in vocab.double_bos_eos(&ids) {
+            eprintln!("modelc: warning: {w}");
+        }
+    }
     let mut out = Vec::with_capacity(ids.len() * 7);
     if args.pieces {
         for &id in &ids {

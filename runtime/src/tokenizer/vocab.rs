@@ -795,6 +795,20 @@ impl Vocab {
         out
     }
 
+    /// The warnings llama.cpp's `llama_tokenize` logs for `ids` tokenized with
+    /// `add_special`: BOS added while the text also began with BOS (the ids start with two),
+    /// or EOS added while the text also ended with EOS. Empty when neither.
+    pub fn double_bos_eos(&self, ids: &[TokenId]) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if self.add_bos && ids.len() >= 2 && self.ids.bos.is_some_and(|b| ids[1] == b) {
+            w.push("a BOS token was added to the prompt as the model asks, and the prompt also starts with one: it now starts with 2 BOS tokens");
+        }
+        if self.add_eos && ids.len() >= 2 && self.ids.eos.is_some_and(|e| ids[ids.len() - 2] == e) {
+            w.push("an EOS token was added to the prompt as the model asks, and the prompt also ends with one: it now ends with 2 EOS tokens");
+        }
+        w
+    }
+
     fn spm_context(&self) -> SpmContext<'_> {
         SpmContext {
             token_to_id: &self.token_to_id,
