@@ -501,3 +501,24 @@ fn bos_token_in_template_gives_one_bos() {
         .collect();
     assert_eq!(&prompt[..3], &[2, 105, 2364], "{prompt:?}");
 }
+
+/// An assistant message with tool calls and `"content": null` (the OpenAI shape) renders as
+/// with empty content, as llama.cpp passes it, instead of failing inside the template
+/// ("cannot perform a containment check"); an absent content likewise.
+#[test]
+fn null_content_renders_as_empty() {
+    let Some(path) = modelc_tests::shared("templates/Qwen-Qwen3-0.6B.jinja") else { return };
+    let t = ChatTemplate::new(&std::fs::read_to_string(path).unwrap(), "", "<|im_end|>").unwrap();
+    let call = json!([{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
+    let conv = |content: Option<Value>| {
+        let mut a = json!({"role": "assistant", "tool_calls": call});
+        if let Some(c) = content {
+            a["content"] = c;
+        }
+        vec![user("weather?"), a, json!({"role": "tool", "content": "sunny"})]
+    };
+    let want = t.render(&conv(Some(json!(""))), &opts(true)).unwrap();
+    assert!(want.contains("<tool_call>"), "{want}");
+    assert_eq!(t.render(&conv(Some(Value::Null)), &opts(true)).unwrap(), want);
+    assert_eq!(t.render(&conv(None), &opts(true)).unwrap(), want);
+}

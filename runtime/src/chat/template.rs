@@ -5,6 +5,9 @@
 //!
 //! - `messages`: the conversation, each message a JSON object (`role`, `content`, and whatever
 //!   else the caller put there: `tool_calls`, `reasoning_content`, …); map keys keep their order.
+//!   A `content` that is `null` or absent is the empty string, as llama.cpp passes it
+//!   (`common_chat_msg::to_json_oaicompat`): an assistant message with only tool calls
+//!   renders with empty content instead of failing on `none`.
 //! - `add_generation_prompt`: bool; `bos_token`, `eos_token`: the model's token texts.
 //! - `tools`, `documents`: the given JSON; undefined when not given (as the reference renders
 //!   in `../shared/templates/` do: a tool-use template's `{% for tool in tools %}` then renders
@@ -320,7 +323,7 @@ impl ChatTemplate {
         let fixed = [
             (
                 "messages",
-                Value::from_iter(messages.iter().map(json_to_value)),
+                Value::from_iter(messages.iter().map(message_value)),
             ),
             (
                 "add_generation_prompt",
@@ -555,6 +558,18 @@ fn py_splitlines(s: &str) -> Vec<&str> {
 }
 
 /// A JSON value as a template value; objects keep their key order, integers stay integers.
+/// One message as a template sees it (module doc): `content` `null` or absent becomes `""`.
+fn message_value(m: &serde_json::Value) -> Value {
+    match m.as_object() {
+        Some(o) if o.get("content").is_none_or(serde_json::Value::is_null) => {
+            let mut o = o.clone();
+            o.insert("content".into(), serde_json::Value::String(String::new()));
+            json_to_value(&serde_json::Value::Object(o))
+        }
+        _ => json_to_value(m),
+    }
+}
+
 pub(crate) fn json_to_value(v: &serde_json::Value) -> Value {
     match v {
         serde_json::Value::Null => Value::from(()),
