@@ -210,14 +210,22 @@ impl GenArgs {
         }
     }
 
-    /// The prompt text from `-p` or `-f`.
-    pub fn prompt_text(&self) -> anyhow::Result<String> {
+    /// The prompt's bytes from `-p` or `-f` (a file need not be UTF-8: it is tokenized byte
+    /// for byte as llama.cpp does, [`Vocab::tokenize_bytes`]).
+    pub fn prompt_bytes(&self) -> anyhow::Result<Vec<u8>> {
         match (&self.prompt, &self.file) {
-            (Some(p), _) => Ok(p.clone()),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .with_context(|| format!("reading the prompt file {}", f.display())),
+            (Some(p), _) => Ok(p.clone().into_bytes()),
+            (None, Some(f)) => {
+                std::fs::read(f).with_context(|| format!("reading the prompt file {}", f.display()))
+            }
             (None, None) => anyhow::bail!("no prompt: give one with -p TEXT or -f FILE"),
         }
+    }
+
+    /// The prompt as text, for a chat template: [`GenArgs::prompt_bytes`] with bytes that are
+    /// not UTF-8 as U+FFFD.
+    pub fn prompt_text(&self) -> anyhow::Result<String> {
+        Ok(String::from_utf8_lossy(&self.prompt_bytes()?).into_owned())
     }
 
     /// The chat template these flags choose: `--chat-template-file`, `--chat-template NAME`
@@ -293,13 +301,14 @@ pub fn prompt_tokens(
     file: &GgufFile,
     vocab: &Vocab,
 ) -> anyhow::Result<Vec<TokenId>> {
-    let mut text = args.prompt_text()?;
-    if args.chat {
+    let ids = if args.chat {
         let tmpl = args.template(file)?;
-        let messages = [serde_json::json!({ "role": "user", "content": text })];
-        text = tmpl.render(&messages, &RenderOptions::for_prompt(vocab, true))?;
-    }
-    let ids = vocab.tokenize(&text, true, true);
+        let messages = [serde_json::json!({ "role": "user", "content": args.prompt_text()? })];
+        let text = tmpl.render(&messages, &RenderOptions::for_prompt(vocab, true))?;
+        vocab.tokenize(&text, true, true)
+    } else {
+        vocab.tokenize_bytes(&args.prompt_bytes()?, true, true)
+    };
     for w in vocab.double_bos_eos(&ids) {
         eprintln!("modelc: warning: {w}");
     }
@@ -371,10 +380,10 @@ pub fn run_generation(
     // The first error writing the streamed text (reported after generation: a closed pipe
     // ends quietly as a SIGPIPE death would, anything else is an error).
     let mut write_err: Option<std::io::Error> = None;
-    let mut on_text = |s: &str| {
+    let mut on_text = |s: &[u8]| {
         if stream && write_err.is_none() {
             let mut out = stdout.lock();
-            if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+            if let Err(e) = out.write_all(s).and_then(|()| out.flush()) {
                 write_err = Some(e);
             }
         }

@@ -248,6 +248,11 @@ impl StreamDecoder {
         s
     }
 
+    /// Returns the bytes held (an unfinished character, as they are) and empties the decoder.
+    pub fn take_held(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
+    }
+
     /// Number of bytes held back (0-3).
     pub fn pending(&self) -> usize {
         self.held.len()

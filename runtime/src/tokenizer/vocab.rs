@@ -464,7 +464,7 @@ impl Vocab {
             VocabType::Spm => self.spm_byte_token[b'\n' as usize].or(self.ids.pad),
             VocabType::Bpe => {
                 let mut out = Vec::new();
-                self.encode_text("\n", &mut out, true);
+                self.encode_text("\n", &[], &mut out, true);
                 out.first().copied().or(self.ids.pad)
             }
         }
@@ -711,8 +711,23 @@ impl Vocab {
     /// - `parse_special`: text equal to a control or unknown token's text becomes that token.
     ///   User-defined tokens are always matched, as in llama.cpp (and Hugging Face).
     ///
-    /// Any `&str` is accepted; invalid UTF-8 cannot reach here (the caller converts).
+    /// For bytes that are not UTF-8, see [`Vocab::tokenize_bytes`].
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        self.tokenize_impl(text.as_bytes(), add_special, parse_special, true)
+    }
+
+    /// [`Vocab::tokenize`] of bytes that need not be UTF-8, as llama.cpp tokenizes them
+    /// (its `llama_tokenize` takes bytes): SPM cuts them into symbols by their lead bytes
+    /// and gives an invalid symbol its byte tokens (`\xe6\xad` after `▁`: `29871 233 176`
+    /// on llama-spm); BPE decodes them as `unicode_cpts_from_utf8` does
+    /// ([`super::unicode::decode_lenient`]: overlong forms and surrogates are code points,
+    /// other bad bytes U+FFFD each).
+    pub fn tokenize_bytes(
+        &self,
+        text: &[u8],
+        add_special: bool,
+        parse_special: bool,
+    ) -> Vec<TokenId> {
         self.tokenize_impl(text, add_special, parse_special, true)
     }
 
@@ -726,12 +741,12 @@ impl Vocab {
         add_special: bool,
         parse_special: bool,
     ) -> Vec<TokenId> {
-        self.tokenize_impl(text, add_special, parse_special, false)
+        self.tokenize_impl(text.as_bytes(), add_special, parse_special, false)
     }
 
     fn tokenize_impl(
         &self,
-        text: &str,
+        text: &[u8],
         add_special: bool,
         parse_special: bool,
         fast: bool,
@@ -749,15 +764,20 @@ impl Vocab {
             VocabType::Spm => {
                 // escaped texts first: the session's cache borrows from them
                 let mut is_prev_special = true;
-                let texts: Vec<Option<String>> = fragments
+                let texts: Vec<Option<Vec<u8>>> = fragments
                     .iter()
                     .map(|frag| match frag {
                         Fragment::Text(r) => {
-                            let mut buf = String::with_capacity(r.len() + 3);
+                            let mut buf = Vec::with_capacity(r.len() + 3);
                             if self.add_space_prefix && is_prev_special {
-                                buf.push('\u{2581}');
+                                buf.extend_from_slice("\u{2581}".as_bytes());
                             }
-                            escape_spaces_into(&text[r.clone()], &mut buf);
+                            for &b in &text[r.clone()] {
+                                match b {
+                                    b' ' => buf.extend_from_slice("\u{2581}".as_bytes()),
+                                    b => buf.push(b),
+                                }
+                            }
                             is_prev_special = false;
                             Some(buf)
                         }
@@ -774,7 +794,7 @@ impl Vocab {
                 let mut session = SpmSession::default();
                 for (frag, t) in fragments.iter().zip(&texts) {
                     match (frag, t) {
-                        (_, Some(s)) => session.encode(&cx, s, &mut out),
+                        (_, Some(s)) => session.encode_bytes(&cx, s, &mut out),
                         (Fragment::Token(id), None) => out.push(*id),
                         (Fragment::Text(_), None) => {}
                     }
@@ -783,7 +803,13 @@ impl Vocab {
             VocabType::Bpe => {
                 for frag in &fragments {
                     match *frag {
-                        Fragment::Text(ref r) => self.encode_text(&text[r.clone()], &mut out, fast),
+                        Fragment::Text(ref r) => match std::str::from_utf8(&text[r.clone()]) {
+                            Ok(t) => self.encode_text(t, &[], &mut out, fast),
+                            Err(_) => {
+                                let (t, stand_ins) = unicode::decode_lenient(&text[r.clone()]);
+                                self.encode_text(&t, &stand_ins, &mut out, fast);
+                            }
+                        },
                         Fragment::Token(id) => out.push(id),
                     }
                 }
@@ -819,8 +845,16 @@ impl Vocab {
         }
     }
 
-    /// BPE: pre-tokenizes one raw-text fragment and encodes each word.
-    fn encode_text(&self, text: &str, out: &mut Vec<TokenId>, use_cache: bool) {
+    /// BPE: pre-tokenizes one raw-text fragment and encodes each word. `stand_ins`: the
+    /// bytes each [`unicode::STAND_IN`] in `text` stands for, in order
+    /// ([`unicode::decode_lenient`]); empty for text that was valid UTF-8.
+    fn encode_text(
+        &self,
+        text: &str,
+        stand_ins: &[Vec<u8>],
+        out: &mut Vec<TokenId>,
+        use_cache: bool,
+    ) {
         let Some(bpe) = &self.bpe else { return };
         let escaped;
         let text = if self.escape_whitespaces {
@@ -844,10 +878,24 @@ impl Vocab {
         // words repeat: each distinct short word is encoded once per call (same result)
         let mut cache: FxHashMap<&str, (u32, u32)> = FxHashMap::default();
         let mut arena: Vec<TokenId> = Vec::new();
+        let mut stand_ins = stand_ins.iter();
+        let mut word_bytes = Vec::new();
         for r in bpe.splitter.split(text) {
             let word = &text[r];
             if bpe.drop_whitespace_words && word.chars().all(|c| unicode::flags(c).is_whitespace())
             {
+                continue;
+            }
+            if !stand_ins.as_slice().is_empty() && word.contains(unicode::STAND_IN) {
+                word_bytes.clear();
+                for c in word.chars() {
+                    let stood_for = if c == unicode::STAND_IN { stand_ins.next() } else { None };
+                    match stood_for {
+                        Some(b) => word_bytes.extend_from_slice(b),
+                        None => word_bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+                session.encode_word_bytes(&cx, word, &word_bytes, out);
                 continue;
             }
             if !use_cache || word.len() > WORD_CACHE_MAX_LEN {
