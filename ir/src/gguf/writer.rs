@@ -104,6 +104,11 @@ impl GgufWriter {
     }
 
     /// The complete file as bytes.
+    ///
+    /// Errors: what llama.cpp's reader would refuse and [`super::GgufFile`] refuses too: an
+    /// alignment that is not a power of two, an empty or repeated metadata key, an array of
+    /// arrays, a repeated tensor name or one of [`super::GGML_MAX_NAME`] bytes or more.
+    /// (Tensor data are placed back to back in order, as the reader requires.)
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
         if self.alignment == 0 || !self.alignment.is_power_of_two() {
             return Err(GgufError::Write(format!(
@@ -111,6 +116,7 @@ impl GgufWriter {
                 self.alignment
             )));
         }
+        self.check_readable()?;
         let mut out = Vec::new();
         out.extend_from_slice(super::GGUF_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
@@ -139,6 +145,40 @@ impl GgufWriter {
             out.resize(align(out.len() as u64) as usize, 0);
         }
         Ok(out)
+    }
+
+    /// The rules of [`GgufWriter::to_bytes`] beyond the alignment.
+    fn check_readable(&self) -> Result<(), GgufError> {
+        let refuse = |msg: String| Err(GgufError::Write(msg));
+        let mut keys = std::collections::HashSet::new();
+        for (k, v) in &self.kvs {
+            if k.is_empty() {
+                return refuse("an empty metadata key (llama.cpp's reader refuses it)".into());
+            }
+            if !keys.insert(k.as_str()) {
+                return refuse(format!("metadata key '{k}' is set twice"));
+            }
+            if let Value::Array(Array::Array(_)) = v {
+                return refuse(format!(
+                    "metadata key '{k}' is an array of arrays (llama.cpp's reader refuses it)"
+                ));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if t.name.len() >= super::GGML_MAX_NAME {
+                return refuse(format!(
+                    "tensor name '{}' is {} bytes long; names must be shorter than {} bytes",
+                    t.name,
+                    t.name.len(),
+                    super::GGML_MAX_NAME
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
+                return refuse(format!("tensor name '{}' is used twice", t.name));
+            }
+        }
+        Ok(())
     }
 
     /// Writes the file atomically: to `PATH.tmp` first, then renamed over `path`.
