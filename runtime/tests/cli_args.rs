@@ -442,3 +442,57 @@ fn flash_attn_spellings_cache_types_and_chunks() {
         "{table}"
     );
 }
+
+/// Every numeric generation flag takes llama.cpp's range (`common/arg.cpp`,
+/// `tools/completion` at 0c1e570) or is refused in one line that says modelc is stricter:
+/// `--repeat-last-n` below 0 and `--repeat-penalty` 0 or infinite are refused as llama.cpp
+/// refuses them; `--temp` / `--top-p` / `--min-p` NaN or infinite are refused (llama.cpp takes
+/// them); `--temp -1` is greedy, `--repeat-penalty -1` is taken, `-c 3` warns and uses 8.
+#[test]
+fn numeric_flags_take_llama_cpp_ranges() {
+    let missing = "/nonexistent/model.gguf";
+    for (args, want) in [
+        (&["--repeat-last-n", "-2"][..], "--repeat-last-n -2: must be 0 or more"),
+        (&["--repeat-last-n", "-1"][..], "--repeat-last-n -1: must be 0 or more"),
+        (&["--repeat-penalty", "0"][..], "--repeat-penalty 0: must be a finite number other than 0"),
+        (&["--repeat-penalty", "inf"][..], "--repeat-penalty inf"),
+        (&["--temp", "nan"][..], "llama.cpp would take it; modelc is stricter"),
+        (&["--min-p=-inf"][..], "llama.cpp would take it; modelc is stricter"),
+        (&["--frequency-penalty", "nan"][..], "--frequency-penalty NaN: expected a finite number"),
+    ] {
+        let out = modelc()
+            .args(["run", missing, "-p", "x"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, want);
+    }
+    let Some(model) = model() else { return };
+    let greedy = |extra: &[&str]| {
+        let mut cmd = modelc();
+        cmd.arg("run")
+            .arg(&model)
+            .args(["-p", "Once upon a time", "-n", "4", "--json"])
+            .args(extra);
+        json_run(&mut cmd)["tokens"].clone()
+    };
+    assert_eq!(greedy(&["--temp", "-1"]), greedy(&["--temp", "0"]));
+    let out = modelc()
+        .arg("run")
+        .arg(&model)
+        .args(["-p", "hi", "-n", "1", "--repeat-penalty", "-1", "-c", "3"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(
+        warnings(&out),
+        ["modelc: warning: the minimum context size is 8; using 8 instead of -c 3"]
+    );
+    if let Some(runner) = runner() {
+        let out = Command::new(runner)
+            .args(["-p", "x", "--repeat-last-n", "-2"])
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, "--repeat-last-n -2: must be 0 or more");
+    }
+}

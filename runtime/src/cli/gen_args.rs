@@ -43,7 +43,8 @@ pub struct GenArgs {
     /// Penalise repeated tokens (1.0 disables).
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// Last n tokens the penalties consider (0 disables, -1 = context size).
+    /// Last n tokens the penalties consider (0 disables; negative values are refused, as
+    /// llama.cpp refuses them).
     #[arg(
         long = "repeat-last-n",
         default_value_t = 64,
@@ -158,6 +159,10 @@ pub fn check_finite(flag: &str, v: f32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The sampler flags llama.cpp's `common/arg.cpp` takes without a check, where modelc refuses
+/// NaN and infinities; the penalties, which llama.cpp checks too.
+const FINITE_STRICTER: [&str; 3] = ["--temp", "--top-p", "--min-p"];
+
 /// Refuses a `-b` of 0, as one line.
 pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
     anyhow::ensure!(n_batch >= 1, "-b must be at least 1");
@@ -181,12 +186,29 @@ impl GenArgs {
             ("--temp", self.temp),
             ("--top-p", self.top_p),
             ("--min-p", self.min_p),
-            ("--repeat-penalty", self.repeat_penalty),
             ("--frequency-penalty", self.frequency_penalty),
             ("--presence-penalty", self.presence_penalty),
         ] {
+            if FINITE_STRICTER.contains(&flag) {
+                anyhow::ensure!(
+                    v.is_finite(),
+                    "{flag} {v}: expected a finite number (llama.cpp would take it; modelc is stricter)"
+                );
+            }
             check_finite(flag, v)?;
         }
+        // llama.cpp: "repeat-penalty must be finite and greater than 0", checked as x and
+        // 1/x finite (so 0 is refused; a negative value passes).
+        anyhow::ensure!(
+            self.repeat_penalty.is_finite() && (1.0 / self.repeat_penalty).is_finite(),
+            "--repeat-penalty {}: must be a finite number other than 0 (1.0 disables)",
+            self.repeat_penalty
+        );
+        anyhow::ensure!(
+            self.repeat_last_n >= 0,
+            "--repeat-last-n {}: must be 0 or more (0 disables), as llama.cpp requires",
+            self.repeat_last_n
+        );
         Ok(())
     }
 
@@ -195,7 +217,8 @@ impl GenArgs {
     /// repeats the run.
     pub fn sampler(&self) -> SamplerParams {
         SamplerParams {
-            temp: self.temp,
+            // llama.cpp's `--temp` takes a negative temperature as 0 (greedy).
+            temp: self.temp.max(0.0),
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
