@@ -25,7 +25,7 @@ impl Vocab {
         }
         if attr.contains(TokenAttr::NORMAL) {
             return match self.vocab_type {
-                VocabType::Spm => t.text.replace('\u{2581}', " ").into_bytes(),
+                VocabType::Spm | VocabType::Wpm => t.text.replace('\u{2581}', " ").into_bytes(),
                 VocabType::Bpe if self.escape_whitespaces => {
                     t.text.replace('\u{2581}', " ").into_bytes()
                 }

@@ -13,6 +13,7 @@ use super::special::{self, Fragment, SpecialMatcher};
 use super::split::Splitter;
 use super::spm::{PairSet, SpmContext, SpmSession};
 use super::unicode;
+use super::wpm;
 use super::{TokenAttr, TokenId, TokenType, VocabType};
 use ir::gguf::{Array, GgufFile, Metadata, Value};
 use rustc_hash::FxHashMap;
@@ -49,8 +50,8 @@ pub(crate) struct SpecialIds {
 /// text exactly as llama.cpp does for the same file.
 ///
 /// Supported `tokenizer.ggml.model` values: `llama` (SentencePiece BPE), `gpt2` (byte-level
-/// BPE with every pre-tokenizer llama.cpp knows), `gemma4` (BPE over raw UTF-8) and
-/// `whitespace`. `bert` (WordPiece), `t5` (Unigram), `rwkv` and `plamo2` are refused with
+/// BPE with every pre-tokenizer llama.cpp knows), `gemma4` (BPE over raw UTF-8),
+/// `whitespace` and `bert` (WordPiece). `t5` (Unigram), `rwkv` and `plamo2` are refused with
 /// [`TokenizerError::UnsupportedModel`].
 #[derive(Debug)]
 pub struct Vocab {
@@ -74,6 +75,8 @@ pub struct Vocab {
     pub(crate) special: SpecialMatcher,
     pub(crate) pieces: Vec<Box<[u8]>>,
     pub(crate) max_token_len: usize,
+    /// The BERT normalizer (WordPiece only).
+    wpm_norm: wpm::Normalizer,
     bpe: Option<BpeParts>,
     spm_byte_token: [Option<TokenId>; 256],
     spm_pairs: PairSet,
@@ -98,6 +101,8 @@ const K_TOKENS: &str = "tokenizer.ggml.tokens";
 const K_SCORES: &str = "tokenizer.ggml.scores";
 const K_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 const K_MERGES: &str = "tokenizer.ggml.merges";
+const K_NORM_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
+const K_NORM_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 const K_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const K_REMOVE_EXTRA_WS: &str = "tokenizer.ggml.remove_extra_whitespaces";
 const K_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
@@ -245,7 +250,15 @@ impl Vocab {
                 pre = "gemma4".into();
                 VocabType::Bpe
             }
-            "no_vocab" | "none" | "bert" | "t5" | "rwkv" | "plamo2" | "hybriddna" => {
+            "bert" => {
+                ids.bos = Some(101);
+                ids.unk = Some(100);
+                ids.sep = Some(102);
+                ids.pad = Some(0);
+                ids.mask = Some(103);
+                VocabType::Wpm
+            }
+            "no_vocab" | "none" | "t5" | "rwkv" | "plamo2" | "hybriddna" => {
                 return Err(TokenizerError::UnsupportedModel(model))
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
@@ -285,7 +298,17 @@ impl Vocab {
                 add_bos = true;
                 add_eos = false;
             }
+            VocabType::Wpm => {
+                clean_spaces = true;
+                add_bos = true;
+                add_sep = true;
+            }
         }
+        let lowercase = get_bool(md, K_NORM_LOWERCASE)?.unwrap_or(true);
+        let wpm_norm = wpm::Normalizer {
+            lowercase,
+            strip_accents: get_bool(md, K_NORM_STRIP_ACCENTS)?.unwrap_or(lowercase),
+        };
         if let Some(v) = get_bool(md, K_ADD_PREFIX)? {
             add_space_prefix = v;
         }
@@ -385,6 +408,7 @@ impl Vocab {
             special: SpecialMatcher::default(),
             pieces: Vec::new(),
             max_token_len,
+            wpm_norm,
             bpe: None,
             spm_byte_token: [None; 256],
             spm_pairs: PairSet::default(),
@@ -467,6 +491,7 @@ impl Vocab {
                 self.encode_text("\n", &[], &mut out, true);
                 out.first().copied().or(self.ids.pad)
             }
+            VocabType::Wpm => self.ids.pad,
         }
     }
 
@@ -757,7 +782,8 @@ impl Vocab {
         } else {
             special::partition(self, text, parse_special)
         };
-        if add_special && self.add_bos {
+        // WordPiece adds BOS ([CLS]) and SEP whatever add_bos / add_sep say, as llama.cpp.
+        if add_special && (self.add_bos || self.vocab_type == VocabType::Wpm) {
             out.extend(self.ids.bos);
         }
         match self.vocab_type {
@@ -800,6 +826,27 @@ impl Vocab {
                     }
                 }
             }
+            VocabType::Wpm => {
+                for frag in &fragments {
+                    match *frag {
+                        Fragment::Text(ref r) => {
+                            // Code points as llama.cpp decodes them; what is not a character
+                            // of its own (a surrogate) is a control character and dropped.
+                            let (t, _) = unicode::decode_lenient(&text[r.clone()]);
+                            for word in wpm::words(&t, self.wpm_norm) {
+                                wpm::encode_word(
+                                    &word,
+                                    &self.token_to_id,
+                                    self.max_token_len,
+                                    self.ids.unk,
+                                    &mut out,
+                                );
+                            }
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
             VocabType::Bpe => {
                 for frag in &fragments {
                     match *frag {
@@ -818,6 +865,9 @@ impl Vocab {
         if add_special && self.add_eos {
             out.extend(self.ids.eos);
         }
+        if add_special && self.vocab_type == VocabType::Wpm {
+            out.extend(self.ids.sep);
+        }
         out
     }
 
@@ -826,6 +876,9 @@ impl Vocab {
     /// or EOS added while the text also ended with EOS. Empty when neither.
     pub fn double_bos_eos(&self, ids: &[TokenId]) -> Vec<&'static str> {
         let mut w = Vec::new();
+        if self.vocab_type == VocabType::Wpm {
+            return w; // llama.cpp's WordPiece path does not check
+        }
         if self.add_bos && ids.len() >= 2 && self.ids.bos.is_some_and(|b| ids[1] == b) {
             w.push("a BOS token was added to the prompt as the model asks, and the prompt also starts with one: it now starts with 2 BOS tokens");
         }
