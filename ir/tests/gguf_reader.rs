@@ -354,10 +354,12 @@ fn acceptance_equals_llama_cpp() {
     w.add_kv("a", Value::Array(Array::Array(vec![Array::U8(vec![1])])));
     assert!(w.to_bytes().is_err());
     let mut w = GgufWriter::new();
-    w.add_tensor(n64.as_str(), &[8], GgmlType::F32, vec![0; 32]).unwrap();
+    w.add_tensor(n64.as_str(), &[8], GgmlType::F32, vec![0; 32])
+        .unwrap();
     assert!(w.to_bytes().is_err());
     let mut w = GgufWriter::new();
-    w.add_tensor(n63.as_str(), &[8], GgmlType::F32, vec![0; 32]).unwrap();
+    w.add_tensor(n63.as_str(), &[8], GgmlType::F32, vec![0; 32])
+        .unwrap();
     assert!(GgufFile::from_bytes(w.to_bytes().unwrap()).is_ok());
 }
 

@@ -124,7 +124,10 @@ pub struct Needs {
 /// # Errors
 /// Either above its limit, naming what is needed and what is available.
 pub fn check_fits(n_ctx: usize, needs: Needs) -> anyhow::Result<()> {
-    let ram = [machine_bytes(), cgroup_limit()].into_iter().flatten().min();
+    let ram = [machine_bytes(), cgroup_limit()]
+        .into_iter()
+        .flatten()
+        .min();
     let address = needs
         .resident
         .saturating_add(needs.mapped)
@@ -198,9 +201,17 @@ fn report_and_exit(bytes: usize) -> ! {
     let mut cur = std::io::Cursor::new(&mut buf[..]);
     let b = bytes as f64;
     let _ = if bytes >= 1 << 30 {
-        write!(cur, "modelc: error: failed to allocate {:.1} GiB", b / (1u64 << 30) as f64)
+        write!(
+            cur,
+            "modelc: error: failed to allocate {:.1} GiB",
+            b / (1u64 << 30) as f64
+        )
     } else {
-        write!(cur, "modelc: error: failed to allocate {:.1} MiB", b / (1u64 << 20) as f64)
+        write!(
+            cur,
+            "modelc: error: failed to allocate {:.1} MiB",
+            b / (1u64 << 20) as f64
+        )
     };
     let _ = match AVAILABLE.get() {
         Some(a) => writeln!(cur, " (this process may use: {a})"),

@@ -462,7 +462,9 @@ fn template_command_prints_exactly_the_prompt() {
 /// prompt that starts with BOS text gets llama.cpp's double-BOS warning.
 #[test]
 fn bos_token_in_template_gives_one_bos() {
-    let Some(model) = modelc_tests::gemma3() else { return };
+    let Some(model) = modelc_tests::gemma3() else {
+        return;
+    };
     let Some(tmpl) = modelc_tests::shared("templates/google-gemma-2-2b-it.jinja") else {
         return;
     };
@@ -471,13 +473,18 @@ fn bos_token_in_template_gives_one_bos() {
     let source = std::fs::read_to_string(&tmpl).unwrap();
     let t = ChatTemplate::new(&source, "<bos>", "<eos>").unwrap();
     let msgs = [user("hi")];
-    let text = t.render(&msgs, &RenderOptions::for_prompt(&vocab, true)).unwrap();
+    let text = t
+        .render(&msgs, &RenderOptions::for_prompt(&vocab, true))
+        .unwrap();
     assert!(text.starts_with("<start_of_turn>user\n"), "{text:?}");
     let ids = vocab.tokenize(&text, true, true);
     assert_eq!(&ids[..3], &[2, 105, 2364], "{ids:?}");
     assert!(vocab.double_bos_eos(&ids).is_empty());
     // Rendered for printing (not for the tokenizer), the text stays as the template wrote it.
-    assert!(t.render(&msgs, &opts(true)).unwrap().starts_with("<bos><start_of_turn>"));
+    assert!(t
+        .render(&msgs, &opts(true))
+        .unwrap()
+        .starts_with("<bos><start_of_turn>"));
     // A raw prompt with BOS text: two BOS, and a warning.
     let raw = vocab.tokenize("<bos>hi", true, true);
     assert_eq!(&raw[..2], &[2, 2]);
@@ -487,11 +494,25 @@ fn bos_token_in_template_gives_one_bos() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelc"))
         .arg("run")
         .arg(&model)
-        .args(["--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json", "--chat-template-file"])
+        .args([
+            "--chat",
+            "-p",
+            "hi",
+            "-n",
+            "1",
+            "--temp",
+            "0",
+            "--json",
+            "--chat-template-file",
+        ])
         .arg(&tmpl)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let prompt: Vec<u64> = v["prompt_tokens"]
         .as_array()
@@ -507,7 +528,9 @@ fn bos_token_in_template_gives_one_bos() {
 /// ("cannot perform a containment check"); an absent content likewise.
 #[test]
 fn null_content_renders_as_empty() {
-    let Some(path) = modelc_tests::shared("templates/Qwen-Qwen3-0.6B.jinja") else { return };
+    let Some(path) = modelc_tests::shared("templates/Qwen-Qwen3-0.6B.jinja") else {
+        return;
+    };
     let t = ChatTemplate::new(&std::fs::read_to_string(path).unwrap(), "", "<|im_end|>").unwrap();
     let call = json!([{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
     let conv = |content: Option<Value>| {
@@ -515,10 +538,17 @@ fn null_content_renders_as_empty() {
         if let Some(c) = content {
             a["content"] = c;
         }
-        vec![user("weather?"), a, json!({"role": "tool", "content": "sunny"})]
+        vec![
+            user("weather?"),
+            a,
+            json!({"role": "tool", "content": "sunny"}),
+        ]
     };
     let want = t.render(&conv(Some(json!(""))), &opts(true)).unwrap();
     assert!(want.contains("<tool_call>"), "{want}");
-    assert_eq!(t.render(&conv(Some(Value::Null)), &opts(true)).unwrap(), want);
+    assert_eq!(
+        t.render(&conv(Some(Value::Null)), &opts(true)).unwrap(),
+        want
+    );
     assert_eq!(t.render(&conv(None), &opts(true)).unwrap(), want);
 }

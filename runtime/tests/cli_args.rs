@@ -73,6 +73,17 @@ fn hardware_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// `modelc run` of a missing model with `args` fails in one line containing `want`: the flags
+/// are refused before the model is opened.
+fn refused_up_front(args: &[&str], want: &str) {
+    let out = modelc()
+        .args(["run", "/nonexistent/model.gguf", "-p", "x"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, want);
+}
+
 /// Flag checks that need no model: they are refused before the model is opened.
 #[test]
 fn bad_flags_are_one_line_errors_without_a_model() {
@@ -100,12 +111,7 @@ fn bad_flags_are_one_line_errors_without_a_model() {
         (["--top-p", "inf"], "--top-p inf: expected a finite number"),
         (["-n", "-3"], "-n -3: a number of tokens, -1"),
     ] {
-        let out = modelc()
-            .args(["run", missing, "-p", "x"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert_one_line_error(&out, want);
+        refused_up_front(&args, want);
     }
     // The multi-letter flags are named as typed, not as the long forms they are rewritten to.
     let out = modelc()
@@ -450,22 +456,34 @@ fn flash_attn_spellings_cache_types_and_chunks() {
 /// them); `--temp -1` is greedy, `--repeat-penalty -1` is taken, `-c 3` warns and uses 8.
 #[test]
 fn numeric_flags_take_llama_cpp_ranges() {
-    let missing = "/nonexistent/model.gguf";
     for (args, want) in [
-        (&["--repeat-last-n", "-2"][..], "--repeat-last-n -2: must be 0 or more"),
-        (&["--repeat-last-n", "-1"][..], "--repeat-last-n -1: must be 0 or more"),
-        (&["--repeat-penalty", "0"][..], "--repeat-penalty 0: must be a finite number other than 0"),
+        (
+            &["--repeat-last-n", "-2"][..],
+            "--repeat-last-n -2: must be 0 or more",
+        ),
+        (
+            &["--repeat-last-n", "-1"][..],
+            "--repeat-last-n -1: must be 0 or more",
+        ),
+        (
+            &["--repeat-penalty", "0"][..],
+            "--repeat-penalty 0: must be a finite number other than 0",
+        ),
         (&["--repeat-penalty", "inf"][..], "--repeat-penalty inf"),
-        (&["--temp", "nan"][..], "llama.cpp would take it; modelc is stricter"),
-        (&["--min-p=-inf"][..], "llama.cpp would take it; modelc is stricter"),
-        (&["--frequency-penalty", "nan"][..], "--frequency-penalty NaN: expected a finite number"),
+        (
+            &["--temp", "nan"][..],
+            "llama.cpp would take it; modelc is stricter",
+        ),
+        (
+            &["--min-p=-inf"][..],
+            "llama.cpp would take it; modelc is stricter",
+        ),
+        (
+            &["--frequency-penalty", "nan"][..],
+            "--frequency-penalty NaN: expected a finite number",
+        ),
     ] {
-        let out = modelc()
-            .args(["run", missing, "-p", "x"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert_one_line_error(&out, want);
+        refused_up_front(args, want);
     }
     let Some(model) = model() else { return };
     let greedy = |extra: &[&str]| {

@@ -199,7 +199,10 @@ fn under_ulimit_v(kib: u64, cmd: &std::path::Path, args: &[&str]) -> (Option<i32
         .env("RUST_BACKTRACE", "1")
         .output()
         .expect("sh runs");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The one line an allocation failure must give: exit 1 (not SIGABRT), naming the bytes
@@ -222,12 +225,18 @@ fn assert_one_line_oom(what: &str, (code, stderr): (Option<i32>, String)) {
 /// (llama.cpp: "failed to allocate buffer of size …"), not Rust's abort.
 #[test]
 fn allocation_failure_is_one_line_and_status_1() {
-    let Some(model) = modelc_tests::smollm2() else { return };
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
     let modelc = std::path::Path::new(env!("CARGO_BIN_EXE_modelc"));
     let m = model.to_str().expect("utf-8 path");
     assert_one_line_oom(
         "modelc run",
-        under_ulimit_v(300_000, modelc, &["run", m, "-p", "hi", "-n", "2", "--temp", "0"]),
+        under_ulimit_v(
+            300_000,
+            modelc,
+            &["run", m, "-p", "hi", "-n", "2", "--temp", "0"],
+        ),
     );
     let dir = std::env::temp_dir().join(format!("modelc-oom-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -237,7 +246,11 @@ fn allocation_failure_is_one_line_and_status_1() {
         .arg(&runner)
         .output()
         .expect("compile runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = under_ulimit_v(300_000, &runner, &["-p", "hi", "-n", "2", "--temp", "0"]);
     let _ = std::fs::remove_dir_all(&dir);
     assert_one_line_oom("runner", got);
@@ -247,7 +260,9 @@ fn allocation_failure_is_one_line_and_status_1() {
 /// line naming both sizes.
 #[test]
 fn huge_context_is_refused_in_one_line() {
-    let Some(model) = modelc_tests::smollm2() else { return };
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelc"))
         .arg("run")
         .arg(&model)
@@ -260,5 +275,8 @@ fn huge_context_is_refused_in_one_line() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
     assert_eq!(lines.len(), 1, "{err}");
-    assert!(lines[0].contains("needs") && lines[0].contains("RAM"), "{err}");
+    assert!(
+        lines[0].contains("needs") && lines[0].contains("RAM"),
+        "{err}"
+    );
 }

@@ -94,18 +94,31 @@ fn invalid_utf8_input_tokenizes_as_llama_cpp() {
     let m = m.to_str().unwrap();
     let o = modelc(&["tokenize", m, "--no-bos"], Some(b"a\xffb"));
     assert!(o.status.success());
-    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(stdout(&o), "263 258 101\n");
 
-    let Some(model) = modelc_tests::smollm2() else { return };
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
     let model = model.to_str().unwrap();
     let path = std::env::temp_dir().join(format!("modelc-bad-utf8-{}.txt", std::process::id()));
     std::fs::write(&path, b"x\xc0\xafy \xed\xa0\x80").unwrap();
     let f = path.to_str().unwrap();
     let tok = modelc(&["tokenize", model, "-f", f], None);
-    let run = modelc(&["run", model, "-f", f, "-n", "1", "--temp", "0", "--json"], None);
+    let run = modelc(
+        &["run", model, "-f", f, "-n", "1", "--temp", "0", "--json"],
+        None,
+    );
     let _ = std::fs::remove_file(&path);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let ids: Vec<String> = v["prompt_tokens"]
         .as_array()
@@ -176,9 +189,22 @@ fn special_flag_parses_chat_markers() {
 /// JSON content has U+FFFD.
 #[test]
 fn unfinished_utf8_tail_is_written_raw() {
-    let Some(model) = modelc_tests::smollm2() else { return };
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
     let model = model.to_str().unwrap();
-    let args = ["run", model, "-p", "hi", "-n", "2", "--temp", "0", "--forced-tokens", "104 180"];
+    let args = [
+        "run",
+        model,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--forced-tokens",
+        "104 180",
+    ];
     let o = modelc(&args, None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.stdout, b"x\xe9");

@@ -260,6 +260,10 @@ fn invalid_utf8_tokenizes_as_llama_cpp() {
         let Some((_, v)) = vocabs.iter().find(|(n, _)| *n == file) else {
             continue;
         };
-        assert_eq!(v.tokenize_bytes(input, false, false), want, "{name} {input:x?}");
+        assert_eq!(
+            v.tokenize_bytes(input, false, false),
+            want,
+            "{name} {input:x?}"
+        );
     }
 }

@@ -115,5 +115,8 @@ fn bert_bge() {
         vocab.tokenize("[CLS] x [SEP] [MASK]", true, true),
         [101, 101, 1060, 102, 103, 102]
     );
-    assert_eq!(vocab.detokenize(&[101, 7592, 2088, 999, 102], true), b"[CLS] hello world![SEP]");
+    assert_eq!(
+        vocab.detokenize(&[101, 7592, 2088, 999, 102], true),
+        b"[CLS] hello world![SEP]"
+    );
 }

@@ -353,11 +353,7 @@ fn check_tensor_extents(
     Ok(())
 }
 
-fn read_value(
-    c: &mut Cursor<'_>,
-    ty: ValueType,
-    key: &str,
-) -> Result<Value, GgufError> {
+fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str) -> Result<Value, GgufError> {
     let what = || format!("value of metadata key '{key}'");
     Ok(match ty {
         ValueType::U8 => Value::U8(c.array::<1>(&what)?[0]),
@@ -431,9 +427,7 @@ fn read_array(c: &mut Cursor<'_>, key: &str) -> Result<Array, GgufError> {
         ValueType::U64 => fixed!(U64, u64),
         ValueType::I64 => fixed!(I64, i64),
         ValueType::F64 => fixed!(F64, f64),
-        ValueType::Bool => {
-            Array::Bool(c.take(n, &what)?.iter().map(|&b| b != 0).collect())
-        }
+        ValueType::Bool => Array::Bool(c.take(n, &what)?.iter().map(|&b| b != 0).collect()),
         ValueType::String => {
             let mut v = Vec::with_capacity(n);
             for i in 0..n {

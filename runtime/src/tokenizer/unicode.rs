@@ -273,7 +273,10 @@ pub fn decode_lenient(bytes: &[u8]) -> (String, Vec<Vec<u8>>) {
             (0xFFFD, 0) // a continuation byte alone
         } else if b & 0x20 == 0 {
             if cont(i + 1) {
-                ((u32::from(b & 0x1F) << 6) | u32::from(bytes[i + 1] & 0x3F), 2)
+                (
+                    (u32::from(b & 0x1F) << 6) | u32::from(bytes[i + 1] & 0x3F),
+                    2,
+                )
             } else {
                 (0xFFFD, 0)
             }

@@ -942,7 +942,11 @@ impl Vocab {
             if !stand_ins.as_slice().is_empty() && word.contains(unicode::STAND_IN) {
                 word_bytes.clear();
                 for c in word.chars() {
-                    let stood_for = if c == unicode::STAND_IN { stand_ins.next() } else { None };
+                    let stood_for = if c == unicode::STAND_IN {
+                        stand_ins.next()
+                    } else {
+                        None
+                    };
                     match stood_for {
                         Some(b) => word_bytes.extend_from_slice(b),
                         None => word_bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),

@@ -31,7 +31,9 @@ fn nfd_first(c: char) -> char {
     let cpt = c as u32;
     let i = NFD_FIRST.partition_point(|&(first, _, _)| first <= cpt);
     match i.checked_sub(1).map(|i| NFD_FIRST[i]) {
-        Some((first, last, base)) if first <= cpt && cpt <= last => char::from_u32(base).unwrap_or(c),
+        Some((first, last, base)) if first <= cpt && cpt <= last => {
+            char::from_u32(base).unwrap_or(c)
+        }
         _ => c,
     }
 }
