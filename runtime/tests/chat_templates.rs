@@ -6,6 +6,8 @@ use runtime::chat::{
     RenderOptions, TemplateOrigin, CHATML_FALLBACK,
 };
 use serde_json::{json, Value};
+
+mod common;
 use std::path::PathBuf;
 
 fn opts(add_generation_prompt: bool) -> RenderOptions {
@@ -491,29 +493,14 @@ fn bos_token_in_template_gives_one_bos() {
     assert_eq!(vocab.double_bos_eos(&raw).len(), 1);
 
     // End to end: `modelc run --chat` tokenizes the rendered prompt with one BOS.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelc"))
-        .arg("run")
-        .arg(&model)
-        .args([
-            "--chat",
-            "-p",
-            "hi",
-            "-n",
-            "1",
-            "--temp",
-            "0",
-            "--json",
-            "--chat-template-file",
-        ])
-        .arg(&tmpl)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::json_output(
+        common::modelc()
+            .arg("run")
+            .arg(&model)
+            .args(["--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json"])
+            .arg("--chat-template-file")
+            .arg(&tmpl),
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let prompt: Vec<u64> = v["prompt_tokens"]
         .as_array()
         .unwrap()

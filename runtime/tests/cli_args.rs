@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 mod common;
 
-use common::{model, modelc};
+use common::{json_output, model, modelc};
 
 /// A runner for SmolLM2 compiled once for all tests, with a 256-token context. Every test
 /// that finds the model absent records its own skip.
@@ -141,12 +141,6 @@ fn bad_flags_are_one_line_errors_without_a_model() {
     assert_one_line_error(&out, "'--n-gpu-layers'");
 }
 
-fn json_run(cmd: &mut Command) -> Value {
-    let out = cmd.output().unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn seed_of(v: &Value) -> u64 {
     v["generation_settings"]["seed"]
         .as_u64()
@@ -169,7 +163,7 @@ fn seed_minus_one_is_random_and_reported() {
         "0",
     ];
     let gen = |seed: &str| {
-        json_run(
+        json_output(
             Command::new(runner)
                 .args(sample)
                 .args(["-t", "1", "--json", "-s", seed]),
@@ -196,7 +190,7 @@ fn seed_minus_one_is_random_and_reported() {
     assert_ok(&out);
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     let model = model().unwrap();
-    let v = json_run(
+    let v = json_output(
         modelc()
             .arg("run")
             .arg(&model)
@@ -492,7 +486,7 @@ fn numeric_flags_take_llama_cpp_ranges() {
             .arg(&model)
             .args(["-p", "Once upon a time", "-n", "4", "--json"])
             .args(extra);
-        json_run(&mut cmd)["tokens"].clone()
+        json_output(&mut cmd)["tokens"].clone()
     };
     assert_eq!(greedy(&["--temp", "-1"]), greedy(&["--temp", "0"]));
     let out = modelc()
