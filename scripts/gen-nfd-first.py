@@ -29,7 +29,7 @@ out.write(unicodedata.unidata_version + "); do not edit.\n")
 out.write("//!\n//! `(first, last, base)`: code points `first..=last` decompose (NFD) to text starting with\n")
 out.write("//! `base`. Sorted by `first`, not overlapping.\n\n")
 out.write("/// NFD first code point of each decomposable code point, as ranges (module doc).\n")
-out.write("#[rustfmt::skip]\npub(crate) const NFD_FIRST: [(u32, u32, u32); %d] = [\n" % len(ranges))
+out.write("#[rustfmt::skip]\npub(crate) static NFD_FIRST: [(u32, u32, u32); %d] = [\n" % len(ranges))
 for i in range(0, len(ranges), 4):
     out.write("    " + " ".join("(0x%05X, 0x%05X, 0x%05X)," % tuple(r) for r in ranges[i:i + 4]) + "\n")
 out.write("];\n")

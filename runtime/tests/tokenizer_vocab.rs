@@ -37,7 +37,7 @@ fn run_suite(name: &str) -> Option<(usize, usize)> {
 /// Runs the suite of the vocabulary file `gguf` (its `.inp` / `.out` beside it).
 fn run_suite_at(gguf: &Path) -> Option<(usize, usize)> {
     let name = gguf.file_name()?.to_string_lossy().into_owned();
-    let file = GgufFile::open(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    let file = GgufFile::open(gguf).unwrap_or_else(|e| panic!("{e}"));
     let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut inputs = read_inputs(&gguf.with_extension("gguf.inp"));
     let expected = read_expected(&gguf.with_extension("gguf.out"));

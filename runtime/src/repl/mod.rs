@@ -140,7 +140,7 @@ impl<'a, 'w> Chat<'a, 'w> {
     fn render_prompt(&self, messages: &[serde_json::Value]) -> anyhow::Result<Vec<u32>> {
         let text = self
             .template
-            .render(messages, &RenderOptions::for_prompt(&self.vocab, true))?;
+            .render(messages, &RenderOptions::for_prompt(self.vocab, true))?;
         Ok(self.vocab.tokenize(&text, true, true))
     }
 
@@ -259,7 +259,7 @@ impl<'a, 'w> Chat<'a, 'w> {
         }
         let text = self
             .template
-            .render(&system, &RenderOptions::for_prompt(&self.vocab, false))?;
+            .render(&system, &RenderOptions::for_prompt(self.vocab, false))?;
         Ok(self.vocab.tokenize(&text, true, true).len())
     }
 

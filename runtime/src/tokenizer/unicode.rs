@@ -210,40 +210,6 @@ fn byte_tables() -> &'static ([char; 256], [i16; 0x200]) {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn categories_match_llama_cpp_examples() {
-        assert_eq!(flags(' ').category(), Category::Separator);
-        assert!(flags(' ').is_whitespace());
-        assert!(flags('\n').is_whitespace() && flags('\n').is_control());
-        assert!(flags('a').is_letter() && flags('Z').is_letter());
-        assert!(flags('7').is_number() && flags('½').is_number());
-        assert!(flags('$').is_symbol() && flags('~').is_symbol() && flags('^').is_symbol());
-        assert!(flags('!').is_punctuation() && flags('_').is_punctuation());
-        assert!(flags('\u{301}').is_mark());
-        assert!(flags('\u{AD}').is_control());
-        assert_eq!(flags('\u{378}').category(), Category::Undefined);
-        assert!(flags('\u{378}').is_some());
-        assert!(flags('\u{3000}').is_whitespace());
-        assert!(!Flags::NONE.is_some() && !Flags::NONE.is_letter() && !Flags::NONE.is_whitespace());
-        assert!(flags('😀').is_symbol());
-    }
-
-    #[test]
-    fn byte_alphabet_is_a_bijection() {
-        assert_eq!(byte_to_char(b'!'), '!');
-        assert_eq!(byte_to_char(b' '), 'Ġ');
-        assert_eq!(byte_to_char(b'\n'), 'Ċ');
-        for b in 0..=255u8 {
-            assert_eq!(char_to_byte(byte_to_char(b)), Some(b));
-        }
-        assert_eq!(char_to_byte('€'), None);
-    }
-}
-
 /// Stands, in text decoded by [`decode_lenient`], for a code point that a Rust `char` cannot
 /// hold (a UTF-16 surrogate written in UTF-8, `ED A0 80`) and for itself: U+10FFFD, a private
 /// use character, whose flags (control, as llama.cpp classifies private use and surrogates
@@ -328,4 +294,38 @@ pub fn decode_lenient(bytes: &[u8]) -> (String, Vec<Vec<u8>>) {
 pub fn llama_utf8_len(b: u8) -> usize {
     const LEN: [usize; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4];
     LEN[usize::from(b >> 4)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_match_llama_cpp_examples() {
+        assert_eq!(flags(' ').category(), Category::Separator);
+        assert!(flags(' ').is_whitespace());
+        assert!(flags('\n').is_whitespace() && flags('\n').is_control());
+        assert!(flags('a').is_letter() && flags('Z').is_letter());
+        assert!(flags('7').is_number() && flags('½').is_number());
+        assert!(flags('$').is_symbol() && flags('~').is_symbol() && flags('^').is_symbol());
+        assert!(flags('!').is_punctuation() && flags('_').is_punctuation());
+        assert!(flags('\u{301}').is_mark());
+        assert!(flags('\u{AD}').is_control());
+        assert_eq!(flags('\u{378}').category(), Category::Undefined);
+        assert!(flags('\u{378}').is_some());
+        assert!(flags('\u{3000}').is_whitespace());
+        assert!(!Flags::NONE.is_some() && !Flags::NONE.is_letter() && !Flags::NONE.is_whitespace());
+        assert!(flags('😀').is_symbol());
+    }
+
+    #[test]
+    fn byte_alphabet_is_a_bijection() {
+        assert_eq!(byte_to_char(b'!'), '!');
+        assert_eq!(byte_to_char(b' '), 'Ġ');
+        assert_eq!(byte_to_char(b'\n'), 'Ċ');
+        for b in 0..=255u8 {
+            assert_eq!(char_to_byte(byte_to_char(b)), Some(b));
+        }
+        assert_eq!(char_to_byte('€'), None);
+    }
 }
