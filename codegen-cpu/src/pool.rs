@@ -95,7 +95,13 @@ impl ThreadPool {
             let s = shared.clone();
             let h = std::thread::Builder::new()
                 .name(format!("modelc-worker-{idx}"))
-                .spawn(move || worker(s, idx))?;
+                .spawn(move || worker(s, idx))
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("starting worker thread {idx} of {n_threads}: {e}"),
+                    )
+                })?;
             pool.workers.push(h);
         }
         Ok(pool)

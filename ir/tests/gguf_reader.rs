@@ -5,7 +5,7 @@
 use ir::ggml::GgmlType;
 use ir::gguf::{Array, GgufError, GgufFile, GgufWriter, Value};
 
-/// A small valid file with every metadata type, nested arrays and three tensors.
+/// A small valid file with every metadata type, arrays and three tensors.
 fn sample() -> GgufWriter {
     let mut w = GgufWriter::new();
     w.add_kv("general.architecture", Value::String("llama".into()))
@@ -24,14 +24,8 @@ fn sample() -> GgufWriter {
             "strs",
             Value::Array(Array::String(vec!["a".into(), "ü".into(), "".into()])),
         )
-        .add_kv(
-            "nested",
-            Value::Array(Array::Array(vec![
-                Array::I32(vec![1, 2]),
-                Array::F32(vec![]),
-                Array::Bool(vec![true]),
-            ])),
-        );
+        .add_kv("i32s", Value::Array(Array::I32(vec![1, 2])))
+        .add_kv("bools", Value::Array(Array::Bool(vec![true, false])));
     let f32s: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
     w.add_tensor("a", &[32, 2], GgmlType::F32, f32s).unwrap();
     w.add_tensor("q", &[32], GgmlType::Q8_0, vec![1; 34])
@@ -49,7 +43,7 @@ fn round_trip_every_value_type() {
         let f = GgufFile::from_bytes(bytes).unwrap();
         assert_eq!(f.version(), version);
         let md = f.metadata();
-        assert_eq!(md.len(), 14);
+        assert_eq!(md.len(), 15);
         assert_eq!(md.get("i16"), Some(&Value::I16(-700)));
         assert_eq!(md.get_u32("u16").unwrap(), Some(700));
         assert_eq!(md.get_f32("f64").unwrap(), Some(2.25));
@@ -62,10 +56,7 @@ fn round_trip_every_value_type() {
             md.get_array("strs").unwrap().unwrap().as_strs().unwrap()[1],
             "ü"
         );
-        let Some(Value::Array(Array::Array(inner))) = md.get("nested") else {
-            panic!("nested array lost")
-        };
-        assert_eq!(inner[0], Array::I32(vec![1, 2]));
+        assert_eq!(md.get("i32s"), Some(&Value::Array(Array::I32(vec![1, 2]))));
         assert_eq!(f.tensors().len(), 3);
         let a = f.tensor("a").unwrap();
         assert_eq!(a.ne, [32, 2, 1, 1]);
@@ -219,7 +210,7 @@ fn broken_metadata() {
     b.extend_from_slice(&4u32.to_le_bytes());
     b.extend_from_slice(&(u64::MAX / 4).to_le_bytes());
     expect_err(b, "element count of metadata key 'arr'");
-    // Absurd nesting depth: arrays of arrays 100 deep.
+    // Arrays of arrays (llama.cpp refuses them), even 100 deep.
     let mut b = header(3, 0, 1);
     push_str(&mut b, b"deep");
     b.extend_from_slice(&9u32.to_le_bytes());
@@ -227,13 +218,14 @@ fn broken_metadata() {
         b.extend_from_slice(&9u32.to_le_bytes());
         b.extend_from_slice(&1u64.to_le_bytes());
     }
-    expect_err(b, "nested deeper");
-    // Bad bool.
+    expect_err(b, "array of arrays");
+    // A bool byte other than 0 and 1 is true, as llama.cpp reads it.
     let mut b = header(3, 0, 1);
     push_str(&mut b, b"flag");
     b.extend_from_slice(&7u32.to_le_bytes());
     b.push(2);
-    expect_err(b, "flag");
+    let f = GgufFile::from_bytes(b).unwrap();
+    assert_eq!(f.metadata().get("flag"), Some(&Value::Bool(true)));
     // Bad alignment value.
     let mut w = GgufWriter::new();
     w.add_kv("general.alignment", Value::U16(32));
@@ -292,22 +284,83 @@ fn broken_tensor_infos() {
     );
     expect_err(
         with_tensor_infos(&[("t", &[8], 0, u64::MAX - 31)], 64),
-        "beyond the end",
+        "has data offset 18446744073709551584, expected 0",
     );
     expect_err(
         with_tensor_infos(&[("t", &[16], 0, 0), ("u", &[8], 0, 32)], 96),
-        "'t' and 'u' overlap",
+        "tensor 'u' has data offset 32, expected 64",
     );
     expect_err(
         with_tensor_infos(&[("t", &[8], 0, 0), ("t", &[8], 0, 32)], 64),
         "duplicate tensor name 't'",
     );
-    // Zero-element tensors may share offsets with anything.
+    // A zero-element tensor takes no bytes, but still comes in order.
     assert!(GgufFile::from_bytes(with_tensor_infos(
-        &[("t", &[8], 0, 0), ("z", &[0], 0, 0)],
+        &[("t", &[8], 0, 0), ("z", &[0], 0, 32)],
         32
     ))
     .is_ok());
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 0), ("z", &[0], 0, 0)], 32),
+        "tensor 'z' has data offset 0, expected 32",
+    );
+}
+
+/// What llama.cpp's gguf reader (`gguf_init_from_file_impl`, 0c1e570) refuses, modelc
+/// refuses, and the writer does not write: an empty key, a tensor name of 64 bytes or more,
+/// a gap between tensors, tensors out of order; and what it accepts, modelc accepts.
+#[test]
+fn acceptance_equals_llama_cpp() {
+    // Empty key.
+    let mut b = header(3, 0, 1);
+    push_str(&mut b, b"");
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.push(1);
+    expect_err(b, "metadata key #0 is empty");
+    // Tensor names: 63 bytes is the longest.
+    let n63 = "n".repeat(63);
+    assert!(GgufFile::from_bytes(with_tensor_infos(&[(&n63, &[8], 0, 0)], 32)).is_ok());
+    let n64 = "n".repeat(64);
+    expect_err(
+        with_tensor_infos(&[(&n64, &[8], 0, 0)], 32),
+        "must be shorter than 64 bytes",
+    );
+    // A gap: 't' takes 32 bytes, 'u' starts at 64.
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 0), ("u", &[8], 0, 64)], 96),
+        "tensor 'u' has data offset 64, expected 32",
+    );
+    // Out of order: 'u' first in the data, second in the infos.
+    expect_err(
+        with_tensor_infos(&[("t", &[8], 0, 32), ("u", &[8], 0, 0)], 64),
+        "tensor 't' has data offset 32, expected 0",
+    );
+    // Back to back, in order, each padded to the alignment: accepted.
+    assert!(GgufFile::from_bytes(with_tensor_infos(
+        &[("t", &[9], 24, 0), ("u", &[8], 0, 32)],
+        64
+    ))
+    .is_ok());
+    // A type llama.cpp reads that modelc does not: refused, saying so.
+    expect_err(
+        with_tensor_infos(&[("t", &[64], 40, 0)], 64),
+        "which llama.cpp reads but modelc does not support",
+    );
+    // The writer refuses what the reader would refuse.
+    let mut w = GgufWriter::new();
+    w.add_kv("", Value::U8(1));
+    assert!(w.to_bytes().is_err());
+    let mut w = GgufWriter::new();
+    w.add_kv("a", Value::Array(Array::Array(vec![Array::U8(vec![1])])));
+    assert!(w.to_bytes().is_err());
+    let mut w = GgufWriter::new();
+    w.add_tensor(n64.as_str(), &[8], GgmlType::F32, vec![0; 32])
+        .unwrap();
+    assert!(w.to_bytes().is_err());
+    let mut w = GgufWriter::new();
+    w.add_tensor(n63.as_str(), &[8], GgmlType::F32, vec![0; 32])
+        .unwrap();
+    assert!(GgufFile::from_bytes(w.to_bytes().unwrap()).is_ok());
 }
 
 #[test]

@@ -92,22 +92,29 @@ pub fn read_embedded(exe: &Path) -> anyhow::Result<Option<Artifact>> {
     f.seek(SeekFrom::Start(len - 16 - n))?;
     let mut json = vec![0u8; n as usize];
     f.read_exact(&mut json)?;
-    // The version first: another version's fields need not parse as this one's.
+    parse_artifact(&json)
+        .with_context(|| format!("{}", exe.display()))
+        .map(Some)
+}
+
+/// The artifact in `json` (what a runner carries before its trailer): its version first
+/// (another version's fields need not parse as this one's), then the rest. The plan in it is
+/// verified when a backend loads it, before any code is made from it.
+///
+/// # Errors
+/// Not JSON, another [`ARTIFACT_VERSION`], or fields that do not parse.
+pub fn parse_artifact(json: &[u8]) -> anyhow::Result<Artifact> {
     #[derive(Deserialize)]
     struct Version {
         version: u32,
     }
-    let v: Version = serde_json::from_slice(&json)
-        .with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
+    let v: Version = serde_json::from_slice(json).context("corrupt runner artifact")?;
     anyhow::ensure!(
         v.version == ARTIFACT_VERSION,
-        "{}: artifact version {} is not supported by this runner (expected {ARTIFACT_VERSION}); compile the runner again",
-        exe.display(),
+        "artifact version {} is not supported by this runner (expected {ARTIFACT_VERSION}); compile the runner again",
         v.version
     );
-    let a: Artifact = serde_json::from_slice(&json)
-        .with_context(|| format!("{}: corrupt runner artifact", exe.display()))?;
-    Ok(Some(a))
+    serde_json::from_slice(json).context("corrupt runner artifact")
 }
 
 /// The bytes of the executable at `exe` without any appended artifact.

@@ -189,6 +189,9 @@ pub struct Generation<'s, 'w> {
     content: String,
     /// Bytes of `content` already returned.
     emitted: usize,
+    /// An unfinished UTF-8 sequence the generated tokens ended in: its length as U+FFFD at
+    /// the end of `content`, and its bytes (what plain output writes, as llama.cpp does).
+    raw_tail: Option<(usize, Vec<u8>)>,
     probs: Option<Vec<PositionProbs>>,
     limit: usize,
     stop_type: Option<&'static str>,
@@ -241,6 +244,7 @@ impl<'s, 'w> Generation<'s, 'w> {
             prompt: prompt.to_vec(),
             content: String::new(),
             emitted: 0,
+            raw_tail: None,
             probs: (opts.n_probs > 0 || opts.forced.is_some()).then(Vec::new),
             limit: if opts.n_predict < 0 {
                 usize::MAX
@@ -427,8 +431,12 @@ impl<'s, 'w> Generation<'s, 'w> {
     /// stop cut the text), once; then `None`.
     fn flush(&mut self) -> Option<String> {
         if self.stop_type != Some("word") {
-            let rest = self.decoder.flush();
+            let raw = self.decoder.take_held();
+            let rest = String::from_utf8_lossy(&raw);
             self.content.push_str(&rest);
+            if !raw.is_empty() {
+                self.raw_tail = Some((rest.len(), raw));
+            }
         }
         if self.emitted >= self.content.len() {
             return None;
@@ -438,14 +446,22 @@ impl<'s, 'w> Generation<'s, 'w> {
         Some(out)
     }
 
-    /// Runs to the end, calling `on_text` with each piece of final text.
+    /// Runs to the end, calling `on_text` with the bytes of each piece of final text: UTF-8,
+    /// except that an unfinished UTF-8 sequence at the very end comes as its raw bytes, as
+    /// llama.cpp prints them (the completion's `content` has U+FFFD there).
     ///
     /// # Errors
     /// As [`Generation::step`].
-    pub fn run(&mut self, on_text: &mut dyn FnMut(&str)) -> anyhow::Result<()> {
+    pub fn run(&mut self, on_text: &mut dyn FnMut(&[u8])) -> anyhow::Result<()> {
         while let Some(text) = self.step()? {
-            if !text.is_empty() {
-                on_text(&text);
+            let (text, raw) = match self.raw_tail.take() {
+                Some((n, raw)) if n <= text.len() => (&text[..text.len() - n], raw),
+                _ => (text.as_str(), Vec::new()),
+            };
+            for piece in [text.as_bytes(), &raw] {
+                if !piece.is_empty() {
+                    on_text(piece);
+                }
             }
         }
         Ok(())
@@ -524,7 +540,7 @@ pub fn generate(
     vocab: &Vocab,
     prompt: &[TokenId],
     opts: &GenerateOptions,
-    on_text: &mut dyn FnMut(&str),
+    on_text: &mut dyn FnMut(&[u8]),
 ) -> anyhow::Result<Completion> {
     let mut g = Generation::start(session, vocab, 0, prompt, opts)?;
     g.run(on_text)?;

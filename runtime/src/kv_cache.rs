@@ -45,12 +45,11 @@ impl ZeroedBytes {
         let layout = std::alloc::Layout::from_size_align(len, MEM_ALIGN)
             .map_err(|_| format!("{len} bytes of KV memory is not a valid size"))?;
         // SAFETY: `layout` has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let p = crate::memory::fallible(|| unsafe { std::alloc::alloc_zeroed(layout) });
         let ptr = std::ptr::NonNull::new(p).ok_or_else(|| {
             format!(
-                "failed to allocate {:.1} MiB for the KV cache{}",
-                len as f64 / (1u64 << 20) as f64,
-                crate::memory::available_note()
+                "{} for the KV cache; use a smaller -c",
+                crate::memory::alloc_failure(len as u64)
             )
         })?;
         Ok(ZeroedBytes { ptr, len })

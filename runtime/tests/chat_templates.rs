@@ -6,6 +6,8 @@ use runtime::chat::{
     RenderOptions, TemplateOrigin, CHATML_FALLBACK,
 };
 use serde_json::{json, Value};
+
+mod common;
 use std::path::PathBuf;
 
 fn opts(add_generation_prompt: bool) -> RenderOptions {
@@ -454,4 +456,86 @@ fn template_command_prints_exactly_the_prompt() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no way"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A template that writes `{{ bos_token }}` (Gemma's, Mistral-Nemo's) does not give two BOS
+/// tokens when the tokenizer adds BOS itself: the leading BOS text is removed from the
+/// render (llama.cpp's `common_chat_template_direct_apply` with `add_bos`), and a raw
+/// prompt that starts with BOS text gets llama.cpp's double-BOS warning.
+#[test]
+fn bos_token_in_template_gives_one_bos() {
+    let Some(model) = modelc_tests::gemma3() else {
+        return;
+    };
+    let Some(tmpl) = modelc_tests::shared("templates/google-gemma-2-2b-it.jinja") else {
+        return;
+    };
+    let gguf = ir::gguf::GgufFile::open(&model).unwrap();
+    let vocab = runtime::tokenizer::Vocab::from_gguf(&gguf).unwrap();
+    let source = std::fs::read_to_string(&tmpl).unwrap();
+    let t = ChatTemplate::new(&source, "<bos>", "<eos>").unwrap();
+    let msgs = [user("hi")];
+    let text = t
+        .render(&msgs, &RenderOptions::for_prompt(&vocab, true))
+        .unwrap();
+    assert!(text.starts_with("<start_of_turn>user\n"), "{text:?}");
+    let ids = vocab.tokenize(&text, true, true);
+    assert_eq!(&ids[..3], &[2, 105, 2364], "{ids:?}");
+    assert!(vocab.double_bos_eos(&ids).is_empty());
+    // Rendered for printing (not for the tokenizer), the text stays as the template wrote it.
+    assert!(t
+        .render(&msgs, &opts(true))
+        .unwrap()
+        .starts_with("<bos><start_of_turn>"));
+    // A raw prompt with BOS text: two BOS, and a warning.
+    let raw = vocab.tokenize("<bos>hi", true, true);
+    assert_eq!(&raw[..2], &[2, 2]);
+    assert_eq!(vocab.double_bos_eos(&raw).len(), 1);
+
+    // End to end: `modelc run --chat` tokenizes the rendered prompt with one BOS.
+    let v = common::json_output(
+        common::modelc()
+            .arg("run")
+            .arg(&model)
+            .args(["--chat", "-p", "hi", "-n", "1", "--temp", "0", "--json"])
+            .arg("--chat-template-file")
+            .arg(&tmpl),
+    );
+    let prompt: Vec<u64> = v["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(&prompt[..3], &[2, 105, 2364], "{prompt:?}");
+}
+
+/// An assistant message with tool calls and `"content": null` (the OpenAI shape) renders as
+/// with empty content, as llama.cpp passes it, instead of failing inside the template
+/// ("cannot perform a containment check"); an absent content likewise.
+#[test]
+fn null_content_renders_as_empty() {
+    let Some(path) = modelc_tests::shared("templates/Qwen-Qwen3-0.6B.jinja") else {
+        return;
+    };
+    let t = ChatTemplate::new(&std::fs::read_to_string(path).unwrap(), "", "<|im_end|>").unwrap();
+    let call = json!([{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
+    let conv = |content: Option<Value>| {
+        let mut a = json!({"role": "assistant", "tool_calls": call});
+        if let Some(c) = content {
+            a["content"] = c;
+        }
+        vec![
+            user("weather?"),
+            a,
+            json!({"role": "tool", "content": "sunny"}),
+        ]
+    };
+    let want = t.render(&conv(Some(json!(""))), &opts(true)).unwrap();
+    assert!(want.contains("<tool_call>"), "{want}");
+    assert_eq!(
+        t.render(&conv(Some(Value::Null)), &opts(true)).unwrap(),
+        want
+    );
+    assert_eq!(t.render(&conv(None), &opts(true)).unwrap(), want);
 }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 mod common;
 
-use common::{model, modelc};
+use common::{json_output, model, modelc};
 
 /// A runner for SmolLM2 compiled once for all tests, with a 256-token context. Every test
 /// that finds the model absent records its own skip.
@@ -73,6 +73,17 @@ fn hardware_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// `modelc run` of a missing model with `args` fails in one line containing `want`: the flags
+/// are refused before the model is opened.
+fn refused_up_front(args: &[&str], want: &str) {
+    let out = modelc()
+        .args(["run", "/nonexistent/model.gguf", "-p", "x"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, want);
+}
+
 /// Flag checks that need no model: they are refused before the model is opened.
 #[test]
 fn bad_flags_are_one_line_errors_without_a_model() {
@@ -100,12 +111,7 @@ fn bad_flags_are_one_line_errors_without_a_model() {
         (["--top-p", "inf"], "--top-p inf: expected a finite number"),
         (["-n", "-3"], "-n -3: a number of tokens, -1"),
     ] {
-        let out = modelc()
-            .args(["run", missing, "-p", "x"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert_one_line_error(&out, want);
+        refused_up_front(&args, want);
     }
     // The multi-letter flags are named as typed, not as the long forms they are rewritten to.
     let out = modelc()
@@ -135,12 +141,6 @@ fn bad_flags_are_one_line_errors_without_a_model() {
     assert_one_line_error(&out, "'--n-gpu-layers'");
 }
 
-fn json_run(cmd: &mut Command) -> Value {
-    let out = cmd.output().unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn seed_of(v: &Value) -> u64 {
     v["generation_settings"]["seed"]
         .as_u64()
@@ -163,7 +163,7 @@ fn seed_minus_one_is_random_and_reported() {
         "0",
     ];
     let gen = |seed: &str| {
-        json_run(
+        json_output(
             Command::new(runner)
                 .args(sample)
                 .args(["-t", "1", "--json", "-s", seed]),
@@ -190,7 +190,7 @@ fn seed_minus_one_is_random_and_reported() {
     assert_ok(&out);
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     let model = model().unwrap();
-    let v = json_run(
+    let v = json_output(
         modelc()
             .arg("run")
             .arg(&model)
@@ -441,4 +441,70 @@ fn flash_attn_spellings_cache_types_and_chunks() {
         table.contains("| fa |") || table.contains(" fa |"),
         "{table}"
     );
+}
+
+/// Every numeric generation flag takes llama.cpp's range (`common/arg.cpp`,
+/// `tools/completion` at 0c1e570) or is refused in one line that says modelc is stricter:
+/// `--repeat-last-n` below 0 and `--repeat-penalty` 0 or infinite are refused as llama.cpp
+/// refuses them; `--temp` / `--top-p` / `--min-p` NaN or infinite are refused (llama.cpp takes
+/// them); `--temp -1` is greedy, `--repeat-penalty -1` is taken, `-c 3` warns and uses 8.
+#[test]
+fn numeric_flags_take_llama_cpp_ranges() {
+    for (args, want) in [
+        (
+            &["--repeat-last-n", "-2"][..],
+            "--repeat-last-n -2: must be 0 or more",
+        ),
+        (
+            &["--repeat-last-n", "-1"][..],
+            "--repeat-last-n -1: must be 0 or more",
+        ),
+        (
+            &["--repeat-penalty", "0"][..],
+            "--repeat-penalty 0: must be a finite number other than 0",
+        ),
+        (&["--repeat-penalty", "inf"][..], "--repeat-penalty inf"),
+        (
+            &["--temp", "nan"][..],
+            "llama.cpp would take it; modelc is stricter",
+        ),
+        (
+            &["--min-p=-inf"][..],
+            "llama.cpp would take it; modelc is stricter",
+        ),
+        (
+            &["--frequency-penalty", "nan"][..],
+            "--frequency-penalty NaN: expected a finite number",
+        ),
+    ] {
+        refused_up_front(args, want);
+    }
+    let Some(model) = model() else { return };
+    let greedy = |extra: &[&str]| {
+        let mut cmd = modelc();
+        cmd.arg("run")
+            .arg(&model)
+            .args(["-p", "Once upon a time", "-n", "4", "--json"])
+            .args(extra);
+        json_output(&mut cmd)["tokens"].clone()
+    };
+    assert_eq!(greedy(&["--temp", "-1"]), greedy(&["--temp", "0"]));
+    let out = modelc()
+        .arg("run")
+        .arg(&model)
+        .args(["-p", "hi", "-n", "1", "--repeat-penalty", "-1", "-c", "3"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(
+        warnings(&out),
+        ["modelc: warning: the minimum context size is 8; using 8 instead of -c 3"]
+    );
+    if let Some(runner) = runner() {
+        let out = Command::new(runner)
+            .args(["-p", "x", "--repeat-last-n", "-2"])
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, "--repeat-last-n -2: must be 0 or more");
+    }
 }

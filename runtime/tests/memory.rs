@@ -184,3 +184,99 @@ fn smollm2_engine_keeps_no_file_pages_resident() {
         "releasing the file's pages changed the logits"
     );
 }
+
+/// Runs `cmd` under `ulimit -v KIB` (through `sh`), returning (status, stderr).
+fn under_ulimit_v(kib: u64, cmd: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut script = format!("ulimit -v {kib}; exec \"$0\"");
+    for i in 1..=args.len() {
+        script.push_str(&format!(" \"${i}\""));
+    }
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(cmd)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("sh runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The one line an allocation failure must give: exit 1 (not SIGABRT), naming the bytes
+/// asked for and the address-space limit.
+fn assert_one_line_oom(what: &str, (code, stderr): (Option<i32>, String)) {
+    assert_eq!(code, Some(1), "{what}: status {code:?}, stderr:\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{what}: stderr:\n{stderr}");
+    assert!(
+        (lines[0].contains("failed to allocate") || lines[0].contains("needs"))
+            && lines[0].contains("ulimit -v 293.0 MiB"),
+        "{what}: {}",
+        lines[0]
+    );
+    assert!(!stderr.contains("backtrace"), "{what}: {stderr}");
+}
+
+/// Under `ulimit -v 300000` (293 MiB, less than the engine needs), `modelc run` and a compiled
+/// runner end with one line naming the memory asked for and available, and status 1
+/// (llama.cpp: "failed to allocate buffer of size …"), not Rust's abort.
+#[test]
+fn allocation_failure_is_one_line_and_status_1() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let modelc = std::path::Path::new(env!("CARGO_BIN_EXE_modelc"));
+    let m = model.to_str().expect("utf-8 path");
+    assert_one_line_oom(
+        "modelc run",
+        under_ulimit_v(
+            300_000,
+            modelc,
+            &["run", m, "-p", "hi", "-n", "2", "--temp", "0"],
+        ),
+    );
+    let dir = std::env::temp_dir().join(format!("modelc-oom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let runner = dir.join("smol");
+    let out = std::process::Command::new(modelc)
+        .args(["compile", m, "-c", "256", "-o"])
+        .arg(&runner)
+        .output()
+        .expect("compile runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = under_ulimit_v(300_000, &runner, &["-p", "hi", "-n", "2", "--temp", "0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_one_line_oom("runner", got);
+}
+
+/// A context far larger than the machine is refused before anything is allocated, in one
+/// line naming both sizes.
+#[test]
+fn huge_context_is_refused_in_one_line() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("run")
+        .arg(&model)
+        .args(["-p", "hi", "-n", "2", "-c", "16777216"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("modelc runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // 360 GiB of KV cache.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("needs") && lines[0].contains("RAM"),
+        "{err}"
+    );
+}

@@ -219,3 +219,51 @@ fn ten_megabytes_of_text_tokenize_in_linear_time() {
         );
     }
 }
+
+/// Bytes that are not UTF-8 tokenize as llama.cpp 0c1e570 tokenizes them (`llama-tokenize
+/// -bf FILE --ids --no-bos`, recorded below): SPM falls back to byte tokens for each symbol
+/// its lead byte cuts (`▁` `E6 AD`: `29871 233 176`), BPE decodes overlong forms and
+/// surrogates to code points and other bad bytes to U+FFFD one byte at a time.
+#[test]
+fn invalid_utf8_tokenizes_as_llama_cpp() {
+    #[rustfmt::skip]
+    let cases: &[(&str, &[u8], &[u32])] = &[
+        ("llama-spm", b"\xe6\xad", &[29871, 233, 176]),
+        ("llama-bpe", b"\xe6\xad", &[10178]),
+        ("gpt-2", b"\xe6\xad", &[6353]),
+        ("qwen2", b"\xe6\xad", &[9973]),
+        ("llama-spm", b"a\xe6\xadb", &[263, 233, 176, 101]),
+        ("llama-bpe", b"a\xe6\xadb", &[64, 10178, 65]),
+        ("qwen2", b"a\xe6\xadb", &[64, 9973, 65]),
+        ("llama-spm", b"\xed\xa0\x80", &[29871, 240, 163, 131]),
+        ("llama-bpe", b"\xed\xa0\x80", &[169, 64319]),
+        ("gpt-2", b"\xed\xa0\x80", &[169, 254, 222]),
+        ("qwen2", b"\xed\xa0\x80", &[169, 63219]),
+        ("llama-spm", b"x\xc0\xafy", &[921, 195, 178, 29891]),
+        ("llama-bpe", b"x\xc0\xafy", &[87, 27589]),
+        ("gpt-2", b"x\xc0\xafy", &[87, 14, 88]),
+        ("qwen2", b"x\xc0\xafy", &[87, 26491]),
+        ("llama-spm", b"\xff\xfe z", &[29871, 258, 257, 229, 153, 132, 29920]),
+        ("llama-bpe", b"\xff\xfe z", &[10178, 1167]),
+        ("gpt-2", b"\xff\xfe z", &[6353, 1976]),
+        ("llama-spm", b"\xf0\x8d\xa0\x80 q", &[29871, 243, 144, 163, 131, 3855]),
+        ("llama-bpe", b"\xf0\x8d\xa0\x80 q", &[169, 64319, 2874]),
+        ("gpt-2", b"\xf0\x8d\xa0\x80 q", &[169, 254, 222, 10662]),
+        ("llama-spm", b"\xf4\x8f\xbf\xbd\xed\xb0\x80 x", &[29871, 247, 146, 194, 192, 240, 179, 131, 921]),
+        ("llama-bpe", b"\xf4\x8f\xbf\xbd\xed\xb0\x80 x", &[176, 237, 123, 121, 169, 108, 222, 865]),
+        ("gpt-2", b"\xf4\x8f\xbf\xbd\xed\xb0\x80 x", &[176, 237, 4204, 169, 108, 222, 2124]),
+        ("qwen2", b"\xf4\x8f\xbf\xbd\xed\xb0\x80 x", &[176, 237, 123, 121, 169, 108, 222, 856]),
+    ];
+    let vocabs = vocabularies();
+    for &(name, input, want) in cases {
+        let file = format!("ggml-vocab-{name}.gguf");
+        let Some((_, v)) = vocabs.iter().find(|(n, _)| *n == file) else {
+            continue;
+        };
+        assert_eq!(
+            v.tokenize_bytes(input, false, false),
+            want,
+            "{name} {input:x?}"
+        );
+    }
+}

@@ -28,11 +28,16 @@ fn read_expected(path: &Path) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// Runs one suite; returns (cases, mismatching cases).
+/// Runs one suite of `../shared/vocab/`; returns (cases, mismatching cases).
 fn run_suite(name: &str) -> Option<(usize, usize)> {
     let dir = modelc_tests::shared("vocab")?;
-    let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
-    let file = GgufFile::open(&gguf).unwrap_or_else(|e| panic!("{e}"));
+    run_suite_at(&dir.join(format!("ggml-vocab-{name}.gguf")))
+}
+
+/// Runs the suite of the vocabulary file `gguf` (its `.inp` / `.out` beside it).
+fn run_suite_at(gguf: &Path) -> Option<(usize, usize)> {
+    let name = gguf.file_name()?.to_string_lossy().into_owned();
+    let file = GgufFile::open(gguf).unwrap_or_else(|e| panic!("{e}"));
     let vocab = Vocab::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut inputs = read_inputs(&gguf.with_extension("gguf.inp"));
     let expected = read_expected(&gguf.with_extension("gguf.out"));
@@ -76,3 +81,42 @@ suite!(gpt_2, "gpt-2");
 suite!(llama_bpe, "llama-bpe");
 suite!(qwen2, "qwen2");
 suite!(deepseek_coder, "deepseek-coder");
+
+/// llama.cpp's WordPiece (BERT) suite, `ggml-vocab-bert-bge.gguf` from llama.cpp's `models/`
+/// folder (llama-cpp-python 0.3.36's sdist, llama.cpp 0c1e570): taken from
+/// `../shared/vocab/` when it is there, else from `$MODELC_LLAMA_CPP/models/` (the llama.cpp
+/// source folder).
+#[test]
+fn bert_bge() {
+    let name = "ggml-vocab-bert-bge.gguf";
+    let shared = modelc_tests::shared_root().join("vocab").join(name);
+    let path = if shared.exists() {
+        shared
+    } else {
+        let src = std::env::var_os("MODELC_LLAMA_CPP").map(std::path::PathBuf::from);
+        let Some(p) = modelc_tests::require(
+            src.unwrap_or_default().join("models").join(name),
+            "copy it into ../shared/vocab/ or set MODELC_LLAMA_CPP to the llama.cpp source folder",
+        ) else {
+            return;
+        };
+        p
+    };
+    let (n, bad) = run_suite_at(&path).expect("suite runs");
+    assert!(n > 0);
+    assert_eq!(bad, 0, "{bad} of {n} cases differ from llama.cpp");
+    // With special tokens: [CLS] ... [SEP], as llama-tokenize gives them.
+    let vocab = Vocab::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    assert_eq!(
+        vocab.tokenize("Hello World! Äpfel café", true, false),
+        [101, 7592, 2088, 999, 9706, 7959, 2140, 7668, 102]
+    );
+    assert_eq!(
+        vocab.tokenize("[CLS] x [SEP] [MASK]", true, true),
+        [101, 101, 1060, 102, 103, 102]
+    );
+    assert_eq!(
+        vocab.detokenize(&[101, 7592, 2088, 999, 102], true),
+        b"[CLS] hello world![SEP]"
+    );
+}

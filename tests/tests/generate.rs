@@ -46,8 +46,10 @@ fn run(
     opts: &GenerateOptions,
 ) -> (Completion, Vec<String>) {
     let mut pieces = Vec::new();
-    let c =
-        generate(s, vocab, prompt, opts, &mut |t| pieces.push(t.to_string())).expect("generates");
+    let c = generate(s, vocab, prompt, opts, &mut |t| {
+        pieces.push(String::from_utf8_lossy(t).into_owned())
+    })
+    .expect("generates");
     (c, pieces)
 }
 

@@ -14,7 +14,9 @@ pub mod writer;
 
 pub use error::GgufError;
 pub use metadata::Metadata;
-pub use reader::{GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC};
+pub use reader::{
+    GGML_MAX_DIMS, GGML_MAX_NAME, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_LENGTH,
+};
 pub use value::{Array, Value, ValueType};
 pub use writer::GgufWriter;
 

@@ -17,8 +17,16 @@ pub const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 pub const GGUF_DEFAULT_ALIGNMENT: u64 = 32;
 /// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
 pub const GGML_MAX_DIMS: usize = 4;
-/// Deepest nesting of arrays of arrays the reader accepts.
-pub const MAX_ARRAY_DEPTH: usize = 8;
+/// Longest string, in bytes, and most elements of an array llama.cpp's reader accepts
+/// (`GGUF_MAX_STRING_LENGTH`, `GGUF_MAX_ARRAY_ELEMENTS`: 1 GiB, 1 Gi).
+pub const GGUF_MAX_LENGTH: u64 = 1 << 30;
+/// Tensor names must be shorter than this many bytes (ggml's `GGML_MAX_NAME`, which keeps
+/// the terminating NUL).
+pub const GGML_MAX_NAME: usize = 64;
+
+/// GGML type ids llama.cpp 0c1e570 reads that modelc has no description of (NVFP4, Q1_0,
+/// Q2_0), for the error that says modelc is stricter there.
+const TYPES_ONLY_LLAMA_CPP_READS: [(u32, &str); 3] = [(40, "NVFP4"), (41, "Q1_0"), (42, "Q2_0")];
 
 /// The parsed header of one GGUF file.
 #[derive(Debug)]
@@ -101,12 +109,21 @@ impl<'a> Cursor<'a> {
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String, GgufError> {
         let at = self.pos;
         let len = self.count(1, &|| format!("length of {}", what()))?;
+        if len as u64 > GGUF_MAX_LENGTH {
+            return Err(invalid(
+                at,
+                format!("{} is {len} bytes long, more than the {GGUF_MAX_LENGTH} llama.cpp's reader accepts", what()),
+            ));
+        }
         let bytes = self.take(len, what)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_owned()),
             Err(e) => Err(invalid(
                 at + 8 + e.valid_up_to(),
-                format!("{} is not valid UTF-8", what()),
+                format!(
+                    "{} is not valid UTF-8 (llama.cpp's reader takes any bytes here; modelc is stricter and requires UTF-8)",
+                    what()
+                ),
             )),
         }
     }
@@ -153,6 +170,9 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     for i in 0..n_kv {
         let key_at = c.pos;
         let key = c.string(&|| format!("metadata key #{i}"))?;
+        if key.is_empty() {
+            return Err(invalid(key_at, format!("metadata key #{i} is empty")));
+        }
         let ty_at = c.pos;
         let ty = c.u32(&|| format!("type of metadata key '{key}'"))?;
         let ty = ValueType::from_id(ty).ok_or_else(|| {
@@ -161,7 +181,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
                 format!("metadata key '{key}' has unknown value type {ty}"),
             )
         })?;
-        let value = read_value(&mut c, ty, &key, 0)?;
+        let value = read_value(&mut c, ty, &key)?;
         if metadata.get(&key).is_some() {
             return Err(invalid(key_at, format!("duplicate metadata key '{key}'")));
         }
@@ -184,6 +204,15 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     for i in 0..n_tensors {
         let info_at = c.pos;
         let name = c.string(&|| format!("name of tensor #{i}"))?;
+        if name.len() >= GGML_MAX_NAME {
+            return Err(invalid(
+                info_at,
+                format!(
+                    "the name of tensor #{i} is {} bytes long; tensor names must be shorter than {GGML_MAX_NAME} bytes (GGML_MAX_NAME)",
+                    name.len()
+                ),
+            ));
+        }
         let nd_at = c.pos;
         let n_dims = c.u32(&|| format!("n_dims of tensor '{name}'"))? as usize;
         if n_dims > GGML_MAX_DIMS {
@@ -207,10 +236,13 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
         let ty_at = c.pos;
         let ty_id = c.u32(&|| format!("type of tensor '{name}'"))?;
         let ggml_type = GgmlType::from_id(ty_id).ok_or_else(|| {
-            invalid(
-                ty_at,
-                format!("tensor '{name}' has unknown GGML type id {ty_id}"),
-            )
+            let msg = match TYPES_ONLY_LLAMA_CPP_READS.iter().find(|(id, _)| *id == ty_id) {
+                Some((_, type_name)) => format!(
+                    "tensor '{name}' has GGML type {type_name} ({ty_id}), which llama.cpp reads but modelc does not support"
+                ),
+                None => format!("tensor '{name}' has unknown GGML type id {ty_id}"),
+            };
+            invalid(ty_at, msg)
         })?;
         let off_at = c.pos;
         let offset = c.u64(&|| format!("data offset of tensor '{name}'"))?;
@@ -270,7 +302,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
             format!("the data section should start at byte {data_offset} but the file ends at {file_len}"),
         ));
     }
-    check_tensor_extents(&tensors, data_offset, data_len)?;
+    check_tensor_extents(&tensors, alignment, data_offset, data_len)?;
 
     Ok(Header {
         version,
@@ -281,13 +313,27 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     })
 }
 
-/// Every tensor lies inside the data section and no two overlap (zero-size tensors are exempt).
+/// The tensors' data lie back to back in the order of the tensor infos, each at the offset
+/// where the previous one's bytes, padded to the alignment, end (llama.cpp's
+/// `gguf_init_from_file_impl`: "tensor '…' has offset …, expected …"; no gaps, no other
+/// order), and inside the data section.
 fn check_tensor_extents(
     tensors: &[TensorInfo],
+    alignment: u64,
     data_offset: u64,
     data_len: u64,
 ) -> Result<(), GgufError> {
+    let mut expected = 0u64;
     for t in tensors {
+        if t.offset != expected {
+            return Err(invalid(
+                0,
+                format!(
+                    "tensor '{}' has data offset {}, expected {expected}: tensor data must follow one another in the order of the tensor infos, each padded to the alignment {alignment} (as llama.cpp requires)",
+                    t.name, t.offset
+                ),
+            ));
+        }
         let end = t.offset.checked_add(t.n_bytes);
         if end.is_none_or(|e| e > data_len) {
             return Err(invalid(
@@ -298,29 +344,16 @@ fn check_tensor_extents(
                 ),
             ));
         }
-    }
-    let mut order: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
-    order.sort_by_key(|t| t.offset);
-    for w in order.windows(2) {
-        if w[0].offset + w[0].n_bytes > w[1].offset {
-            return Err(invalid(
-                (data_offset + w[1].offset) as usize,
-                format!(
-                    "tensors '{}' and '{}' overlap in the data section",
-                    w[0].name, w[1].name
-                ),
-            ));
-        }
+        expected = t
+            .n_bytes
+            .checked_next_multiple_of(alignment)
+            .and_then(|padded| expected.checked_add(padded))
+            .ok_or_else(|| invalid(0, format!("tensor '{}' size overflows", t.name)))?;
     }
     Ok(())
 }
 
-fn read_value(
-    c: &mut Cursor<'_>,
-    ty: ValueType,
-    key: &str,
-    depth: usize,
-) -> Result<Value, GgufError> {
+fn read_value(c: &mut Cursor<'_>, ty: ValueType, key: &str) -> Result<Value, GgufError> {
     let what = || format!("value of metadata key '{key}'");
     Ok(match ty {
         ValueType::U8 => Value::U8(c.array::<1>(&what)?[0]),
@@ -334,31 +367,16 @@ fn read_value(
         ValueType::I64 => Value::I64(i64::from_le_bytes(c.array(&what)?)),
         ValueType::F64 => Value::F64(f64::from_le_bytes(c.array(&what)?)),
         ValueType::Bool => {
-            let at = c.pos;
-            match c.array::<1>(&what)?[0] {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                b => {
-                    return Err(invalid(
-                        at,
-                        format!("metadata key '{key}': bool byte is {b}, expected 0 or 1"),
-                    ))
-                }
-            }
+            // Any byte, as llama.cpp reads it: not 0 is true.
+            Value::Bool(c.array::<1>(&what)?[0] != 0)
         }
         ValueType::String => Value::String(c.string(&what)?),
-        ValueType::Array => Value::Array(read_array(c, key, depth + 1)?),
+        ValueType::Array => Value::Array(read_array(c, key)?),
     })
 }
 
-fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, GgufError> {
+fn read_array(c: &mut Cursor<'_>, key: &str) -> Result<Array, GgufError> {
     let at = c.pos;
-    if depth > MAX_ARRAY_DEPTH {
-        return Err(invalid(
-            at,
-            format!("metadata key '{key}': arrays nested deeper than {MAX_ARRAY_DEPTH} levels"),
-        ));
-    }
     let what = || format!("array of metadata key '{key}'");
     let ty_id = c.u32(&what)?;
     let ty = ValueType::from_id(ty_id).ok_or_else(|| {
@@ -367,13 +385,25 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, Gguf
             format!("metadata key '{key}': array of unknown value type {ty_id}"),
         )
     })?;
+    if ty == ValueType::Array {
+        return Err(invalid(
+            at,
+            format!("metadata key '{key}' is an array of arrays, which llama.cpp's reader refuses"),
+        ));
+    }
     // Strings and arrays take at least 8 (length) and 12 (type + count) bytes per element.
     let min = match ty {
         ValueType::String => 8,
-        ValueType::Array => 12,
         t => t.fixed_size().unwrap_or(1),
     };
+    let n_at = c.pos;
     let n = c.count(min, &|| format!("element count of metadata key '{key}'"))?;
+    if n as u64 > GGUF_MAX_LENGTH {
+        return Err(invalid(
+            n_at,
+            format!("metadata key '{key}' has {n} elements, more than the {GGUF_MAX_LENGTH} llama.cpp's reader accepts"),
+        ));
+    }
     macro_rules! fixed {
         ($variant:ident, $t:ty) => {{
             const W: usize = std::mem::size_of::<$t>();
@@ -397,25 +427,7 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, Gguf
         ValueType::U64 => fixed!(U64, u64),
         ValueType::I64 => fixed!(I64, i64),
         ValueType::F64 => fixed!(F64, f64),
-        ValueType::Bool => {
-            let bytes = c.take(n, &what)?;
-            let mut v = Vec::with_capacity(n);
-            for (i, &b) in bytes.iter().enumerate() {
-                match b {
-                    0 => v.push(false),
-                    1 => v.push(true),
-                    _ => {
-                        return Err(invalid(
-                            at + 12 + i,
-                            format!(
-                                "metadata key '{key}': bool element {i} is {b}, expected 0 or 1"
-                            ),
-                        ))
-                    }
-                }
-            }
-            Array::Bool(v)
-        }
+        ValueType::Bool => Array::Bool(c.take(n, &what)?.iter().map(|&b| b != 0).collect()),
         ValueType::String => {
             let mut v = Vec::with_capacity(n);
             for i in 0..n {
@@ -423,12 +435,7 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array, Gguf
             }
             Array::String(v)
         }
-        ValueType::Array => {
-            let mut v = Vec::with_capacity(n);
-            for _ in 0..n {
-                v.push(read_array(c, key, depth + 1)?);
-            }
-            Array::Array(v)
-        }
+        // Refused above.
+        ValueType::Array => Array::Array(Vec::new()),
     })
 }

@@ -147,6 +147,11 @@ impl GgufWriter {
 
     /// Bytes of the file up to the tensor data: header, metadata, tensor infos and the
     /// padding to the alignment (what ggml's `gguf_get_meta_data` writes).
+    ///
+    /// Errors: what llama.cpp's reader would refuse and [`super::GgufFile`] refuses too: an
+    /// alignment that is not a power of two, an empty or repeated metadata key, an array of
+    /// arrays, a repeated tensor name or one of [`super::GGML_MAX_NAME`] bytes or more.
+    /// (Tensor data are placed back to back in order, as the reader requires.)
     pub fn header_bytes(&self) -> Result<Vec<u8>, GgufError> {
         if self.alignment == 0 || !self.alignment.is_power_of_two() {
             return Err(GgufError::Write(format!(
@@ -154,6 +159,7 @@ impl GgufWriter {
                 self.alignment
             )));
         }
+        self.check_readable()?;
         let mut out = Vec::new();
         out.extend_from_slice(super::GGUF_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
@@ -194,7 +200,8 @@ impl GgufWriter {
 
     /// The complete file as bytes.
     ///
-    /// Errors: a tensor added with [`add_tensor_info`](Self::add_tensor_info) (no data).
+    /// Errors: as [`header_bytes`](Self::header_bytes); a tensor added with
+    /// [`add_tensor_info`](Self::add_tensor_info) (no data).
     pub fn to_bytes(&self) -> Result<Vec<u8>, GgufError> {
         let mut out = self.header_bytes()?;
         for t in &self.tensors {
@@ -206,6 +213,40 @@ impl GgufWriter {
             out.resize(self.align(out.len() as u64) as usize, 0);
         }
         Ok(out)
+    }
+
+    /// The rules of [`GgufWriter::header_bytes`] beyond the alignment.
+    fn check_readable(&self) -> Result<(), GgufError> {
+        let refuse = |msg: String| Err(GgufError::Write(msg));
+        let mut keys = std::collections::HashSet::new();
+        for (k, v) in &self.kvs {
+            if k.is_empty() {
+                return refuse("an empty metadata key (llama.cpp's reader refuses it)".into());
+            }
+            if !keys.insert(k.as_str()) {
+                return refuse(format!("metadata key '{k}' is set twice"));
+            }
+            if let Value::Array(Array::Array(_)) = v {
+                return refuse(format!(
+                    "metadata key '{k}' is an array of arrays (llama.cpp's reader refuses it)"
+                ));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if t.name.len() >= super::GGML_MAX_NAME {
+                return refuse(format!(
+                    "tensor name '{}' is {} bytes long; names must be shorter than {} bytes",
+                    t.name,
+                    t.name.len(),
+                    super::GGML_MAX_NAME
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
+                return refuse(format!("tensor name '{}' is used twice", t.name));
+            }
+        }
+        Ok(())
     }
 
     /// Writes the file atomically: to `PATH.tmp` first, then renamed over `path`.

@@ -225,7 +225,13 @@ pub fn open_session<'w>(
     let kv = plan
         .kv_layout(opts.n_ctx as u64)
         .map_err(anyhow::Error::msg)?;
-    crate::memory::check_fits(opts.n_ctx, kv.stream_bytes + plan.arena_bytes())?;
+    crate::memory::check_fits(
+        opts.n_ctx,
+        crate::memory::Needs {
+            resident: plan.weight_bytes() + kv.stream_bytes + plan.arena_bytes(),
+            mapped: gguf.file_size(),
+        },
+    )?;
     let engine = crate::engine_weights::ReleasingGguf::new(gguf)
         .while_loading(RELEASE_PERIOD, || be.load(payload, gguf, opts))?;
     crate::session::Session::new(engine, 1)

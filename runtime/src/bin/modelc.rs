@@ -1,6 +1,12 @@
 //! The `modelc` command: see `runtime::cli`.
 
+/// An allocation that fails ends the process with one line and exit status 1
+/// (`runtime::memory::ReportingAlloc`), in `modelc` and in every runner.
+#[global_allocator]
+static ALLOC: runtime::memory::ReportingAlloc = runtime::memory::ReportingAlloc;
+
 fn main() -> std::process::ExitCode {
+    runtime::memory::ReportingAlloc::prepare();
     quiet_output_errors();
     runtime::cli::main()
 }

@@ -5,6 +5,9 @@
 //!
 //! - `messages`: the conversation, each message a JSON object (`role`, `content`, and whatever
 //!   else the caller put there: `tool_calls`, `reasoning_content`, …); map keys keep their order.
+//!   A `content` that is `null` or absent is the empty string, as llama.cpp passes it
+//!   (`common_chat_msg::to_json_oaicompat`): an assistant message with only tool calls
+//!   renders with empty content instead of failing on `none`.
 //! - `add_generation_prompt`: bool; `bos_token`, `eos_token`: the model's token texts.
 //! - `tools`, `documents`: the given JSON; undefined when not given (as the reference renders
 //!   in `../shared/templates/` do: a tool-use template's `{% for tool in tools %}` then renders
@@ -121,6 +124,27 @@ pub struct RenderOptions {
     /// Extra template variables (Hugging Face's `**kwargs`, e.g. `enable_thinking`). They
     /// cannot replace the variables listed in the module doc.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The tokenizer will put BOS before the rendered text itself (the vocabulary's
+    /// `add_bos`): a leading `bos_token` text is removed from the render, so that the prompt
+    /// does not start with two BOS tokens (llama.cpp's `common_chat_template_direct_apply`
+    /// with `add_bos`).
+    pub add_bos: bool,
+    /// Likewise for EOS: the tokenizer will append it (`add_eos`), so a trailing `eos_token`
+    /// text is removed.
+    pub add_eos: bool,
+}
+
+impl RenderOptions {
+    /// Options for a prompt that `vocab` will tokenize with BOS / EOS added as the model asks
+    /// ([`RenderOptions::add_bos`], [`RenderOptions::add_eos`]), with `add_generation_prompt`.
+    pub fn for_prompt(vocab: &crate::tokenizer::Vocab, add_generation_prompt: bool) -> Self {
+        RenderOptions {
+            add_generation_prompt,
+            add_bos: vocab.add_bos(),
+            add_eos: vocab.add_eos(),
+            ..Default::default()
+        }
+    }
 }
 
 /// One compiled chat template with the model's BOS / EOS texts.
@@ -277,8 +301,14 @@ impl ChatTemplate {
             Ok(captured) => captured.state().fuel_levels().map_or(0, |(used, _)| used),
             Err(e) => return Err(self.classify(e, out.over)),
         };
-        let text = String::from_utf8(out.buf)
+        let mut text = String::from_utf8(out.buf)
             .map_err(|_| ChatError::Render("template produced invalid UTF-8".into()))?;
+        if opts.add_bos && !self.bos_token.is_empty() && text.starts_with(&self.bos_token) {
+            text.drain(..self.bos_token.len());
+        }
+        if opts.add_eos && !self.eos_token.is_empty() && text.ends_with(&self.eos_token) {
+            text.truncate(text.len() - self.eos_token.len());
+        }
         Ok((text, fuel_used))
     }
 
@@ -293,7 +323,7 @@ impl ChatTemplate {
         let fixed = [
             (
                 "messages",
-                Value::from_iter(messages.iter().map(json_to_value)),
+                Value::from_iter(messages.iter().map(message_value)),
             ),
             (
                 "add_generation_prompt",
@@ -528,6 +558,18 @@ fn py_splitlines(s: &str) -> Vec<&str> {
 }
 
 /// A JSON value as a template value; objects keep their key order, integers stay integers.
+/// One message as a template sees it (module doc): `content` `null` or absent becomes `""`.
+fn message_value(m: &serde_json::Value) -> Value {
+    match m.as_object() {
+        Some(o) if o.get("content").is_none_or(serde_json::Value::is_null) => {
+            let mut o = o.clone();
+            o.insert("content".into(), serde_json::Value::String(String::new()));
+            json_to_value(&serde_json::Value::Object(o))
+        }
+        _ => json_to_value(m),
+    }
+}
+
 pub(crate) fn json_to_value(v: &serde_json::Value) -> Value {
     match v {
         serde_json::Value::Null => Value::from(()),

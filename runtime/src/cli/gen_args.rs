@@ -43,7 +43,8 @@ pub struct GenArgs {
     /// Penalise repeated tokens (1.0 disables).
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// Last n tokens the penalties consider (0 disables, -1 = context size).
+    /// Last n tokens the penalties consider (0 disables; negative values are refused, as
+    /// llama.cpp refuses them).
     #[arg(
         long = "repeat-last-n",
         default_value_t = 64,
@@ -158,6 +159,10 @@ pub fn check_finite(flag: &str, v: f32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The sampler flags llama.cpp's `common/arg.cpp` takes without a check, where modelc refuses
+/// NaN and infinities; the penalties, which llama.cpp checks too.
+const FINITE_STRICTER: [&str; 3] = ["--temp", "--top-p", "--min-p"];
+
 /// Refuses a `-b` of 0, as one line.
 pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
     anyhow::ensure!(n_batch >= 1, "-b must be at least 1");
@@ -181,12 +186,29 @@ impl GenArgs {
             ("--temp", self.temp),
             ("--top-p", self.top_p),
             ("--min-p", self.min_p),
-            ("--repeat-penalty", self.repeat_penalty),
             ("--frequency-penalty", self.frequency_penalty),
             ("--presence-penalty", self.presence_penalty),
         ] {
+            if FINITE_STRICTER.contains(&flag) {
+                anyhow::ensure!(
+                    v.is_finite(),
+                    "{flag} {v}: expected a finite number (llama.cpp would take it; modelc is stricter)"
+                );
+            }
             check_finite(flag, v)?;
         }
+        // llama.cpp: "repeat-penalty must be finite and greater than 0", checked as x and
+        // 1/x finite (so 0 is refused; a negative value passes).
+        anyhow::ensure!(
+            self.repeat_penalty.is_finite() && (1.0 / self.repeat_penalty).is_finite(),
+            "--repeat-penalty {}: must be a finite number other than 0 (1.0 disables)",
+            self.repeat_penalty
+        );
+        anyhow::ensure!(
+            self.repeat_last_n >= 0,
+            "--repeat-last-n {}: must be 0 or more (0 disables), as llama.cpp requires",
+            self.repeat_last_n
+        );
         Ok(())
     }
 
@@ -195,7 +217,8 @@ impl GenArgs {
     /// repeats the run.
     pub fn sampler(&self) -> SamplerParams {
         SamplerParams {
-            temp: self.temp,
+            // llama.cpp's `--temp` takes a negative temperature as 0 (greedy).
+            temp: self.temp.max(0.0),
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
@@ -210,14 +233,22 @@ impl GenArgs {
         }
     }
 
-    /// The prompt text from `-p` or `-f`.
-    pub fn prompt_text(&self) -> anyhow::Result<String> {
+    /// The prompt's bytes from `-p` or `-f` (a file need not be UTF-8: it is tokenized byte
+    /// for byte as llama.cpp does, [`Vocab::tokenize_bytes`]).
+    pub fn prompt_bytes(&self) -> anyhow::Result<Vec<u8>> {
         match (&self.prompt, &self.file) {
-            (Some(p), _) => Ok(p.clone()),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .with_context(|| format!("reading the prompt file {}", f.display())),
+            (Some(p), _) => Ok(p.clone().into_bytes()),
+            (None, Some(f)) => {
+                std::fs::read(f).with_context(|| format!("reading the prompt file {}", f.display()))
+            }
             (None, None) => anyhow::bail!("no prompt: give one with -p TEXT or -f FILE"),
         }
+    }
+
+    /// The prompt as text, for a chat template: [`GenArgs::prompt_bytes`] with bytes that are
+    /// not UTF-8 as U+FFFD.
+    pub fn prompt_text(&self) -> anyhow::Result<String> {
+        Ok(String::from_utf8_lossy(&self.prompt_bytes()?).into_owned())
     }
 
     /// The chat template these flags choose: `--chat-template-file`, `--chat-template NAME`
@@ -293,17 +324,18 @@ pub fn prompt_tokens(
     file: &GgufFile,
     vocab: &Vocab,
 ) -> anyhow::Result<Vec<TokenId>> {
-    let mut text = args.prompt_text()?;
-    if args.chat {
+    let ids = if args.chat {
         let tmpl = args.template(file)?;
-        let messages = [serde_json::json!({ "role": "user", "content": text })];
-        let opts = RenderOptions {
-            add_generation_prompt: true,
-            ..Default::default()
-        };
-        text = tmpl.render(&messages, &opts)?;
+        let messages = [serde_json::json!({ "role": "user", "content": args.prompt_text()? })];
+        let text = tmpl.render(&messages, &RenderOptions::for_prompt(vocab, true))?;
+        vocab.tokenize(&text, true, true)
+    } else {
+        vocab.tokenize_bytes(&args.prompt_bytes()?, true, true)
+    };
+    for w in vocab.double_bos_eos(&ids) {
+        eprintln!("modelc: warning: {w}");
     }
-    Ok(vocab.tokenize(&text, true, true))
+    Ok(ids)
 }
 
 /// Chats with the model on `session` ([`crate::repl`]): messages from the terminal (line
@@ -371,10 +403,10 @@ pub fn run_generation(
     // The first error writing the streamed text (reported after generation: a closed pipe
     // ends quietly as a SIGPIPE death would, anything else is an error).
     let mut write_err: Option<std::io::Error> = None;
-    let mut on_text = |s: &str| {
+    let mut on_text = |s: &[u8]| {
         if stream && write_err.is_none() {
             let mut out = stdout.lock();
-            if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+            if let Err(e) = out.write_all(s).and_then(|()| out.flush()) {
                 write_err = Some(e);
             }
         }

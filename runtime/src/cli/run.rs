@@ -85,12 +85,27 @@ pub fn open_model(path: &std::path::Path) -> anyhow::Result<(GgufFile, compiler:
     Ok((gguf, model, vocab))
 }
 
-/// The context size `-c` asks for: 0 means the model's training context, capped at 4096.
+/// The context size `-c` asks for: 0 means the model's training context, capped at 4096;
+/// below [`MIN_CTX`] is raised to it with a warning ([`at_least_min_ctx`]).
 pub fn resolve_n_ctx(requested: usize, n_ctx_train: usize) -> usize {
     if requested == 0 {
         n_ctx_train.clamp(1, 4096)
     } else {
-        requested
+        at_least_min_ctx(requested)
+    }
+}
+
+/// The smallest context llama-completion runs with (`-c 1` to `-c 7` become 8).
+pub const MIN_CTX: usize = 8;
+
+/// `-c n` as llama-completion takes it: from 1 to 7 it warns "minimum context size is 8"
+/// on stderr and uses [`MIN_CTX`].
+pub fn at_least_min_ctx(n_ctx: usize) -> usize {
+    if n_ctx < MIN_CTX {
+        eprintln!("modelc: warning: the minimum context size is {MIN_CTX}; using {MIN_CTX} instead of -c {n_ctx}");
+        MIN_CTX
+    } else {
+        n_ctx
     }
 }
 
@@ -173,7 +188,14 @@ pub fn open_session<'a>(
             ]
             .iter()
             .fold(u64::from(h.n_layer), |a, &b| a.saturating_mul(b));
-            crate::memory::check_fits(n_ctx, kv_bytes)?;
+            // The interpreter reads the weights from the mapped file.
+            crate::memory::check_fits(
+                n_ctx,
+                crate::memory::Needs {
+                    resident: kv_bytes,
+                    mapped: gguf.file_size(),
+                },
+            )?;
             warn_ctx_train(n_ctx, n_ctx_train);
             Session::single(InterpEngine::new(
                 gguf,

@@ -253,7 +253,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = match cli.common.n_ctx {
                 None | Some(0) => artifact.n_ctx,
-                Some(c) => c,
+                Some(c) => super::run::at_least_min_ctx(c),
             };
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);

@@ -73,26 +73,6 @@ pub fn load_vocab(path: &Path) -> anyhow::Result<Vocab> {
     Ok(vocab)
 }
 
-/// Converts bytes to text, each byte that does not begin a well-formed UTF-8 character
-/// becoming U+FFFD. Returns the text and the number of bytes replaced.
-pub fn text_from_bytes(bytes: Vec<u8>) -> (String, usize) {
-    match String::from_utf8(bytes) {
-        Ok(s) => (s, 0),
-        Err(e) => {
-            let bytes = e.into_bytes();
-            let mut out = String::with_capacity(bytes.len() + 16);
-            let mut replaced = 0;
-            for chunk in bytes.utf8_chunks() {
-                out.push_str(chunk.valid());
-                let n = chunk.invalid().len();
-                replaced += n;
-                out.extend(std::iter::repeat_n('\u{FFFD}', n));
-            }
-            (out, replaced)
-        }
-    }
-}
-
 /// Writes `bytes` readably: printable text as is, control characters and invalid bytes
 /// escaped.
 fn escape_piece(bytes: &[u8], out: &mut Vec<u8>) {
@@ -130,29 +110,26 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
 /// Runs `modelc tokenize`.
 pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
     let vocab = load_vocab(&args.model)?;
-    let text = match (&args.prompt, &args.file) {
-        (Some(p), _) => p.clone(),
-        (None, file) => {
-            let bytes = match file {
-                Some(f) => {
-                    std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?
-                }
-                None => {
-                    let mut buf = Vec::new();
-                    std::io::stdin()
-                        .read_to_end(&mut buf)
-                        .context("cannot read standard input")?;
-                    buf
-                }
-            };
-            let (text, replaced) = text_from_bytes(bytes);
-            if replaced > 0 {
-                eprintln!("modelc: warning: the input is not valid UTF-8; {replaced} byte(s) replaced by U+FFFD");
-            }
-            text
+    // Bytes, not text: input that is not UTF-8 is tokenized as llama.cpp tokenizes it.
+    let text: Vec<u8> = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(f)) => {
+            std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?
+        }
+        (None, None) => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("cannot read standard input")?;
+            buf
         }
     };
-    let ids = vocab.tokenize(&text, !args.no_bos, args.special);
+    let ids = vocab.tokenize_bytes(&text, !args.no_bos, args.special);
+    if !args.no_bos {
+        for w in vocab.double_bos_eos(&ids) {
+            eprintln!("modelc: warning: {w}");
+        }
+    }
     let mut out = Vec::with_capacity(ids.len() * 7);
     if args.pieces {
         for &id in &ids {
@@ -199,14 +176,6 @@ pub fn run_detokenize(args: DetokenizeArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn invalid_bytes_become_one_replacement_each() {
-        let (s, n) = text_from_bytes(b"a\xe2\x82b\xffc".to_vec());
-        assert_eq!(s, "a\u{FFFD}\u{FFFD}b\u{FFFD}c");
-        assert_eq!(n, 3);
-        assert_eq!(text_from_bytes(b"ok\n".to_vec()), ("ok\n".to_string(), 0));
-    }
 
     #[test]
     fn pieces_are_escaped_readably() {

@@ -138,13 +138,9 @@ impl<'a, 'w> Chat<'a, 'w> {
     /// The tokens of `messages` rendered with the template, ending with the assistant's
     /// header.
     fn render_prompt(&self, messages: &[serde_json::Value]) -> anyhow::Result<Vec<u32>> {
-        let text = self.template.render(
-            messages,
-            &RenderOptions {
-                add_generation_prompt: true,
-                ..Default::default()
-            },
-        )?;
+        let text = self
+            .template
+            .render(messages, &RenderOptions::for_prompt(self.vocab, true))?;
         Ok(self.vocab.tokenize(&text, true, true))
     }
 
@@ -261,7 +257,9 @@ impl<'a, 'w> Chat<'a, 'w> {
         if system.is_empty() {
             return Ok(usize::from(self.vocab.add_bos()));
         }
-        let text = self.template.render(&system, &RenderOptions::default())?;
+        let text = self
+            .template
+            .render(&system, &RenderOptions::for_prompt(self.vocab, false))?;
         Ok(self.vocab.tokenize(&text, true, true).len())
     }
 

@@ -147,15 +147,29 @@ pub struct BpeContext<'a> {
 impl BpeSession {
     /// Appends the tokens of one word to `out`.
     pub fn encode_word(&mut self, cx: &BpeContext<'_>, word: &str, out: &mut Vec<TokenId>) {
+        self.encode_word_bytes(cx, word, word.as_bytes(), out);
+    }
+
+    /// [`BpeSession::encode_word`] for a word whose bytes, as llama.cpp writes them back
+    /// from its code points, are `bytes` rather than `word`'s own (a word holding
+    /// [`super::unicode::STAND_IN`]s). A byte-level vocabulary encodes `bytes`; a raw one
+    /// `word`.
+    pub fn encode_word_bytes(
+        &mut self,
+        cx: &BpeContext<'_>,
+        word: &str,
+        bytes: &[u8],
+        out: &mut Vec<TokenId>,
+    ) {
         self.encoded.clear();
         match cx.alphabet {
-            Alphabet::ByteLevel => self.encoded.extend(word.bytes().map(byte_to_char)),
+            Alphabet::ByteLevel => self.encoded.extend(bytes.iter().copied().map(byte_to_char)),
             Alphabet::Raw => self.encoded.push_str(word),
         }
         if self.encoded.is_empty() {
             return;
         }
-        if cx.ignore_merges || (cx.newline_words_whole && word.bytes().all(|b| b == b'\n')) {
+        if cx.ignore_merges || (cx.newline_words_whole && bytes.iter().all(|&b| b == b'\n')) {
             if let Some(&id) = cx.token_to_id.get(self.encoded.as_str()) {
                 out.push(id);
                 return;
@@ -166,7 +180,7 @@ impl BpeSession {
         match cx.alphabet {
             Alphabet::ByteLevel => {
                 let mut start = 0u32;
-                for b in word.bytes() {
+                for &b in bytes {
                     let len = byte_to_char(b).len_utf8() as u32;
                     self.push_symbol(cx.merges.byte_sym[b as usize], start, len);
                     start += len;

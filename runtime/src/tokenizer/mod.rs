@@ -7,12 +7,13 @@
 //! - [`Vocab::token_to_piece`], [`Vocab::detokenize`] and [`StreamDecoder`] turn ids back into
 //!   bytes / text ([`piece`]).
 //!
-//! Families: `llama` (SentencePiece-style BPE) and `gpt2` (byte-level BPE with every
-//! pre-tokenizer llama.cpp knows), plus `gemma4` and `whitespace`; WordPiece (`bert`) and
-//! Unigram (`t5`) are not implemented yet and are refused at load.
+//! Families: `llama` (SentencePiece-style BPE), `gpt2` (byte-level BPE with every
+//! pre-tokenizer llama.cpp knows), `gemma4`, `whitespace` and `bert` (WordPiece, [`wpm`]);
+//! Unigram (`t5`) is not implemented yet and is refused at load.
 
 mod bpe;
 mod error;
+mod nfd_first;
 mod piece;
 pub mod pre;
 mod special;
@@ -20,6 +21,7 @@ mod split;
 mod spm;
 pub mod unicode;
 mod vocab;
+pub mod wpm;
 
 pub use error::TokenizerError;
 pub use piece::StreamDecoder;
@@ -36,6 +38,8 @@ pub enum VocabType {
     Spm,
     /// Merge-rank BPE (`gpt2`, `gemma4`, `whitespace`).
     Bpe,
+    /// WordPiece (`bert`), [`wpm`].
+    Wpm,
 }
 
 /// Token attributes, a bit set (llama.cpp `llama_token_attr`).

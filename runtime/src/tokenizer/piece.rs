@@ -25,7 +25,7 @@ impl Vocab {
         }
         if attr.contains(TokenAttr::NORMAL) {
             return match self.vocab_type {
-                VocabType::Spm => t.text.replace('\u{2581}', " ").into_bytes(),
+                VocabType::Spm | VocabType::Wpm => t.text.replace('\u{2581}', " ").into_bytes(),
                 VocabType::Bpe if self.escape_whitespaces => {
                     t.text.replace('\u{2581}', " ").into_bytes()
                 }
@@ -246,6 +246,11 @@ impl StreamDecoder {
         let s = String::from_utf8_lossy(&self.held).into_owned();
         self.held.clear();
         s
+    }
+
+    /// Returns the bytes held (an unfinished character, as they are) and empties the decoder.
+    pub fn take_held(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
     }
 
     /// Number of bytes held back (0-3).

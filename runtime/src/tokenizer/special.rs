@@ -83,7 +83,7 @@ fn is_c_space(b: u8) -> bool {
 }
 
 /// Splits `text` (non-empty) into raw-text fragments and special tokens.
-pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
+pub(crate) fn partition(vocab: &Vocab, text: &[u8], parse_special: bool) -> Vec<Fragment> {
     let sm = &vocab.special;
     let mut frags = vec![Fragment::Text(0..text.len())];
     let Some(ac) = &sm.ac else { return frags };
@@ -100,7 +100,7 @@ pub(crate) fn partition(vocab: &Vocab, text: &str, parse_special: bool) -> Vec<F
     if !any {
         return frags;
     }
-    let bytes = text.as_bytes();
+    let bytes = text;
     for (i, &id) in sm.ids.iter().enumerate() {
         if !present[i] {
             continue;

@@ -6,6 +6,12 @@
 //! candidate is left. A final symbol that is a token becomes it; a single character that is
 //! not falls back to one byte token per UTF-8 byte (`<0xNN>`, or the one-byte text itself).
 //!
+//! Bytes that are not UTF-8 are cut as llama.cpp cuts them: a symbol is as long as its first
+//! byte announces ([`super::unicode::llama_utf8_len`], at most the bytes left); a symbol that
+//! is not one valid character is in no token, so it never merges and falls back to its bytes
+//! (`▁` then `E6 AD`: `29871 233 176` on llama-spm). Valid runs between such symbols merge
+//! as usual ([`SpmSession::encode_bytes`]).
+//!
 //! Speed without changing the result: a merged symbol is always a token, so two adjacent
 //! characters that appear next to each other in no token can never end up in one symbol.
 //! The text is cut at every such pair ([`PairSet`]) and the pieces are merged independently
@@ -145,6 +151,31 @@ impl<'t> SpmSession<'t> {
         }
         if start < text.len() {
             self.encode_piece(cx, &text[start..], out);
+        }
+    }
+
+    /// Appends the tokens of `text` (spaces already escaped to U+2581), which may hold bytes
+    /// that are not UTF-8 (module doc), to `out`.
+    pub fn encode_bytes(&mut self, cx: &SpmContext<'_>, text: &'t [u8], out: &mut Vec<TokenId>) {
+        let mut run = 0; // start of the current run of valid characters
+        let mut i = 0;
+        while i < text.len() {
+            let len = super::unicode::llama_utf8_len(text[i]).min(text.len() - i);
+            if std::str::from_utf8(&text[i..i + len]).is_ok() {
+                i += len;
+                continue;
+            }
+            if let Ok(valid) = std::str::from_utf8(&text[run..i]) {
+                self.encode(cx, valid, out);
+            }
+            for &b in &text[i..i + len] {
+                out.extend(cx.byte_token[usize::from(b)].or(cx.unk));
+            }
+            i += len;
+            run = i;
+        }
+        if let Ok(valid) = std::str::from_utf8(&text[run..]) {
+            self.encode(cx, valid, out);
         }
     }
 

@@ -210,6 +210,92 @@ fn byte_tables() -> &'static ([char; 256], [i16; 0x200]) {
     })
 }
 
+/// Stands, in text decoded by [`decode_lenient`], for a code point that a Rust `char` cannot
+/// hold (a UTF-16 surrogate written in UTF-8, `ED A0 80`) and for itself: U+10FFFD, a private
+/// use character, whose flags (control, as llama.cpp classifies private use and surrogates
+/// alike) are those of the code points it stands for.
+pub const STAND_IN: char = '\u{10FFFD}';
+
+/// Decodes bytes as llama.cpp's `unicode_cpts_from_utf8` does, for the BPE pre-tokenizers:
+/// a lead byte takes as many continuation bytes as it announces, without checking for
+/// overlong forms (`C0 AF` is `/`) or surrogates (`ED A0 80` is U+D800); a byte that starts
+/// no such sequence is U+FFFD and decoding goes on at the next byte (`E6 AD` is two U+FFFD).
+///
+/// Returns the text and, for each [`STAND_IN`] in it in order, the bytes llama.cpp writes
+/// back for that code point (`unicode_cpt_to_utf8`: a surrogate's three bytes; the stand-in's
+/// own four when the input held it). A four-byte form above U+10FFFF, on which llama.cpp's
+/// tokenizer throws, is taken as invalid bytes (U+FFFD each) instead.
+pub fn decode_lenient(bytes: &[u8]) -> (String, Vec<Vec<u8>>) {
+    let mut text = String::with_capacity(bytes.len() + 8);
+    let mut stand_ins = Vec::new();
+    let cont = |i: usize| bytes.get(i).is_some_and(|&b| b & 0xC0 == 0x80);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        // (code point, bytes taken); 0 bytes: invalid, U+FFFD for this one byte.
+        let (cpt, len) = if b < 0x80 {
+            (u32::from(b), 1)
+        } else if b & 0x40 == 0 {
+            (0xFFFD, 0) // a continuation byte alone
+        } else if b & 0x20 == 0 {
+            if cont(i + 1) {
+                (
+                    (u32::from(b & 0x1F) << 6) | u32::from(bytes[i + 1] & 0x3F),
+                    2,
+                )
+            } else {
+                (0xFFFD, 0)
+            }
+        } else if b & 0x10 == 0 {
+            if cont(i + 1) && cont(i + 2) {
+                let c = (u32::from(b & 0x0F) << 12)
+                    | (u32::from(bytes[i + 1] & 0x3F) << 6)
+                    | u32::from(bytes[i + 2] & 0x3F);
+                (c, 3)
+            } else {
+                (0xFFFD, 0)
+            }
+        } else if b & 0x08 == 0 && cont(i + 1) && cont(i + 2) && cont(i + 3) {
+            let c = (u32::from(b & 0x07) << 18)
+                | (u32::from(bytes[i + 1] & 0x3F) << 12)
+                | (u32::from(bytes[i + 2] & 0x3F) << 6)
+                | u32::from(bytes[i + 3] & 0x3F);
+            if c > 0x10FFFF {
+                (0xFFFD, 0)
+            } else {
+                (c, 4)
+            }
+        } else {
+            (0xFFFD, 0)
+        };
+        match char::from_u32(cpt) {
+            Some(STAND_IN) => {
+                text.push(STAND_IN);
+                stand_ins.push(STAND_IN.to_string().into_bytes());
+            }
+            Some(c) => text.push(c),
+            None => {
+                // A surrogate (from a three-byte form, possibly overlong in four).
+                text.push(STAND_IN);
+                stand_ins.push(vec![
+                    0xE0 | (cpt >> 12) as u8,
+                    0x80 | ((cpt >> 6) & 0x3F) as u8,
+                    0x80 | (cpt & 0x3F) as u8,
+                ]);
+            }
+        }
+        i += len.max(1);
+    }
+    (text, stand_ins)
+}
+
+/// The byte length llama.cpp's `unicode_len_utf8` gives a character starting with `b`:
+/// 1 for ASCII and continuation bytes, else what the lead byte announces (not checked).
+pub fn llama_utf8_len(b: u8) -> usize {
+    const LEN: [usize; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4];
+    LEN[usize::from(b >> 4)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

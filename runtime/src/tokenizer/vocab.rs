@@ -13,6 +13,7 @@ use super::special::{self, Fragment, SpecialMatcher};
 use super::split::Splitter;
 use super::spm::{PairSet, SpmContext, SpmSession};
 use super::unicode;
+use super::wpm;
 use super::{TokenAttr, TokenId, TokenType, VocabType};
 use ir::gguf::{Array, GgufFile, Metadata, Value};
 use rustc_hash::FxHashMap;
@@ -49,8 +50,8 @@ pub(crate) struct SpecialIds {
 /// text exactly as llama.cpp does for the same file.
 ///
 /// Supported `tokenizer.ggml.model` values: `llama` (SentencePiece BPE), `gpt2` (byte-level
-/// BPE with every pre-tokenizer llama.cpp knows), `gemma4` (BPE over raw UTF-8) and
-/// `whitespace`. `bert` (WordPiece), `t5` (Unigram), `rwkv` and `plamo2` are refused with
+/// BPE with every pre-tokenizer llama.cpp knows), `gemma4` (BPE over raw UTF-8),
+/// `whitespace` and `bert` (WordPiece). `t5` (Unigram), `rwkv` and `plamo2` are refused with
 /// [`TokenizerError::UnsupportedModel`].
 #[derive(Debug)]
 pub struct Vocab {
@@ -74,6 +75,8 @@ pub struct Vocab {
     pub(crate) special: SpecialMatcher,
     pub(crate) pieces: Vec<Box<[u8]>>,
     pub(crate) max_token_len: usize,
+    /// The BERT normalizer (WordPiece only).
+    wpm_norm: wpm::Normalizer,
     bpe: Option<BpeParts>,
     spm_byte_token: [Option<TokenId>; 256],
     spm_pairs: PairSet,
@@ -98,6 +101,8 @@ const K_TOKENS: &str = "tokenizer.ggml.tokens";
 const K_SCORES: &str = "tokenizer.ggml.scores";
 const K_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 const K_MERGES: &str = "tokenizer.ggml.merges";
+const K_NORM_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
+const K_NORM_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 const K_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const K_REMOVE_EXTRA_WS: &str = "tokenizer.ggml.remove_extra_whitespaces";
 const K_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
@@ -245,7 +250,15 @@ impl Vocab {
                 pre = "gemma4".into();
                 VocabType::Bpe
             }
-            "no_vocab" | "none" | "bert" | "t5" | "rwkv" | "plamo2" | "hybriddna" => {
+            "bert" => {
+                ids.bos = Some(101);
+                ids.unk = Some(100);
+                ids.sep = Some(102);
+                ids.pad = Some(0);
+                ids.mask = Some(103);
+                VocabType::Wpm
+            }
+            "no_vocab" | "none" | "t5" | "rwkv" | "plamo2" | "hybriddna" => {
                 return Err(TokenizerError::UnsupportedModel(model))
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
@@ -285,7 +298,17 @@ impl Vocab {
                 add_bos = true;
                 add_eos = false;
             }
+            VocabType::Wpm => {
+                clean_spaces = true;
+                add_bos = true;
+                add_sep = true;
+            }
         }
+        let lowercase = get_bool(md, K_NORM_LOWERCASE)?.unwrap_or(true);
+        let wpm_norm = wpm::Normalizer {
+            lowercase,
+            strip_accents: get_bool(md, K_NORM_STRIP_ACCENTS)?.unwrap_or(lowercase),
+        };
         if let Some(v) = get_bool(md, K_ADD_PREFIX)? {
             add_space_prefix = v;
         }
@@ -385,6 +408,7 @@ impl Vocab {
             special: SpecialMatcher::default(),
             pieces: Vec::new(),
             max_token_len,
+            wpm_norm,
             bpe: None,
             spm_byte_token: [None; 256],
             spm_pairs: PairSet::default(),
@@ -464,9 +488,10 @@ impl Vocab {
             VocabType::Spm => self.spm_byte_token[b'\n' as usize].or(self.ids.pad),
             VocabType::Bpe => {
                 let mut out = Vec::new();
-                self.encode_text("\n", &mut out, true);
+                self.encode_text("\n", &[], &mut out, true);
                 out.first().copied().or(self.ids.pad)
             }
+            VocabType::Wpm => self.ids.pad,
         }
     }
 
@@ -711,8 +736,23 @@ impl Vocab {
     /// - `parse_special`: text equal to a control or unknown token's text becomes that token.
     ///   User-defined tokens are always matched, as in llama.cpp (and Hugging Face).
     ///
-    /// Any `&str` is accepted; invalid UTF-8 cannot reach here (the caller converts).
+    /// For bytes that are not UTF-8, see [`Vocab::tokenize_bytes`].
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        self.tokenize_impl(text.as_bytes(), add_special, parse_special, true)
+    }
+
+    /// [`Vocab::tokenize`] of bytes that need not be UTF-8, as llama.cpp tokenizes them
+    /// (its `llama_tokenize` takes bytes): SPM cuts them into symbols by their lead bytes
+    /// and gives an invalid symbol its byte tokens (`\xe6\xad` after `▁`: `29871 233 176`
+    /// on llama-spm); BPE decodes them as `unicode_cpts_from_utf8` does
+    /// ([`super::unicode::decode_lenient`]: overlong forms and surrogates are code points,
+    /// other bad bytes U+FFFD each).
+    pub fn tokenize_bytes(
+        &self,
+        text: &[u8],
+        add_special: bool,
+        parse_special: bool,
+    ) -> Vec<TokenId> {
         self.tokenize_impl(text, add_special, parse_special, true)
     }
 
@@ -726,12 +766,12 @@ impl Vocab {
         add_special: bool,
         parse_special: bool,
     ) -> Vec<TokenId> {
-        self.tokenize_impl(text, add_special, parse_special, false)
+        self.tokenize_impl(text.as_bytes(), add_special, parse_special, false)
     }
 
     fn tokenize_impl(
         &self,
-        text: &str,
+        text: &[u8],
         add_special: bool,
         parse_special: bool,
         fast: bool,
@@ -742,22 +782,28 @@ impl Vocab {
         } else {
             special::partition(self, text, parse_special)
         };
-        if add_special && self.add_bos {
+        // WordPiece adds BOS ([CLS]) and SEP whatever add_bos / add_sep say, as llama.cpp.
+        if add_special && (self.add_bos || self.vocab_type == VocabType::Wpm) {
             out.extend(self.ids.bos);
         }
         match self.vocab_type {
             VocabType::Spm => {
                 // escaped texts first: the session's cache borrows from them
                 let mut is_prev_special = true;
-                let texts: Vec<Option<String>> = fragments
+                let texts: Vec<Option<Vec<u8>>> = fragments
                     .iter()
                     .map(|frag| match frag {
                         Fragment::Text(r) => {
-                            let mut buf = String::with_capacity(r.len() + 3);
+                            let mut buf = Vec::with_capacity(r.len() + 3);
                             if self.add_space_prefix && is_prev_special {
-                                buf.push('\u{2581}');
+                                buf.extend_from_slice("\u{2581}".as_bytes());
                             }
-                            escape_spaces_into(&text[r.clone()], &mut buf);
+                            for &b in &text[r.clone()] {
+                                match b {
+                                    b' ' => buf.extend_from_slice("\u{2581}".as_bytes()),
+                                    b => buf.push(b),
+                                }
+                            }
                             is_prev_special = false;
                             Some(buf)
                         }
@@ -774,16 +820,43 @@ impl Vocab {
                 let mut session = SpmSession::default();
                 for (frag, t) in fragments.iter().zip(&texts) {
                     match (frag, t) {
-                        (_, Some(s)) => session.encode(&cx, s, &mut out),
+                        (_, Some(s)) => session.encode_bytes(&cx, s, &mut out),
                         (Fragment::Token(id), None) => out.push(*id),
                         (Fragment::Text(_), None) => {}
+                    }
+                }
+            }
+            VocabType::Wpm => {
+                for frag in &fragments {
+                    match *frag {
+                        Fragment::Text(ref r) => {
+                            // Code points as llama.cpp decodes them; what is not a character
+                            // of its own (a surrogate) is a control character and dropped.
+                            let (t, _) = unicode::decode_lenient(&text[r.clone()]);
+                            for word in wpm::words(&t, self.wpm_norm) {
+                                wpm::encode_word(
+                                    &word,
+                                    &self.token_to_id,
+                                    self.max_token_len,
+                                    self.ids.unk,
+                                    &mut out,
+                                );
+                            }
+                        }
+                        Fragment::Token(id) => out.push(id),
                     }
                 }
             }
             VocabType::Bpe => {
                 for frag in &fragments {
                     match *frag {
-                        Fragment::Text(ref r) => self.encode_text(&text[r.clone()], &mut out, fast),
+                        Fragment::Text(ref r) => match std::str::from_utf8(&text[r.clone()]) {
+                            Ok(t) => self.encode_text(t, &[], &mut out, fast),
+                            Err(_) => {
+                                let (t, stand_ins) = unicode::decode_lenient(&text[r.clone()]);
+                                self.encode_text(&t, &stand_ins, &mut out, fast);
+                            }
+                        },
                         Fragment::Token(id) => out.push(id),
                     }
                 }
@@ -792,7 +865,27 @@ impl Vocab {
         if add_special && self.add_eos {
             out.extend(self.ids.eos);
         }
+        if add_special && self.vocab_type == VocabType::Wpm {
+            out.extend(self.ids.sep);
+        }
         out
+    }
+
+    /// The warnings llama.cpp's `llama_tokenize` logs for `ids` tokenized with
+    /// `add_special`: BOS added while the text also began with BOS (the ids start with two),
+    /// or EOS added while the text also ended with EOS. Empty when neither.
+    pub fn double_bos_eos(&self, ids: &[TokenId]) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if self.vocab_type == VocabType::Wpm {
+            return w; // llama.cpp's WordPiece path does not check
+        }
+        if self.add_bos && ids.len() >= 2 && self.ids.bos.is_some_and(|b| ids[1] == b) {
+            w.push("a BOS token was added to the prompt as the model asks, and the prompt also starts with one: it now starts with 2 BOS tokens");
+        }
+        if self.add_eos && ids.len() >= 2 && self.ids.eos.is_some_and(|e| ids[ids.len() - 2] == e) {
+            w.push("an EOS token was added to the prompt as the model asks, and the prompt also ends with one: it now ends with 2 EOS tokens");
+        }
+        w
     }
 
     fn spm_context(&self) -> SpmContext<'_> {
@@ -805,8 +898,16 @@ impl Vocab {
         }
     }
 
-    /// BPE: pre-tokenizes one raw-text fragment and encodes each word.
-    fn encode_text(&self, text: &str, out: &mut Vec<TokenId>, use_cache: bool) {
+    /// BPE: pre-tokenizes one raw-text fragment and encodes each word. `stand_ins`: the
+    /// bytes each [`unicode::STAND_IN`] in `text` stands for, in order
+    /// ([`unicode::decode_lenient`]); empty for text that was valid UTF-8.
+    fn encode_text(
+        &self,
+        text: &str,
+        stand_ins: &[Vec<u8>],
+        out: &mut Vec<TokenId>,
+        use_cache: bool,
+    ) {
         let Some(bpe) = &self.bpe else { return };
         let escaped;
         let text = if self.escape_whitespaces {
@@ -830,10 +931,28 @@ impl Vocab {
         // words repeat: each distinct short word is encoded once per call (same result)
         let mut cache: FxHashMap<&str, (u32, u32)> = FxHashMap::default();
         let mut arena: Vec<TokenId> = Vec::new();
+        let mut stand_ins = stand_ins.iter();
+        let mut word_bytes = Vec::new();
         for r in bpe.splitter.split(text) {
             let word = &text[r];
             if bpe.drop_whitespace_words && word.chars().all(|c| unicode::flags(c).is_whitespace())
             {
+                continue;
+            }
+            if !stand_ins.as_slice().is_empty() && word.contains(unicode::STAND_IN) {
+                word_bytes.clear();
+                for c in word.chars() {
+                    let stood_for = if c == unicode::STAND_IN {
+                        stand_ins.next()
+                    } else {
+                        None
+                    };
+                    match stood_for {
+                        Some(b) => word_bytes.extend_from_slice(b),
+                        None => word_bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+                session.encode_word_bytes(&cx, word, &word_bytes, out);
                 continue;
             }
             if !use_cache || word.len() > WORD_CACHE_MAX_LEN {
