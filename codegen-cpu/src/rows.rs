@@ -29,6 +29,14 @@ pub fn supports(wtype: GgmlType) -> bool {
     RowDot::new(wtype).is_some()
 }
 
+/// Whether the row-dot kernels compute prompt-sized products of `wtype` weights (that
+/// llama.cpp does not repack) in llama.cpp's x86 order with a 4 × 4 tile on this host: the
+/// executor then takes them for prompts instead of a generated kernel (Q8_0 in the exact
+/// mode).
+pub(crate) fn tiles_prompts(wtype: GgmlType) -> bool {
+    RowDot::new(wtype).is_some_and(|d| d.exact() && d.fast4x4.is_some())
+}
+
 /// Which order a weight's products follow (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Order {

@@ -5,8 +5,8 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
-//! Routines: Q5_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
-//! IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+//! and IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -31,6 +31,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
         return match wtype {
             GgmlType::Q5_0 => Some(x86::q5_0_q8_0),
             GgmlType::Q5_1 => Some(x86::q5_1_q8_1),
+            GgmlType::Q8_0 => Some(x86::q8_0_q8_0),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0),
             GgmlType::Q2_K => Some(x86::q2_k_q8_k),
             GgmlType::Q3_K => Some(x86::q3_k_q8_k),
@@ -53,15 +54,16 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
 pub(crate) type Dot4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 
 /// The four-column form of [`dot_fn`]'s routine for `wtype` on this host, where there is
-/// one: the types whose `vec_dot` order llama.cpp also keeps for prompts (Q5_0 through
-/// tinyBLAS, which gives the same numbers, and Q5_1); the K-quants switch to the tiled
-/// kernel there (`super::qdot_tiled`).
+/// one: the types whose `vec_dot` order llama.cpp also keeps for prompts (Q5_0 and Q8_0
+/// through tinyBLAS, which gives the same numbers, and Q5_1); the K-quants switch to the
+/// tiled kernel there (`super::qdot_tiled`).
 pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<Dot4Fn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         return match wtype {
             GgmlType::Q5_0 => Some(x86::q5_0_q8_0_x4),
             GgmlType::Q5_1 => Some(x86::q5_1_q8_1_x4),
+            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_x4),
             _ => None,
         };
     }
@@ -80,8 +82,12 @@ pub(crate) type Dot4x4Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 4]) -> [[f32; 4]; 4];
 /// The 4 × 4 tile form of [`dot4_fn`]'s routine for `wtype` on this host, if there is one.
 pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<Dot4x4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() && wtype == GgmlType::Q5_0 {
-        return Some(x86::q5_0_q8_0_4x4);
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4x4),
+            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4x4),
+            _ => None,
+        };
     }
     let _ = wtype;
     None
@@ -511,31 +517,35 @@ pub(super) mod x86 {
         [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
     }
 
-    /// [`q5_0_q8_0`] for a tile of `R` weight rows × `C` activation rows: `out[c][r]`, each
-    /// as the one-column routine computes it (each block's quants built once per row, each
-    /// activation block loaded once per tile).
+    /// A tile of `R` weight rows × `C` activation rows of a 32-value block type with an f16
+    /// `d` first and signed quants that `quants(block)` builds (`block_bytes` per block),
+    /// times Q8_0, in `ggml_vec_dot_<type>_q8_0`'s order (Q5_0's and Q8_0's, which
+    /// llamafile's tinyBLAS shares): per block and output `acc = fma(d_x·d_y, f32(lanes),
+    /// acc)`, lane `l` the sum of products `4l..4l + 4` through the sign trick; then
+    /// `hsum_float_8`. `out[c][r]`. Each block's quants are built once per row, each
+    /// activation block loaded once per tile.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C (inlined into a `target_feature` caller); whole rows, Q5_0 and
-    /// Q8_0 blocks of equal counts.
+    /// AVX2, FMA and F16C (inlined into a `target_feature` caller); whole rows of equal
+    /// block counts.
     #[inline(always)]
-    pub(super) unsafe fn q5_0_tile<const R: usize, const C: usize>(
+    unsafe fn tile32<const R: usize, const C: usize>(
         w: &[&[u8]; R],
         a: &[&[u8]; C],
+        block_bytes: usize,
+        quants: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; R]; C] {
         const { assert!(R <= 8, "one vector of row scales") };
-        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / Q5_0_BYTES));
+        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
-        let high = _mm256_set1_epi8(0xf0u8 as i8);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut ax = [_mm256_setzero_si256(); R];
             let mut dx = [0f32; 8];
             for r in 0..R {
-                let x = w[r].as_ptr().add(b * Q5_0_BYTES);
-                let set = bytes_from_bits(u32_at(x.add(2)));
-                qx[r] = _mm256_or_si256(nibbles32(x.add(6)), _mm256_andnot_si256(set, high));
+                let x = w[r].as_ptr().add(b * block_bytes);
+                qx[r] = quants(x);
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
                 dx[r] = f16_at(x);
             }
@@ -565,6 +575,59 @@ pub(super) mod x86 {
             }
         }
         out
+    }
+
+    /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
+    /// bit is clear, i.e. `q - 16`).
+    #[inline(always)]
+    unsafe fn q5_0_quants(x: *const u8) -> __m256i {
+        let set = bytes_from_bits(u32_at(x.add(2)));
+        _mm256_or_si256(nibbles32(x.add(6)), _mm256_andnot_si256(set, _mm256_set1_epi8(0xf0u8 as i8)))
+    }
+
+    /// [`tile32`] for Q5_0.
+    #[inline(always)]
+    unsafe fn q5_0_tile<const R: usize, const C: usize>(
+        w: &[&[u8]; R],
+        a: &[&[u8]; C],
+    ) -> [[f32; R]; C] {
+        tile32(w, a, Q5_0_BYTES, |x| q5_0_quants(x))
+    }
+
+    /// [`tile32`] for Q8_0 (the int8 quants as they are).
+    #[inline(always)]
+    unsafe fn q8_0_tile<const R: usize, const C: usize>(
+        w: &[&[u8]; R],
+        a: &[&[u8]; C],
+    ) -> [[f32; R]; C] {
+        tile32(w, a, Q8_0_BYTES, |x| load32(x.add(2)))
+    }
+
+    /// `ggml_vec_dot_q8_0_q8_0` (AVX2): [`tile32`]'s order for one row and one column.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q8_0 blocks, `a` as many Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
+        q8_0_tile::<1, 1>(&[w], &[a])[0][0]
+    }
+
+    /// [`q8_0_q8_0`] for four activation rows ([`super::Dot4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q8_0_q8_0_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+        q8_0_tile::<1, 4>(&[w], a).map(|c| c[0])
+    }
+
+    /// [`q8_0_q8_0`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q8_0_q8_0_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+        q8_0_tile::<4, 4>(w, a)
     }
 
     /// [`q5_0_tile`] of any shape, for the speed test of tile shapes.
@@ -1006,8 +1069,9 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 9] = [
+    const TYPES: [(GgmlType, &[usize]); 10] = [
         (GgmlType::Q5_0, &[0]),
+        (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
         (GgmlType::IQ4_NL, &[0]),
         (GgmlType::Q2_K, &[80, 82]),
@@ -1022,6 +1086,9 @@ mod tests {
     fn random_row(t: GgmlType, blocks: usize, f16_at: &[usize], seed: &mut u64) -> Vec<u8> {
         let mut row: Vec<u8> = (0..blocks * t.type_size())
             .map(|_| rng(seed) as u8)
+            // Q8_0 weights are -127..127 (ggml's quantizer never writes -128, where the
+            // sign trick of the x86 kernels and the exact products of the reference differ).
+            .map(|b| if t == GgmlType::Q8_0 && b == 0x80 { 0x81 } else { b })
             .collect();
         for b in 0..blocks {
             for &o in f16_at {
@@ -1217,7 +1284,14 @@ mod tests {
                     );
                     differ += (got.to_bits() != scalar.to_bits()) as usize;
 
-                    let raw = raw_act(act_t, blocks * bs / act_t.block_size(), &mut seed);
+                    let mut raw = raw_act(act_t, blocks * bs / act_t.block_size(), &mut seed);
+                    if t == GgmlType::Q8_0 {
+                        // ir's Q8_0 reference multiplies exactly; ggml's sign trick differs
+                        // only on a -128 activation byte, which its quantizer never writes.
+                        for blk in raw.chunks_exact_mut(34) {
+                            blk[2..].iter_mut().filter(|b| **b == 0x80).for_each(|b| *b = 0x81);
+                        }
+                    }
                     // SAFETY: as above.
                     let got = unsafe { f(&w, &raw) };
                     let x86 = ir::ggml::vec_dot_avx2(t, &w, &raw).expect("x86 reference");
