@@ -84,23 +84,29 @@ suite!(deepseek_coder, "deepseek-coder");
 
 /// llama.cpp's WordPiece (BERT) suite, `ggml-vocab-bert-bge.gguf` from llama.cpp's `models/`
 /// folder (llama-cpp-python 0.3.36's sdist, llama.cpp 0c1e570): taken from
-/// `../shared/vocab/` when it is there, else from `$MODELC_LLAMA_CPP/models/` (the llama.cpp
-/// source folder).
+/// `../shared/vocab/` when it is there, else from `$MODELC_LLAMA_CPP/models/` (a llama.cpp
+/// source folder), else from `~/.cache/modelc/llama.cpp-models/`, where
+/// `scripts/fetch-llama-vocab` (run by `scripts/test`) puts it.
 #[test]
 fn bert_bge() {
     let name = "ggml-vocab-bert-bge.gguf";
     let shared = modelc_tests::shared_root().join("vocab").join(name);
-    let path = if shared.exists() {
-        shared
-    } else {
-        let src = std::env::var_os("MODELC_LLAMA_CPP").map(std::path::PathBuf::from);
-        let Some(p) = modelc_tests::require(
-            src.unwrap_or_default().join("models").join(name),
-            "copy it into ../shared/vocab/ or set MODELC_LLAMA_CPP to the llama.cpp source folder",
-        ) else {
-            return;
-        };
-        p
+    let from_src = std::env::var_os("MODELC_LLAMA_CPP")
+        .map(|s| std::path::PathBuf::from(s).join("models").join(name));
+    let cached = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".cache/modelc/llama.cpp-models").join(name));
+    let found = [Some(shared), from_src].into_iter().flatten().find(|p| p.exists());
+    let path = match found {
+        Some(p) => p,
+        None => {
+            let Some(p) = modelc_tests::require(
+                cached.unwrap_or_default(),
+                "run scripts/fetch-llama-vocab (scripts/test does)",
+            ) else {
+                return;
+            };
+            p
+        }
     };
     let (n, bad) = run_suite_at(&path).expect("suite runs");
     assert!(n > 0);
