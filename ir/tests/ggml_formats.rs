@@ -530,7 +530,7 @@ fn vec_dot_equals_dequantized_dot() {
         *tested.entry(*wt).or_insert(0) += 1;
     }
     // Every weight type (those `modelc quantize` makes) has a dot product.
-    for &t in ir::ggml::WEIGHT_QUANT_TYPES {
+    for &t in ir::ggml::WEIGHT_QUANT_TYPES.iter() {
         assert!(tested.contains_key(&t), "{t} has no dot product test");
     }
 }

@@ -27,24 +27,19 @@ use super::fp::{f16_to_f32, f32_to_f16};
 use super::GgmlType;
 use std::ops::Range;
 
-/// The types [`quantize_weights`] can produce.
-pub const WEIGHT_QUANT_TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
+/// The types [`quantize_weights`] can produce, in [`GgmlType::ALL`] order: derived by asking
+/// it for one block of zeros of each type (no list is written out).
+pub static WEIGHT_QUANT_TYPES: std::sync::LazyLock<Vec<GgmlType>> =
+    std::sync::LazyLock::new(|| {
+        GgmlType::ALL
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let (n, bytes) = (t.block_size(), t.type_size());
+                n > 0 && quantize_weights(t, &vec![0.0; n], &mut vec![0u8; bytes]).is_ok()
+            })
+            .collect()
+    });
 
 /// Quantizes the f32 values `src` (whole blocks: one row or many rows back to back) to type
 /// `t` into `dst`, as `ggml_quantize_chunk` does without an importance matrix:

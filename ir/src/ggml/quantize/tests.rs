@@ -47,7 +47,7 @@ fn q4_0_hand_checked_block() {
 
 #[test]
 fn all_zero_blocks() {
-    for &t in WEIGHT_QUANT_TYPES {
+    for &t in WEIGHT_QUANT_TYPES.iter() {
         let x = vec![0.0f32; 256];
         let q = quantized(t, &x);
         let mut y = vec![1.0f32; 256];
@@ -73,7 +73,7 @@ fn round_trips_are_close() {
     };
     let x = values(4096, 7);
     let rms = |v: &[f32]| (v.iter().map(|a| a * a).sum::<f32>() / v.len() as f32).sqrt();
-    for &t in WEIGHT_QUANT_TYPES {
+    for &t in WEIGHT_QUANT_TYPES.iter() {
         let q = quantized(t, &x);
         let mut y = vec![0.0f32; x.len()];
         dequantize(t, &q, &mut y).unwrap();
@@ -145,4 +145,18 @@ fn ggml_nearest_int_rounds_ties_to_even_in_range() {
         let v = (i as f32 - 50_000.0) * 0.00731;
         assert_eq!(ggml_nearest_int(v), v.round_ties_even() as i32, "{v}");
     }
+}
+
+/// The derived list is llama-quantize's types without an importance matrix: the float
+/// types, the legacy and K-quants, IQ4_NL and IQ4_XS (and no activation-only type).
+#[test]
+fn weight_quant_types_are_derived() {
+    use GgmlType::*;
+    let mut got: Vec<GgmlType> = WEIGHT_QUANT_TYPES.clone();
+    got.sort_by_key(|t| t.name());
+    let mut want = vec![
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+    ];
+    want.sort_by_key(|t| t.name());
+    assert_eq!(got, want);
 }
