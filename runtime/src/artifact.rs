@@ -140,20 +140,9 @@ pub fn write_runner(artifact: &Artifact, out: &Path) -> anyhow::Result<()> {
     bytes.extend_from_slice(&json);
     bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
     bytes.extend_from_slice(RUNNER_MAGIC);
-    let dir = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = out
-        .file_name()
-        .context("the output path has no file name")?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+    let (mut f, tmp) = ir::gguf::create_beside(out)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    let mut write = || -> std::io::Result<()> {
         f.write_all(&bytes)?;
         f.sync_all()?;
         #[cfg(unix)]

@@ -764,8 +764,12 @@ fn tensor_data(
             }
         }
     };
+    // No more threads than chunks of work (a huge NTHREADS must not start threads that
+    // have nothing to do: llama-quantize's chunking bounds them the same way).
+    let n_chunks = (t.to_bytes as usize).div_ceil(dst_row * rows_per_chunk);
+    let n_threads = n_threads.clamp(1, n_chunks.max(1));
     std::thread::scope(|s| {
-        for _ in 1..n_threads.max(1) {
+        for _ in 1..n_threads {
             s.spawn(work);
         }
         work();

@@ -508,3 +508,27 @@ fn numeric_flags_take_llama_cpp_ranges() {
         assert_one_line_error(&out, "--repeat-last-n -2: must be 0 or more");
     }
 }
+
+/// `compile -o` naming the model file itself (directly or through `./`) is refused before
+/// anything is written; it used to replace the model with the runner.
+#[test]
+fn compile_refuses_to_overwrite_the_model() {
+    let Some(model) = model() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args_same_file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("k.gguf");
+    std::fs::copy(&model, &copy).unwrap();
+    let before = std::fs::metadata(&copy).unwrap().len();
+    for out in [copy.clone(), dir.join(".").join("k.gguf")] {
+        let run = modelc()
+            .arg("compile")
+            .arg(&copy)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_one_line_error(&run, "is the model file itself");
+        assert_eq!(std::fs::metadata(&copy).unwrap().len(), before);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

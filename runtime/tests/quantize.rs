@@ -405,3 +405,45 @@ fn first_difference_names_the_tensor() {
     assert!(d.contains("first differing block"), "{d}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The temporary file of the atomic write can neither be the input (`IN = OUT.tmp` used to
+/// truncate the model and crash) nor follow a symlink planted at a predictable name, and a
+/// huge thread count does not start threads without work (it used to run for minutes).
+#[test]
+fn the_write_never_clobbers_other_files() {
+    let Some(models) = modelc_tests::shared("fixtures/models") else {
+        return;
+    };
+    let dir = scratch("clobber");
+    let src = std::fs::read(models.join("qwen2-F32.gguf")).unwrap();
+    let input = dir.join("a.gguf.tmp");
+    std::fs::write(&input, &src).unwrap();
+    let run = quantize(&[], &input, &dir.join("a.gguf"), "Q4_0");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(std::fs::read(&input).unwrap() == src, "the input changed");
+    #[cfg(unix)]
+    {
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("z.gguf.tmp")).unwrap();
+        let run = quantize(&[], &input, &dir.join("z.gguf"), "Q8_0");
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+    let run = modelc()
+        .arg("quantize")
+        .arg(&input)
+        .arg(dir.join("t.gguf"))
+        .args(["Q4_0", "99999999"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -249,7 +249,8 @@ impl GgufWriter {
         Ok(())
     }
 
-    /// Writes the file atomically: to `PATH.tmp` first, then renamed over `path`.
+    /// Writes the file atomically: to a new file beside it ([`create_beside`]) first, then
+    /// renamed over `path`.
     pub fn write_to_file(&self, path: &Path) -> Result<(), GgufError> {
         self.write_streaming(path, |i| {
             let t = &self.tensors[i];
@@ -262,9 +263,9 @@ impl GgufWriter {
     /// Writes the file atomically, asking `data(i)` for the bytes of tensor `i` (in the order
     /// added) as it goes, so only one tensor's data is in memory at a time.
     ///
-    /// The file is written to `PATH.tmp`, flushed to disk and renamed over `path`; on any
-    /// error (including one `data` returns, e.g. for an interruption, or a full disk)
-    /// `PATH.tmp` is removed and `path` is left as it was.
+    /// The file is written to a new file beside `path` ([`create_beside`]), flushed to disk
+    /// and renamed over `path`; on any error (including one `data` returns, e.g. for an
+    /// interruption, or a full disk) that file is removed and `path` is left as it was.
     ///
     /// Errors: I/O errors (naming `path`), the error of `data`, or data of the wrong size.
     pub fn write_streaming(
@@ -272,14 +273,13 @@ impl GgufWriter {
         path: &Path,
         mut data: impl FnMut(usize) -> Result<Vec<u8>, GgufError>,
     ) -> Result<(), GgufError> {
-        let tmp = Self::tmp_path(path);
         let io = |error| GgufError::Io {
             path: path.to_path_buf(),
             error,
         };
+        let header = self.header_bytes()?;
+        let (f, tmp) = create_beside(path).map_err(io)?;
         let result = (|| {
-            let header = self.header_bytes()?;
-            let f = std::fs::File::create(&tmp).map_err(io)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
             w.write_all(&header).map_err(io)?;
             let zeros = [0u8; 64];
@@ -311,13 +311,39 @@ impl GgufWriter {
         result
     }
 
-    /// The temporary file [`write_streaming`](Self::write_streaming) writes before renaming
-    /// it to `path`: `PATH.tmp`.
-    pub fn tmp_path(path: &Path) -> std::path::PathBuf {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        std::path::PathBuf::from(tmp)
+}
+
+/// A new, empty file next to `path` for an atomic write of `path` (written, then renamed
+/// over it): `.NAME.PID.N.tmp` in `path`'s directory, created with `O_CREAT | O_EXCL`, so it
+/// never follows a symlink, never reuses an existing file (the input of the write, say) and
+/// never collides with another writer; `N` counts up until a name is free.
+///
+/// Errors: the I/O error of creating it (a missing or read-only directory, ...).
+pub fn create_beside(path: &Path) -> std::io::Result<(std::fs::File, std::path::PathBuf)> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path has no file name")
+    })?;
+    for n in 0u32.. {
+        let tmp = dir.join(format!(
+            ".{}.{}.{n}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => continue,
+            Err(e) => return Err(e),
+        }
     }
+    unreachable!("the loop returns")
 }
 
 fn write_str(out: &mut Vec<u8>, s: &str) {

@@ -195,6 +195,16 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     // A target without a backend is refused before anything is read.
     let be = backend(args.target, &args.backend)?;
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args.model));
+    if super::same_file(&args.model, &out) {
+        anyhow::bail!(
+            "the output {} is the model file itself: choose another -o",
+            out.display()
+        );
+    }
     let gguf = GgufFile::open(&args.model)?;
     let model_path =
         std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
@@ -221,10 +231,6 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         })?;
     let summary = plan.summary();
     let payload = be.build(plan)?;
-    let out = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&args.model));
     let artifact = Artifact {
         version: ARTIFACT_VERSION,
         modelc_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -128,6 +128,22 @@ pub(crate) fn usage_error(e: clap::Error, typed: &[std::ffi::OsString]) -> ExitC
     ExitCode::from(1)
 }
 
+/// Whether `a` and `b` name the same existing file, also through links
+/// (`std::filesystem::equivalent`: same device and inode on Unix).
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(a), Ok(b)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return a.dev() == b.dev() && a.ino() == b.ino();
+        }
+    }
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,

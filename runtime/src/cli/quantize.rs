@@ -97,21 +97,6 @@ fn positional(args: &[String], dry_run: bool) -> anyhow::Result<Positional> {
     })
 }
 
-/// Whether `a` and `b` name the same existing file, also through links
-/// (`std::filesystem::equivalent`: same device and inode on Unix).
-fn same_file(a: &Path, b: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        if let (Ok(a), Ok(b)) = (std::fs::metadata(a), std::fs::metadata(b)) {
-            return a.dev() == b.dev() && a.ino() == b.ino();
-        }
-    }
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
-}
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
@@ -186,7 +171,7 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
         token_embedding_type: args.token_embedding_type,
     };
     if let Some(out) = &pos.output {
-        if !args.dry_run && same_file(&pos.input, out) {
+        if !args.dry_run && super::same_file(&pos.input, out) {
             bail!(
                 "input and output files are the same: '{}'",
                 pos.input.display()

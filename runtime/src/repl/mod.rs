@@ -471,18 +471,10 @@ pub fn save(path: &Path, messages: &[serde_json::Value]) -> anyhow::Result<()> {
         path.display()
     );
     let json = serde_json::to_string_pretty(&serde_json::json!({ "messages": messages }))?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().context("/save needs a file name")?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+    path.file_name().context("/save needs a file name")?;
+    let (mut f, tmp) = ir::gguf::create_beside(path)
+        .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
+    let mut write = || -> std::io::Result<()> {
         f.write_all(json.as_bytes())?;
         f.write_all(b"\n")?;
         f.sync_all()?;
