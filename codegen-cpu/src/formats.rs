@@ -163,7 +163,10 @@ mod tests {
     /// parameters of ggml-common.h's structs.
     #[test]
     fn formats_are_derived_from_the_descriptions() {
-        let found: Vec<QuantFormat> = GgmlType::ALL.iter().filter_map(|&t| QuantFormat::of(t)).collect();
+        let found: Vec<QuantFormat> = GgmlType::ALL
+            .iter()
+            .filter_map(|&t| QuantFormat::of(t))
+            .collect();
         let want = [
             (GgmlType::Q4_0, 4, 8, false, ActKind::Q8_0, 18),
             (GgmlType::Q4_1, 4, 0, true, ActKind::Q8_1, 20),
@@ -171,7 +174,10 @@ mod tests {
         ];
         assert_eq!(found.len(), want.len(), "{found:?}");
         for (f, (t, bits, zp, min, act, bytes)) in found.iter().zip(want) {
-            assert_eq!((f.wtype, f.bits, f.zero_point, f.has_min, f.act), (t, bits, zp, min, act));
+            assert_eq!(
+                (f.wtype, f.bits, f.zero_point, f.has_min, f.act),
+                (t, bits, zp, min, act)
+            );
             assert_eq!(f.src_block_bytes(), bytes);
             assert_eq!(f.src_block_bytes(), t.type_size());
         }

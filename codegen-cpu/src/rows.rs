@@ -360,7 +360,9 @@ unsafe fn products_chunk(
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         let mut t = 0;
         while t + 4 <= n {
-            let Some(v) = dot.dot8x4(&ws, &arows4(t)) else { break };
+            let Some(v) = dot.dot8x4(&ws, &arows4(t)) else {
+                break;
+            };
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
             }
@@ -380,7 +382,9 @@ unsafe fn products_chunk(
         }
         let mut t = 0;
         while t + 4 <= n {
-            let Some(v) = dot.dot4x4(&ws, &arows4(t), col0 + t, n_cols) else { break };
+            let Some(v) = dot.dot4x4(&ws, &arows4(t), col0 + t, n_cols) else {
+                break;
+            };
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
             }
@@ -402,7 +406,9 @@ unsafe fn products_chunk(
         }
         let mut t = 0;
         while t + 4 <= n {
-            let Some(v) = dot.dot4(wr, &arows4(t), col0 + t, n_cols) else { break };
+            let Some(v) = dot.dot4(wr, &arows4(t), col0 + t, n_cols) else {
+                break;
+            };
             for (c, &vc) in v.iter().enumerate() {
                 *out.add((t + c) * out_stride + r) = vc;
             }

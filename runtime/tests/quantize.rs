@@ -419,7 +419,11 @@ fn the_write_never_clobbers_other_files() {
     let input = dir.join("a.gguf.tmp");
     std::fs::write(&input, &src).unwrap();
     let run = quantize(&[], &input, &dir.join("a.gguf"), "Q4_0");
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(std::fs::read(&input).unwrap() == src, "the input changed");
     #[cfg(unix)]
     {
@@ -427,7 +431,11 @@ fn the_write_never_clobbers_other_files() {
         std::fs::write(&victim, b"keep").unwrap();
         std::os::unix::fs::symlink(&victim, dir.join("z.gguf.tmp")).unwrap();
         let run = quantize(&[], &input, &dir.join("z.gguf"), "Q8_0");
-        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     }
     let run = modelc()
@@ -437,7 +445,11 @@ fn the_write_never_clobbers_other_files() {
         .args(["Q4_0", "99999999"])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok())

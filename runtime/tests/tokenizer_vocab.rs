@@ -93,9 +93,15 @@ fn bert_bge() {
     let shared = modelc_tests::shared_root().join("vocab").join(name);
     let from_src = std::env::var_os("MODELC_LLAMA_CPP")
         .map(|s| std::path::PathBuf::from(s).join("models").join(name));
-    let cached = std::env::var_os("HOME")
-        .map(|h| std::path::PathBuf::from(h).join(".cache/modelc/llama.cpp-models").join(name));
-    let found = [Some(shared), from_src].into_iter().flatten().find(|p| p.exists());
+    let cached = std::env::var_os("HOME").map(|h| {
+        std::path::PathBuf::from(h)
+            .join(".cache/modelc/llama.cpp-models")
+            .join(name)
+    });
+    let found = [Some(shared), from_src]
+        .into_iter()
+        .flatten()
+        .find(|p| p.exists());
     let path = match found {
         Some(p) => p,
         None => {

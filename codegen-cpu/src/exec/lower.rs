@@ -810,15 +810,13 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             let lm_head = name == "output.weight" || name == "token_embd.weight";
             // Weights llama.cpp repacks run its repacked kernels' order in the exact mode
             // (the row-dot kernels have it; the generated ones do not).
-            let repacked = self.order == SumOrder::Ggml
-                && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
+            let repacked =
+                self.order == SumOrder::Ggml && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
             // Prompt steps of a type the row-dot kernels tile in the exact order (Q8_0) take
             // them: 4 × 4 tiles beat the generated kernels' 2-token tiles there. Decode
             // steps (and the language-model head, one token) keep the generated kernel.
-            let prompt_tiles = self.order == SumOrder::Ggml
-                && n > 1
-                && !lm_head
-                && crate::rows::tiles_prompts(t);
+            let prompt_tiles =
+                self.order == SumOrder::Ggml && n > 1 && !lm_head && crate::rows::tiles_prompts(t);
             if !supports(t) || repacked || prompt_tiles {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);

@@ -495,7 +495,9 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C; `w` whole Q5_0 blocks, each `a[c]` as many Q8_0 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_0_q8_0_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        let nb = a.iter().fold(w.len() / Q5_0_BYTES, |n, r| n.min(r.len() / Q8_0_BYTES));
+        let nb = a
+            .iter()
+            .fold(w.len() / Q5_0_BYTES, |n, r| n.min(r.len() / Q8_0_BYTES));
         let high = _mm256_set1_epi8(0xf0u8 as i8);
         let mut acc = [_mm256_setzero_ps(); 4];
         for b in 0..nb {
@@ -536,7 +538,9 @@ pub(super) mod x86 {
         quants: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; R]; C] {
         const { assert!(R <= 8, "one vector of row scales") };
-        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
+        let rows = w
+            .iter()
+            .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         for b in 0..nb {
@@ -556,7 +560,10 @@ pub(super) mod x86 {
             let dxv = _mm256_loadu_ps(dx.as_ptr());
             for (c, dc) in d.iter_mut().enumerate() {
                 let y = a[c].as_ptr().add(b * Q8_0_BYTES);
-                _mm256_storeu_ps(dc.as_mut_ptr(), _mm256_mul_ps(dxv, _mm256_set1_ps(f16_at(y))));
+                _mm256_storeu_ps(
+                    dc.as_mut_ptr(),
+                    _mm256_mul_ps(dxv, _mm256_set1_ps(f16_at(y))),
+                );
             }
             for c in 0..C {
                 let y = a[c].as_ptr().add(b * Q8_0_BYTES);
@@ -582,7 +589,10 @@ pub(super) mod x86 {
     #[inline(always)]
     unsafe fn q5_0_quants(x: *const u8) -> __m256i {
         let set = bytes_from_bits(u32_at(x.add(2)));
-        _mm256_or_si256(nibbles32(x.add(6)), _mm256_andnot_si256(set, _mm256_set1_epi8(0xf0u8 as i8)))
+        _mm256_or_si256(
+            nibbles32(x.add(6)),
+            _mm256_andnot_si256(set, _mm256_set1_epi8(0xf0u8 as i8)),
+        )
     }
 
     /// [`tile32`] for Q5_0.
@@ -655,7 +665,9 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C; `w` whole Q5_1 blocks, each `a[c]` as many Q8_1 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        let nb = a.iter().fold(w.len() / Q5_1_BYTES, |n, r| n.min(r.len() / Q8_1_BYTES));
+        let nb = a
+            .iter()
+            .fold(w.len() / Q5_1_BYTES, |n, r| n.min(r.len() / Q8_1_BYTES));
         let bit4 = _mm256_set1_epi8(0x10);
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut summs = [0f32; 4];
@@ -1088,7 +1100,13 @@ mod tests {
             .map(|_| rng(seed) as u8)
             // Q8_0 weights are -127..127 (ggml's quantizer never writes -128, where the
             // sign trick of the x86 kernels and the exact products of the reference differ).
-            .map(|b| if t == GgmlType::Q8_0 && b == 0x80 { 0x81 } else { b })
+            .map(|b| {
+                if t == GgmlType::Q8_0 && b == 0x80 {
+                    0x81
+                } else {
+                    b
+                }
+            })
             .collect();
         for b in 0..blocks {
             for &o in f16_at {
@@ -1154,13 +1172,21 @@ mod tests {
     fn four_column_routines_match_one() {
         let mut seed = 0x5151_u64;
         for (t, f16_at) in TYPES {
-            let (Some(f), Some(f4)) = (dot_fn(t), dot4_fn(t)) else { continue };
+            let (Some(f), Some(f4)) = (dot_fn(t), dot4_fn(t)) else {
+                continue;
+            };
             let act_t = vec_dot_type(t).expect("has a vec_dot_type");
             for blocks in [1usize, 3, 18] {
                 for _ in 0..100 {
                     let w = random_row(t, blocks, f16_at, &mut seed);
                     let acts: Vec<Vec<u8>> = (0..4)
-                        .map(|_| raw_act(act_t, blocks * t.block_size() / act_t.block_size(), &mut seed))
+                        .map(|_| {
+                            raw_act(
+                                act_t,
+                                blocks * t.block_size() / act_t.block_size(),
+                                &mut seed,
+                            )
+                        })
                         .collect();
                     let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
                     // SAFETY: both chosen for this host; whole rows of equal length.
@@ -1171,8 +1197,9 @@ mod tests {
                         assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
                     }
                     if let Some(f44) = dot4x4_fn(t) {
-                        let more: Vec<Vec<u8>> =
-                            (0..3).map(|_| random_row(t, blocks, f16_at, &mut seed)).collect();
+                        let more: Vec<Vec<u8>> = (0..3)
+                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
+                            .collect();
                         let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
                         // SAFETY: as above.
                         let got = unsafe { f44(&ws, &a) };
@@ -1180,7 +1207,12 @@ mod tests {
                             for (r, v) in col.iter().enumerate() {
                                 // SAFETY: as above.
                                 let want = unsafe { f(ws[r], a[c]) };
-                                assert_eq!(v.to_bits(), want.to_bits(), "{} 4x4 r{r} c{c}", t.name());
+                                assert_eq!(
+                                    v.to_bits(),
+                                    want.to_bits(),
+                                    "{} 4x4 r{r} c{c}",
+                                    t.name()
+                                );
                             }
                         }
                     }
@@ -1201,8 +1233,12 @@ mod tests {
         let mut seed = 7u64;
         let (k, m, n) = (576usize, 1536usize, 32usize);
         let t = GgmlType::Q5_0;
-        let w: Vec<Vec<u8>> = (0..m).map(|_| random_row(t, k / 32, &[0], &mut seed)).collect();
-        let acts: Vec<Vec<u8>> = (0..n).map(|_| raw_act(GgmlType::Q8_0, k / 32, &mut seed)).collect();
+        let w: Vec<Vec<u8>> = (0..m)
+            .map(|_| random_row(t, k / 32, &[0], &mut seed))
+            .collect();
+        let acts: Vec<Vec<u8>> = (0..n)
+            .map(|_| raw_act(GgmlType::Q8_0, k / 32, &mut seed))
+            .collect();
         fn run<const R: usize, const C: usize>(w: &[Vec<u8>], acts: &[Vec<u8>]) -> f64 {
             let mut best = f64::MAX;
             let mut sink = 0f32;
@@ -1289,7 +1325,10 @@ mod tests {
                         // ir's Q8_0 reference multiplies exactly; ggml's sign trick differs
                         // only on a -128 activation byte, which its quantizer never writes.
                         for blk in raw.chunks_exact_mut(34) {
-                            blk[2..].iter_mut().filter(|b| **b == 0x80).for_each(|b| *b = 0x81);
+                            blk[2..]
+                                .iter_mut()
+                                .filter(|b| **b == 0x80)
+                                .for_each(|b| *b = 0x81);
                         }
                     }
                     // SAFETY: as above.

@@ -86,8 +86,7 @@ pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<RepackDot4Fn> {
 ///
 /// # Safety
 /// As [`RepackDotFn`], for each pair.
-pub(crate) type RepackDot4x4Fn =
-    unsafe fn(&[&[u8]; 4], &[&[u8]; 4], RepackKernel) -> [[f32; 4]; 4];
+pub(crate) type RepackDot4x4Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 4], RepackKernel) -> [[f32; 4]; 4];
 
 /// The four-row, four-column AVX2 routine for `wtype` on this host, if there is one (Q4_K).
 pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
@@ -634,7 +633,8 @@ mod tests {
                 for b in 0..8 * nb {
                     let offsets: &[usize] = if t == GgmlType::Q4_K { &[0, 2] } else { &[0] };
                     for &o in offsets {
-                        let v = half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3);
+                        let v =
+                            half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3);
                         w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
                     }
                 }
@@ -655,7 +655,11 @@ mod tests {
                         for c in 0..4 {
                             for i in 0..8 {
                                 let want = dot_plain(t, rows[i], a[c], k);
-                                assert_eq!(got[c][i].to_bits(), want.to_bits(), "{t} {k:?} row {i} col {c}");
+                                assert_eq!(
+                                    got[c][i].to_bits(),
+                                    want.to_bits(),
+                                    "{t} {k:?} row {i} col {c}"
+                                );
                             }
                         }
                     }
@@ -674,7 +678,11 @@ mod tests {
                         for c in 0..4 {
                             for r in 0..4 {
                                 let want = dot_plain(t, rows[r], a[c], k);
-                                assert_eq!(got[c][r].to_bits(), want.to_bits(), "{t} {k:?} 4x4 r{r} c{c}");
+                                assert_eq!(
+                                    got[c][r].to_bits(),
+                                    want.to_bits(),
+                                    "{t} {k:?} 4x4 r{r} c{c}"
+                                );
                             }
                         }
                     }

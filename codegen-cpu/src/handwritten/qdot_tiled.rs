@@ -797,7 +797,10 @@ mod x86 {
         let mut out = [0f32; C];
         for c in 0..C {
             // hsum_float_8: ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))
-            let r = _mm_add_ps(_mm256_castps256_ps128(acc[c]), _mm256_extractf128_ps::<1>(acc[c]));
+            let r = _mm_add_ps(
+                _mm256_castps256_ps128(acc[c]),
+                _mm256_extractf128_ps::<1>(acc[c]),
+            );
             let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
             let r = _mm_add_ss(r, _mm_movehdup_ps(r));
             out[c] = _mm_cvtss_f32(r);
@@ -927,7 +930,9 @@ mod tests {
     fn qdot_tiled_four_columns_match_one() {
         let mut seed = 0x4c0f_u64;
         for t in TYPES {
-            let (Some(f), Some(f4)) = (routine(t), super::tiled4_fn(t)) else { continue };
+            let (Some(f), Some(f4)) = (routine(t), super::tiled4_fn(t)) else {
+                continue;
+            };
             for n in [256usize, 2048] {
                 for _ in 0..50 {
                     let w = random_weights(t, n, &mut seed);

@@ -287,7 +287,14 @@ mod tests {
     #[test]
     fn round_ties_even_matches_std() {
         let mut values = vec![0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 127.5, -128.5, 0.0, -0.0];
-        values.extend([4_194_303.5f32, -4_194_303.5, 4_194_304.0, 8_388_609.0, 1e30, -1e30]);
+        values.extend([
+            4_194_303.5f32,
+            -4_194_303.5,
+            4_194_304.0,
+            8_388_609.0,
+            1e30,
+            -1e30,
+        ]);
         values.extend((0..200_000).map(|i| (i as f32 - 100_000.0) * 0.00137));
         values.extend((0..2_000).map(|i| i as f32 * 0.5 - 500.0));
         for v in values {

@@ -310,7 +310,6 @@ impl GgufWriter {
         }
         result
     }
-
 }
 
 /// A new, empty file next to `path` for an atomic write of `path` (written, then renamed
@@ -325,7 +324,10 @@ pub fn create_beside(path: &Path) -> std::io::Result<(std::fs::File, std::path::
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path has no file name")
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path has no file name",
+        )
     })?;
     for n in 0u32.. {
         let tmp = dir.join(format!(

@@ -97,7 +97,6 @@ fn positional(args: &[String], dry_run: bool) -> anyhow::Result<Positional> {
     })
 }
 
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
 }
