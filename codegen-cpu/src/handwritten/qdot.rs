@@ -398,6 +398,32 @@ pub(super) mod x86 {
         _mm256_shuffle_epi8(scales, shuf)
     }
 
+    /// The eight i32 lanes of a Q2_K / Q3_K super-block: `Σ madd(scale pair, p16(half, k))`
+    /// over its two 128-value halves and their four 32-value vectors, `p16(half, k)` the
+    /// i16 products of vector `4 half + k` and `all` the sixteen i16 scales (scale `j` in
+    /// lane `j`). Integer sums: exact in any order.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn k16_lanes(all: __m256i, p16: impl Fn(usize, usize) -> __m256i) -> __m256i {
+        let halves = [
+            _mm256_permute2x128_si256::<0x00>(all, all),
+            _mm256_permute2x128_si256::<0x11>(all, all),
+        ];
+        let mut sumi = _mm256_setzero_si256();
+        for (half, &scales) in halves.iter().enumerate() {
+            let mut p = [_mm256_setzero_si256(); 4];
+            for (k, pk) in p.iter_mut().enumerate() {
+                *pk = _mm256_madd_epi16(scale_pair(scales, k as i32), p16(half, k));
+            }
+            let s01 = _mm256_add_epi32(p[0], p[1]);
+            let s23 = _mm256_add_epi32(p[2], p[3]);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
+        }
+        sumi
+    }
+
     /// Every i16 lane = lane `i` of `scales` (eight i16 scales, the same in both halves);
     /// ggml's `get_scale_shuffle_k4(i)` shuffle.
     ///
@@ -781,30 +807,12 @@ pub(super) mod x86 {
             let mins8 = _mm_and_si128(_mm_srli_epi16(packed, 4), m4);
             let mins = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8), load32(y.add(260)));
             acc = fma_lanes(dmin, mins, acc);
-            let all = _mm256_cvtepi8_epi16(scales8);
-            let halves = [
-                _mm256_permute2x128_si256::<0x00>(all, all),
-                _mm256_permute2x128_si256::<0x11>(all, all),
-            ];
-            let mut sumi = _mm256_setzero_si256();
-            for (half, &scales) in halves.iter().enumerate() {
+            let sumi = k16_lanes(_mm256_cvtepi8_epi16(scales8), |half, k| {
                 let bits = load32(x.add(16 + 32 * half));
-                let mut p = [_mm256_setzero_si256(); 4];
-                for (k, pk) in p.iter_mut().enumerate() {
-                    let q2 = _mm256_and_si256(
-                        _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)),
-                        m3,
-                    );
-                    let y8 = load32(q8.add(32 * (4 * half + k)));
-                    *pk = _mm256_madd_epi16(
-                        scale_pair(scales, k as i32),
-                        _mm256_maddubs_epi16(q2, y8),
-                    );
-                }
-                let s01 = _mm256_add_epi32(p[0], p[1]);
-                let s23 = _mm256_add_epi32(p[2], p[3]);
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
-            }
+                let q2 =
+                    _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                _mm256_maddubs_epi16(q2, load32(q8.add(32 * (4 * half + k))))
+            });
             acc = fma_lanes(d, sumi, acc);
         }
         hsum(acc)
@@ -848,36 +856,21 @@ pub(super) mod x86 {
             let y = a.as_ptr().add(b * Q8_K_BYTES);
             let d = f32_at(y) * f16_at(x.add(108));
             let q8 = y.add(4);
-            let all = q3_k_scales(x.add(96));
-            let halves = [
-                _mm256_permute2x128_si256::<0x00>(all, all),
-                _mm256_permute2x128_si256::<0x11>(all, all),
-            ];
             let hbits = load32(x);
-            let mut sumi = _mm256_setzero_si256();
-            for (half, &scales) in halves.iter().enumerate() {
+            let sumi = k16_lanes(q3_k_scales(x.add(96)), |half, k| {
+                let g = 4 * half + k;
                 let bits = load32(x.add(32 + 32 * half));
-                let mut p = [_mm256_setzero_si256(); 4];
-                for (k, pk) in p.iter_mut().enumerate() {
-                    let g = 4 * half + k;
-                    let low = _mm256_and_si256(
-                        _mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)),
-                        m3,
-                    );
-                    // 4 where bit g of the hmask byte is clear, else 0.
-                    let bit = _mm256_and_si256(hbits, _mm256_set1_epi8((1u8 << g) as i8));
-                    let high = _mm256_and_si256(_mm256_cmpeq_epi8(bit, zero), four);
-                    let y8 = load32(q8.add(32 * g));
-                    let p16 = _mm256_sub_epi16(
-                        _mm256_maddubs_epi16(low, y8),
-                        _mm256_maddubs_epi16(high, y8),
-                    );
-                    *pk = _mm256_madd_epi16(scale_pair(scales, k as i32), p16);
-                }
-                let s01 = _mm256_add_epi32(p[0], p[1]);
-                let s23 = _mm256_add_epi32(p[2], p[3]);
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(s01, s23));
-            }
+                let low =
+                    _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                // 4 where bit g of the hmask byte is clear, else 0.
+                let bit = _mm256_and_si256(hbits, _mm256_set1_epi8((1u8 << g) as i8));
+                let high = _mm256_and_si256(_mm256_cmpeq_epi8(bit, zero), four);
+                let y8 = load32(q8.add(32 * g));
+                _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(low, y8),
+                    _mm256_maddubs_epi16(high, y8),
+                )
+            });
             acc = fma_lanes(d, sumi, acc);
         }
         hsum(acc)
