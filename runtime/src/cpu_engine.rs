@@ -12,7 +12,7 @@
 //! plan ([`LogitRows::Both`]). A call asking for all rows from a plan that only has
 //! last-row steps fails with a clear error, and vice versa.
 
-use crate::engine::{check_decode_args, Engine, EngineMemory, KvStream};
+use crate::engine::{check_decode_args, check_seqs_args, Engine, EngineMemory, KvStream};
 
 /// llama.cpp's default `n_ubatch` (`-ub`): it decodes a call in ubatches of this many tokens,
 /// and its flash-attention kernel choice depends on the ubatch's size.
@@ -302,6 +302,82 @@ impl Engine for CpuEngine<'_> {
             weights: s.repacked_bytes as u64,
             work: (s.arena_bytes + s.scratch_bytes) as u64,
         }
+    }
+
+    /// Groups of sequences go through the plan's multi-sequence steps
+    /// ([`CompiledPlan::step_seqs`]): the steps with a logit row per token, each group the
+    /// size of one of them or padded to one at most twice its size (padding rows cost the
+    /// generated matmul kernels as much as real ones); a group of one is a one-token
+    /// decode.
+    fn decode_seqs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        tokens: &[u32],
+        positions: &[usize],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        check_seqs_args(kvs, tokens, positions)?;
+        for (&t, &pos) in tokens.iter().zip(positions) {
+            check_decode_args(self, &[t], pos)?;
+        }
+        let mut done = 0;
+        while done < kvs.len() {
+            let left = kvs.len() - done;
+            let size = self
+                .all_sizes
+                .iter()
+                .copied()
+                .find(|&s| s as usize >= left && s as usize <= 2 * left)
+                .or_else(|| {
+                    self.all_sizes
+                        .iter()
+                        .rev()
+                        .copied()
+                        .find(|&s| s >= 2 && s as usize <= left)
+                });
+            let Some(size) = size.filter(|&s| s >= 2) else {
+                let logits = self.decode(
+                    &mut kvs[done],
+                    &tokens[done..done + 1],
+                    positions[done],
+                    false,
+                )?;
+                out.extend_from_slice(logits);
+                done += 1;
+                continue;
+            };
+            let n = left.min(size as usize);
+            let group = done..done + n;
+            self.tokens.clear();
+            self.tokens
+                .extend(tokens[group.clone()].iter().map(|&t| t as i32));
+            self.positions.clear();
+            self.positions
+                .extend(positions[group.clone()].iter().map(|&p| p as i32));
+            // Padding rows repeat the last real row (they store nothing).
+            let (pad_t, pad_p) = (self.tokens[n - 1], self.positions[n - 1]);
+            self.tokens.resize(size as usize, pad_t);
+            self.positions.resize(size as usize, pad_p);
+            self.out_ids.clear();
+            self.out_ids.extend(0..size as i32);
+            let kv_len = positions[group.clone()].iter().max().map_or(1, |&p| p + 1);
+            let args = StepArgs {
+                tokens: &self.tokens,
+                positions: &self.positions,
+                output_ids: &self.out_ids,
+                kv_len,
+                data: &[],
+            };
+            // Marked before the step: a failed step may have stored its rows.
+            for (kv, &pos) in kvs[group.clone()].iter_mut().zip(&positions[group.clone()]) {
+                kv.written = kv.written.max(pos + 1);
+            }
+            let mut mems: Vec<&mut [u8]> = kvs[group].iter_mut().map(|k| &mut *k.mem).collect();
+            let logits = self.exec.step_seqs(&mut mems, size, &args)?;
+            out.extend_from_slice(&logits[..n * self.n_vocab]);
+            done += n;
+        }
+        Ok(())
     }
 
     fn decode(

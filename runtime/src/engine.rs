@@ -70,6 +70,32 @@ pub trait Engine {
     /// The logits the last successful [`Engine::decode`] returned (empty before any).
     fn last_logits(&self) -> &[f32];
 
+    /// Evaluates one token of each of several sequences: `tokens[i]` at position
+    /// `positions[i]` of the sequence whose KV memory is `kvs[i]` (each stream at most
+    /// once), appending a logit row per sequence to `out`, in order. Each row is what
+    /// [`Engine::decode`] of that token alone returns, bit for bit; an engine with
+    /// multi-sequence steps reads each weight once for all of them (llama-server's
+    /// continuous batching of the slots' decode tokens). The default decodes them one
+    /// after another.
+    ///
+    /// # Errors
+    /// Lengths that differ, and what [`Engine::decode`] reports for any token (the cells
+    /// written before the error are marked in each stream's `written`).
+    fn decode_seqs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        tokens: &[u32],
+        positions: &[usize],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        check_seqs_args(kvs, tokens, positions)?;
+        for ((kv, &t), &pos) in kvs.iter_mut().zip(tokens).zip(positions) {
+            let logits = self.decode(kv, &[t], pos, false)?;
+            out.extend_from_slice(logits);
+        }
+        Ok(())
+    }
+
     /// Forgets cells `from..` of stream `stream`, for an engine that keeps KV state outside
     /// the session's memory (the session has already zeroed the cells of its own memory).
     fn forget(&mut self, _stream: usize, _from: usize) {}
@@ -121,6 +147,25 @@ pub fn check_decode_args(engine: &dyn Engine, tokens: &[u32], pos0: usize) -> an
     Ok(())
 }
 
+/// Checks that the arguments of [`Engine::decode_seqs`] have one entry per sequence.
+///
+/// # Errors
+/// As said, in one line.
+pub fn check_seqs_args(
+    kvs: &[KvStream<'_>],
+    tokens: &[u32],
+    positions: &[usize],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        kvs.len() == tokens.len() && tokens.len() == positions.len(),
+        "decode_seqs: {} streams, {} tokens and {} positions",
+        kvs.len(),
+        tokens.len(),
+        positions.len()
+    );
+    Ok(())
+}
+
 /// A borrowed engine is an engine: a session can borrow one (`Session::single(&mut e)`) and
 /// give it back when dropped, for callers that read backend-specific state afterwards (a
 /// profile, load statistics).
@@ -153,6 +198,16 @@ impl<E: Engine + ?Sized> Engine for &mut E {
 
     fn last_logits(&self) -> &[f32] {
         (**self).last_logits()
+    }
+
+    fn decode_seqs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        tokens: &[u32],
+        positions: &[usize],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        (**self).decode_seqs(kvs, tokens, positions, out)
     }
 
     fn forget(&mut self, stream: usize, from: usize) {

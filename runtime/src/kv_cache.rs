@@ -184,6 +184,26 @@ impl KvCache {
         }
     }
 
+    /// The memory of streams `idx` (distinct), lent together for one multi-sequence call,
+    /// in the order given.
+    ///
+    /// # Panics
+    /// A stream index given twice or out of range (the session passes each sequence's
+    /// stream once).
+    pub fn lend_many(&mut self, idx: &[usize]) -> Vec<crate::engine::KvStream<'_>> {
+        let b = (self.layout.stream_bytes as usize).max(1);
+        let mut parts: Vec<Option<&mut [u8]>> =
+            self.mem.as_mut_slice().chunks_mut(b).map(Some).collect();
+        parts.resize_with(self.streams.len(), || Some(Default::default()));
+        idx.iter()
+            .map(|&i| crate::engine::KvStream {
+                index: i,
+                mem: parts[i].take().expect("each stream is lent once"),
+                written: self.streams[i].written,
+            })
+            .collect()
+    }
+
     /// Records what a call on stream `i` did: `tokens` appended at `n_past`, cells up to
     /// `written` written.
     pub fn commit(&mut self, i: usize, tokens: &[TokenId], written: usize) {

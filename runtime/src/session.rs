@@ -188,17 +188,44 @@ impl<'w> Session<'w> {
     }
 
     /// Evaluates a batch of tokens of one or more sequences, each continuing its sequence,
-    /// and returns the logits rows of the tokens marked `logits`, in batch order. The batch
-    /// is cut into runs of consecutive tokens of one sequence, each evaluated against that
-    /// sequence's memory (llama.cpp splits a batch per sequence the same way for a
-    /// non-unified cache), so each sequence gets the logits it would get alone.
+    /// and returns the logits rows of the tokens marked `logits`, in batch order. Sequences
+    /// with one token in the batch (the slots that are generating) are evaluated together,
+    /// one engine call reading the weights once for all of them
+    /// ([`Engine::decode_seqs`]); the others are cut into runs of consecutive tokens of one
+    /// sequence, each evaluated against that sequence's memory (llama.cpp splits a batch
+    /// per sequence the same way for a non-unified cache). Either way each sequence gets
+    /// the logits it would get alone, bit for bit.
     ///
     /// # Errors
     /// As [`Session::eval`] for each run; an engine without all-token logits steps when a
-    /// run asks for rows other than its last.
+    /// run asks for rows other than its last. Sequences evaluated before an error keep
+    /// their tokens; the failing call's sequences are left as they were.
     pub fn decode_batch(&mut self, batch: &[BatchToken]) -> anyhow::Result<Vec<f32>> {
         let n_vocab = self.n_vocab();
-        let mut out = Vec::new();
+        // Where each token's logits go in the result.
+        let mut row_of = Vec::with_capacity(batch.len());
+        let mut n_rows = 0;
+        for b in batch {
+            row_of.push(b.logits.then_some(n_rows));
+            n_rows += usize::from(b.logits);
+        }
+        let mut out = vec![0f32; n_rows * n_vocab];
+        let mut count: std::collections::HashMap<SeqId, usize> = Default::default();
+        for b in batch {
+            *count.entry(b.seq).or_default() += 1;
+        }
+        let single: Vec<usize> = (0..batch.len())
+            .filter(|&i| count[&batch[i].seq] == 1)
+            .collect();
+        if single.len() >= 2 {
+            let rows = self.decode_singles(batch, &single)?;
+            for (j, &i) in single.iter().enumerate() {
+                if let Some(r) = row_of[i] {
+                    out[r * n_vocab..(r + 1) * n_vocab]
+                        .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                }
+            }
+        }
         let mut start = 0;
         while start < batch.len() {
             let seq = batch[start].seq;
@@ -206,24 +233,58 @@ impl<'w> Session<'w> {
             while end < batch.len() && batch[end].seq == seq && end - start < self.max_ubatch() {
                 end += 1;
             }
+            if single.len() >= 2 && count[&seq] == 1 {
+                start = end;
+                continue;
+            }
             let run = &batch[start..end];
             let tokens: Vec<TokenId> = run.iter().map(|b| b.token).collect();
             let only_last = run[..run.len() - 1].iter().all(|b| !b.logits);
             let logits = self.eval(seq, &tokens, !only_last)?;
-            if only_last {
-                if run[run.len() - 1].logits {
-                    out.extend_from_slice(&logits[..n_vocab]);
-                }
-            } else {
-                for (j, b) in run.iter().enumerate() {
-                    if b.logits {
-                        out.extend_from_slice(&logits[j * n_vocab..(j + 1) * n_vocab]);
-                    }
-                }
+            for (j, b) in run.iter().enumerate() {
+                let (Some(r), true) = (row_of[start + j], b.logits) else {
+                    continue;
+                };
+                let src = if only_last { 0 } else { j };
+                out[r * n_vocab..(r + 1) * n_vocab]
+                    .copy_from_slice(&logits[src * n_vocab..(src + 1) * n_vocab]);
             }
             start = end;
         }
         Ok(out)
+    }
+
+    /// One token of each of the sequences of `batch[i]` for `i` in `which` (distinct
+    /// sequences), in one [`Engine::decode_seqs`] call; returns their logit rows in order.
+    fn decode_singles(
+        &mut self,
+        batch: &[BatchToken],
+        which: &[usize],
+    ) -> anyhow::Result<Vec<f32>> {
+        let mut streams = Vec::with_capacity(which.len());
+        for &i in which {
+            streams.push(self.kv.stream_for(batch[i].seq)?);
+        }
+        let positions: Vec<usize> = streams.iter().map(|&s| self.kv.n_past(s)).collect();
+        let tokens: Vec<TokenId> = which.iter().map(|&i| batch[i].token).collect();
+        let mut rows = Vec::with_capacity(which.len() * self.n_vocab());
+        let mut kvs = self.kv.lend_many(&streams);
+        let done = self
+            .engine
+            .decode_seqs(&mut kvs, &tokens, &positions, &mut rows);
+        let written: Vec<usize> = kvs.iter().map(|k| k.written).collect();
+        drop(kvs);
+        for (j, &s) in streams.iter().enumerate() {
+            match done {
+                Ok(()) => self.kv.commit(s, &tokens[j..j + 1], written[j]),
+                Err(_) => {
+                    // Cells the failed call wrote are zeroed; each sequence keeps its past.
+                    self.kv.commit(s, &[], written[j]);
+                    self.truncate_stream(s, positions[j]);
+                }
+            }
+        }
+        done.map(|()| rows)
     }
 
     /// Truncates sequence `seq` to its first `n` positions (no-op for a sequence holding

@@ -231,6 +231,8 @@ pub struct CompiledPlan<'w> {
     /// llama.cpp's thread count, for its split-KV flash decode.
     llama_threads: usize,
     last_step: Option<usize>,
+    /// The per-row KV memory of a multi-sequence step (kept to reuse its allocation).
+    row_kv: Vec<Ptr>,
     stats: LoadStats,
     _w: PhantomData<&'w [u8]>,
 }
@@ -525,6 +527,7 @@ impl<'w> CompiledPlan<'w> {
                 .any(|c| c.kind == ir::graph::KvKind::V && matches!(c.dtype, DType::Block(_))),
             llama_threads: n_threads,
             last_step: None,
+            row_kv: Vec::new(),
             stats,
             _w: PhantomData,
         })
@@ -752,11 +755,68 @@ impl<'w> CompiledPlan<'w> {
             })?;
         self.write_inputs(si, args)?;
         let ub = (n_llama, llama_col0);
-        self.run(si, Ptr(kv.as_mut_ptr()), args.kv_len, n_real, ub)?;
+        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub)?;
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
         // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
         // borrow of `self` keeps the arena alive and unchanged until the next `step`.
+        Ok(unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) })
+    }
+
+    /// One token of each of several sequences in one step: the step compiled for
+    /// `n_tokens` tokens with a logit row per token, its real row `t` continuing the
+    /// sequence whose KV memory is `kvs[t]` (`kvs.len()` real rows, the rest padding) at
+    /// position `args.positions[t]`. Each row computes the numbers a one-token
+    /// [`CompiledPlan::step`] of its sequence computes (its cache, its causal mask and
+    /// padded KV length, the kernels of a one-token llama.cpp ubatch); the matrix products
+    /// read each weight once for all rows, which is what makes serving several sequences
+    /// cheaper than running them one after another. `args.kv_len` is one past the highest
+    /// position. Returns `n_tokens` logit rows, the first `kvs.len()` of them real.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::step`]; no sequence, more sequences than `n_tokens`, or a KV memory
+    /// too short.
+    pub fn step_seqs(
+        &mut self,
+        kvs: &mut [&mut [u8]],
+        n_tokens: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
+        let n_real = kvs.len();
+        if n_real == 0 || n_real > n_tokens as usize {
+            return Err(ExecError::Input(format!(
+                "{n_real} sequences in a step of {n_tokens} tokens"
+            )));
+        }
+        if let Some(short) = kvs
+            .iter()
+            .find(|kv| (kv.len() as u64) < self.kv_layout.stream_bytes)
+        {
+            return Err(ExecError::Input(format!(
+                "the KV memory has {} bytes; a sequence needs {}",
+                short.len(),
+                self.kv_layout.stream_bytes
+            )));
+        }
+        let si = self
+            .steps
+            .iter()
+            .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_tokens)
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "no step for {n_tokens} tokens with a logit row each"
+                ))
+            })?;
+        self.write_inputs(si, args)?;
+        let mut rows = std::mem::take(&mut self.row_kv);
+        rows.clear();
+        rows.extend(kvs.iter_mut().map(|kv| Ptr(kv.as_mut_ptr())));
+        let done = self.run(si, rows[0], Some(&rows), args.kv_len, n_real, (1, 0));
+        self.row_kv = rows;
+        done?;
+        self.last_step = Some(si);
+        let (p, n) = self.steps[si].logits;
+        // SAFETY: as in `step_real`.
         Ok(unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) })
     }
 
@@ -843,9 +903,10 @@ impl<'w> CompiledPlan<'w> {
     }
 
     fn run(
-        &mut self,
+        &self,
         si: usize,
         kv: Ptr,
+        row_kv: Option<&[Ptr]>,
         kv_len: usize,
         n_real: usize,
         (n_llama, llama_col0): (usize, usize),
@@ -873,13 +934,14 @@ impl<'w> CompiledPlan<'w> {
                 llama_col0,
                 flash,
                 llama_threads,
+                row_kv,
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
                 for (i, op) in st.ops.iter().enumerate() {
                     let t0 = (profiling && ti == 0).then(Instant::now);
                     for ph in 0..op.phases() {
                         let id = st.phase_base[i] + ph;
-                        let n = op.n_chunks(ph, kv_len);
+                        let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, <[Ptr]>::len));
                         let mut started = false;
                         loop {
                             let c = sync.grab(id);

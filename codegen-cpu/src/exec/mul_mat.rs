@@ -348,8 +348,11 @@ impl MulMat {
                 let arb = self.act_row_bytes;
                 // The language-model head of a step with one output is llama.cpp's one-column
                 // product of the last token; every other product has a column per token.
+                // A multi-sequence step's rows are each the one column of its own product.
                 let (n, n_cols, col0) = if self.lm_head && self.n == 1 {
                     (1, 1, 0)
+                } else if cx.row_kv.is_some() {
+                    (cx.n_real.min(self.n), 1, 0)
                 } else {
                     (cx.n_real.min(self.n), cx.n_llama.max(1), cx.llama_col0)
                 };

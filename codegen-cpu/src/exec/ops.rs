@@ -71,6 +71,13 @@ pub(crate) struct Ctx<'a> {
     pub flash: bool,
     /// llama.cpp's thread count (its split-KV flash decode cuts the cache per thread).
     pub llama_threads: usize,
+    /// A step of one token of each of several sequences ([`super::CompiledPlan::step_seqs`]):
+    /// byte 0 of the KV memory of real row `t`'s sequence, one row per sequence (the
+    /// padding rows store nothing). Each row computes what a one-token step of its
+    /// sequence computes: its own cache, its own positions' mask and KV length, and the
+    /// kernels of a one-token llama.cpp ubatch. `None`: every row is of the sequence at
+    /// `kv`.
+    pub row_kv: Option<&'a [Ptr]>,
 }
 
 /// Where `ggml_get_rows` reads.
@@ -288,13 +295,15 @@ impl Op {
         }
     }
 
-    /// Chunks of phase `ph` for KV length `kv_len`.
-    pub fn n_chunks(&self, ph: usize, kv_len: usize) -> usize {
+    /// Chunks of phase `ph` for KV length `kv_len`, in a multi-sequence step of `seqs`
+    /// sequences ([`Ctx::row_kv`]) or, with `seqs` 0, a one-sequence step.
+    pub fn n_chunks(&self, ph: usize, kv_len: usize, seqs: usize) -> usize {
         let rows = |y: &View| y.n_rows(kv_len).div_ceil(ROWS_PER_CHUNK);
         match self {
             Op::GetRows(g) => g.n.div_ceil(ROWS_PER_CHUNK),
             Op::MulMat(m) => m.n_chunks(ph),
             Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
+            Op::Attention(a) if seqs > 0 => a.q.ne[1] * seqs,
             Op::Attention(a) => a.n_chunks(),
             Op::Unary { y, .. }
             | Op::Binary { y, .. }
@@ -505,8 +514,14 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
     let t0 = c * TOKENS_PER_CHUNK;
     for t in t0..(t0 + TOKENS_PER_CHUNK).min(r.n_tokens) {
         let pos = *(r.pos.add(4 * t) as *const i32) as usize;
-        if let Some((k, cache)) = &r.k {
-            let cache = cache.rebase(cx.kv);
+        // The sequence's memory this row stores into (none for a padding row of a
+        // multi-sequence step).
+        let kv = match cx.row_kv {
+            None => Some(cx.kv),
+            Some(rows) => rows.get(t).copied(),
+        };
+        if let (Some((k, cache)), Some(kv)) = (&r.k, kv) {
+            let cache = cache.rebase(kv);
             let d = k.ne[0];
             for h in 0..k.ne[1] {
                 let src = k.at(h, t, 0) as *const f32;
@@ -529,9 +544,9 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
                 );
             }
         }
-        if let Some((v, cache)) = &r.v {
+        if let (Some((v, cache)), Some(kv)) = (&r.v, kv) {
             cache
-                .rebase(cx.kv)
+                .rebase(kv)
                 .store(pos, 0, v.at(t, 0, 0) as *const f32, v.ne[0], cx.flash);
         }
     }
@@ -584,6 +599,9 @@ impl Attention {
     /// ([`crate::handwritten::soft_max_attn`], one query at a time; its products depend on the size
     /// of llama.cpp's ubatch).
     unsafe fn run_chunk(&self, c: usize, cx: &Ctx<'_>) {
+        if let Some(rows) = cx.row_kv {
+            return self.run_rows(c, cx, rows);
+        }
         let a = &Attention {
             k: self.k.rebase(cx.kv),
             v: self.v.rebase(cx.kv),
@@ -634,6 +652,75 @@ impl Attention {
 }
 
 impl Attention {
+    /// Chunk `c` of a multi-sequence step ([`Ctx::row_kv`]): query head `c % n_head` of
+    /// real token `c / n_head`, attending over its own sequence's cache as the one token of
+    /// a llama.cpp ubatch would (flash: the one-query kernel with the KV length padded from
+    /// its own position; soft_max: the one-token path). The chunk of the last real token's
+    /// last head also zeroes the padding rows.
+    unsafe fn run_rows(&self, c: usize, cx: &Ctx<'_>, rows: &[Ptr]) {
+        let (d_k, n_head, n_tokens) = (self.q.ne[0], self.q.ne[1], self.q.ne[2]);
+        let (d_v, n_head_kv) = (self.v.ne[0], self.k.ne[1]);
+        let (t, h) = (c / n_head, c % n_head);
+        if c + 1 == n_head * rows.len() {
+            for tp in rows.len()..n_tokens {
+                for hp in 0..n_head {
+                    std::slice::from_raw_parts_mut(self.out.at(hp, tp, 0) as *mut f32, d_v)
+                        .fill(0.0);
+                }
+            }
+        }
+        let Some(&kv) = rows.get(t) else { return };
+        let (k, v) = (self.k.rebase(kv), self.v.rebase(kv));
+        let kvh = h / (n_head / n_head_kv.max(1)).max(1);
+        let pos = *(self.pos.add(4 * t) as *const i32) as i64;
+        let (lo, hi) = visible(&self.params, pos, k.dims(cx.kv_len)[2]);
+        let kv_rows = |f16: bool| KvRows {
+            k: k.at(kvh, 0, 0),
+            k_stride: k.nb[2],
+            v: v.at(kvh, 0, 0),
+            v_stride: v.nb[2],
+            f16,
+            k_q8: k.dtype == Q8_0,
+            v_q8: cx.flash && v.dtype == Q8_0,
+        };
+        let (q, out) = (
+            self.q.at(h, t, 0) as *const f32,
+            self.out.at(h, t, 0) as *mut f32,
+        );
+        if cx.flash {
+            flash::query(
+                q,
+                d_k,
+                &kv_rows(k.dtype == DType::F16 || v.dtype == DType::F16),
+                lo,
+                hi,
+                1,
+                padded_kv(pos as usize + 1, cx.n_cells.min(k.ne[2])),
+                cx.llama_threads,
+                &FlashParams::new(self.params.kq_scale, self.params.softcap),
+                cx.scratch.scores[cx.ti].0 as *mut f32,
+                out,
+                d_v,
+            );
+        } else {
+            attend_exact(&ExactQuery {
+                q,
+                d_k,
+                kv: &kv_rows(v.dtype == DType::F16),
+                lo,
+                hi,
+                batch: false,
+                p: &ScoreParams {
+                    kq_scale: self.params.kq_scale,
+                    softcap: self.params.softcap,
+                },
+                scratch: cx.scratch.attn[cx.ti].0 as *mut f32,
+                out,
+                d_v,
+            });
+        }
+    }
+
     /// Chunk `c` with llama.cpp's flash attention ([`crate::handwritten::flash`]): the kernel
     /// chosen from the token count of llama.cpp's ubatch (each query's result depends only
     /// on the kernel, not on which step computes it); rows of padding tokens are zeroed.

@@ -28,8 +28,14 @@ pub struct CompileArgs {
     pub output: Option<PathBuf>,
     /// Ubatch sizes to specialise for, comma-separated (1 for decode, larger for prompts).
     /// The sizes between 1 and 64 let short prompts and prompt tails run as one padded step
-    /// instead of token by token (a 28-token prompt: one 32-token step).
-    #[arg(long = "ubatch", value_delimiter = ',', default_value = "1,8,16,32,64")]
+    /// instead of token by token (a 28-token prompt: one 32-token step); with a logit row per
+    /// token they also serve as the steps that decode one token of each of 2, 4, 8, ...
+    /// server slots at once (`serve -np N`: continuous batching).
+    #[arg(
+        long = "ubatch",
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64"
+    )]
     pub ubatch: Vec<u32>,
     /// Largest context of the runner, its default (0: the training context, at most 4096);
     /// the runner's `-c` may ask for less.
