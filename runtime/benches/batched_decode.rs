@@ -38,7 +38,13 @@ fn main() -> anyhow::Result<()> {
     let threads: usize = args.next().map_or(Ok(2), |t| t.parse())?;
     let gguf = GgufFile::open(&path)?;
     let model = compiler::load_model(&gguf)?;
-    let plan = build_plan(&model, &[1, 2, 4, 8, 64], 512, KvTypes::F16, LogitRows::Both)?;
+    let plan = build_plan(
+        &model,
+        &[1, 2, 4, 8, 64],
+        512,
+        KvTypes::F16,
+        LogitRows::Both,
+    )?;
     let mut engine = CpuEngine::new(&gguf, plan, threads)?;
     let n_seq: u32 = SIZES.iter().sum();
     let mut s = Session::new(Box::new(&mut engine), n_seq as usize)?;
@@ -70,7 +76,10 @@ fn main() -> anyhow::Result<()> {
             times[i].push(t0.elapsed().as_secs_f64());
         }
     }
-    println!("{} ({threads} threads, {PROMPT}-token prompts, median of {ROUNDS} alternating rounds)", path.display());
+    println!(
+        "{} ({threads} threads, {PROMPT}-token prompts, median of {ROUNDS} alternating rounds)",
+        path.display()
+    );
     println!();
     println!("| sequences | ms / step | aggregate t/s | speed-up |");
     println!("| --------: | --------: | ------------: | -------: |");

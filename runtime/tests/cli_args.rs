@@ -139,6 +139,13 @@ fn bad_flags_are_one_line_errors_without_a_model() {
         .output()
         .unwrap();
     assert_one_line_error(&out, "'--n-gpu-layers'");
+    // A missing argument is named on the one line (clap lists it on the next ones).
+    let out = modelc().args(["run"]).output().unwrap();
+    assert_one_line_error(&out, "not provided <MODEL>");
+    for args in [&["quantize"][..], &["quantize", "in.gguf"]] {
+        let out = modelc().args(args).output().unwrap();
+        assert_one_line_error(&out, "INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]");
+    }
 }
 
 fn seed_of(v: &Value) -> u64 {

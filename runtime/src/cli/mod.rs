@@ -118,12 +118,20 @@ pub(crate) fn usage_error(e: clap::Error, typed: &[std::ffi::OsString]) -> ExitC
         return ExitCode::SUCCESS;
     }
     let text = e.to_string();
-    let first = text
+    let mut first = text
         .lines()
         .next()
         .unwrap_or("bad command line")
-        .trim_start_matches("error: ");
-    let first = restore_typed_flags(first, typed);
+        .trim_start_matches("error: ")
+        .to_string();
+    // clap lists missing arguments on the lines after the first: name them on it.
+    if e.kind() == ErrorKind::MissingRequiredArgument {
+        use clap::error::{ContextKind, ContextValue};
+        if let Some(ContextValue::Strings(missing)) = e.get(ContextKind::InvalidArg) {
+            first = format!("{} {}", first.trim_end_matches(':'), missing.join(", "));
+        }
+    }
+    let first = restore_typed_flags(&first, typed);
     eprintln!("modelc: error: {first} (see --help)");
     ExitCode::from(1)
 }

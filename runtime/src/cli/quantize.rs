@@ -37,7 +37,7 @@ pub struct QuantizeArgs {
     pub dry_run: bool,
     /// INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]: TYPE is a llama-quantize name (Q4_K_M, Q8_0,
     /// IQ4_XS, F16, ...) or number; NTHREADS defaults to the number of CPUs.
-    #[arg(required = true, num_args = 2..=4, value_name = "ARGS")]
+    #[arg(num_args = 0..=4, value_name = "ARGS")]
     pub args: Vec<String>,
 }
 
@@ -56,6 +56,9 @@ struct Positional {
 }
 
 fn positional(args: &[String], dry_run: bool) -> anyhow::Result<Positional> {
+    if args.len() < 2 {
+        bail!("missing arguments: modelc quantize INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS] (see --help)")
+    }
     let input = PathBuf::from(&args[0]);
     let (output, ftype, rest) = match FileType::parse(&args[1]) {
         Ok(f) if args.len() <= 3 => {
