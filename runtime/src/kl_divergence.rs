@@ -740,7 +740,7 @@ mod tests {
 
     #[test]
     fn statistics_with_known_answers() {
-        // Against itself: KLD ≈ 0 (the base is stored to 1/65535 of 16 nats), the same top
+        // Against itself: KLD ≈ 0 (the base is stored in steps of 16/65535 nats: ~1e-5), the same top
         // token everywhere, Δp ≈ 0.
         let n_vocab = 50;
         let mut same = Kld::default();
@@ -753,10 +753,10 @@ mod tests {
             assert!(nll > 0.0);
             same.add(&logits, &row, t % n_vocab);
         }
-        assert!(same.mean_kld().0.abs() < 1e-6, "{:?}", same.mean_kld());
+        assert!(same.mean_kld().0.abs() < 5e-5, "{:?}", same.mean_kld());
         assert_eq!(same.same_top(), 1.0);
         let s = same.summary().unwrap();
-        assert!(s.contains("Same top p: 100.000 ±  0.000 %"), "{s}");
+        assert!(s.contains("Same top p: 100.000 ± 0.000 %"), "{s}");
         // Base p = (1/2, 1/2), model q = (3/4, 1/4): KL(p‖q) = ½·ln(4/3); the actual next
         // token 1 has Δp = 1/4 − 1/2.
         let base = [0.0, 0.0, -100.0, -100.0];
