@@ -139,6 +139,8 @@ pub struct Report<'a> {
     pub backend: &'a str,
     /// Weight bytes one decode step reads ([`decode_weight_bytes`]).
     pub weight_bytes: u64,
+    /// Measure the read bandwidth again ([`read_bandwidth`]).
+    pub remeasure: bool,
     /// llama-bench's extra columns (name, value) for settings other than its defaults
     /// (`type_k`, `type_v`, `fa`), printed before the test column.
     pub extra: Vec<(&'a str, String)>,
@@ -169,9 +171,11 @@ impl Row {
 
 /// The machine's read bandwidth with `threads` threads, in GB/s: measured once per machine
 /// ([`measure_read_bandwidth`]) and kept in `~/.cache/modelc/read-bandwidth.json`, keyed by
-/// the CPU's model name and the thread count. A cache that cannot be read or written only
-/// costs a new measurement.
-pub fn read_bandwidth(threads: usize) -> f64 {
+/// the CPU's model name and the thread count. With `remeasure` (`bench
+/// --measure-bandwidth`: the first measurement ran on a busy machine) it is measured again
+/// and the cache keeps the higher figure. A cache that cannot be read or written only costs
+/// a new measurement.
+pub fn read_bandwidth(threads: usize, remeasure: bool) -> f64 {
     let cpu = cpu_name();
     let path = std::env::var_os("HOME")
         .map(|h| std::path::PathBuf::from(h).join(".cache/modelc/read-bandwidth.json"));
@@ -181,12 +185,14 @@ pub fn read_bandwidth(threads: usize) -> f64 {
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
     let key = format!("{cpu} / {threads} threads");
-    if let Some(v) = cache.get(&key).and_then(serde_json::Value::as_f64) {
-        if v.is_finite() && v > 0.0 {
-            return v;
-        }
+    let cached = cache
+        .get(&key)
+        .and_then(serde_json::Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0);
+    if let (Some(v), false) = (cached, remeasure) {
+        return v;
     }
-    let gbs = measure_read_bandwidth(threads);
+    let gbs = measure_read_bandwidth(threads).max(cached.unwrap_or(0.0));
     cache.insert(key, serde_json::json!(gbs));
     if let Some(p) = path {
         let _ = write_atomic(&p, &serde_json::to_vec_pretty(&cache).unwrap_or_default());
@@ -288,8 +294,9 @@ pub fn print_table(report: &Report<'_>, rows: &[Row]) {
     println!();
     println!("| threads | test | t/s | weight MiB/token | weight GB/s | read GB/s (machine) | share of read bandwidth | roof t/s |");
     println!("| ------: | ---: | --: | ---------------: | ----------: | ------------------: | ----------------------: | -------: |");
+    let bw = bandwidths(report, rows);
     for r in rows {
-        let x = roofline(report, r);
+        let x = roofline(report, r, &bw);
         println!(
             "| {} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.0}% | {:.1} |",
             r.threads,
@@ -314,11 +321,25 @@ struct Roofline {
     roof_ts: f64,
 }
 
-fn roofline(report: &Report<'_>, r: &Row) -> Roofline {
+/// The read bandwidth at each thread count of `rows`, measured (or looked up) once each.
+fn bandwidths(report: &Report<'_>, rows: &[Row]) -> Vec<(usize, f64)> {
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    for r in rows {
+        if !out.iter().any(|&(t, _)| t == r.threads) {
+            out.push((r.threads, read_bandwidth(r.threads, report.remeasure)));
+        }
+    }
+    out
+}
+
+fn roofline(report: &Report<'_>, r: &Row, bandwidths: &[(usize, f64)]) -> Roofline {
     let (ts, _) = r.mean_sd();
     let bytes_per_token = r.weight_bytes_per_token(report.weight_bytes);
     let gbs = ts * bytes_per_token / 1e9;
-    let machine_gbs = read_bandwidth(r.threads);
+    let machine_gbs = bandwidths
+        .iter()
+        .find(|&&(t, _)| t == r.threads)
+        .map_or(f64::NAN, |&(_, b)| b);
     Roofline {
         ts,
         bytes_per_token,
@@ -335,11 +356,12 @@ fn roofline(report: &Report<'_>, r: &Row) -> Roofline {
 /// `weight_bytes_per_token`, `weight_gbs`, `read_bandwidth_gbs`, `roof_share` (0..1),
 /// `roof_ts`.
 pub fn to_json(report: &Report<'_>, rows: &[Row]) -> serde_json::Value {
+    let bw = bandwidths(report, rows);
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
             let (m, sd) = r.mean_sd();
-            let x = roofline(report, r);
+            let x = roofline(report, r, &bw);
             let (n_prompt, n_gen) = match r.test {
                 Test::Pp(n) => (n, 0),
                 Test::Tg(n) => (0, n),

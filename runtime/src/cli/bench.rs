@@ -46,6 +46,10 @@ pub struct BenchFlags {
     /// instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Measure the machine's read bandwidth again (it is measured once and cached in
+    /// ~/.cache/modelc/read-bandwidth.json; the cache keeps the highest figure).
+    #[arg(long)]
+    pub measure_bandwidth: bool,
     /// KV cache types, flash attention.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -132,6 +136,7 @@ impl BenchFlags {
                 Kernels::Fast => "CPU (fast)",
             },
             weight_bytes: bench::decode_weight_bytes(gguf),
+            remeasure: self.measure_bandwidth,
             extra,
         };
         if self.json {
