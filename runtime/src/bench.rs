@@ -34,9 +34,6 @@ pub struct Row {
     pub test: Test,
     /// Tokens per second of each repetition.
     pub samples: Vec<f64>,
-    /// The largest ubatch the engine evaluates at once (a prompt's weights are read once
-    /// per ubatch).
-    pub ubatch: usize,
 }
 
 impl Row {
@@ -111,7 +108,6 @@ pub fn run<'a>(
                 threads: t,
                 test,
                 samples,
-                ubatch: engine.max_ubatch(),
             });
         }
     }
@@ -141,6 +137,8 @@ pub struct Report<'a> {
     pub weight_bytes: u64,
     /// Measure the read bandwidth again ([`read_bandwidth`]).
     pub remeasure: bool,
+    /// Tokens of the largest compiled step: a prompt reads the weights once per step.
+    pub step_tokens: usize,
     /// llama-bench's extra columns (name, value) for settings other than its defaults
     /// (`type_k`, `type_v`, `fa`), printed before the test column.
     pub extra: Vec<(&'a str, String)>,
@@ -159,12 +157,12 @@ pub fn decode_weight_bytes(gguf: &ir::gguf::GgufFile) -> u64 {
 }
 
 impl Row {
-    /// Weight bytes read per token: a decode step's ([`Report::weight_bytes`]) for `tg`; for
-    /// `pp`, one step's per ubatch, shared by its tokens.
-    pub fn weight_bytes_per_token(&self, weight_bytes: u64) -> f64 {
+    /// Weight bytes read per token: a decode step's (`weight_bytes`) for `tg`; for `pp`, one
+    /// step's shared by the `step_tokens` tokens of a compiled step.
+    pub fn weight_bytes_per_token(&self, weight_bytes: u64, step_tokens: usize) -> f64 {
         match self.test {
             Test::Tg(_) => weight_bytes as f64,
-            Test::Pp(n) => weight_bytes as f64 / self.ubatch.min(n).max(1) as f64,
+            Test::Pp(n) => weight_bytes as f64 / step_tokens.min(n).max(1) as f64,
         }
     }
 }
@@ -334,7 +332,7 @@ fn bandwidths(report: &Report<'_>, rows: &[Row]) -> Vec<(usize, f64)> {
 
 fn roofline(report: &Report<'_>, r: &Row, bandwidths: &[(usize, f64)]) -> Roofline {
     let (ts, _) = r.mean_sd();
-    let bytes_per_token = r.weight_bytes_per_token(report.weight_bytes);
+    let bytes_per_token = r.weight_bytes_per_token(report.weight_bytes, report.step_tokens);
     let gbs = ts * bytes_per_token / 1e9;
     let machine_gbs = bandwidths
         .iter()
@@ -374,7 +372,7 @@ pub fn to_json(report: &Report<'_>, rows: &[Row]) -> serde_json::Value {
                 "n_threads": r.threads,
                 "n_prompt": n_prompt,
                 "n_gen": n_gen,
-                "n_ubatch": r.ubatch,
+                "n_ubatch": report.step_tokens,
                 "test": r.test.to_string(),
                 "avg_ts": m,
                 "stddev_ts": sd,

@@ -101,11 +101,18 @@ impl BenchFlags {
         max.max(n_ctx_max.min(max.next_power_of_two()))
     }
 
-    /// Prints the tables (or JSON) for `rows` measured on `gguf` with caches `kv`.
+    /// Prints the tables (or JSON) for `rows` measured on `gguf` with caches `kv` and
+    /// compiled steps of at most `step_tokens` tokens.
     ///
     /// # Errors
     /// A metadata value of the wrong type.
-    pub fn report(&self, gguf: &GgufFile, kv: KvTypes, rows: &[Row]) -> anyhow::Result<()> {
+    pub fn report(
+        &self,
+        gguf: &GgufFile,
+        kv: KvTypes,
+        step_tokens: usize,
+        rows: &[Row],
+    ) -> anyhow::Result<()> {
         let kv_names = (cache_type_name(kv.k), cache_type_name(kv.v));
         // llama-bench's extra columns for settings other than its defaults.
         let mut extra: Vec<(&str, String)> = Vec::new();
@@ -137,6 +144,7 @@ impl BenchFlags {
             },
             weight_bytes: bench::decode_weight_bytes(gguf),
             remeasure: self.measure_bandwidth,
+            step_tokens,
             extra,
         };
         if self.json {
@@ -194,5 +202,5 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         &f.tests(),
         f.reps,
     )?;
-    f.report(&gguf, kv, &rows)
+    f.report(&gguf, kv, args.n_ubatch, &rows)
 }

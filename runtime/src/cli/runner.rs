@@ -252,7 +252,8 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &f.tests(),
                 f.reps,
             )?;
-            f.report(&gguf, kv, &rows)
+            let step_tokens = artifact.ubatch.iter().copied().max().unwrap_or(1);
+            f.report(&gguf, kv, step_tokens, &rows)
         }
         Some(RunnerCommand::Perplexity(p)) => {
             check_n_batch(p.text.n_batch)?;
