@@ -307,6 +307,8 @@ pub fn print_table(report: &Report<'_>, rows: &[Row]) {
             x.roof_ts
         );
     }
+    println!();
+    println!("(roof t/s: the read bandwidth ÷ the weight bytes per token; a prompt is bound by arithmetic long before it)");
 }
 
 /// A row's place under the roof.
