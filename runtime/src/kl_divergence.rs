@@ -376,6 +376,31 @@ fn median(v: &[f32]) -> f32 {
     }
 }
 
+/// The maximum, the percentiles `fractions` above ½ (descending), the median, those below
+/// ½ and the minimum of sorted `v`, one line each as llama-perplexity labels them
+/// (`99.9%   KLD: …`), each value through `value` and followed by `unit`.
+fn distribution(
+    v: &[f32],
+    what: &str,
+    fractions: &[f32],
+    value: impl Fn(f32) -> String,
+    unit: &str,
+) -> Vec<String> {
+    let pct = |q: f32| {
+        format!(
+            "{:4.1}%   {what}: {}{unit}",
+            100.0 * q,
+            value(percentile(v, q))
+        )
+    };
+    let mut out = vec![format!("Maximum {what}: {}{unit}", value(v[v.len() - 1]))];
+    out.extend(fractions.iter().filter(|&&q| q > 0.5).map(|&q| pct(q)));
+    out.push(format!("Median  {what}: {}{unit}", value(median(v))));
+    out.extend(fractions.iter().filter(|&&q| q < 0.5).map(|&q| pct(q)));
+    out.push(format!("Minimum {what}: {}{unit}", value(v[0])));
+    out
+}
+
 /// `x` as C's `%W.Plf` prints it (`nan` / `inf` rather than Rust's `NaN`).
 fn c(x: f64, w: usize, p: usize) -> String {
     if x.is_nan() {
@@ -552,25 +577,15 @@ impl Kld {
             c(kl.1, 10, 6)
         ));
         let f = |x: f32| c(f64::from(x), 10, 6);
-        line(format!("Maximum KLD: {}", f(kld[n - 1])));
-        for (name, q) in [
-            ("99.9%", 0.999),
-            ("99.0%", 0.990),
-            ("95.0%", 0.950),
-            ("90.0%", 0.900),
-        ] {
-            line(format!("{name}   KLD: {}", f(percentile(&kld, q))));
+        for l in distribution(
+            &kld,
+            "KLD",
+            &[0.999, 0.99, 0.95, 0.9, 0.1, 0.05, 0.01, 0.001],
+            f,
+            "",
+        ) {
+            line(l);
         }
-        line(format!("Median  KLD: {}", f(median(&kld))));
-        for (name, q) in [
-            ("10.0%", 0.100),
-            (" 5.0%", 0.050),
-            (" 1.0%", 0.010),
-            (" 0.1%", 0.001),
-        ] {
-            line(format!("{name}   KLD: {}", f(percentile(&kld, q))));
-        }
-        line(format!("Minimum KLD: {}", f(kld[0])));
         line(String::new());
         line("====== Token probability statistics ======".into());
         let pdm = mean_and_uncertainty(self.sum_p_diff, self.sum_p_diff2, n);
@@ -580,27 +595,10 @@ impl Kld {
             c(100.0 * pdm.1, 5, 3)
         ));
         let g = |x: f32| c(100.0 * f64::from(x), 6, 3);
-        line(format!("Maximum Δp: {}%", g(pd[n - 1])));
-        for (name, q) in [
-            ("99.9%", 0.999),
-            ("99.0%", 0.990),
-            ("95.0%", 0.950),
-            ("90.0%", 0.900),
-            ("75.0%", 0.750),
-        ] {
-            line(format!("{name}   Δp: {}%", g(percentile(&pd, q))));
+        let fractions = [0.999, 0.99, 0.95, 0.9, 0.75, 0.25, 0.1, 0.05, 0.01, 0.001];
+        for l in distribution(&pd, "Δp", &fractions, g, "%") {
+            line(l);
         }
-        line(format!("Median  Δp: {}%", g(median(&pd))));
-        for (name, q) in [
-            ("25.0%", 0.250),
-            ("10.0%", 0.100),
-            (" 5.0%", 0.050),
-            (" 1.0%", 0.010),
-            (" 0.1%", 0.001),
-        ] {
-            line(format!("{name}   Δp: {}%", g(percentile(&pd, q))));
-        }
-        line(format!("Minimum Δp: {}%", g(pd[0])));
         let rms = self.p_diff_rms();
         line(format!(
             "RMS Δp    : {} ± {} %",
