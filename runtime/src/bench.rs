@@ -123,19 +123,141 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Prints llama-bench's markdown table, with `extra` columns (name, value) before the test
-/// column as llama-bench adds them for non-default settings (`type_k`, `type_v`, `fa`), then
-/// a decode-roofline table: GB/s of weights read per generated token (`weight_bytes` each)
-/// next to each `tg` rate.
-pub fn print_table(
-    model_desc: &str,
-    size_bytes: u64,
-    n_params: u64,
-    backend: &str,
-    weight_bytes: u64,
-    extra: &[(&str, String)],
-    rows: &[Row],
-) {
+/// What a benchmark table describes besides its rows.
+pub struct Report<'a> {
+    /// llama-bench's model column (`llama 135M Q4_1`).
+    pub model_desc: String,
+    /// Bytes of the model's tensor data.
+    pub size_bytes: u64,
+    /// Parameters.
+    pub n_params: u64,
+    /// The backend column (`CPU`, `CPU (fast)`).
+    pub backend: &'a str,
+    /// Weight bytes one decode step reads ([`decode_weight_bytes`]).
+    pub weight_bytes: u64,
+    /// Measure the read bandwidth again ([`read_bandwidth`]).
+    pub remeasure: bool,
+    /// Tokens of the largest compiled step: a prompt reads the weights once per step.
+    pub step_tokens: usize,
+    /// llama-bench's extra columns (name, value) for settings other than its defaults
+    /// (`type_k`, `type_v`, `fa`), printed before the test column.
+    pub extra: Vec<(&'a str, String)>,
+}
+
+/// Weight bytes one decode step reads: every tensor's data except the token embeddings,
+/// of which a step reads one row (the whole table when the output projection reuses it:
+/// no `output.weight`).
+pub fn decode_weight_bytes(gguf: &ir::gguf::GgufFile) -> u64 {
+    let tied = gguf.tensor("output.weight").is_none();
+    gguf.tensors()
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .map(|t| t.n_bytes)
+        .sum()
+}
+
+impl Row {
+    /// Weight bytes read per token: a decode step's (`weight_bytes`) for `tg`; for `pp`, one
+    /// step's shared by the `step_tokens` tokens of a compiled step.
+    pub fn weight_bytes_per_token(&self, weight_bytes: u64, step_tokens: usize) -> f64 {
+        match self.test {
+            Test::Tg(_) => weight_bytes as f64,
+            Test::Pp(n) => weight_bytes as f64 / step_tokens.min(n).max(1) as f64,
+        }
+    }
+}
+
+/// The machine's read bandwidth with `threads` threads, in GB/s: measured once per machine
+/// ([`measure_read_bandwidth`]) and kept in `~/.cache/modelc/read-bandwidth.json`, keyed by
+/// the CPU's model name and the thread count. With `remeasure` (`bench
+/// --measure-bandwidth`: the first measurement ran on a busy machine) it is measured again
+/// and the cache keeps the higher figure. A cache that cannot be read or written only costs
+/// a new measurement.
+pub fn read_bandwidth(threads: usize, remeasure: bool) -> f64 {
+    let cpu = cpu_name();
+    let path = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".cache/modelc/read-bandwidth.json"));
+    let mut cache: serde_json::Map<String, serde_json::Value> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let key = format!("{cpu} / {threads} threads");
+    let cached = cache
+        .get(&key)
+        .and_then(serde_json::Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0);
+    if let (Some(v), false) = (cached, remeasure) {
+        return v;
+    }
+    let gbs = measure_read_bandwidth(threads).max(cached.unwrap_or(0.0));
+    cache.insert(key, serde_json::json!(gbs));
+    if let Some(p) = path {
+        let _ = write_atomic(&p, &serde_json::to_vec_pretty(&cache).unwrap_or_default());
+    }
+    gbs
+}
+
+/// Writes `bytes` to `path` through a new file beside it, renamed over it.
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let (mut f, tmp) = ir::gguf::create_beside(path)?;
+    let r = f
+        .write_all(bytes)
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// The CPU's model name (`/proc/cpuinfo`'s `model name`), or `unknown CPU`.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Read bandwidth in GB/s: `threads` threads each summing their share of a 512 MiB buffer
+/// (far beyond any last-level cache), best of 5 passes after one that touches the pages.
+pub fn measure_read_bandwidth(threads: usize) -> f64 {
+    let words = vec![1u64; (512usize << 20) / 8];
+    let threads = threads.max(1);
+    let mut best = f64::INFINITY;
+    for pass in 0..6 {
+        let t0 = Instant::now();
+        let chunk = words.len().div_ceil(threads);
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = words
+                .chunks(chunk)
+                .map(|part| s.spawn(move || codegen_cpu::stream_sum(part)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        std::hint::black_box(total);
+        if pass > 0 {
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+    }
+    (words.len() * 8) as f64 / best / 1e9
+}
+
+/// Prints llama-bench's markdown table (the report's `extra` columns before the test
+/// column, as llama-bench adds them), then the roofline table: for each row, the weight
+/// bytes read per token ([`Row::weight_bytes_per_token`]), the GB/s they make at the
+/// measured rate, and their share of the machine's read bandwidth at that thread count
+/// ([`read_bandwidth`]).
+pub fn print_table(report: &Report<'_>, rows: &[Row]) {
+    let extra = &report.extra;
     let width = |name: &str, value: &str| name.len().max(value.len());
     let kv_head: String = extra
         .iter()
@@ -155,32 +277,121 @@ pub fn print_table(
         let (m, sd) = r.mean_sd();
         println!(
             "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |{kv_cells} {:>15} | {:>20} |",
-            model_desc,
-            human_bytes(size_bytes),
-            format!("{:.2} M", n_params as f64 / 1e6),
-            backend,
+            report.model_desc,
+            human_bytes(report.size_bytes),
+            format!("{:.2} M", report.n_params as f64 / 1e6),
+            report.backend,
             r.threads,
             r.test.to_string(),
             format!("{m:.2} ± {sd:.2}"),
         );
     }
-    let tg: Vec<&Row> = rows
-        .iter()
-        .filter(|r| matches!(r.test, Test::Tg(_)))
-        .collect();
-    if !tg.is_empty() {
-        println!();
-        println!("| threads | test | t/s | weight GB/s |");
-        println!("| ------: | ---: | --: | ----------: |");
-        for r in tg {
-            let (m, _) = r.mean_sd();
-            println!(
-                "| {} | {} | {:.2} | {:.1} |",
-                r.threads,
-                r.test,
-                m,
-                m * weight_bytes as f64 / 1e9
-            );
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!("| threads | test | t/s | weight MiB/token | weight GB/s | read GB/s (machine) | share of read bandwidth | roof t/s |");
+    println!("| ------: | ---: | --: | ---------------: | ----------: | ------------------: | ----------------------: | -------: |");
+    let bw = bandwidths(report, rows);
+    for r in rows {
+        let x = roofline(report, r, &bw);
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.0}% | {:.1} |",
+            r.threads,
+            r.test,
+            x.ts,
+            x.bytes_per_token / (1u64 << 20) as f64,
+            x.gbs,
+            x.machine_gbs,
+            100.0 * x.share,
+            x.roof_ts
+        );
+    }
+    println!();
+    println!("(roof t/s: the read bandwidth ÷ the weight bytes per token; a prompt is bound by arithmetic long before it)");
+}
+
+/// A row's place under the roof.
+struct Roofline {
+    ts: f64,
+    bytes_per_token: f64,
+    gbs: f64,
+    machine_gbs: f64,
+    share: f64,
+    roof_ts: f64,
+}
+
+/// The read bandwidth at each thread count of `rows`, measured (or looked up) once each.
+fn bandwidths(report: &Report<'_>, rows: &[Row]) -> Vec<(usize, f64)> {
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    for r in rows {
+        if !out.iter().any(|&(t, _)| t == r.threads) {
+            out.push((r.threads, read_bandwidth(r.threads, report.remeasure)));
         }
     }
+    out
+}
+
+fn roofline(report: &Report<'_>, r: &Row, bandwidths: &[(usize, f64)]) -> Roofline {
+    let (ts, _) = r.mean_sd();
+    let bytes_per_token = r.weight_bytes_per_token(report.weight_bytes, report.step_tokens);
+    let gbs = ts * bytes_per_token / 1e9;
+    let machine_gbs = bandwidths
+        .iter()
+        .find(|&&(t, _)| t == r.threads)
+        .map_or(f64::NAN, |&(_, b)| b);
+    Roofline {
+        ts,
+        bytes_per_token,
+        gbs,
+        machine_gbs,
+        share: gbs / machine_gbs,
+        roof_ts: machine_gbs * 1e9 / bytes_per_token,
+    }
+}
+
+/// The rows as JSON, one object per row in llama-bench's `-o json` names where it has
+/// them (`model_type`, `model_size`, `model_n_params`, `backends`, `n_threads`, `n_prompt`,
+/// `n_gen`, `avg_ts`, `stddev_ts`, `samples_ts`) and the roofline fields:
+/// `weight_bytes_per_token`, `weight_gbs`, `read_bandwidth_gbs`, `roof_share` (0..1),
+/// `roof_ts`.
+pub fn to_json(report: &Report<'_>, rows: &[Row]) -> serde_json::Value {
+    let bw = bandwidths(report, rows);
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let (m, sd) = r.mean_sd();
+            let x = roofline(report, r, &bw);
+            let (n_prompt, n_gen) = match r.test {
+                Test::Pp(n) => (n, 0),
+                Test::Tg(n) => (0, n),
+            };
+            let mut o = serde_json::json!({
+                "model_type": report.model_desc,
+                "model_size": report.size_bytes,
+                "model_n_params": report.n_params,
+                "backends": report.backend,
+                "n_threads": r.threads,
+                "n_prompt": n_prompt,
+                "n_gen": n_gen,
+                "n_ubatch": report.step_tokens,
+                "test": r.test.to_string(),
+                "avg_ts": m,
+                "stddev_ts": sd,
+                "samples_ts": r.samples,
+                "weight_bytes_per_token": x.bytes_per_token,
+                "weight_gbs": x.gbs,
+                "read_bandwidth_gbs": x.machine_gbs,
+                "roof_share": x.share,
+                "roof_ts": x.roof_ts,
+            });
+            if let Some(obj) = o.as_object_mut() {
+                for (k, v) in &report.extra {
+                    obj.insert((*k).to_string(), serde_json::json!(v));
+                }
+            }
+            o
+        })
+        .collect();
+    serde_json::Value::Array(rows)
 }

@@ -42,7 +42,35 @@ pub fn perplexity(
     n_batch: usize,
     max_chunks: Option<usize>,
     bos: Option<u32>,
+    progress: impl FnMut(usize, usize, f64),
+) -> anyhow::Result<Perplexity> {
+    perplexity_with(
+        engine,
+        tokens,
+        n_ctx,
+        n_batch,
+        max_chunks,
+        bos,
+        progress,
+        |_, _| Ok(()),
+    )
+}
+
+/// [`perplexity`], also handing `on_token` each scored token's logits (`n_vocab`) and the
+/// token that follows, in order (`--kl-divergence-base` saves them).
+///
+/// # Errors
+/// As [`perplexity`]; what `on_token` returns.
+#[allow(clippy::too_many_arguments)]
+pub fn perplexity_with(
+    engine: &mut Session<'_>,
+    tokens: &[u32],
+    n_ctx: usize,
+    n_batch: usize,
+    max_chunks: Option<usize>,
+    bos: Option<u32>,
     mut progress: impl FnMut(usize, usize, f64),
+    mut on_token: impl FnMut(&[f32], usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<Perplexity> {
     anyhow::ensure!(
         n_ctx >= 8,
@@ -60,35 +88,34 @@ pub fn perplexity(
         engine.n_ctx()
     );
     let n_chunks = (tokens.len() / n_ctx).min(max_chunks.unwrap_or(usize::MAX));
-    let n_batch = n_batch.min(n_ctx).min(engine.max_ubatch()).max(1);
     let first = n_ctx / 2;
     let n_vocab = engine.n_vocab();
     let (mut nll, mut nll2, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut per_chunk = Vec::with_capacity(n_chunks);
-    let mut logits = vec![0f32; n_ctx * n_vocab];
-    for chunk in 0..n_chunks {
-        let start = chunk * n_ctx;
-        let mut batch: Vec<u32> = tokens[start..start + n_ctx].to_vec();
-        if let Some(b) = bos {
-            batch[0] = b;
-        }
-        engine.clear();
-        for pos in (0..n_ctx).step_by(n_batch) {
-            let end = (pos + n_batch).min(n_ctx);
-            let out = engine.decode(&batch[pos..end], pos, true)?;
-            logits[pos * n_vocab..end * n_vocab].copy_from_slice(out);
-        }
-        for i in first..n_ctx - 1 {
-            let target = tokens[start + i + 1] as usize;
-            let lp = log_prob(&logits[i * n_vocab..(i + 1) * n_vocab], target);
-            nll -= lp;
-            nll2 += lp * lp;
-            count += 1;
-        }
-        let est = (nll / count as f64).exp();
-        per_chunk.push(est);
-        progress(chunk + 1, n_chunks, est);
-    }
+    eval_chunks(
+        engine,
+        tokens,
+        n_ctx,
+        n_batch,
+        n_chunks,
+        bos,
+        |chunk, logits| {
+            let start = chunk * n_ctx;
+            for i in first..n_ctx - 1 {
+                let target = tokens[start + i + 1] as usize;
+                let row = &logits[i * n_vocab..(i + 1) * n_vocab];
+                on_token(row, target)?;
+                let lp = log_prob(row, target);
+                nll -= lp;
+                nll2 += lp * lp;
+                count += 1;
+            }
+            let est = (nll / count as f64).exp();
+            per_chunk.push(est);
+            progress(chunk + 1, n_chunks, est);
+            Ok(())
+        },
+    )?;
     let mean = nll / count as f64;
     let ppl = mean.exp();
     let var = nll2 / count as f64 - mean * mean;
@@ -104,6 +131,42 @@ pub fn perplexity(
         ppl_err,
         per_chunk,
     })
+}
+
+/// Evaluates chunks `0..n_chunks` of `tokens` (`n_ctx` each) as llama-perplexity does: each
+/// from an empty KV cache, its first token replaced by `bos` when given, at most `n_batch`
+/// tokens per decode call; hands `f` the chunk index and the logits of all its `n_ctx`
+/// positions (`n_ctx × n_vocab`).
+///
+/// # Errors
+/// An engine error, or what `f` returns.
+pub fn eval_chunks(
+    engine: &mut Session<'_>,
+    tokens: &[u32],
+    n_ctx: usize,
+    n_batch: usize,
+    n_chunks: usize,
+    bos: Option<u32>,
+    mut f: impl FnMut(usize, &[f32]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let n_batch = n_batch.min(n_ctx).min(engine.max_ubatch()).max(1);
+    let n_vocab = engine.n_vocab();
+    let mut logits = vec![0f32; n_ctx * n_vocab];
+    for chunk in 0..n_chunks {
+        let start = chunk * n_ctx;
+        let mut batch: Vec<u32> = tokens[start..start + n_ctx].to_vec();
+        if let Some(b) = bos {
+            batch[0] = b;
+        }
+        engine.clear();
+        for pos in (0..n_ctx).step_by(n_batch) {
+            let end = (pos + n_batch).min(n_ctx);
+            let out = engine.decode(&batch[pos..end], pos, true)?;
+            logits[pos * n_vocab..end * n_vocab].copy_from_slice(out);
+        }
+        f(chunk, &logits)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

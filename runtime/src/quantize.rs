@@ -18,7 +18,7 @@
 
 use anyhow::{bail, Context};
 use ir::ggml::{dequantize, quantize_weights, GgmlType, WEIGHT_QUANT_TYPES};
-use ir::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
+use ir::gguf::{GgufError, GgufFile, GgufWriter, Metadata, TensorInfo, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -343,10 +343,10 @@ struct Hparams {
 }
 
 impl Hparams {
-    fn read(file: &GgufFile) -> anyhow::Result<Hparams> {
-        let md = file.metadata();
-        let arch = file
-            .architecture()
+    fn read(md: &Metadata) -> anyhow::Result<Hparams> {
+        let arch = md
+            .get("general.architecture")
+            .and_then(Value::as_str)
             .context("not a model: no general.architecture")?
             .to_string();
         let first_u32 = |key: &str| -> Option<u32> {
@@ -580,9 +580,22 @@ impl MixState<'_> {
 /// tensor would be requantized without `--allow-requantize`; a tensor's data is not readable
 /// as its type.
 pub fn plan(file: &GgufFile, ftype: FileType, opts: &Options) -> anyhow::Result<Plan> {
-    let hp = Hparams::read(file)?;
-    let mut order: Vec<usize> = (0..file.tensors().len()).collect();
-    let tensors = file.tensors();
+    plan_tensors(file.metadata(), file.tensors(), ftype, opts)
+}
+
+/// [`plan`] for a model given by its metadata and tensor table only (the tensors' data may
+/// not exist yet: `modelc synth` plans a file whose values it draws as it writes).
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_tensors(
+    metadata: &Metadata,
+    tensors: &[TensorInfo],
+    ftype: FileType,
+    opts: &Options,
+) -> anyhow::Result<Plan> {
+    let hp = Hparams::read(metadata)?;
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| {
         let (a, b) = (&tensors[a].name, &tensors[b].name);
         layer_of(a).cmp(&layer_of(b)).then_with(|| a.cmp(b))
@@ -662,7 +675,7 @@ pub fn plan(file: &GgufFile, ftype: FileType, opts: &Options) -> anyhow::Result<
 /// The metadata and tensor table of the output file (no data yet): the input's keys in
 /// order without `general.quantization_version`, `general.file_type` and the `split.*`
 /// keys, then those two set anew (ggml's `gguf_set_val_*` moves a key to the end).
-pub fn output_header(file: &GgufFile, plan: &Plan) -> anyhow::Result<GgufWriter> {
+pub fn output_header(metadata: &Metadata, plan: &Plan) -> anyhow::Result<GgufWriter> {
     const REPLACED: &[&str] = &[
         "general.quantization_version",
         "general.file_type",
@@ -671,7 +684,7 @@ pub fn output_header(file: &GgufFile, plan: &Plan) -> anyhow::Result<GgufWriter>
         "split.tensors.count",
     ];
     let mut w = GgufWriter::new();
-    for (k, v) in file.metadata().iter() {
+    for (k, v) in metadata.iter() {
         if !REPLACED.contains(&k) {
             w.add_kv(k, v.clone());
         }
@@ -701,38 +714,72 @@ pub struct Progress<'a> {
 /// Rows of f32 handed to one thread at a time (about llama.cpp's chunk of 16384 values).
 const CHUNK_VALUES: u64 = 32 * 512;
 
-/// The bytes of `t` in the output: its input bytes if the type does not change, else the
-/// values converted to f32 ([`dequantize`]) and quantized ([`quantize_weights`]) in chunks of
-/// rows on `n_threads` threads (the result does not depend on the split). Stops early with
-/// an error when `cancel` is set.
+/// Where the values of the tensors [`write_from`] writes come from: a GGUF file being
+/// quantized, or `modelc synth`'s random numbers.
+pub trait Source: Sync {
+    /// The bytes of `t` exactly as the output holds them, when the source has them already
+    /// (a tensor whose type does not change); `None` to convert it from [`Source::rows`].
+    fn unchanged(&self, t: &TensorPlan) -> Option<Vec<u8>>;
+
+    /// Writes the values of tensor `t` from row `row0` on into `out` (whole rows of
+    /// `t.ne[0]` values, as f32).
+    ///
+    /// # Errors
+    /// A message naming what could not be read (the tensor is named by the caller).
+    fn rows(&self, t: &TensorPlan, row0: usize, out: &mut [f32]) -> Result<(), String>;
+}
+
+/// A GGUF file's tensors: copied when their type does not change, else dequantized
+/// ([`dequantize`]; F32 read as little-endian).
+impl Source for GgufFile {
+    fn unchanged(&self, t: &TensorPlan) -> Option<Vec<u8>> {
+        (t.from == t.to).then(|| self.tensor_data(&self.tensors()[t.index]).to_vec())
+    }
+
+    fn rows(&self, t: &TensorPlan, row0: usize, out: &mut [f32]) -> Result<(), String> {
+        let src = self.tensor_data(&self.tensors()[t.index]);
+        let n_per_row = t.ne[0] as usize;
+        let src_row = t.from.row_size(t.ne[0]).ok_or("bad row")? as usize;
+        let n_rows = out.len() / n_per_row.max(1);
+        let s = src
+            .get(row0 * src_row..(row0 + n_rows) * src_row)
+            .ok_or("rows past the end of the data")?;
+        if t.from == GgmlType::F32 {
+            for (o, b) in out.iter_mut().zip(s.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            Ok(())
+        } else {
+            dequantize(t.from, s, out).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The bytes of `t` in the output: what [`Source::unchanged`] gives, else the values of
+/// [`Source::rows`] quantized ([`quantize_weights`]) in chunks of rows on `n_threads`
+/// threads (the result does not depend on the split). Stops early with an error when
+/// `cancel` is set.
 fn tensor_data(
-    file: &GgufFile,
+    source: &dyn Source,
     t: &TensorPlan,
     n_threads: usize,
     cancel: &AtomicBool,
 ) -> Result<Vec<u8>, GgufError> {
-    let src = file.tensor_data(&file.tensors()[t.index]);
-    if t.from == t.to {
-        return Ok(src.to_vec());
+    if let Some(bytes) = source.unchanged(t) {
+        return Ok(bytes);
     }
     let fail = |e: String| GgufError::Write(format!("tensor '{}': {e}", t.name));
     let n_per_row = t.ne[0];
     if n_per_row == 0 || t.to_bytes == 0 {
         return Ok(Vec::new());
     }
-    let src_row = t
-        .from
-        .row_size(n_per_row)
-        .ok_or_else(|| fail("bad row".into()))? as usize;
     let dst_row =
         t.to.row_size(n_per_row)
             .ok_or_else(|| fail("bad row".into()))? as usize;
     let rows_per_chunk = CHUNK_VALUES.div_ceil(n_per_row).max(1) as usize;
     let mut dst = vec![0u8; t.to_bytes as usize];
-    let jobs = Mutex::new(
-        src.chunks(src_row * rows_per_chunk)
-            .zip(dst.chunks_mut(dst_row * rows_per_chunk)),
-    );
+    let n_chunks = dst.len().div_ceil(dst_row * rows_per_chunk);
+    let jobs = Mutex::new(dst.chunks_mut(dst_row * rows_per_chunk).enumerate());
     let error: Mutex<Option<String>> = Mutex::new(None);
     let work = || {
         let mut f32s = Vec::new();
@@ -740,25 +787,16 @@ fn tensor_data(
             if cancel.load(Ordering::Relaxed) {
                 return;
             }
-            let Some((s, d)) = jobs.lock().ok().and_then(|mut j| j.next()) else {
+            let Some((chunk, d)) = jobs.lock().ok().and_then(|mut j| j.next()) else {
                 return;
             };
-            let n = s.len() / src_row * n_per_row as usize;
-            let r = if t.from == GgmlType::F32 {
-                f32s.clear();
-                f32s.extend(
-                    s.chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                );
-                Ok(())
-            } else {
-                f32s.resize(n, 0.0);
-                dequantize(t.from, s, &mut f32s)
-            }
-            .and_then(|()| quantize_weights(t.to, &f32s, d));
+            f32s.resize(d.len() / dst_row * n_per_row as usize, 0.0);
+            let r = source
+                .rows(t, chunk * rows_per_chunk, &mut f32s)
+                .and_then(|()| quantize_weights(t.to, &f32s, d).map_err(|e| e.to_string()));
             if let Err(e) = r {
                 if let Ok(mut slot) = error.lock() {
-                    slot.get_or_insert(e.to_string());
+                    slot.get_or_insert(e);
                 }
                 return;
             }
@@ -766,7 +804,6 @@ fn tensor_data(
     };
     // No more threads than chunks of work (a huge NTHREADS must not start threads that
     // have nothing to do: llama-quantize's chunking bounds them the same way).
-    let n_chunks = (t.to_bytes as usize).div_ceil(dst_row * rows_per_chunk);
     let n_threads = n_threads.clamp(1, n_chunks.max(1));
     std::thread::scope(|s| {
         for _ in 1..n_threads {
@@ -820,16 +857,41 @@ pub fn write(
     out: &Path,
     n_threads: usize,
     cancel: &AtomicBool,
+    progress: impl FnMut(Progress<'_>),
+) -> anyhow::Result<()> {
+    write_from(
+        file.metadata(),
+        file,
+        plan,
+        out,
+        n_threads,
+        cancel,
+        progress,
+    )
+}
+
+/// [`write`] with the metadata of the output ([`output_header`] adds the file type) and the
+/// tensors' values taken from `source`: one tensor at a time is in memory.
+///
+/// # Errors
+/// As [`write`]; what `source` reports, naming the tensor.
+pub fn write_from(
+    metadata: &Metadata,
+    source: &dyn Source,
+    plan: &Plan,
+    out: &Path,
+    n_threads: usize,
+    cancel: &AtomicBool,
     mut progress: impl FnMut(Progress<'_>),
 ) -> anyhow::Result<()> {
-    let header = output_header(file, plan)?;
+    let header = output_header(metadata, plan)?;
     let n = plan.tensors.len();
     header.write_streaming(out, |i| {
         if cancel.load(Ordering::Relaxed) {
             return Err(GgufError::Write("interrupted".into()));
         }
         let t = &plan.tensors[i];
-        let data = tensor_data(file, t, n_threads, cancel)?;
+        let data = tensor_data(source, t, n_threads, cancel)?;
         progress(Progress { i, n, tensor: t });
         Ok(data)
     })?;

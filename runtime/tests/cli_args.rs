@@ -284,7 +284,12 @@ fn thread_counts_batch_and_repetitions() {
     assert_ok(&out);
     assert_eq!(warnings(&out).len(), 1, "{}", stderr(&out));
     let table = String::from_utf8_lossy(&out.stdout);
-    let rows: Vec<&str> = table.lines().filter(|l| l.contains("pp4")).collect();
+    // llama-bench's table: the lines before the roofline table's blank line.
+    let rows: Vec<&str> = table
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.contains("pp4"))
+        .collect();
     assert!(!rows.is_empty(), "{table}");
     for r in &rows {
         let cells: Vec<&str> = r.split('|').map(str::trim).collect();

@@ -546,13 +546,20 @@ fn smollm2_teacher_forced_top5() {
     );
 }
 
-/// llama-bench's pp512 / tg64 on SmolLM2 with the compiled engine, then where the time goes.
+/// llama-bench's pp512 / tg64 on SmolLM2 (or the GGUF `MODELC_BENCH_MODEL` names, e.g. a
+/// `modelc synth` 1B) with the compiled engine, then where the time goes.
 /// `MODELC_BENCH_THREADS` (default `1,2`) and `MODELC_BENCH_REPS` (default 3) set the runs.
 #[test]
 #[ignore = "benchmark: cargo test --release -p runtime --test cpu_engine -- --ignored smollm2_bench --nocapture"]
 fn smollm2_bench() {
-    use runtime::bench::{print_table, run as bench_run, Test};
-    let Some(gguf) = smollm2() else { return };
+    use runtime::bench::{print_table, run as bench_run, Report, Test};
+    let gguf = match std::env::var_os("MODELC_BENCH_MODEL") {
+        Some(p) => ir::gguf::GgufFile::open(p).expect("MODELC_BENCH_MODEL opens"),
+        None => match smollm2() {
+            Some(g) => g,
+            None => return,
+        },
+    };
     let model = compiler::load_model(&gguf).expect("model lowers");
     let threads: Vec<usize> = std::env::var("MODELC_BENCH_THREADS")
         .unwrap_or_else(|_| "1,2".into())
@@ -586,17 +593,17 @@ fn smollm2_bench() {
         reps,
     )
     .expect("bench runs");
-    let bytes = gguf.tensor_data_bytes();
-    let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
-    print_table(
-        "llama 135M Q4_1",
-        bytes,
-        n_params,
-        "CPU (modelc)",
-        bytes,
-        &[],
-        &rows,
-    );
+    let report = Report {
+        model_desc: "llama (modelc test)".into(),
+        size_bytes: gguf.tensor_data_bytes(),
+        n_params: gguf.tensors().iter().map(|t| t.n_elements()).sum(),
+        backend: "CPU (modelc)",
+        weight_bytes: runtime::bench::decode_weight_bytes(&gguf),
+        remeasure: false,
+        step_tokens: 64,
+        extra: Vec::new(),
+    };
+    print_table(&report, &rows);
     for &t in &threads {
         let mut e = CpuEngine::new(&gguf, plan.clone(), t).expect("compiles");
         e.compiled_mut().set_profiling(true);

@@ -493,14 +493,8 @@ fn bench_bandwidth(a: &Args, pools: &[ThreadPool]) -> Vec<f64> {
                 let chunk = words.len().div_ceil(nt);
                 let part =
                     &words[(ti * chunk).min(words.len())..((ti + 1) * chunk).min(words.len())];
-                let mut acc = [0u64; 8];
-                for c in part.chunks_exact(8) {
-                    for j in 0..8 {
-                        acc[j] = acc[j].wrapping_add(c[j]);
-                    }
-                }
                 sink.fetch_add(
-                    acc.iter().fold(0, |x, y| x ^ y),
+                    codegen_cpu::stream_sum(part),
                     std::sync::atomic::Ordering::Relaxed,
                 );
             })

@@ -6,12 +6,14 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench;
 mod compile;
 mod gen_args;
 mod inspect;
 mod quantize;
 mod run;
 mod runner;
+mod synth;
 mod template;
 mod tokenize;
 
@@ -35,13 +37,21 @@ enum Command {
     /// Chat with a model, compiled in memory (the runner's `-cnv` mode).
     #[command(allow_negative_numbers = true)]
     Repl(run::RunArgs),
-    /// Perplexity of a text, as llama-perplexity computes it.
+    /// Perplexity of a text, as llama-perplexity computes it (and KL divergence from a
+    /// base model's saved log-probabilities: --kl-divergence-base, --kl-divergence).
     Perplexity(run::PerplexityArgs),
+    /// Measure speed (compiled in memory): llama-bench's table, the weight bytes per token
+    /// and the share of the machine's read bandwidth.
+    #[command(allow_negative_numbers = true)]
+    Bench(bench::BenchArgs),
     /// Quantize a model as llama-quantize does, byte for byte (INPUT OUTPUT TYPE [NTHREADS]).
     #[command(
         override_usage = "modelc quantize [OPTIONS] INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]"
     )]
     Quantize(quantize::QuantizeArgs),
+    /// Write a random-weight llama GGUF of a given shape (default 1B) with SmolLM2's
+    /// tokenizer, quantized as `modelc quantize` does: a model to measure speed on.
+    Synth(synth::SynthArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -184,8 +194,10 @@ pub fn main() -> ExitCode {
             run::run(args)
         }
         Command::Perplexity(args) => run::perplexity(args),
+        Command::Bench(args) => bench::run(args),
         Command::Graph(args) => run::graph(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Synth(args) => synth::run(args),
         Command::Template(args) => template::run(args),
         Command::Tokenize(args) => tokenize::run_tokenize(args),
         Command::Detokenize(args) => tokenize::run_detokenize(args),

@@ -162,6 +162,50 @@ fn print_totals(plan: &Plan, org: u64, new: u64, out: impl Fn(String)) {
     }
 }
 
+/// A progress bar over the output bytes of `plan` on a terminal's stderr (hidden when
+/// stderr is not a terminal), labelled `prefix`.
+pub(crate) fn progress_bar(plan: &Plan, prefix: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let total: u64 = plan.tensors.iter().map(|t| t.to_bytes).sum();
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {binary_bytes}/{binary_total_bytes} {wide_msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    b.set_prefix(prefix.to_string());
+    b
+}
+
+/// Advances `bar` past the tensor `p` reports.
+pub(crate) fn show_progress(bar: &indicatif::ProgressBar, p: &quantize::Progress<'_>) {
+    let t = p.tensor;
+    bar.set_message(format!(
+        "[{}/{}] {} {} -> {} ({:.2} -> {:.2} MiB)",
+        p.i + 1,
+        p.n,
+        t.name,
+        t.from,
+        t.to,
+        mib(t.from_bytes),
+        mib(t.to_bytes)
+    ));
+    bar.inc(t.to_bytes);
+}
+
+/// Sets `cancel` on Ctrl-C (a second handler cannot be installed, never in one command;
+/// the work still runs, only without the clean stop).
+pub(crate) fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let c = cancel.clone();
+    let _ = ctrlc::set_handler(move || c.store(true, Ordering::SeqCst));
+    cancel
+}
+
 /// Runs `modelc quantize`.
 pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     let pos = positional(&args.args, args.dry_run)?;
@@ -193,44 +237,13 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     };
     let threads = pos.threads.unwrap_or_else(quantize::default_threads);
 
-    let cancel = Arc::new(AtomicBool::new(false));
-    {
-        let cancel = cancel.clone();
-        // A second handler cannot be installed (never in this command); quantizing still
-        // works, only without the clean stop.
-        let _ = ctrlc::set_handler(move || cancel.store(true, Ordering::SeqCst));
-    }
+    let cancel = cancel_on_ctrl_c();
 
     let terminal = std::io::stderr().is_terminal();
-    let bar = if terminal {
-        let total: u64 = plan.tensors.iter().map(|t| t.to_bytes).sum();
-        let b = indicatif::ProgressBar::new(total);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {binary_bytes}/{binary_total_bytes} {wide_msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        b.set_prefix(format!("quantizing to {}", pos.ftype.name));
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar(&plan, &format!("quantizing to {}", pos.ftype.name));
     let start = std::time::Instant::now();
     let result = quantize::write(&file, &plan, &out, threads, &cancel, |p| {
-        let t = p.tensor;
-        bar.set_message(format!(
-            "[{}/{}] {} {} -> {} ({:.2} -> {:.2} MiB)",
-            p.i + 1,
-            p.n,
-            t.name,
-            t.from,
-            t.to,
-            mib(t.from_bytes),
-            mib(t.to_bytes)
-        ));
-        bar.inc(t.to_bytes);
+        show_progress(&bar, &p)
     });
     bar.finish_and_clear();
     if cancel.load(Ordering::SeqCst) {

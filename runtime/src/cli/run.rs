@@ -258,73 +258,142 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text to score.
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    /// The text to score, its chunks and the KL-divergence files.
+    #[command(flatten)]
+    pub text: PerplexityText,
+}
+
+/// What `perplexity` scores and compares (shared by `modelc perplexity` and the runner's).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PerplexityText {
+    /// The text to score (not needed with --kl-divergence: the base file holds the tokens).
+    #[arg(short = 'f', long = "file", required_unless_present = "kl_divergence")]
+    pub file: Option<PathBuf>,
     /// Tokens per decode call.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub n_batch: usize,
     /// Chunks to score at most (llama-perplexity's `--chunks`; -1: all).
     #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
     pub chunks: i64,
+    /// Save the log-probabilities of every scored token to FILE (llama-perplexity's
+    /// format); with --kl-divergence, read them from FILE instead.
+    #[arg(long = "kl-divergence-base", value_name = "FILE")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Compare with the --kl-divergence-base file: KL divergence, top-token agreement and
+    /// Δp statistics, on the file's tokens and context size.
+    #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
 }
 
-/// Runs perplexity on `engine` and prints llama-perplexity's lines.
+impl PerplexityText {
+    /// The context the session needs: the base file's with --kl-divergence, else `n_ctx`.
+    ///
+    /// # Errors
+    /// A base file that cannot be read.
+    pub fn n_ctx(&self, n_ctx: usize) -> anyhow::Result<usize> {
+        match (&self.kl_divergence_base, self.kl_divergence) {
+            (Some(base), true) => Ok(crate::kl_divergence::BaseReader::open(base)?.header.n_ctx),
+            _ => Ok(n_ctx),
+        }
+    }
+}
+
+/// Runs perplexity (or, with --kl-divergence, the comparison with a base) on `engine` and
+/// prints llama-perplexity's lines.
 pub fn print_perplexity(
     engine: &mut Session<'_>,
     vocab: &Vocab,
-    text_path: &std::path::Path,
+    text: &PerplexityText,
     n_ctx: usize,
-    n_batch: usize,
-    chunks: i64,
 ) -> anyhow::Result<()> {
+    use std::io::Write;
+    let chunks = text.chunks;
     anyhow::ensure!(chunks != 0, "--chunks must be at least 1 (-1: all)");
-    let max_chunks = usize::try_from(chunks).ok();
-    let text = std::fs::read_to_string(text_path)
-        .with_context(|| format!("reading {}", text_path.display()))?;
-    let tokens = vocab.tokenize(&text, true, false);
     let bos = if vocab.add_bos() { vocab.bos() } else { None };
+    if let (Some(base), true) = (&text.kl_divergence_base, text.kl_divergence) {
+        let mut reader = crate::kl_divergence::BaseReader::open(base)?;
+        let h = &reader.header;
+        eprintln!(
+            "kl_divergence: computing over {} chunks, n_ctx={}, batch_size={}",
+            h.n_chunk, h.n_ctx, text.n_batch
+        );
+        println!("{}", crate::kl_divergence::Kld::CHUNK_HEADER);
+        let kld =
+            crate::kl_divergence::kl_divergence(engine, &mut reader, text.n_batch, bos, |i, k| {
+                println!("{}", k.chunk_line(i + 1));
+                let _ = std::io::stdout().flush();
+            })?;
+        println!();
+        if let Some(s) = kld.summary() {
+            print!("{s}");
+        }
+        return Ok(());
+    }
+    let max_chunks = usize::try_from(chunks).ok();
+    let Some(text_path) = &text.file else {
+        anyhow::bail!("no text to score: pass -f FILE");
+    };
+    let text_str = std::fs::read_to_string(text_path)
+        .with_context(|| format!("reading {}", text_path.display()))?;
+    let tokens = vocab.tokenize(&text_str, true, false);
+    let n_chunks = (tokens.len() / n_ctx.max(1)).min(max_chunks.unwrap_or(usize::MAX));
     eprintln!(
-        "perplexity: tokenizing the input: {} tokens, {} chunks of {n_ctx}",
+        "perplexity: tokenizing the input: {} tokens, {n_chunks} chunks of {n_ctx}",
         tokens.len(),
-        (tokens.len() / n_ctx.max(1)).min(max_chunks.unwrap_or(usize::MAX))
     );
-    let r = crate::perplexity::perplexity(
+    let mut writer = match &text.kl_divergence_base {
+        Some(path) if n_ctx >= 8 && tokens.len() >= 2 * n_ctx => {
+            eprintln!("perplexity: saving all logits to {}", path.display());
+            let header = crate::kl_divergence::BaseHeader {
+                n_ctx,
+                n_vocab: engine.n_vocab(),
+                n_chunk: n_chunks,
+                tokens: tokens[..n_chunks * n_ctx].to_vec(),
+            };
+            Some(crate::kl_divergence::BaseWriter::create(path, &header)?)
+        }
+        _ => None,
+    };
+    let r = crate::perplexity::perplexity_with(
         engine,
         &tokens,
         n_ctx,
-        n_batch,
+        text.n_batch,
         max_chunks,
         bos,
         |i, _, est| {
             print!("[{i}]{est:.4},");
-            use std::io::Write;
             let _ = std::io::stdout().flush();
+        },
+        |logits, tok| match writer.as_mut() {
+            Some(w) => w.push(logits, tok).map(|_| ()),
+            None => Ok(()),
         },
     )?;
     println!();
+    if let Some(w) = writer {
+        w.finish()?;
+    }
     println!("Final estimate: PPL = {:.4} +/- {:.5}", r.ppl, r.ppl_err);
     Ok(())
 }
 
-/// Runs `modelc perplexity`: the context is `-c` (default 512, as llama-perplexity).
+/// Runs `modelc perplexity`: the context is `-c` (default 512, as llama-perplexity), or the
+/// base file's with --kl-divergence.
 pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
     if args.model.n_ctx == 0 {
         args.model.n_ctx = 512;
     }
-    check_n_batch(args.n_batch)?;
+    check_n_batch(args.text.n_batch)?;
     args.model.validate()?;
-    anyhow::ensure!(args.chunks != 0, "--chunks must be at least 1 (-1: all)");
+    anyhow::ensure!(
+        args.text.chunks != 0,
+        "--chunks must be at least 1 (-1: all)"
+    );
+    args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
     let (gguf, model, vocab) = open_model(&args.model.model)?;
     let mut session = open_session(&args.model, &gguf, &model, true)?;
-    print_perplexity(
-        &mut session,
-        &vocab,
-        &args.file,
-        args.model.n_ctx,
-        args.n_batch,
-        args.chunks,
-    )
+    print_perplexity(&mut session, &vocab, &args.text, args.model.n_ctx)
 }
 
 /// Arguments of `modelc graph`.

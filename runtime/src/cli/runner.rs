@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! NAME [-m FILE] -p PROMPT [-n N] [-t T] [-c CTX] [sampler flags] [--chat] [--json]
-//! NAME bench [-m FILE] [-p 64,512] [-n 64] [-r 3] [-t 1,2]
-//! NAME perplexity [-m FILE] -f FILE [-c N] [-t T]
+//! NAME bench [-m FILE] [-p 64,512] [-n 64] [-r 3] [-t 1,2] [--json]
+//! NAME perplexity [-m FILE] -f FILE [-c N] [-t T] [--kl-divergence-base FILE [--kl-divergence]]
 //! NAME info
 //! ```
 
@@ -12,9 +12,8 @@ use super::compile::{parse_cache_type, EngineArgs, KvArgs};
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use super::run::warn_ctx_train;
 use crate::artifact::{fingerprint, Artifact};
-use crate::backend::cpu::Kernels;
 use crate::backend::{backend, cache_type_name, BackendArgs, LoadOptions, LogitRows};
-use crate::bench::{self, Test};
+use crate::bench;
 use crate::session::Session;
 use crate::tokenizer::Vocab;
 use anyhow::Context;
@@ -81,40 +80,9 @@ struct BenchArgs {
     /// The GGUF model (default: the path recorded at compile time).
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
-    /// Prompt sizes to test (`ppN`), comma-separated.
-    #[arg(
-        short = 'p',
-        long = "n-prompt",
-        value_delimiter = ',',
-        default_value = "512"
-    )]
-    n_prompt: Vec<usize>,
-    /// Generation lengths to test (`tgN`), comma-separated.
-    #[arg(
-        short = 'n',
-        long = "n-gen",
-        value_delimiter = ',',
-        default_value = "128"
-    )]
-    n_gen: Vec<usize>,
-    /// Repetitions of each test.
-    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
-    reps: usize,
-    /// Thread counts to test, comma-separated (<= 0: the hardware's threads; more is capped
-    /// there, with a warning).
-    #[arg(
-        short = 't',
-        long = "threads",
-        value_delimiter = ',',
-        allow_negative_numbers = true
-    )]
-    threads: Option<Vec<i64>>,
-    /// KV cache types (the ones compiled in), flash attention.
+    /// The benchmark's flags.
     #[command(flatten)]
-    engine: EngineArgs,
-    /// The backend's own flags.
-    #[command(flatten)]
-    backend: BackendArgs,
+    flags: super::bench::BenchFlags,
 }
 
 #[derive(clap::Args, Debug)]
@@ -122,18 +90,12 @@ struct RunnerPerplexityArgs {
     /// The GGUF model (default: the path recorded at compile time).
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
-    /// The text to score.
-    #[arg(short = 'f', long = "file")]
-    file: PathBuf,
     /// Chunk size in tokens.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     n_ctx: usize,
-    /// Tokens per decode call.
-    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
-    n_batch: usize,
-    /// Chunks to score at most (llama-perplexity's `--chunks`; -1: all).
-    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
-    chunks: i64,
+    /// The text to score, its chunks and the KL-divergence files.
+    #[command(flatten)]
+    text: super::run::PerplexityText,
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
@@ -269,44 +231,11 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             run_generation(&gen, &gguf, &vocab, &mut session)
         }
         Some(RunnerCommand::Bench(b)) => {
-            anyhow::ensure!(b.reps >= 1, "-r must be at least 1");
-            // Each thread count as -t reads it (<= 0: the hardware's, more capped there with
-            // a warning); counts that end up equal are measured once.
-            let mut threads: Vec<usize> = Vec::new();
-            for t in b.threads.clone().unwrap_or_else(|| vec![0]) {
-                let t = resolve_threads(Some(t));
-                if !threads.contains(&t) {
-                    threads.push(t);
-                }
-            }
+            let f = &b.flags;
+            let threads = f.thread_counts()?;
             let gguf = open_checked(&artifact, b.model.as_ref())?;
-            let max = b
-                .n_prompt
-                .iter()
-                .chain(&b.n_gen)
-                .copied()
-                .max()
-                .unwrap_or(1);
-            let n_ctx = max.max(artifact.n_ctx.min(max.next_power_of_two()));
-            // The caches' types as llama-bench's type_k / type_v columns spell them.
-            let kv = compiled_kv(&artifact, &b.engine.kv)?;
-            let kv_names = (cache_type_name(kv.k), cache_type_name(kv.v));
-            // llama-bench's extra columns for settings other than its defaults.
-            let mut extra: Vec<(&str, String)> = Vec::new();
-            if kv_names.0 != "f16" || kv_names.1 != "f16" {
-                extra.push(("type_k", kv_names.0.clone()));
-                extra.push(("type_v", kv_names.1.clone()));
-            }
-            if !b.engine.flash() {
-                extra.push(("fa", "0".into()));
-            }
-            let mut tests: Vec<Test> = b
-                .n_prompt
-                .iter()
-                .filter(|&&n| n > 0)
-                .map(|&n| Test::Pp(n))
-                .collect();
-            tests.extend(b.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Tg(n)));
+            let n_ctx = f.n_ctx(artifact.n_ctx);
+            let kv = compiled_kv(&artifact, &f.engine.kv)?;
             let rows = bench::run(
                 &mut |t| {
                     load_session(
@@ -314,69 +243,39 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                         &gguf,
                         n_ctx,
                         LogitRows::Last,
-                        &b.engine,
-                        &b.backend,
+                        &f.engine,
+                        &f.backend,
                         t,
                     )
                 },
                 &threads,
-                &tests,
-                b.reps,
+                &f.tests(),
+                f.reps,
             )?;
-            let n_params: u64 = gguf.tensors().iter().map(|t| t.n_elements()).sum();
-            let ftype = gguf
-                .metadata()
-                .get_u32("general.file_type")?
-                .map_or("?", super::inspect::file_type_name);
-            let desc = format!(
-                "{} {} {}",
-                gguf.architecture().unwrap_or("?"),
-                gguf.metadata()
-                    .get_str("general.size_label")?
-                    .unwrap_or("?"),
-                ftype
-            );
-            bench::print_table(
-                &desc,
-                gguf.tensor_data_bytes(),
-                n_params,
-                match b.backend.cpu.kernels {
-                    Kernels::Exact => "CPU",
-                    Kernels::Fast => "CPU (fast)",
-                },
-                gguf.tensor_data_bytes(),
-                &extra,
-                &rows,
-            );
-            Ok(())
+            let step_tokens = artifact.ubatch.iter().copied().max().unwrap_or(1);
+            f.report(&gguf, kv, step_tokens, &rows)
         }
         Some(RunnerCommand::Perplexity(p)) => {
-            check_n_batch(p.n_batch)?;
+            check_n_batch(p.text.n_batch)?;
             anyhow::ensure!(
                 p.n_ctx > 0,
                 "perplexity needs a context: -c must be above 0"
             );
+            let n_ctx = p.text.n_ctx(p.n_ctx)?;
             let gguf = open_checked(&artifact, p.model.as_ref())?;
             let vocab = Vocab::from_gguf(&gguf)?;
-            warn_ctx_train(p.n_ctx, n_ctx_train(&gguf)?);
+            warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
             let mut session = load_session(
                 &artifact,
                 &gguf,
-                p.n_ctx,
+                n_ctx,
                 LogitRows::All,
                 &p.engine,
                 &p.backend,
                 threads,
             )?;
-            super::run::print_perplexity(
-                &mut session,
-                &vocab,
-                &p.file,
-                p.n_ctx,
-                p.n_batch,
-                p.chunks,
-            )
+            super::run::print_perplexity(&mut session, &vocab, &p.text, n_ctx)
         }
         Some(RunnerCommand::Info { model }) => {
             println!(

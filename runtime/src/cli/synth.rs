@@ -1,0 +1,109 @@
+//! `modelc synth OUT.gguf [--preset 1b] [--type Q4_1] [--seed N] [shape flags]`: writes a
+//! random-weight llama ([`crate::synth`]) with SmolLM2's tokenizer, for speed measurements on
+//! shapes no downloaded model has. A terminal gets a progress bar on stderr; Ctrl-C leaves no
+//! partial file.
+
+use super::quantize::{cancel_on_ctrl_c, progress_bar, show_progress};
+use crate::quantize::{self, FileType};
+use crate::synth::{Shape, Synth};
+use anyhow::{bail, Context};
+use ir::gguf::GgufFile;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// Arguments of `modelc synth`.
+#[derive(clap::Args, Debug)]
+pub struct SynthArgs {
+    /// The GGUF file to write.
+    pub output: PathBuf,
+    /// The base shape: `1b` (TinyLlama 1.1B's: n_embd 2048, 22 layers, n_ff 5632, 32/4
+    /// heads) or `smollm2-135m`; the flags below change single sizes.
+    #[arg(long, default_value = "1b")]
+    pub preset: String,
+    /// Width of the residual stream.
+    #[arg(long)]
+    pub n_embd: Option<u64>,
+    /// Number of layers.
+    #[arg(long)]
+    pub n_layer: Option<u64>,
+    /// Feed-forward width.
+    #[arg(long)]
+    pub n_ff: Option<u64>,
+    /// Query heads.
+    #[arg(long)]
+    pub n_head: Option<u64>,
+    /// Key/value heads.
+    #[arg(long)]
+    pub n_head_kv: Option<u64>,
+    /// The quantization (a llama-quantize name: Q4_1, Q8_0, Q4_K_M, F16, F32, ...).
+    #[arg(long = "type", default_value = "Q4_1")]
+    pub ftype: String,
+    /// Seed of the random weights (one seed, one file, byte for byte).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The GGUF whose tokenizer the model gets (default: the cached SmolLM2-135M-Instruct
+    /// Q4_1).
+    #[arg(long)]
+    pub vocab_from: Option<PathBuf>,
+    /// Threads quantizing (default: all).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
+/// The default vocabulary file: `~/.cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
+fn default_vocab() -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("no HOME; pass --vocab-from FILE")?;
+    Ok(PathBuf::from(home).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+}
+
+/// Runs `modelc synth`.
+pub fn run(args: SynthArgs) -> anyhow::Result<()> {
+    let base = Shape::preset(&args.preset)?;
+    let shape = Shape {
+        n_embd: args.n_embd.unwrap_or(base.n_embd),
+        n_layer: args.n_layer.unwrap_or(base.n_layer),
+        n_ff: args.n_ff.unwrap_or(base.n_ff),
+        n_head: args.n_head.unwrap_or(base.n_head),
+        n_head_kv: args.n_head_kv.unwrap_or(base.n_head_kv),
+        ..base
+    };
+    let ftype = FileType::parse(&args.ftype)?;
+    let vocab_path = match args.vocab_from {
+        Some(p) => p,
+        None => default_vocab()?,
+    };
+    let vocab = GgufFile::open(&vocab_path).with_context(|| {
+        format!(
+            "cannot read the vocabulary file '{}' (fetch SmolLM2 with scripts/fetch-model, or pass --vocab-from FILE)",
+            vocab_path.display()
+        )
+    })?;
+    let synth = Synth::new(&shape, vocab.metadata(), ftype, args.seed)
+        .with_context(|| format!("vocabulary from '{}'", vocab_path.display()))?;
+    drop(vocab);
+    let threads = args
+        .threads
+        .filter(|&t| t > 0)
+        .unwrap_or_else(quantize::default_threads);
+    let cancel = cancel_on_ctrl_c();
+    let bar = progress_bar(synth.plan(), &format!("writing {}", ftype.name));
+    let start = std::time::Instant::now();
+    let result = synth.write(&args.output, threads, &cancel, |p| show_progress(&bar, &p));
+    bar.finish_and_clear();
+    if cancel.load(Ordering::SeqCst) {
+        bail!("interrupted; no output written");
+    }
+    result.context("cannot write the synthetic model")?;
+    if std::io::stderr().is_terminal() {
+        let bytes: u64 = synth.plan().tensors.iter().map(|t| t.to_bytes).sum();
+        eprintln!(
+            "wrote '{}' ({}, {:.2} MiB of weights) in {:.2} s with {threads} threads",
+            args.output.display(),
+            ftype.name,
+            bytes as f64 / (1 << 20) as f64,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
