@@ -20,5 +20,6 @@ pub mod perplexity;
 pub mod quantize;
 pub mod repl;
 pub mod sampler;
+pub mod server;
 pub mod session;
 pub mod tokenizer;

@@ -12,6 +12,7 @@ mod inspect;
 mod quantize;
 mod run;
 mod runner;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -42,6 +43,9 @@ enum Command {
         override_usage = "modelc quantize [OPTIONS] INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]"
     )]
     Quantize(quantize::QuantizeArgs),
+    /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
+    #[command(allow_negative_numbers = true)]
+    Serve(serve::ServeArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -54,7 +58,8 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 8] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 9] = [
+    ("-np", "--parallel"),
     ("-ub", "--ubatch-size"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
@@ -176,6 +181,7 @@ pub fn main() -> ExitCode {
             run::run(args)
         }
         Command::Perplexity(args) => run::perplexity(args),
+        Command::Serve(args) => serve::run(args),
         Command::Graph(args) => run::graph(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Template(args) => template::run(args),

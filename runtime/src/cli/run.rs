@@ -152,6 +152,21 @@ pub fn open_session<'a>(
     model: &'a compiler::Model,
     all_logits: bool,
 ) -> anyhow::Result<Session<'a>> {
+    open_session_seqs(args, gguf, model, all_logits, 1)
+}
+
+/// [`open_session`] with `n_seq` sequences of the context `args` asks for each (the
+/// server's slots).
+///
+/// # Errors
+/// As [`open_session`].
+pub fn open_session_seqs<'a>(
+    args: &ModelArgs,
+    gguf: &'a GgufFile,
+    model: &'a compiler::Model,
+    all_logits: bool,
+    n_seq: usize,
+) -> anyhow::Result<Session<'a>> {
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.validate()?;
@@ -173,7 +188,8 @@ pub fn open_session<'a>(
                     LogitRows::Last
                 },
             };
-            let session = crate::backend::open_session(be.as_ref(), &payload, gguf, &opts)?;
+            let session =
+                crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)?;
             warn_ctx_train(n_ctx, n_ctx_train);
             Ok(session)
         }
@@ -192,19 +208,22 @@ pub fn open_session<'a>(
             crate::memory::check_fits(
                 n_ctx,
                 crate::memory::Needs {
-                    resident: kv_bytes,
+                    resident: kv_bytes.saturating_mul(n_seq as u64),
                     mapped: gguf.file_size(),
                 },
             )?;
             warn_ctx_train(n_ctx, n_ctx_train);
-            Session::single(InterpEngine::new(
-                gguf,
-                model,
-                n_ctx,
-                args.n_ubatch,
-                kv_types,
-                interp_options(args, threads),
-            ))
+            Session::new(
+                Box::new(InterpEngine::new(
+                    gguf,
+                    model,
+                    n_ctx,
+                    args.n_ubatch,
+                    kv_types,
+                    interp_options(args, threads),
+                )),
+                n_seq,
+            )
         }
     }
 }

@@ -68,12 +68,27 @@ enum RunnerCommand {
     Bench(BenchArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(RunnerPerplexityArgs),
+    /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
+    #[command(allow_negative_numbers = true)]
+    Serve(RunnerServeArgs),
     /// Print what this runner was compiled from and the memory it will use.
     Info {
         /// The GGUF model (default: the path recorded at compile time).
         #[arg(short = 'm', long = "model")]
         model: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunnerServeArgs {
+    /// Model, threads, total context (`-c`, split over the slots), engine flags.
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Sampler defaults (`--temp`, `-n`, `--stop`, ...) and the chat template.
+    #[command(flatten)]
+    gen: GenArgs,
+    #[command(flatten)]
+    server: crate::server::ServerArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -204,6 +219,7 @@ fn load_session<'a>(
     engine: &EngineArgs,
     backend_args: &BackendArgs,
     threads: usize,
+    n_seq: usize,
 ) -> anyhow::Result<Session<'a>> {
     compiled_kv(artifact, &engine.kv)?;
     anyhow::ensure!(
@@ -218,7 +234,7 @@ fn load_session<'a>(
         flash_attn: engine.flash(),
         logits,
     };
-    crate::backend::open_session(be.as_ref(), &artifact.payload, gguf, &opts)
+    crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, n_seq)
 }
 
 /// The model's training context, for [`warn_ctx_train`].
@@ -265,6 +281,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &cli.common.engine,
                 &cli.common.backend,
                 threads,
+                1,
             )?;
             run_generation(&gen, &gguf, &vocab, &mut session)
         }
@@ -317,6 +334,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                         &b.engine,
                         &b.backend,
                         t,
+                        1,
                     )
                 },
                 &threads,
@@ -368,6 +386,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &p.engine,
                 &p.backend,
                 threads,
+                1,
             )?;
             super::run::print_perplexity(
                 &mut session,
@@ -378,6 +397,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 p.chunks,
             )
         }
+        Some(RunnerCommand::Serve(a)) => serve(artifact, a),
         Some(RunnerCommand::Info { model }) => {
             println!(
                 "compiled by modelc {} for {}",
@@ -407,4 +427,46 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `./NAME serve`: the runner's program with `-np` slots of `-c / N` positions each
+/// ([`super::serve`]).
+fn serve(artifact: Artifact, a: RunnerServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.common.ubatch_size.is_none(),
+        "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
+    );
+    let cfg = super::serve::config(&a.gen, &a.server)?;
+    let n_parallel = cfg.n_parallel;
+    let load: crate::server::Loader = Box::new(move |run| {
+        let gguf = open_checked(&artifact, a.common.model.as_ref())?;
+        let vocab = Vocab::from_gguf(&gguf)?;
+        let n_ctx = match a.common.n_ctx {
+            None | Some(0) => artifact.n_ctx,
+            Some(c) => super::run::at_least_min_ctx(c),
+        };
+        let per_slot = super::serve::slot_ctx(n_ctx, n_parallel)?;
+        warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
+        let session = load_session(
+            &artifact,
+            &gguf,
+            per_slot,
+            LogitRows::Last,
+            &a.common.engine,
+            &a.common.backend,
+            resolve_threads(a.common.threads),
+            n_parallel,
+        )?;
+        let path = a.common.model.clone().unwrap_or(artifact.model_path.clone());
+        let ready = super::serve::ready_info(
+            &gguf,
+            std::sync::Arc::new(vocab),
+            &a.gen,
+            &a.server,
+            &path,
+            per_slot,
+        )?;
+        super::serve::hand_over(run, session, ready)
+    });
+    crate::server::serve(cfg, load)
 }

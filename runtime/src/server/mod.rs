@@ -1,0 +1,478 @@
+//! The HTTP server (`modelc serve MODEL.gguf`, `./NAME serve`): llama-server's API
+//! (`tools/server/`) over axum and tokio, so that OpenAI clients and llama.cpp's tools work
+//! unchanged.
+//!
+//! ```text
+//! HTTP handlers (tokio) ──Job──▶ bounded queue ──▶ inference thread (owns the Session)
+//!        ▲                                              │ one decode_batch per step,
+//!        └──────────── Event channel per request ◀──────┘ all busy slots together
+//! ```
+//!
+//! - [`slots`]: the inference thread: `-np N` slots, one sequence each, batched steps,
+//!   prompt cache, cancellation of requests nobody waits for.
+//! - [`api`]: the endpoints; [`params`]: reading request fields; [`error`]: llama-server's
+//!   error object; [`metrics`]: `/metrics`.
+//!
+//! The listener is up while the model loads (`/health` answers 503 `Loading model`, as
+//! llama-server). SIGTERM / SIGINT stop accepting connections, cancel running requests and
+//! exit with status 0.
+
+pub mod api;
+pub mod error;
+pub mod metrics;
+pub mod params;
+pub mod slots;
+
+use crate::chat::ChatTemplate;
+use crate::generate::GenerateOptions;
+use crate::session::Session;
+use crate::tokenizer::Vocab;
+use api::completion::Api;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use params::Body;
+use slots::{Job, Shared};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::mpsc;
+
+/// The server's flags, with llama-server's names (`common/arg.cpp`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed when listening).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Slots: requests served at once (`-np`); each gets `-c / N` positions of context.
+    #[arg(long = "parallel", default_value_t = 1)]
+    pub parallel: usize,
+    /// Requests that may wait for a free slot; more get 503.
+    #[arg(long = "queue-size", default_value_t = 64)]
+    pub queue_size: usize,
+    /// Require this key (`Authorization: Bearer KEY` or `X-Api-Key`) on every endpoint but
+    /// /health and /models.
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// The model's name in responses and /v1/models (default: the file's name).
+    #[arg(long = "alias", short = 'a')]
+    pub alias: Option<String>,
+    /// Serve /metrics (Prometheus text).
+    #[arg(long)]
+    pub metrics: bool,
+    /// Serve /slots (the default).
+    #[arg(long = "slots", overrides_with = "no_slots")]
+    pub slots: bool,
+    /// Do not serve /slots.
+    #[arg(long = "no-slots", overrides_with = "slots")]
+    pub no_slots: bool,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long = "max-body", default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Accepted for llama-server's command lines: batching is always continuous.
+    #[arg(long = "cont-batching", hide = true)]
+    pub cont_batching: bool,
+    /// Accepted for llama-server's command lines: there is no web UI.
+    #[arg(long = "no-webui", visible_alias = "no-ui", hide = true)]
+    pub no_webui: bool,
+    /// Accepted for llama-server's command lines: chat templates are always Jinja.
+    #[arg(long = "jinja", hide = true)]
+    pub jinja: bool,
+}
+
+impl ServerArgs {
+    /// Refuses settings that cannot work (`-np 0`, an empty queue).
+    ///
+    /// # Errors
+    /// The first such setting, naming its flag.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
+        anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        Ok(())
+    }
+}
+
+/// The server's settings besides the model.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to listen on.
+    pub host: String,
+    /// Port (0: any).
+    pub port: u16,
+    /// Slots.
+    pub n_parallel: usize,
+    /// Queue length.
+    pub queue_size: usize,
+    /// Required API key.
+    pub api_key: Option<String>,
+    /// Name of the model in responses.
+    pub alias: Option<String>,
+    /// Serve /metrics.
+    pub metrics: bool,
+    /// Serve /slots.
+    pub slots: bool,
+    /// Largest body.
+    pub max_body: usize,
+    /// Generation defaults (the command line's sampler flags, `-n`, `--stop`, `-b`).
+    pub defaults: GenerateOptions,
+    /// `-s`: a fixed default seed; `None` draws one per request.
+    pub seed: Option<u64>,
+}
+
+impl Config {
+    /// The settings of `args` with generation defaults `defaults` and seed `seed`.
+    pub fn new(args: &ServerArgs, defaults: GenerateOptions, seed: Option<u64>) -> Config {
+        Config {
+            host: args.host.clone(),
+            port: args.port,
+            n_parallel: args.parallel,
+            queue_size: args.queue_size,
+            api_key: args.api_key.clone(),
+            alias: args.alias.clone(),
+            metrics: args.metrics,
+            slots: !args.no_slots,
+            max_body: args.max_body,
+            defaults,
+            seed,
+        }
+    }
+
+    /// The generation options of a request: its fields over the server's defaults
+    /// (llama-server's names: `n_predict` (else `max_tokens`, `max_completion_tokens`),
+    /// `temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`, `repeat_last_n`,
+    /// `frequency_penalty`, `presence_penalty`, `seed`, `stop`, `n_probs` (chat:
+    /// `logprobs` + `top_logprobs`; `/v1/completions`: `logprobs` as a number),
+    /// `ignore_eos`, `cache_prompt`).
+    ///
+    /// # Errors
+    /// 400 for a field of the wrong type or out of range.
+    pub fn options(&self, body: &Body, api: Api, n_vocab: usize) -> Result<GenerateOptions, ApiError> {
+        let mut o = self.defaults.clone();
+        let n_predict = match body.i64("n_predict")? {
+            Some(n) => Some(n),
+            None => match body.i64("max_tokens")? {
+                Some(n) => Some(n),
+                None => body.i64("max_completion_tokens")?,
+            },
+        };
+        if let Some(n) = n_predict {
+            o.n_predict = n.max(-1);
+        }
+        let s = &mut o.sampler;
+        if let Some(t) = body.f32("temperature")? {
+            s.temp = t.max(0.0);
+        }
+        if let Some(k) = body.i64("top_k")? {
+            s.top_k = i32::try_from(k).unwrap_or(i32::MAX);
+        }
+        if let Some(p) = body.f32("top_p")? {
+            s.top_p = p;
+        }
+        if let Some(p) = body.f32("min_p")? {
+            s.min_p = p;
+        }
+        if let Some(p) = body.f32("repeat_penalty")? {
+            if p == 0.0 {
+                return Err(ApiError::invalid("\"repeat_penalty\" must not be 0 (1.0 disables it)"));
+            }
+            s.repeat_penalty = p;
+        }
+        if let Some(n) = body.i64("repeat_last_n")? {
+            s.repeat_last_n = i32::try_from(n.max(-1)).unwrap_or(i32::MAX);
+        }
+        if let Some(p) = body.f32("frequency_penalty")? {
+            s.frequency_penalty = p;
+        }
+        if let Some(p) = body.f32("presence_penalty")? {
+            s.presence_penalty = p;
+        }
+        s.seed = match body.i64("seed")? {
+            Some(n) if n >= 0 => n as u64 & 0xFFFF_FFFF,
+            _ => self
+                .seed
+                .unwrap_or_else(|| u64::from(rand::random_range(0..u32::MAX))),
+        };
+        if body.get("stop").is_some() {
+            o.stop = body.stop()?;
+        }
+        let n_probs = match api {
+            Api::OaiChat => match body.bool("logprobs")? {
+                Some(true) => Some(body.i64("top_logprobs")?.unwrap_or(20)),
+                _ => {
+                    if body.get("top_logprobs").is_some() {
+                        return Err(ApiError::invalid(
+                            "top_logprobs requires logprobs to be set to true",
+                        ));
+                    }
+                    body.i64("n_probs")?
+                }
+            },
+            Api::OaiCompletion => match body.get("logprobs") {
+                Some(serde_json::Value::Bool(true)) => Some(1),
+                Some(serde_json::Value::Bool(false)) => None,
+                Some(_) => body.i64("logprobs")?,
+                None => body.i64("n_probs")?,
+            },
+            Api::Llama => body.i64("n_probs")?,
+        };
+        if let Some(n) = n_probs {
+            o.n_probs = usize::try_from(n).unwrap_or(0).min(n_vocab);
+        }
+        if let Some(b) = body.bool("ignore_eos")? {
+            o.ignore_eos = b;
+        }
+        if let Some(b) = body.bool("cache_prompt")? {
+            o.cache_prompt = b;
+        }
+        o.cancel = None;
+        o.context_shift = None;
+        o.forced = None;
+        Ok(o)
+    }
+}
+
+/// What the HTTP side knows of the loaded model.
+pub struct Ready {
+    /// The tokenizer.
+    pub vocab: Arc<Vocab>,
+    /// The chat template (`None`: the model has none; chat endpoints answer 501).
+    pub template: Option<ChatTemplate>,
+    /// The template's source, for /props.
+    pub template_source: String,
+    /// `--alias`, else the file's name.
+    pub model_name: String,
+    /// The model's path.
+    pub model_path: String,
+    /// Context of each slot.
+    pub n_ctx_slot: usize,
+    /// The model's training context.
+    pub n_ctx_train: usize,
+    /// Embedding size.
+    pub n_embd: usize,
+    /// Parameters.
+    pub n_params: u64,
+    /// Bytes of weights.
+    pub size: u64,
+    /// When the model was loaded (Unix seconds).
+    pub created: u64,
+    /// `system_fingerprint` / `build_info`: modelc's version.
+    pub fingerprint: String,
+}
+
+/// What the model loader hands the inference thread: the session (one sequence per slot)
+/// and what the HTTP side needs ([`Ready`]).
+pub struct Loaded<'a> {
+    /// The session.
+    pub session: Session<'a>,
+    /// What the HTTP side knows of the model.
+    pub ready: Ready,
+}
+
+/// Loads the model on the inference thread and calls its argument with it; returns when
+/// that call returns. (A callback, because the session borrows the model file it opens.)
+pub type Loader =
+    Box<dyn FnOnce(&mut dyn FnMut(Loaded<'_>)) -> anyhow::Result<()> + Send + 'static>;
+
+/// The handlers' shared state.
+#[derive(Clone)]
+pub struct AppState {
+    /// Settings.
+    pub cfg: Arc<Config>,
+    /// Set once the model is loaded.
+    pub ready: Arc<OnceLock<Arc<Ready>>>,
+    /// The queue to the inference thread.
+    pub jobs: mpsc::Sender<Job>,
+    /// What the inference thread publishes.
+    pub shared: Arc<Shared>,
+}
+
+impl AppState {
+    /// The loaded model, or 503 `Loading model`.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn ready(&self) -> Result<Arc<Ready>, ApiError> {
+        self.ready
+            .get()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("Loading model"))
+    }
+}
+
+/// A request body, or 413 past the size limit / 400 when it cannot be read.
+///
+/// # Errors
+/// As said.
+pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            let mut err = ApiError::invalid(e.body_text());
+            err.status = StatusCode::PAYLOAD_TOO_LARGE;
+            err
+        } else {
+            ApiError::invalid(e.body_text())
+        }
+    })
+}
+
+/// Endpoints served without an API key (llama-server's `public_endpoints`).
+const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
+
+/// 503 while loading (every endpoint, as llama-server), then the API key check.
+async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if st.ready.get().is_none() {
+        return ApiError::unavailable("Loading model").into_response();
+    }
+    if let Some(key) = &st.cfg.api_key {
+        let path = req.uri().path();
+        if !PUBLIC.contains(&path) {
+            let h = |name: &str| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let given = h("authorization").or_else(|| h("x-api-key")).unwrap_or_default();
+            let given = given.strip_prefix("Bearer ").unwrap_or(&given);
+            if given != key {
+                return ApiError::auth().into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("File Not Found")
+}
+
+/// The routes (module doc).
+pub fn router(st: AppState) -> Router {
+    use api::{completion, info, tokens};
+    let limit = st.cfg.max_body;
+    Router::new()
+        .route("/health", get(info::health))
+        .route("/v1/health", get(info::health))
+        .route("/models", get(info::models))
+        .route("/v1/models", get(info::models))
+        .route("/props", get(info::props))
+        .route("/slots", get(info::slots))
+        .route("/metrics", get(info::metrics))
+        .route("/completion", post(completion::llama))
+        .route("/completions", post(completion::llama))
+        .route("/v1/completions", post(completion::oai_completion))
+        .route("/chat/completions", post(completion::oai_chat))
+        .route("/v1/chat/completions", post(completion::oai_chat))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route("/apply-template", post(tokens::apply_template))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(st.clone(), gate))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(st)
+}
+
+/// Runs the server until SIGTERM / SIGINT (module doc): binds, loads the model with
+/// `load` on the inference thread, serves.
+///
+/// # Errors
+/// An address that cannot be bound, or a model that cannot be loaded.
+pub fn serve(cfg: Config, load: Loader) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve_async(cfg, load))
+}
+
+async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", cfg.host, cfg.port))?;
+    let addr = listener.local_addr()?;
+    let (jobs_tx, mut jobs_rx) = mpsc::channel::<Job>(cfg.queue_size);
+    let st = AppState {
+        cfg: Arc::new(cfg),
+        ready: Arc::new(OnceLock::new()),
+        jobs: jobs_tx,
+        shared: Arc::new(Shared::default()),
+    };
+    eprintln!("modelc: listening on http://{addr} (loading the model)");
+    let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
+    {
+        let ready = st.ready.clone();
+        let shared = st.shared.clone();
+        std::thread::Builder::new()
+            .name("inference".into())
+            .spawn(move || {
+                let mut on_loaded = |loaded: Loaded<'_>| {
+                    let Loaded {
+                        mut session,
+                        ready: info,
+                    } = loaded;
+                    let vocab = info.vocab.clone();
+                    eprintln!(
+                        "modelc: model loaded: {} slots of {} tokens; serving",
+                        session.n_seq_max(),
+                        session.n_ctx()
+                    );
+                    let _ = ready.set(Arc::new(info));
+                    slots::run(&mut session, &vocab, &mut jobs_rx, &shared);
+                };
+                if let Err(e) = load(&mut on_loaded) {
+                    let _ = failed_tx.send(e);
+                }
+            })?;
+    }
+    let shared = st.shared.clone();
+    let app = router(st);
+    let shutdown = async move {
+        tokio::select! {
+            _ = signal() => {
+                eprintln!("modelc: stopping (cancelling running requests)");
+                shared.shutdown.store(true, Ordering::Relaxed);
+            }
+            e = failed_rx.recv() => {
+                if let Some(e) = e {
+                    eprintln!("modelc: error: {e:#}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn signal() {
+    let int = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = int.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = int => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = int.await;
+    }
+}

@@ -1,0 +1,118 @@
+//! Reading a request's JSON body the way llama-server does (`tools/server/server-task.cpp`
+//! `params_from_json_cmpl`, `server-common.cpp` `oaicompat_*_params_parse`): a missing or
+//! `null` field takes the server's default; a field of the wrong type is a 400 naming it.
+//! Unknown fields are ignored.
+
+use super::error::ApiError;
+use serde_json::{Map, Value};
+
+/// A request's body as a JSON object, with typed getters (module doc).
+pub struct Body(pub Map<String, Value>);
+
+impl Body {
+    /// Parses `bytes` as a JSON object.
+    ///
+    /// # Errors
+    /// 400 for text that is not JSON, or JSON that is not an object.
+    pub fn parse(bytes: &[u8]) -> Result<Body, ApiError> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+        match v {
+            Value::Object(m) => Ok(Body(m)),
+            _ => Err(ApiError::invalid("the request body must be a JSON object")),
+        }
+    }
+
+    /// The field `name`, absent when missing or `null`.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    /// A number field, as f32.
+    ///
+    /// # Errors
+    /// 400 when present and not a finite number.
+    pub fn f32(&self, name: &str) -> Result<Option<f32>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
+                _ => Err(wrong_type(name, "a finite number", v)),
+            },
+        }
+    }
+
+    /// An integer field (a number with a fractional part is refused).
+    ///
+    /// # Errors
+    /// 400 when present and not an integer.
+    pub fn i64(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(x) => Ok(Some(x)),
+                None => match v.as_u64() {
+                    Some(x) => Ok(Some(i64::try_from(x).unwrap_or(i64::MAX))),
+                    None => Err(wrong_type(name, "an integer", v)),
+                },
+            },
+        }
+    }
+
+    /// A boolean field.
+    ///
+    /// # Errors
+    /// 400 when present and not a boolean.
+    pub fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(wrong_type(name, "a boolean", v)),
+        }
+    }
+
+    /// A string field.
+    ///
+    /// # Errors
+    /// 400 when present and not a string.
+    pub fn str(&self, name: &str) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(wrong_type(name, "a string", v)),
+        }
+    }
+
+    /// `stop`: a string or a list of strings (OpenAI's shape).
+    ///
+    /// # Errors
+    /// 400 for anything else.
+    pub fn stop(&self) -> Result<Vec<String>, ApiError> {
+        match self.get("stop") {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|w| {
+                    w.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong_type("stop", "a string or a list of strings", w))
+                })
+                .collect(),
+            Some(v) => Err(wrong_type("stop", "a string or a list of strings", v)),
+        }
+    }
+}
+
+/// 400: `name` should be `expected`.
+pub fn wrong_type(name: &str, expected: &str, got: &Value) -> ApiError {
+    let what = match got {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    ApiError::invalid(format!("\"{name}\" must be {expected}, not {what}"))
+}
