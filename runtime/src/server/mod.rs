@@ -3,7 +3,7 @@
 //! unchanged.
 //!
 //! ```text
-//! HTTP handlers (tokio) ──Job──▶ bounded queue ──▶ inference thread (owns the Session)
+//! HTTP handlers (tokio) ──Job──▶ queue (permits) ──▶ inference thread (owns the Session)
 //!        ▲                                              │ one decode_batch per step,
 //!        └──────────── Event channel per request ◀──────┘ all busy slots together
 //! ```
@@ -289,7 +289,9 @@ pub struct AppState {
     /// Set once the model is loaded.
     pub ready: Arc<OnceLock<Arc<Ready>>>,
     /// The queue to the inference thread.
-    pub jobs: mpsc::Sender<Job>,
+    pub jobs: mpsc::UnboundedSender<Job>,
+    /// One permit per request the server holds at most: slots + `--queue-size`.
+    pub permits: Arc<tokio::sync::Semaphore>,
     /// What the inference thread publishes.
     pub shared: Arc<Shared>,
 }
@@ -398,8 +400,10 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", cfg.host, cfg.port))?;
     let addr = listener.local_addr()?;
-    let (jobs_tx, mut jobs_rx) = mpsc::channel::<Job>(cfg.queue_size);
+    let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
+    let permits = Arc::new(tokio::sync::Semaphore::new(cfg.n_parallel + cfg.queue_size));
     let st = AppState {
+        permits,
         cfg: Arc::new(cfg),
         ready: Arc::new(OnceLock::new()),
         jobs: jobs_tx,

@@ -10,8 +10,8 @@
 //! them evaluates only the rest (`cache_prompt`), and a new request goes to the idle slot
 //! holding the longest common prefix with its prompt, else the least recently used.
 //!
-//! Requests come over a bounded channel (the queue); results go back over a channel per
-//! request. A request whose receiver is gone (the client disconnected) is cancelled at the
+//! Requests come over a channel (the queue, bounded by the permits the HTTP side hands
+//! out: slots + `--queue-size`); results go back over a channel per request. A request whose receiver is gone (the client disconnected) is cancelled at the
 //! next step and its slot freed.
 
 use super::error::ApiError;
@@ -34,6 +34,9 @@ pub struct Job {
     pub id_slot: Option<usize>,
     /// Where the results go.
     pub events: mpsc::UnboundedSender<Event>,
+    /// Its place among the requests the server holds (slots + queue): given back when the
+    /// request ends.
+    pub permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// What the inference thread sends back for a request.
@@ -97,6 +100,7 @@ pub struct Shared {
 /// A request running in a slot.
 struct Active {
     events: mpsc::UnboundedSender<Event>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
     state: Decoding,
     /// Next prompt token to evaluate.
     pos: usize,
@@ -118,7 +122,7 @@ struct Slot {
 pub fn run(
     session: &mut Session<'_>,
     vocab: &Vocab,
-    jobs: &mut mpsc::Receiver<Job>,
+    jobs: &mut mpsc::UnboundedReceiver<Job>,
     shared: &Shared,
 ) {
     let n_slots = session.n_seq_max();
@@ -164,6 +168,7 @@ pub fn run(
             slots[i].active = Some(Active {
                 state: Decoding::new(&job.prompt, n_ctx, &job.opts),
                 events: job.events,
+                _permit: job.permit,
                 pos: keep,
                 pending: None,
                 cache_n: keep,

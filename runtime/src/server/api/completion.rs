@@ -72,22 +72,23 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
+    let Ok(permit) = st.permits.clone().try_acquire_owned() else {
+        return ApiError::unavailable(format!(
+            "the server is busy: {} requests are already waiting (--queue-size)",
+            st.cfg.queue_size
+        ))
+        .into_response();
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         prompt: req.prompt.clone(),
         opts: req.opts.clone(),
         id_slot: req.id_slot,
         events: tx,
+        permit,
     };
-    if let Err(e) = st.jobs.try_send(job) {
-        return match e {
-            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(format!(
-                "the server is busy: {} requests are already waiting (--queue-size)",
-                st.cfg.queue_size
-            )),
-            mpsc::error::TrySendError::Closed(_) => ApiError::unavailable("the server is stopping"),
-        }
-        .into_response();
+    if st.jobs.send(job).is_err() {
+        return ApiError::unavailable("the server is stopping").into_response();
     }
     let req = Arc::new(req);
     if req.stream {

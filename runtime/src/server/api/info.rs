@@ -125,12 +125,12 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
         return ApiError::not_supported("This server does not support metrics endpoint.")
             .into_response();
     }
-    let deferred = st.cfg.queue_size - st.jobs.capacity();
+    let held = st.cfg.n_parallel + st.cfg.queue_size - st.permits.available_permits();
     let text = st
         .shared
         .metrics
         .lock()
-        .map(|m| m.to_prometheus(deferred))
+        .map(|m| m.to_prometheus(held.saturating_sub(m.requests_processing)))
         .unwrap_or_default();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
