@@ -480,3 +480,63 @@ async fn signal() {
         let _ = int.await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body as HttpBody;
+    use tower::ServiceExt;
+
+    fn state(api_key: Option<&str>) -> AppState {
+        let args = ServerArgs {
+            host: "127.0.0.1".into(),
+            port: 0,
+            parallel: 1,
+            queue_size: 1,
+            api_key: api_key.map(str::to_string),
+            alias: None,
+            metrics: false,
+            slots: false,
+            no_slots: false,
+            max_body: 1024,
+            cont_batching: false,
+            no_webui: false,
+            jinja: false,
+        };
+        let (jobs, _) = mpsc::unbounded_channel();
+        AppState {
+            cfg: Arc::new(Config::new(&args, GenerateOptions::default(), None)),
+            ready: Arc::new(OnceLock::new()),
+            jobs,
+            permits: Arc::new(tokio::sync::Semaphore::new(2)),
+            shared: Arc::new(Shared::default()),
+        }
+    }
+
+    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(HttpBody::empty())
+            .expect("a request");
+        let resp = router(st).oneshot(req).await.expect("a response");
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        (status, serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    /// While the model loads, every endpoint answers llama-server's 503 `Loading model`.
+    #[tokio::test]
+    async fn loading_is_503() {
+        for (method, path) in [("GET", "/health"), ("GET", "/v1/models"), ("POST", "/completion")] {
+            let (status, body) = call(state(Some("k")), method, path).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            assert_eq!(
+                body,
+                serde_json::json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+            );
+        }
+    }
+}
