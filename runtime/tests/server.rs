@@ -406,3 +406,35 @@ fn serve_smollm2() {
     };
     assert!(code.success(), "exit status after SIGTERM: {code}");
 }
+
+/// The OpenAI Python client against `modelc serve`: models, a chat completion whole and
+/// streamed (same text, usage), a text completion, a wrong key
+/// (`runtime/tests/data/openai_client.py`, in the environment of
+/// `scripts/fetch-server-tests`).
+#[test]
+fn openai_python_client() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    let Some(python) = modelc_tests::require(
+        home.join(".cache/modelc/venv-server/bin/python"),
+        "scripts/fetch-server-tests installs it",
+    ) else {
+        return;
+    };
+    let srv = start(&model, &["-c", "512", "--api-key", KEY, "--alias", "smol"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/openai_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{}", srv.port))
+        .args([KEY, "smol"])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
