@@ -247,7 +247,7 @@ fn serve_smollm2() {
     let expected = run_tokens(&model, PROMPT, n, n_ctx);
     let srv = start(
         &model,
-        &["-np", "2", "-c", "256", "--api-key", KEY, "--metrics", "--queue-size", "1", "--max-body", "65536", "--alias", "smol"],
+        &["-np", "2", "-c", "256", "--api-key", KEY, "--metrics", "--queue-size", "1", "--max-body", "65536", "--alias", "smol", "--slots"],
     );
     let port = srv.port;
 

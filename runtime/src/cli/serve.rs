@@ -94,15 +94,30 @@ pub fn ready_info(
             .to_string(),
     };
     let hp = compiler::HParams::from_gguf(gguf)?;
-    let model_name = server.alias.clone().unwrap_or_else(|| {
-        path.file_name()
-            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-    });
+    let list = |s: &Option<String>| -> Vec<String> {
+        s.as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut aliases = list(&server.alias);
+    if aliases.is_empty() {
+        aliases.push(path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ));
+    }
+    let model_name = aliases.iter().min().cloned().unwrap_or_default();
     Ok(Ready {
         vocab,
         template,
         template_source,
         model_name,
+        aliases,
+        tags: list(&server.tags),
         model_path: path.display().to_string(),
         n_ctx_slot,
         n_ctx_train: hp.n_ctx_train as usize,

@@ -31,7 +31,7 @@ use api::completion::Api;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 /// The server's flags, with llama-server's names (`common/arg.cpp`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Address to listen on.
+    /// Addresses to listen on, comma-separated (`127.0.0.1,::1`).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on (0: any free port, printed when listening).
@@ -62,16 +62,20 @@ pub struct ServerArgs {
     /// /health and /models.
     #[arg(long = "api-key")]
     pub api_key: Option<String>,
-    /// The model's name in responses and /v1/models (default: the file's name).
+    /// The model's names in responses and /v1/models, comma-separated (default: the file's
+    /// name); the first in alphabetical order is its id, as llama-server.
     #[arg(long = "alias", short = 'a')]
     pub alias: Option<String>,
+    /// Tags listed with the model in /v1/models, comma-separated.
+    #[arg(long = "tags")]
+    pub tags: Option<String>,
     /// Serve /metrics (Prometheus text).
     #[arg(long)]
     pub metrics: bool,
-    /// Serve /slots (the default).
+    /// Serve /slots (off by default, as in llama-server).
     #[arg(long = "slots", overrides_with = "no_slots")]
     pub slots: bool,
-    /// Do not serve /slots.
+    /// Do not serve /slots (the default).
     #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
     /// Largest request body in bytes; larger ones get 413.
@@ -138,7 +142,7 @@ impl Config {
             api_key: args.api_key.clone(),
             alias: args.alias.clone(),
             metrics: args.metrics,
-            slots: !args.no_slots,
+            slots: args.slots && !args.no_slots,
             max_body: args.max_body,
             defaults,
             seed,
@@ -247,8 +251,12 @@ pub struct Ready {
     pub template: Option<ChatTemplate>,
     /// The template's source, for /props.
     pub template_source: String,
-    /// `--alias`, else the file's name.
+    /// The model's id: the first of its aliases in alphabetical order.
     pub model_name: String,
+    /// `--alias` (comma-separated), else the file's name.
+    pub aliases: Vec<String>,
+    /// `--tags`.
+    pub tags: Vec<String>,
     /// The model's path.
     pub model_path: String,
     /// Context of each slot.
@@ -328,28 +336,54 @@ pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 /// Endpoints served without an API key (llama-server's `public_endpoints`).
 const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
 
-/// 503 while loading (every endpoint, as llama-server), then the API key check.
+/// CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
+/// `Origin` is allowed back on every response, and a preflight (`OPTIONS`) is answered
+/// at once, before the key check (browsers send no key with it). Then 503 while loading
+/// (every endpoint, as llama-server), then the API key check.
 async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    if st.ready.get().is_none() {
-        return ApiError::unavailable("Loading model").into_response();
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        let mut r = StatusCode::OK.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("*"),
+        );
+        r
+    } else if st.ready.get().is_none() {
+        ApiError::unavailable("Loading model").into_response()
+    } else if !authorized(&st, &req) {
+        ApiError::auth().into_response()
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = origin {
+        resp.headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
     }
-    if let Some(key) = &st.cfg.api_key {
-        let path = req.uri().path();
-        if !PUBLIC.contains(&path) {
-            let h = |name: &str| {
-                req.headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            let given = h("authorization").or_else(|| h("x-api-key")).unwrap_or_default();
-            let given = given.strip_prefix("Bearer ").unwrap_or(&given);
-            if given != key {
-                return ApiError::auth().into_response();
-            }
-        }
+    resp
+}
+
+/// Whether `req` may pass: no `--api-key`, a public endpoint, or the key given as
+/// `Authorization: Bearer KEY` (or `X-Api-Key: KEY`).
+fn authorized(st: &AppState, req: &Request) -> bool {
+    let Some(key) = &st.cfg.api_key else {
+        return true;
+    };
+    if PUBLIC.contains(&req.uri().path()) {
+        return true;
     }
-    next.run(req).await
+    let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let given = h("authorization").or_else(|| h("x-api-key")).unwrap_or("");
+    given.strip_prefix("Bearer ").unwrap_or(given) == key
 }
 
 async fn not_found() -> ApiError {
@@ -396,10 +430,18 @@ pub fn serve(cfg: Config, load: Loader) -> anyhow::Result<()> {
 }
 
 async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", cfg.host, cfg.port))?;
-    let addr = listener.local_addr()?;
+    let mut listeners = Vec::new();
+    for host in cfg.host.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let listener = tokio::net::TcpListener::bind((host, cfg.port))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{}: {e}", cfg.port))?;
+        eprintln!(
+            "modelc: listening on http://{} (loading the model)",
+            listener.local_addr()?
+        );
+        listeners.push(listener);
+    }
+    anyhow::ensure!(!listeners.is_empty(), "--host: no address to listen on");
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     let permits = Arc::new(tokio::sync::Semaphore::new(cfg.n_parallel + cfg.queue_size));
     let st = AppState {
@@ -409,7 +451,6 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         jobs: jobs_tx,
         shared: Arc::new(Shared::default()),
     };
-    eprintln!("modelc: listening on http://{addr} (loading the model)");
     let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
     {
         let ready = st.ready.clone();
@@ -438,7 +479,8 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     }
     let shared = st.shared.clone();
     let app = router(st);
-    let shutdown = async move {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
         tokio::select! {
             _ = signal() => {
                 eprintln!("modelc: stopping (cancelling running requests)");
@@ -451,10 +493,23 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
                 }
             }
         }
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+        let _ = stop_tx.send(true);
+    });
+    let mut servers = Vec::new();
+    for listener in listeners {
+        let mut stop = stop_rx.clone();
+        let app = app.clone();
+        servers.push(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|&s| s).await;
+                })
+                .await
+        }));
+    }
+    for s in servers {
+        s.await??;
+    }
     Ok(())
 }
 
@@ -495,6 +550,7 @@ mod tests {
             queue_size: 1,
             api_key: api_key.map(str::to_string),
             alias: None,
+            tags: None,
             metrics: false,
             slots: false,
             no_slots: false,

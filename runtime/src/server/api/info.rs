@@ -46,6 +46,8 @@ pub async fn models(State(st): State<AppState>) -> Result<Json<Value>, ApiError>
             "object": "model",
             "created": r.created,
             "owned_by": "llamacpp",
+            "aliases": r.aliases,
+            "tags": r.tags,
             "meta": meta,
         }],
     })))
