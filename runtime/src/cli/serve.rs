@@ -127,7 +127,8 @@ pub fn ready_info(
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        fingerprint: format!("modelc-{}", env!("CARGO_PKG_VERSION")),
+        // llama-server's build info is `b<build>-<commit>`; clients read it as opaque.
+        fingerprint: format!("b0-modelc-{}", env!("CARGO_PKG_VERSION")),
     })
 }
 

@@ -30,7 +30,7 @@ impl Metrics {
     /// The Prometheus text, with `deferred` requests waiting in the queue.
     pub fn to_prometheus(&self, deferred: usize) -> String {
         let per_second = |n: u64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-        let counters: [(&str, &str, f64); 7] = [
+        let counters: [(&str, &str, f64); 10] = [
             (
                 "prompt_tokens_total",
                 "Number of prompt tokens processed, excluding cached tokens",
@@ -65,6 +65,21 @@ impl Metrics {
                 "n_tokens_max",
                 "Largest observed sequence length (prompt + generation)",
                 self.n_tokens_max as f64,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative: Total draft tokens generated (no speculative decoding: 0)",
+                0.0,
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative: Total draft tokens accepted by the target model (0)",
+                0.0,
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative: Total speculative decoding verification steps (0)",
+                0.0,
             ),
         ];
         let gauges: [(&str, &str, f64); 5] = [

@@ -129,6 +129,8 @@ pub struct Config {
     pub defaults: GenerateOptions,
     /// `-s`: a fixed default seed; `None` draws one per request.
     pub seed: Option<u64>,
+    /// When the server started (Unix seconds; `/metrics`' `Process-Start-Time-Unix`).
+    pub started: u64,
 }
 
 impl Config {
@@ -146,6 +148,9 @@ impl Config {
             max_body: args.max_body,
             defaults,
             seed,
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         }
     }
 
@@ -497,21 +502,65 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     });
     let mut servers = Vec::new();
     for listener in listeners {
-        let mut stop = stop_rx.clone();
-        let app = app.clone();
-        servers.push(tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|&s| s).await;
-                })
-                .await
-        }));
+        servers.push(tokio::spawn(accept(listener, app.clone(), stop_rx.clone())));
     }
     for s in servers {
-        s.await??;
+        s.await?;
     }
     Ok(())
 }
+
+/// Serves the connections of `listener` with `app` until `stop` turns true, then waits for
+/// the open connections to finish (at most [`DRAIN`]). HTTP/1 answers write header names
+/// in title case (`Access-Control-Allow-Origin`) as llama-server's do, for clients that
+/// compare them exactly.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop = stopped(stop);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((stream, _)) = r else {
+                    // Out of file descriptors and the like: try again shortly.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .title_case_headers(true)
+                    .serve_connection(io, svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            () = &mut stop => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(DRAIN, graceful.shutdown()).await;
+}
+
+/// Returns once `rx` holds true (or its sender is gone).
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How long open connections may take to finish after SIGTERM.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// SIGINT or SIGTERM.
 async fn signal() {

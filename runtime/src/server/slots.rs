@@ -181,6 +181,9 @@ pub fn run(
         }
         // Cancel what nobody waits for, then gather every busy slot's pending tokens.
         let stopping = shared.shutdown.load(Ordering::Relaxed);
+        // Results of finished requests, sent once the slots' state is published (a client
+        // that reads /slots after its answer sees its slot idle).
+        let mut outbox = Vec::new();
         let mut batch: Vec<BatchToken> = Vec::new();
         let mut takers: Vec<(usize, bool)> = Vec::new();
         for (i, slot) in slots.iter_mut().enumerate() {
@@ -189,7 +192,7 @@ pub fn run(
             };
             if stopping || a.events.is_closed() || a.state.is_cancelled() {
                 a.state.stop("cancelled");
-                finish(slot, i, shared);
+                outbox.extend(finish(slot, i, shared));
                 continue;
             }
             let seq = i as u32;
@@ -218,6 +221,10 @@ pub fn run(
             }
         }
         if batch.is_empty() {
+            publish(session, &slots, shared);
+            for (tx, ev) in outbox {
+                let _ = tx.send(ev);
+            }
             continue;
         }
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
@@ -287,10 +294,13 @@ pub fn run(
                 });
             }
             if a.state.is_done() {
-                finish(slot, i, shared);
+                outbox.extend(finish(slot, i, shared));
             }
         }
         publish(session, &slots, shared);
+        for (tx, ev) in outbox {
+            let _ = tx.send(ev);
+        }
     }
 }
 
@@ -321,12 +331,14 @@ fn choose_slot(session: &Session<'_>, slots: &[Slot], job: &Job) -> usize {
     best.map_or(0, |(i, _, _)| i)
 }
 
-/// Ends the request of `slot` (number `i`): its remaining text and the result go to the
-/// client; the slot keeps its tokens for the next request.
-fn finish(slot: &mut Slot, i: usize, shared: &Shared) {
-    let Some(mut a) = slot.active.take() else {
-        return;
-    };
+/// Ends the request of `slot` (number `i`) and returns its result with where it goes; the
+/// slot keeps its tokens for the next request.
+fn finish(
+    slot: &mut Slot,
+    i: usize,
+    shared: &Shared,
+) -> Option<(mpsc::UnboundedSender<Event>, Event)> {
+    let mut a = slot.active.take()?;
     // Text still held back (an incomplete UTF-8 tail of a cancelled request) joins the
     // result's content.
     let _ = a.state.take_text();
@@ -337,11 +349,12 @@ fn finish(slot: &mut Slot, i: usize, shared: &Shared) {
         let n = (completion.prompt_tokens.len() + completion.tokens.len()) as u64;
         m.n_tokens_max = m.n_tokens_max.max(n);
     }
-    let _ = a.events.send(Event::Done(Box::new(Finished {
+    let ev = Event::Done(Box::new(Finished {
         completion,
         id_slot: i,
         truncated: a.truncated,
-    })));
+    }));
+    Some((a.events, ev))
 }
 
 /// Publishes the slots' state for `/slots` and `/metrics`.

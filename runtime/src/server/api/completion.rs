@@ -35,7 +35,10 @@ pub enum Api {
 
 /// A request ready to run, with what its response needs.
 struct Request {
-    prompt: Vec<TokenId>,
+    /// One prompt, or several (`/completion` with a list of prompts: one result each).
+    prompts: Vec<Vec<TokenId>>,
+    /// `response_fields`: only these (`a/b` paths) in a `/completion` result.
+    response_fields: Vec<String>,
     opts: GenerateOptions,
     stream: bool,
     include_usage: bool,
@@ -72,29 +75,62 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let Ok(permit) = st.permits.clone().try_acquire_owned() else {
-        return ApiError::unavailable(format!(
-            "the server is busy: {} requests are already waiting (--queue-size)",
-            st.cfg.queue_size
-        ))
-        .into_response();
-    };
-    let (tx, rx) = mpsc::unbounded_channel();
-    let job = Job {
-        prompt: req.prompt.clone(),
-        opts: req.opts.clone(),
-        id_slot: req.id_slot,
-        events: tx,
-        permit,
-    };
-    if st.jobs.send(job).is_err() {
-        return ApiError::unavailable("the server is stopping").into_response();
+    if req.stream && req.prompts.len() > 1 {
+        return ApiError::invalid("streaming several prompts in one request is not supported")
+            .into_response();
+    }
+    let mut receivers = Vec::with_capacity(req.prompts.len());
+    let mut jobs = Vec::with_capacity(req.prompts.len());
+    for prompt in &req.prompts {
+        let Ok(permit) = st.permits.clone().try_acquire_owned() else {
+            return ApiError::unavailable(format!(
+                "the server is busy: {} requests are already waiting (--queue-size)",
+                st.cfg.queue_size
+            ))
+            .into_response();
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        jobs.push(Job {
+            prompt: prompt.clone(),
+            opts: req.opts.clone(),
+            id_slot: req.id_slot,
+            events: tx,
+            permit,
+        });
+        receivers.push(rx);
+    }
+    for job in jobs {
+        if st.jobs.send(job).is_err() {
+            return ApiError::unavailable("the server is stopping").into_response();
+        }
     }
     let req = Arc::new(req);
     if req.stream {
-        Sse::new(stream(ready, req, api, rx)).into_response()
+        match receivers.pop() {
+            Some(rx) => Sse::new(stream(ready, req, api, rx)).into_response(),
+            None => ApiError::invalid("no prompt").into_response(),
+        }
     } else {
-        whole(ready, &req, api, rx).await
+        let mut results = Vec::with_capacity(receivers.len());
+        for (i, rx) in receivers.into_iter().enumerate() {
+            match whole(&ready, &req, api, rx).await {
+                Ok(mut v) => {
+                    if let Some(o) = v.as_object_mut().filter(|o| o.contains_key("index")) {
+                        o.insert("index".into(), i.into());
+                    }
+                    results.push(v);
+                }
+                Err(e) => return e.into_response(),
+            }
+        }
+        match (results.len(), results.pop()) {
+            (1, Some(v)) => axum::Json(v).into_response(),
+            (_, Some(v)) => {
+                results.push(v);
+                axum::Json(Value::Array(results)).into_response()
+            }
+            (_, None) => ApiError::invalid("no prompt").into_response(),
+        }
     }
 }
 
@@ -102,20 +138,34 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
 fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request, ApiError> {
     let body = Body::parse(bytes)?;
     let vocab = &ready.vocab;
-    let prompt = match api {
-        Api::OaiChat => chat_prompt(ready, &body)?,
+    let prompts = match api {
+        Api::OaiChat => vec![chat_prompt(ready, &body)?],
         _ => match body.get("prompt") {
             None => return Err(ApiError::invalid("\"prompt\" is required")),
-            Some(p) => prompt_tokens(vocab, p)?,
+            Some(p) => prompt_list(vocab, p)?,
         },
     };
-    if prompt.is_empty() {
-        return Err(ApiError::invalid("the prompt is empty (no tokens)"));
-    }
     let n_ctx = ready.n_ctx_slot;
-    if prompt.len() >= n_ctx {
-        return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
+    for prompt in &prompts {
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("the prompt is empty (no tokens)"));
+        }
+        if prompt.len() >= n_ctx {
+            return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
+        }
     }
+    let response_fields = match body.get("response_fields") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|f| {
+                f.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| wrong_type("response_fields", "a list of strings", f))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => return Err(wrong_type("response_fields", "a list of strings", v)),
+    };
     let opts = st.cfg.options(&body, api, vocab.n_vocab())?;
     let stream = body.bool("stream")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
@@ -138,7 +188,8 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     Ok(Request {
-        prompt,
+        prompts,
+        response_fields,
         opts,
         stream,
         include_usage,
@@ -149,21 +200,36 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     })
 }
 
-/// `prompt` as llama-server takes it: a string; a list of token ids; a list mixing strings
-/// and ids (`tokenize_mixed`: BOS only before the first piece); or a list holding one such
-/// prompt. Several prompts in one request are refused.
-fn prompt_tokens(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
+/// `prompt` as llama-server takes it (`tokenize_input_prompts`): a string, a list of token
+/// ids, a list mixing strings and ids (BOS only before the first piece), or
+/// `{"prompt_string": ...}` — one prompt; or a list of such prompts, one result each.
+fn prompt_list(vocab: &Vocab, p: &Value) -> Result<Vec<Vec<TokenId>>, ApiError> {
+    match p {
+        Value::Array(items) if !items.iter().any(Value::is_number) && !items.is_empty() => {
+            items.iter().map(|item| one_prompt(vocab, item)).collect()
+        }
+        _ => Ok(vec![one_prompt(vocab, p)?]),
+    }
+}
+
+/// One prompt (see [`prompt_list`]).
+fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
+    const EXPECTED: &str = "a string, token ids, or a list of strings and token ids";
     match p {
         Value::String(s) => Ok(vocab.tokenize(s, true, true)),
-        Value::Array(items) => {
-            if items.len() == 1 && (items[0].is_string() || items[0].is_array()) {
-                return prompt_tokens(vocab, &items[0]);
-            }
-            if items.iter().any(|v| v.is_array()) || items.iter().filter(|v| v.is_string()).count() > 1 && items.iter().all(|v| v.is_string()) {
+        Value::Object(o) => {
+            if o.get("multimodal_data").is_some_and(|m| !m.is_null()) {
                 return Err(ApiError::not_supported(
-                    "several prompts in one request are not supported; send one request per prompt",
+                    "multimodal data: this server reads text only",
                 ));
             }
+            match o.get("prompt_string") {
+                Some(Value::String(s)) => Ok(vocab.tokenize(s, true, true)),
+                Some(v) => Err(wrong_type("prompt.prompt_string", "a string", v)),
+                None => Err(ApiError::invalid("\"prompt\": an object prompt needs \"prompt_string\"")),
+            }
+        }
+        Value::Array(items) => {
             let mut out = Vec::new();
             for (i, v) in items.iter().enumerate() {
                 match v {
@@ -176,22 +242,12 @@ fn prompt_tokens(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
                             ApiError::invalid(format!("\"prompt\"[{i}]: {e}"))
                         })?);
                     }
-                    other => {
-                        return Err(wrong_type(
-                            "prompt",
-                            "a string, token ids, or a list of strings and token ids",
-                            other,
-                        ))
-                    }
+                    other => return Err(wrong_type("prompt", EXPECTED, other)),
                 }
             }
             Ok(out)
         }
-        other => Err(wrong_type(
-            "prompt",
-            "a string, token ids, or a list of strings and token ids",
-            other,
-        )),
+        other => Err(wrong_type("prompt", EXPECTED, other)),
     }
 }
 
@@ -243,21 +299,21 @@ pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
         .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
 }
 
-/// A non-streamed response: waits for the result.
+/// A non-streamed result: waits for it.
 async fn whole(
-    ready: Arc<Ready>,
+    ready: &Ready,
     req: &Request,
     api: Api,
     mut rx: mpsc::UnboundedReceiver<Event>,
-) -> Response {
+) -> Result<Value, ApiError> {
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Token { .. } => {}
-            Event::Error(e) => return e.into_response(),
-            Event::Done(f) => return axum::Json(final_json(&ready, req, api, &f)).into_response(),
+            Event::Error(e) => return Err(e),
+            Event::Done(f) => return Ok(final_json(ready, req, api, &f)),
         }
     }
-    ApiError::server("the request was cancelled").into_response()
+    Err(ApiError::server("the request was cancelled"))
 }
 
 /// A streamed response: one event per generated token, then the final one(s).
@@ -309,19 +365,22 @@ fn model_name(ready: &Ready) -> &str {
     &ready.model_name
 }
 
-/// llama-server's `timings` object.
+/// llama-server's `timings` object. Generation rates count decode steps, not tokens: the
+/// first token comes from the prompt's logits (llama-server's `predicted_per_second`).
 fn timings_json(t: &Timings) -> Value {
     let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let per_second = |ms: f64, n: usize| if n > 0 && ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
+    let steps = t.predicted_n.saturating_sub(1);
     json!({
         "cache_n": t.cache_n,
         "prompt_n": t.prompt_n,
         "prompt_ms": t.prompt_ms,
         "prompt_per_token_ms": per_token(t.prompt_ms, t.prompt_n),
-        "prompt_per_second": t.prompt_per_second,
+        "prompt_per_second": per_second(t.prompt_ms, t.prompt_n),
         "predicted_n": t.predicted_n,
         "predicted_ms": t.predicted_ms,
-        "predicted_per_token_ms": per_token(t.predicted_ms, t.predicted_n),
-        "predicted_per_second": t.predicted_per_second,
+        "predicted_per_token_ms": per_token(t.predicted_ms, steps),
+        "predicted_per_second": per_second(t.predicted_ms, steps),
     })
 }
 
@@ -410,7 +469,7 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             if let (Some(p), Some(o)) = (probs(), v.as_object_mut()) {
                 o.insert("completion_probabilities".into(), Value::Array(p));
             }
-            v
+            select_fields(v, &req.response_fields)
         }
         Api::OaiCompletion => json!({
             "choices": [{
@@ -448,6 +507,22 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             })
         }
     }
+}
+
+/// `response_fields` as llama-server applies them (`json_get_nested_values`): only the
+/// fields named, each under its path (`generation_settings/n_predict`); all when none.
+fn select_fields(v: Value, fields: &[String]) -> Value {
+    if fields.is_empty() {
+        return v;
+    }
+    let mut out = serde_json::Map::new();
+    for f in fields {
+        let found = f.split('/').try_fold(&v, |cur, key| cur.get(key));
+        if let Some(x) = found {
+            out.insert(f.clone(), x.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 /// llama.cpp's final `/completion` object with `content`.
@@ -495,7 +570,7 @@ fn partial_json(
                 "stop": false,
                 "id_slot": -1,
                 "tokens_predicted": n_decoded,
-                "tokens_evaluated": req.prompt.len(),
+                "tokens_evaluated": req.prompts.first().map_or(0, Vec::len),
             });
             if let (Some(p), Some(o)) = (probs, v.as_object_mut()) {
                 o.insert("completion_probabilities".into(), Value::Array(p));

@@ -134,8 +134,12 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
         .lock()
         .map(|m| m.to_prometheus(held.saturating_sub(m.requests_processing)))
         .unwrap_or_default();
+    let started = st.cfg.started.to_string();
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [
+            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_string()),
+            (header::HeaderName::from_static("process-start-time-unix"), started),
+        ],
         text,
     )
         .into_response()
