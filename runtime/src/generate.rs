@@ -25,6 +25,10 @@ pub struct GenerateOptions {
     pub sampler: SamplerParams,
     /// Report the top `n_probs` log-probabilities at every generated position (`--n-probs`).
     pub n_probs: usize,
+    /// Report the probabilities after the sampler chain instead of the softmax of the raw
+    /// logits (llama-server's `post_sampling_probs`; the `logprob` fields then hold their
+    /// logarithms).
+    pub post_sampling_probs: bool,
     /// Emit these ids instead of sampling (`--forced-tokens`), still reporting probabilities.
     pub forced: Option<Vec<TokenId>>,
     /// Keep generating past end-of-generation tokens (`--ignore-eos`).
@@ -51,6 +55,7 @@ impl Default for GenerateOptions {
             n_predict: -1,
             sampler: SamplerParams::default(),
             n_probs: 0,
+            post_sampling_probs: false,
             forced: None,
             ignore_eos: false,
             n_batch: 2048,
@@ -329,13 +334,33 @@ impl Decoding {
             None => self.sampler.sample(logits),
         };
         if let Some(p) = self.probs.as_mut() {
-            let top = top_logprobs(vocab, logits, self.opts.n_probs);
-            p.push(PositionProbs {
-                id: token,
-                token: piece_text(vocab, token),
-                logprob: (f64::from(logits[token as usize]) - log_sum_exp(logits)) as f32,
-                top_logprobs: top,
-            });
+            let entry = if self.opts.post_sampling_probs && self.opts.forced.is_none() {
+                let post = self.sampler.post_sampling_probs(usize::MAX);
+                let prob = post.iter().find(|c| c.0 == token).map_or(0.0, |c| c.1);
+                PositionProbs {
+                    id: token,
+                    token: piece_text(vocab, token),
+                    logprob: prob.ln(),
+                    top_logprobs: post
+                        .into_iter()
+                        .take(self.opts.n_probs)
+                        .filter(|c| c.1 > 0.0)
+                        .map(|(id, q)| TokenLogprob {
+                            id,
+                            token: piece_text(vocab, id),
+                            logprob: q.ln(),
+                        })
+                        .collect(),
+                }
+            } else {
+                PositionProbs {
+                    id: token,
+                    token: piece_text(vocab, token),
+                    logprob: (f64::from(logits[token as usize]) - log_sum_exp(logits)) as f32,
+                    top_logprobs: top_logprobs(vocab, logits, self.opts.n_probs),
+                }
+            };
+            p.push(entry);
         }
         self.sampler.accept(token);
         self.tokens.push(token);

@@ -23,8 +23,7 @@ struct Resp {
 
 impl Resp {
     fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 }
 
@@ -38,7 +37,9 @@ fn request(port: u16, method: &str, path: &str, key: Option<&str>, body: &[u8]) 
         body.len()
     );
     // A server that refuses a body early may close before reading it all.
-    let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body));
+    let _ = s
+        .write_all(head.as_bytes())
+        .and_then(|()| s.write_all(body));
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     parse_response(&raw)
@@ -55,7 +56,11 @@ fn parse_response(raw: &[u8]) -> Resp {
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    let body = if chunked { dechunk(body) } else { body.to_string() };
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Resp { status, body }
 }
 
@@ -118,7 +123,10 @@ fn start(model: &Path, args: &[&str]) -> Server {
     let mut line = String::new();
     let port = loop {
         line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited before listening");
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
         if let Some(rest) = line.split("http://").nth(1) {
             let port = rest
                 .split(|c: char| !c.is_ascii_digit() && c != ':' && c != '.')
@@ -153,7 +161,10 @@ fn start(model: &Path, args: &[&str]) -> Server {
             assert_eq!(r.json(), json!({"status": "ok"}));
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "not ready after 120 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "not ready after 120 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     Server { child, port }
@@ -168,7 +179,11 @@ fn run_tokens(model: &Path, prompt: &str, n: usize, n_ctx: usize) -> Vec<u64> {
         .args(["-n", &n.to_string(), "-c", &n_ctx.to_string()])
         .output()
         .expect("modelc run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("run --json");
     ids(&v["tokens"])
 }
@@ -198,7 +213,12 @@ fn assert_error(r: &Resp, status: u16, kind: &str) {
     let v = r.json();
     assert_eq!(v["error"]["code"], status, "{v}");
     assert_eq!(v["error"]["type"], kind, "{v}");
-    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
 }
 
 /// Opens a streamed completion and returns the socket after the first event arrived.
@@ -216,7 +236,11 @@ fn open_stream(port: u16, body: &Value) -> TcpStream {
     let mut buf = [0u8; 512];
     while !String::from_utf8_lossy(&seen).contains("data:") {
         let n = s.read(&mut buf).expect("read the stream");
-        assert!(n > 0, "stream closed early: {}", String::from_utf8_lossy(&seen));
+        assert!(
+            n > 0,
+            "stream closed early: {}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
     }
     s
@@ -227,11 +251,18 @@ fn wait_idle(port: u16, limit: Duration) {
     let t0 = Instant::now();
     loop {
         let v = get(port, "/slots").json();
-        let busy = v.as_array().unwrap().iter().any(|s| s["is_processing"] == true);
+        let busy = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["is_processing"] == true);
         if !busy {
             return;
         }
-        assert!(t0.elapsed() < limit, "slots still busy after {limit:?}: {v}");
+        assert!(
+            t0.elapsed() < limit,
+            "slots still busy after {limit:?}: {v}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -247,7 +278,22 @@ fn serve_smollm2() {
     let expected = run_tokens(&model, PROMPT, n, n_ctx);
     let srv = start(
         &model,
-        &["-np", "2", "-c", "256", "--api-key", KEY, "--metrics", "--queue-size", "1", "--max-body", "65536", "--alias", "smol", "--slots"],
+        &[
+            "-np",
+            "2",
+            "-c",
+            "256",
+            "--api-key",
+            KEY,
+            "--metrics",
+            "--queue-size",
+            "1",
+            "--max-body",
+            "65536",
+            "--alias",
+            "smol",
+            "--slots",
+        ],
     );
     let port = srv.port;
 
@@ -265,8 +311,18 @@ fn serve_smollm2() {
     let text = base["content"].as_str().unwrap().to_string();
 
     // /tokenize and /detokenize round trip, with pieces.
-    let t = post(port, "/tokenize", &json!({"content": PROMPT, "with_pieces": true})).json();
-    let pieces: String = t["tokens"].as_array().unwrap().iter().map(|p| p["piece"].as_str().unwrap()).collect();
+    let t = post(
+        port,
+        "/tokenize",
+        &json!({"content": PROMPT, "with_pieces": true}),
+    )
+    .json();
+    let pieces: String = t["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["piece"].as_str().unwrap())
+        .collect();
     assert_eq!(pieces, PROMPT);
     let tok = post(port, "/tokenize", &json!({"content": PROMPT})).json();
     let d = post(port, "/detokenize", &json!({"tokens": tok["tokens"]})).json();
@@ -274,9 +330,23 @@ fn serve_smollm2() {
     let prompt_len = tok["tokens"].as_array().unwrap().len();
 
     // The prompt cache: the same prompt again reuses all but its last token.
-    let cached = post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0})).json();
-    let again = post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0})).json();
-    assert_eq!(again["timings"]["cache_n"], prompt_len - 1, "{again} after {cached}");
+    let cached = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0}),
+    )
+    .json();
+    let again = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(
+        again["timings"]["cache_n"],
+        prompt_len - 1,
+        "{again} after {cached}"
+    );
 
     // OpenAI completion, streamed: one event per token, then [DONE]; usage at the end.
     let r = post(
@@ -286,23 +356,48 @@ fn serve_smollm2() {
     );
     assert_eq!(r.status, 200);
     let events = sse_data(&r.body);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{}", r.body);
-    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
-    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.body
+    );
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
     assert_eq!(streamed, text);
     let usage = &chunks.last().unwrap()["usage"];
     assert_eq!(usage["completion_tokens"], n);
     assert_eq!(usage["prompt_tokens"], prompt_len);
     assert_eq!(usage["total_tokens"], n + prompt_len);
-    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
 
     // Chat, whole and streamed: the same message; usage counts the rendered prompt.
     let chat = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0});
     let whole = post(port, "/v1/chat/completions", &chat).json();
     assert_eq!(whole["object"], "chat.completion");
     assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
-    let rendered = post(port, "/apply-template", &chat).json()["prompt"].as_str().unwrap().to_string();
-    let n_rendered = post(port, "/tokenize", &json!({"content": rendered, "add_special": true})).json()["tokens"].as_array().unwrap().len();
+    let rendered = post(port, "/apply-template", &chat).json()["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let n_rendered = post(
+        port,
+        "/tokenize",
+        &json!({"content": rendered, "add_special": true}),
+    )
+    .json()["tokens"]
+        .as_array()
+        .unwrap()
+        .len();
     assert_eq!(whole["usage"]["prompt_tokens"], n_rendered);
     let mut s = chat.clone();
     s["stream"] = json!(true);
@@ -312,9 +407,16 @@ fn serve_smollm2() {
     let deltas: String = events[..events.len() - 1]
         .iter()
         .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
-    assert_eq!(deltas, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(
+        deltas,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
 
     // n_probs: the chosen token is the most likely one under greedy decoding.
     let p = post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 3, "temperature": 0, "n_probs": 3, "cache_prompt": false})).json();
@@ -338,13 +440,41 @@ fn serve_smollm2() {
 
     // Hostile clients; after each, a normal request gets the same tokens.
     let check = || assert_eq!(ids(&greedy(port, PROMPT, n)["tokens"]), expected);
-    assert_error(&request(port, "POST", "/completion", Some(KEY), &vec![b' '; 70_000]), 413, "invalid_request_error");
+    assert_error(
+        &request(port, "POST", "/completion", Some(KEY), &vec![b' '; 70_000]),
+        413,
+        "invalid_request_error",
+    );
     check();
-    assert_error(&request(port, "POST", "/completion", Some(KEY), b"{\"prompt\": "), 400, "invalid_request_error");
+    assert_error(
+        &request(port, "POST", "/completion", Some(KEY), b"{\"prompt\": "),
+        400,
+        "invalid_request_error",
+    );
     check();
-    assert_error(&post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": "ten"})), 400, "invalid_request_error");
-    assert_error(&post(port, "/v1/chat/completions", &json!({"messages": "hi"})), 400, "invalid_request_error");
-    assert_error(&post(port, "/completion", &json!({"prompt": PROMPT, "temperature": [1]})), 400, "invalid_request_error");
+    assert_error(
+        &post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "n_predict": "ten"}),
+        ),
+        400,
+        "invalid_request_error",
+    );
+    assert_error(
+        &post(port, "/v1/chat/completions", &json!({"messages": "hi"})),
+        400,
+        "invalid_request_error",
+    );
+    assert_error(
+        &post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "temperature": [1]}),
+        ),
+        400,
+        "invalid_request_error",
+    );
     check();
     let long: Vec<u32> = (0..n_ctx + 10).map(|i| 100 + i as u32 % 50).collect();
     let r = post(port, "/completion", &json!({"prompt": long}));
@@ -353,14 +483,39 @@ fn serve_smollm2() {
     check();
     // n_predict past the context: stops when the slot is full.
     let near: Vec<u32> = (0..n_ctx - 8).map(|i| 100 + i as u32 % 50).collect();
-    let r = post(port, "/completion", &json!({"prompt": near, "n_predict": 100000, "ignore_eos": true, "temperature": 0})).json();
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": near, "n_predict": 100000, "ignore_eos": true, "temperature": 0}),
+    )
+    .json();
     assert_eq!(r["truncated"], true, "{r}");
     assert_eq!(r["stop_type"], "limit");
     // The last cell is used, as `modelc run` uses it: 8 evaluated + 1 sampled.
     assert_eq!(r["tokens_predicted"], 9, "{r}");
     check();
-    assert_error(&request(port, "POST", "/completion", Some("wrong"), json!({"prompt": PROMPT}).to_string().as_bytes()), 401, "authentication_error");
-    assert_error(&request(port, "POST", "/completion", None, json!({"prompt": PROMPT}).to_string().as_bytes()), 401, "authentication_error");
+    assert_error(
+        &request(
+            port,
+            "POST",
+            "/completion",
+            Some("wrong"),
+            json!({"prompt": PROMPT}).to_string().as_bytes(),
+        ),
+        401,
+        "authentication_error",
+    );
+    assert_error(
+        &request(
+            port,
+            "POST",
+            "/completion",
+            None,
+            json!({"prompt": PROMPT}).to_string().as_bytes(),
+        ),
+        401,
+        "authentication_error",
+    );
     assert_eq!(request(port, "GET", "/health", None, b"").status, 200);
     check();
     // A client that disconnects mid-stream frees its slot at once.
@@ -371,37 +526,65 @@ fn serve_smollm2() {
     // Both slots busy and one request waiting: the next one gets 503.
     let s1 = open_stream(port, &long_gen);
     let s2 = open_stream(port, &long_gen);
-    let waiting = std::thread::spawn(move || post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 1})).status);
+    let waiting = std::thread::spawn(move || {
+        post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "n_predict": 1}),
+        )
+        .status
+    });
     let t0 = Instant::now();
     loop {
         let m = get(port, "/metrics").body;
         if m.contains("llamacpp:requests_deferred 1") {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no deferred request: {m}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no deferred request: {m}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_error(&post(port, "/completion", &json!({"prompt": PROMPT})), 503, "unavailable_error");
+    assert_error(
+        &post(port, "/completion", &json!({"prompt": PROMPT})),
+        503,
+        "unavailable_error",
+    );
     drop((s1, s2));
     assert_eq!(waiting.join().unwrap(), 200);
     wait_idle(port, Duration::from_secs(2));
     check();
     let metrics = get(port, "/metrics").body;
-    for name in ["llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:n_decode_total", "llamacpp:requests_processing"] {
-        assert!(metrics.contains(&format!("# TYPE {name}")), "{name} missing: {metrics}");
+    for name in [
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:n_decode_total",
+        "llamacpp:requests_processing",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {name}")),
+            "{name} missing: {metrics}"
+        );
     }
 
     // SIGTERM with a request running: exits 0, promptly.
     let mut srv = srv;
     let _running = open_stream(port, &long_gen);
-    let st = Command::new("kill").args(["-TERM", &srv.child.id().to_string()]).status().unwrap();
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(st.success());
     let t0 = Instant::now();
     let code = loop {
         if let Some(c) = srv.child.try_wait().unwrap() {
             break c;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "still running 10 s after SIGTERM");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(code.success(), "exit status after SIGTERM: {code}");
@@ -416,7 +599,9 @@ fn openai_python_client() {
     let Some(model) = modelc_tests::smollm2() else {
         return;
     };
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
     let Some(python) = modelc_tests::require(
         home.join(".cache/modelc/venv-server/bin/python"),
         "scripts/fetch-server-tests installs it",

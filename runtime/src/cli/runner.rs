@@ -70,7 +70,7 @@ enum RunnerCommand {
     Perplexity(RunnerPerplexityArgs),
     /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
     #[command(allow_negative_numbers = true)]
-    Serve(RunnerServeArgs),
+    Serve(Box<RunnerServeArgs>),
     /// Print what this runner was compiled from and the memory it will use.
     Info {
         /// The GGUF model (default: the path recorded at compile time).
@@ -219,8 +219,34 @@ fn load_session<'a>(
     engine: &EngineArgs,
     backend_args: &BackendArgs,
     threads: usize,
-    n_seq: usize,
 ) -> anyhow::Result<Session<'a>> {
+    let shape = SessionShape { n_ctx, n_seq: 1 };
+    load_session_seqs(artifact, gguf, shape, logits, engine, backend_args, threads)
+}
+
+/// The sequences of a session and the context of each.
+#[derive(Clone, Copy, Debug)]
+struct SessionShape {
+    /// Context of each sequence.
+    n_ctx: usize,
+    /// Sequences (the server's slots).
+    n_seq: usize,
+}
+
+/// [`load_session`] with `shape.n_seq` sequences of `shape.n_ctx` each.
+///
+/// # Errors
+/// As [`load_session`].
+fn load_session_seqs<'a>(
+    artifact: &Artifact,
+    gguf: &'a GgufFile,
+    shape: SessionShape,
+    logits: LogitRows,
+    engine: &EngineArgs,
+    backend_args: &BackendArgs,
+    threads: usize,
+) -> anyhow::Result<Session<'a>> {
+    let n_ctx = shape.n_ctx;
     compiled_kv(artifact, &engine.kv)?;
     anyhow::ensure!(
         n_ctx >= 1 && n_ctx <= artifact.n_ctx,
@@ -234,7 +260,7 @@ fn load_session<'a>(
         flash_attn: engine.flash(),
         logits,
     };
-    crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, n_seq)
+    crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, shape.n_seq)
 }
 
 /// The model's training context, for [`warn_ctx_train`].
@@ -281,7 +307,6 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &cli.common.engine,
                 &cli.common.backend,
                 threads,
-                1,
             )?;
             run_generation(&gen, &gguf, &vocab, &mut session)
         }
@@ -334,7 +359,6 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                         &b.engine,
                         &b.backend,
                         t,
-                        1,
                     )
                 },
                 &threads,
@@ -386,7 +410,6 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 &p.engine,
                 &p.backend,
                 threads,
-                1,
             )?;
             super::run::print_perplexity(
                 &mut session,
@@ -431,7 +454,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
 
 /// `./NAME serve`: the runner's program with `-np` slots of `-c / N` positions each
 /// ([`super::serve`]).
-fn serve(artifact: Artifact, a: RunnerServeArgs) -> anyhow::Result<()> {
+fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.common.ubatch_size.is_none(),
         "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
@@ -447,17 +470,24 @@ fn serve(artifact: Artifact, a: RunnerServeArgs) -> anyhow::Result<()> {
         };
         let per_slot = super::serve::slot_ctx(n_ctx, n_parallel)?;
         warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
-        let session = load_session(
+        let shape = SessionShape {
+            n_ctx: per_slot,
+            n_seq: n_parallel,
+        };
+        let session = load_session_seqs(
             &artifact,
             &gguf,
-            per_slot,
+            shape,
             LogitRows::Last,
             &a.common.engine,
             &a.common.backend,
             resolve_threads(a.common.threads),
-            n_parallel,
         )?;
-        let path = a.common.model.clone().unwrap_or(artifact.model_path.clone());
+        let path = a
+            .common
+            .model
+            .clone()
+            .unwrap_or(artifact.model_path.clone());
         let ready = super::serve::ready_info(
             &gguf,
             std::sync::Arc::new(vocab),

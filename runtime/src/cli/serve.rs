@@ -75,9 +75,7 @@ pub fn ready_info(
 ) -> anyhow::Result<Ready> {
     let template = match gen.template(gguf) {
         Ok(t) => Some(t),
-        Err(e) if gen.chat_template.is_some() || gen.chat_template_file.is_some() => {
-            return Err(e)
-        }
+        Err(e) if gen.chat_template.is_some() || gen.chat_template_file.is_some() => return Err(e),
         Err(e) => {
             eprintln!("modelc: warning: no chat template ({e:#}); chat requests will get 501");
             None

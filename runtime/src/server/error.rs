@@ -69,7 +69,11 @@ impl ApiError {
 
     /// 503 `unavailable_error`.
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", message)
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            message,
+        )
     }
 
     /// 400 `exceed_context_size_error`: a prompt of `n_prompt` tokens in a slot of `n_ctx`

@@ -163,7 +163,12 @@ impl Config {
     ///
     /// # Errors
     /// 400 for a field of the wrong type or out of range.
-    pub fn options(&self, body: &Body, api: Api, n_vocab: usize) -> Result<GenerateOptions, ApiError> {
+    pub fn options(
+        &self,
+        body: &Body,
+        api: Api,
+        n_vocab: usize,
+    ) -> Result<GenerateOptions, ApiError> {
         let mut o = self.defaults.clone();
         let n_predict = match body.i64("n_predict")? {
             Some(n) => Some(n),
@@ -190,7 +195,9 @@ impl Config {
         }
         if let Some(p) = body.f32("repeat_penalty")? {
             if p == 0.0 {
-                return Err(ApiError::invalid("\"repeat_penalty\" must not be 0 (1.0 disables it)"));
+                return Err(ApiError::invalid(
+                    "\"repeat_penalty\" must not be 0 (1.0 disables it)",
+                ));
             }
             s.repeat_penalty = p;
         }
@@ -234,6 +241,9 @@ impl Config {
         };
         if let Some(n) = n_probs {
             o.n_probs = usize::try_from(n).unwrap_or(0).min(n_vocab);
+        }
+        if let Some(b) = body.bool("post_sampling_probs")? {
+            o.post_sampling_probs = b;
         }
         if let Some(b) = body.bool("ignore_eos")? {
             o.ignore_eos = b;
@@ -567,13 +577,14 @@ async fn signal() {
     let int = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = int.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = int.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = int => {}
             _ = term.recv() => {}
@@ -635,7 +646,11 @@ mod tests {
     /// While the model loads, every endpoint answers llama-server's 503 `Loading model`.
     #[tokio::test]
     async fn loading_is_503() {
-        for (method, path) in [("GET", "/health"), ("GET", "/v1/models"), ("POST", "/completion")] {
+        for (method, path) in [
+            ("GET", "/health"),
+            ("GET", "/v1/models"),
+            ("POST", "/completion"),
+        ] {
             let (status, body) = call(state(Some("k")), method, path).await;
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
             assert_eq!(

@@ -278,7 +278,9 @@ pub fn run(
                 }
                 Ok(Fed::Stopped) => {}
                 Err(e) => {
-                    let _ = a.events.send(Event::Error(ApiError::invalid(format!("{e:#}"))));
+                    let _ = a
+                        .events
+                        .send(Event::Error(ApiError::invalid(format!("{e:#}"))));
                     slot.active = None;
                     continue;
                 }

@@ -226,7 +226,9 @@ fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
             match o.get("prompt_string") {
                 Some(Value::String(s)) => Ok(vocab.tokenize(s, true, true)),
                 Some(v) => Err(wrong_type("prompt.prompt_string", "a string", v)),
-                None => Err(ApiError::invalid("\"prompt\": an object prompt needs \"prompt_string\"")),
+                None => Err(ApiError::invalid(
+                    "\"prompt\": an object prompt needs \"prompt_string\"",
+                )),
             }
         }
         Value::Array(items) => {
@@ -238,9 +240,11 @@ fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
                         let id = v.as_i64().ok_or_else(|| {
                             ApiError::invalid(format!("\"prompt\"[{i}] is not a token id"))
                         })?;
-                        out.push(vocab.check_id(id).map_err(|e| {
-                            ApiError::invalid(format!("\"prompt\"[{i}]: {e}"))
-                        })?);
+                        out.push(
+                            vocab
+                                .check_id(id)
+                                .map_err(|e| ApiError::invalid(format!("\"prompt\"[{i}]: {e}")))?,
+                        );
                     }
                     other => return Err(wrong_type("prompt", EXPECTED, other)),
                 }
@@ -273,13 +277,18 @@ pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
     let mut flat = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let Value::Object(o) = m else {
-            return Err(ApiError::invalid(format!("\"messages\"[{i}] must be an object")));
+            return Err(ApiError::invalid(format!(
+                "\"messages\"[{i}] must be an object"
+            )));
         };
         let mut o = o.clone();
         if let Some(Value::Array(parts)) = o.get("content") {
             let mut text = String::new();
             for p in parts {
-                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                match (
+                    p.get("type").and_then(Value::as_str),
+                    p.get("text").and_then(Value::as_str),
+                ) {
                     (Some("text"), Some(t)) => text.push_str(t),
                     _ => {
                         return Err(ApiError::invalid(format!(
@@ -328,7 +337,12 @@ fn stream(
         let send = |v: Value| SseEvent::default().data(v.to_string());
         let mut n_decoded = 0usize;
         if api == Api::OaiChat {
-            let first = chat_chunk(&ready, &req, json!({"role": "assistant", "content": null}), Value::Null);
+            let first = chat_chunk(
+                &ready,
+                &req,
+                json!({"role": "assistant", "content": null}),
+                Value::Null,
+            );
             if out_tx.send(Ok(send(first))).await.is_err() {
                 return;
             }
@@ -341,7 +355,15 @@ fn stream(
                     probs,
                 } => {
                     n_decoded += 1;
-                    vec![partial_json(&ready, &req, api, &content, token, probs.as_ref(), n_decoded)]
+                    vec![partial_json(
+                        &ready,
+                        &req,
+                        api,
+                        &content,
+                        token,
+                        probs.as_ref(),
+                        n_decoded,
+                    )]
                 }
                 Event::Error(e) => vec![json!({ "error": e.object() })],
                 Event::Done(f) => final_stream_json(&ready, &req, api, &f),
@@ -369,7 +391,13 @@ fn model_name(ready: &Ready) -> &str {
 /// first token comes from the prompt's logits (llama-server's `predicted_per_second`).
 fn timings_json(t: &Timings) -> Value {
     let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
-    let per_second = |ms: f64, n: usize| if n > 0 && ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
+    let per_second = |ms: f64, n: usize| {
+        if n > 0 && ms > 0.0 {
+            1e3 / ms * n as f64
+        } else {
+            0.0
+        }
+    };
     let steps = t.predicted_n.saturating_sub(1);
     json!({
         "cache_n": t.cache_n,
@@ -384,21 +412,22 @@ fn timings_json(t: &Timings) -> Value {
     })
 }
 
-/// One position's probabilities as llama-server writes them (`probs_vector_to_json`).
-fn probs_json(vocab: &Vocab, p: &PositionProbs) -> Value {
+/// One position's probabilities as llama-server writes them (`probs_vector_to_json`):
+/// `logprob` / `top_logprobs`, or with `post_sampling_probs` `prob` / `top_probs`.
+fn probs_json(vocab: &Vocab, p: &PositionProbs, post: bool) -> Value {
     let bytes = |id: TokenId| vocab.token_to_piece(id, false).to_vec();
-    json!({
-        "id": p.id,
-        "token": p.token,
-        "bytes": bytes(p.id),
-        "logprob": p.logprob,
-        "top_logprobs": p.top_logprobs.iter().map(|t| json!({
-            "id": t.id,
-            "token": t.token,
-            "bytes": bytes(t.id),
-            "logprob": t.logprob,
-        })).collect::<Vec<_>>(),
-    })
+    let (key, top_key) = if post {
+        ("prob", "top_probs")
+    } else {
+        ("logprob", "top_logprobs")
+    };
+    let value = |lp: f32| if post { lp.exp() } else { lp };
+    let top: Vec<Value> = p
+        .top_logprobs
+        .iter()
+        .map(|t| json!({ "id": t.id, "token": t.token, "bytes": bytes(t.id), key: value(t.logprob) }))
+        .collect();
+    json!({ "id": p.id, "token": p.token, "bytes": bytes(p.id), key: value(p.logprob), top_key: top })
 }
 
 /// OpenAI's `usage`.
@@ -461,7 +490,11 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
         c.probs
             .as_ref()
             .filter(|p| !p.is_empty() && req.opts.n_probs > 0)
-            .map(|p| p.iter().map(|x| probs_json(&ready.vocab, x)).collect::<Vec<_>>())
+            .map(|p| {
+                p.iter()
+                    .map(|x| probs_json(&ready.vocab, x, req.opts.post_sampling_probs))
+                    .collect::<Vec<_>>()
+            })
     };
     match api {
         Api::Llama => {
@@ -560,7 +593,7 @@ fn partial_json(
 ) -> Value {
     let probs = probs
         .filter(|_| req.opts.n_probs > 0)
-        .map(|p| vec![probs_json(&ready.vocab, p)]);
+        .map(|p| vec![probs_json(&ready.vocab, p, req.opts.post_sampling_probs)]);
     match api {
         Api::Llama => {
             let mut v = json!({

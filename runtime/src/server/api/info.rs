@@ -137,8 +137,14 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
     let started = st.cfg.started.to_string();
     (
         [
-            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_string()),
-            (header::HeaderName::from_static("process-start-time-unix"), started),
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4".to_string(),
+            ),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                started,
+            ),
         ],
         text,
     )

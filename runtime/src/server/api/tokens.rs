@@ -58,7 +58,9 @@ pub async fn detokenize(
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                let id = v.as_i64().ok_or_else(|| wrong_type("tokens", "a list of token ids", v))?;
+                let id = v
+                    .as_i64()
+                    .ok_or_else(|| wrong_type("tokens", "a list of token ids", v))?;
                 ready
                     .vocab
                     .check_id(id)
