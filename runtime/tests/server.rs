@@ -518,14 +518,46 @@ fn serve_smollm2() {
     );
     assert_eq!(request(port, "GET", "/health", None, b"").status, 200);
     check();
+    let metrics = get(port, "/metrics").body;
+    for name in [
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:n_decode_total",
+        "llamacpp:requests_processing",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {name}")),
+            "{name} missing: {metrics}"
+        );
+    }
+    drop(srv);
+
+    // One slot with a long context, so that a stream outlasts the checks below.
+    let srv = start(
+        &model,
+        &[
+            "-np",
+            "1",
+            "-c",
+            "4096",
+            "--api-key",
+            KEY,
+            "--metrics",
+            "--queue-size",
+            "1",
+            "--slots",
+        ],
+    );
+    let port = srv.port;
+    let before = ids(&greedy(port, PROMPT, n)["tokens"]);
+    let check = || assert_eq!(ids(&greedy(port, PROMPT, n)["tokens"]), before);
     // A client that disconnects mid-stream frees its slot at once.
-    let long_gen = json!({"prompt": PROMPT, "n_predict": 400, "ignore_eos": true, "stream": true});
+    let long_gen = json!({"prompt": PROMPT, "n_predict": 4000, "ignore_eos": true, "stream": true});
     drop(open_stream(port, &long_gen));
     wait_idle(port, Duration::from_secs(2));
     check();
-    // Both slots busy and one request waiting: the next one gets 503.
+    // The slot busy and one request waiting: the next one gets 503.
     let s1 = open_stream(port, &long_gen);
-    let s2 = open_stream(port, &long_gen);
     let waiting = std::thread::spawn(move || {
         post(
             port,
@@ -551,22 +583,10 @@ fn serve_smollm2() {
         503,
         "unavailable_error",
     );
-    drop((s1, s2));
+    drop(s1);
     assert_eq!(waiting.join().unwrap(), 200);
     wait_idle(port, Duration::from_secs(2));
     check();
-    let metrics = get(port, "/metrics").body;
-    for name in [
-        "llamacpp:prompt_tokens_total",
-        "llamacpp:tokens_predicted_total",
-        "llamacpp:n_decode_total",
-        "llamacpp:requests_processing",
-    ] {
-        assert!(
-            metrics.contains(&format!("# TYPE {name}")),
-            "{name} missing: {metrics}"
-        );
-    }
 
     // SIGTERM with a request running: exits 0, promptly.
     let mut srv = srv;

@@ -460,7 +460,7 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
         "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
     );
     let cfg = super::serve::config(&a.gen, &a.server)?;
-    let n_parallel = cfg.n_parallel;
+    let n_parallel = cfg.args.parallel;
     let load: crate::server::Loader = Box::new(move |run| {
         let gguf = open_checked(&artifact, a.common.model.as_ref())?;
         let vocab = Vocab::from_gguf(&gguf)?;

@@ -144,7 +144,7 @@ pub fn hand_over(
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     args.model.validate()?;
     let cfg = config(&args.gen, &args.server)?;
-    let n_parallel = cfg.n_parallel;
+    let n_parallel = cfg.args.parallel;
     let load: Loader = Box::new(move |run| {
         let (gguf, model, vocab) = open_model(&args.model.model)?;
         let n_ctx = resolve_n_ctx(args.model.n_ctx, model.hparams.n_ctx_train as usize);

@@ -107,24 +107,8 @@ impl ServerArgs {
 /// The server's settings besides the model.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Address to listen on.
-    pub host: String,
-    /// Port (0: any).
-    pub port: u16,
-    /// Slots.
-    pub n_parallel: usize,
-    /// Queue length.
-    pub queue_size: usize,
-    /// Required API key.
-    pub api_key: Option<String>,
-    /// Name of the model in responses.
-    pub alias: Option<String>,
-    /// Serve /metrics.
-    pub metrics: bool,
-    /// Serve /slots.
-    pub slots: bool,
-    /// Largest body.
-    pub max_body: usize,
+    /// The server's flags.
+    pub args: ServerArgs,
     /// Generation defaults (the command line's sampler flags, `-n`, `--stop`, `-b`).
     pub defaults: GenerateOptions,
     /// `-s`: a fixed default seed; `None` draws one per request.
@@ -137,21 +121,23 @@ impl Config {
     /// The settings of `args` with generation defaults `defaults` and seed `seed`.
     pub fn new(args: &ServerArgs, defaults: GenerateOptions, seed: Option<u64>) -> Config {
         Config {
-            host: args.host.clone(),
-            port: args.port,
-            n_parallel: args.parallel,
-            queue_size: args.queue_size,
-            api_key: args.api_key.clone(),
-            alias: args.alias.clone(),
-            metrics: args.metrics,
-            slots: args.slots && !args.no_slots,
-            max_body: args.max_body,
+            args: args.clone(),
             defaults,
             seed,
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         }
+    }
+
+    /// Whether /slots is served (`--slots`, not `--no-slots`).
+    pub fn slots(&self) -> bool {
+        self.args.slots && !self.args.no_slots
+    }
+
+    /// Requests held at most: one per slot plus the queue.
+    pub fn capacity(&self) -> usize {
+        self.args.parallel + self.args.queue_size
     }
 
     /// The generation options of a request: its fields over the server's defaults
@@ -390,7 +376,7 @@ async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response 
 /// Whether `req` may pass: no `--api-key`, a public endpoint, or the key given as
 /// `Authorization: Bearer KEY` (or `X-Api-Key: KEY`).
 fn authorized(st: &AppState, req: &Request) -> bool {
-    let Some(key) = &st.cfg.api_key else {
+    let Some(key) = &st.cfg.args.api_key else {
         return true;
     };
     if PUBLIC.contains(&req.uri().path()) {
@@ -408,7 +394,7 @@ async fn not_found() -> ApiError {
 /// The routes (module doc).
 pub fn router(st: AppState) -> Router {
     use api::{completion, info, tokens};
-    let limit = st.cfg.max_body;
+    let limit = st.cfg.args.max_body;
     Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
@@ -446,10 +432,16 @@ pub fn serve(cfg: Config, load: Loader) -> anyhow::Result<()> {
 
 async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     let mut listeners = Vec::new();
-    for host in cfg.host.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        let listener = tokio::net::TcpListener::bind((host, cfg.port))
+    for host in cfg
+        .args
+        .host
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+    {
+        let listener = tokio::net::TcpListener::bind((host, cfg.args.port))
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{}: {e}", cfg.port))?;
+            .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{}: {e}", cfg.args.port))?;
         eprintln!(
             "modelc: listening on http://{} (loading the model)",
             listener.local_addr()?
@@ -458,7 +450,7 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!listeners.is_empty(), "--host: no address to listen on");
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
-    let permits = Arc::new(tokio::sync::Semaphore::new(cfg.n_parallel + cfg.queue_size));
+    let permits = Arc::new(tokio::sync::Semaphore::new(cfg.capacity()));
     let st = AppState {
         permits,
         cfg: Arc::new(cfg),

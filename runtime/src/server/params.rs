@@ -83,23 +83,35 @@ impl Body {
         }
     }
 
+    /// A list of strings.
+    ///
+    /// # Errors
+    /// 400 when present and not a list of strings.
+    pub fn strings(&self, name: &str) -> Result<Option<Vec<String>>, ApiError> {
+        let expected = "a list of strings";
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|w| {
+                    w.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong_type(name, expected, w))
+                })
+                .collect::<Result<_, _>>()
+                .map(Some),
+            Some(v) => Err(wrong_type(name, expected, v)),
+        }
+    }
+
     /// `stop`: a string or a list of strings (OpenAI's shape).
     ///
     /// # Errors
     /// 400 for anything else.
     pub fn stop(&self) -> Result<Vec<String>, ApiError> {
         match self.get("stop") {
-            None => Ok(Vec::new()),
             Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|w| {
-                    w.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| wrong_type("stop", "a string or a list of strings", w))
-                })
-                .collect(),
-            Some(v) => Err(wrong_type("stop", "a string or a list of strings", v)),
+            _ => Ok(self.strings("stop")?.unwrap_or_default()),
         }
     }
 }

@@ -85,7 +85,7 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         let Ok(permit) = st.permits.clone().try_acquire_owned() else {
             return ApiError::unavailable(format!(
                 "the server is busy: {} requests are already waiting (--queue-size)",
-                st.cfg.queue_size
+                st.cfg.args.queue_size
             ))
             .into_response();
         };
@@ -154,18 +154,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
             return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
         }
     }
-    let response_fields = match body.get("response_fields") {
-        None => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|f| {
-                f.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| wrong_type("response_fields", "a list of strings", f))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(v) => return Err(wrong_type("response_fields", "a list of strings", v)),
-    };
+    let response_fields = body.strings("response_fields")?.unwrap_or_default();
     let opts = st.cfg.options(&body, api, vocab.n_vocab())?;
     let stream = body.bool("stream")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
@@ -180,7 +169,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     let id_slot = match body.i64("id_slot")? {
         None | Some(-1) => None,
         Some(i) => match usize::try_from(i) {
-            Ok(i) if i < st.cfg.n_parallel => Some(i),
+            Ok(i) if i < st.cfg.args.parallel => Some(i),
             _ => return Err(ApiError::invalid(format!("\"id_slot\" {i}: no such slot"))),
         },
     };
@@ -460,11 +449,12 @@ fn finish_reason(f: &Finished) -> &'static str {
     }
 }
 
-/// The generation settings llama-server reports with a result.
-fn settings_json(req: &Request) -> Value {
-    let s = &req.opts.sampler;
+/// The generation settings llama-server reports with a result and in `/props`
+/// (`server-task.cpp` `task_params::to_json`): `opts` with `seed` and `stream`.
+pub fn settings_json(opts: &GenerateOptions, seed: Value, stream: bool) -> Value {
+    let s = &opts.sampler;
     json!({
-        "seed": s.seed,
+        "seed": seed,
         "temperature": s.temp,
         "top_k": s.top_k,
         "top_p": s.top_p,
@@ -473,13 +463,14 @@ fn settings_json(req: &Request) -> Value {
         "repeat_penalty": s.repeat_penalty,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
-        "stop": req.opts.stop,
-        "max_tokens": req.opts.n_predict,
-        "n_predict": req.opts.n_predict,
-        "ignore_eos": req.opts.ignore_eos,
-        "stream": req.stream,
-        "n_probs": req.opts.n_probs,
-        "cache_prompt": req.opts.cache_prompt,
+        "stop": opts.stop,
+        "max_tokens": opts.n_predict,
+        "n_predict": opts.n_predict,
+        "ignore_eos": opts.ignore_eos,
+        "stream": stream,
+        "n_probs": opts.n_probs,
+        "post_sampling_probs": opts.post_sampling_probs,
+        "cache_prompt": opts.cache_prompt,
     })
 }
 
@@ -570,7 +561,7 @@ fn llama_final(ready: &Ready, req: &Request, f: &Finished, content: &str) -> Val
         "model": model_name(ready),
         "tokens_predicted": c.tokens.len(),
         "tokens_evaluated": c.prompt_tokens.len(),
-        "generation_settings": settings_json(req),
+        "generation_settings": settings_json(&req.opts, req.opts.sampler.seed.into(), req.stream),
         "prompt": ready.vocab.detokenize_lossy(&c.prompt_tokens, true),
         "has_new_line": c.content.contains('\n'),
         "truncated": f.truncated,

@@ -1,6 +1,7 @@
 //! The read-only endpoints with llama-server's shapes (`tools/server/server-context.cpp`):
 //! `GET /health`, `/v1/models`, `/props`, `/slots`, `/metrics`.
 
+use crate::server::api::completion::settings_json;
 use crate::server::error::ApiError;
 use crate::server::AppState;
 use axum::extract::State;
@@ -58,7 +59,6 @@ pub async fn models(State(st): State<AppState>) -> Result<Json<Value>, ApiError>
 pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let r = st.ready()?;
     let d = &st.cfg.defaults;
-    let s = &d.sampler;
     let piece = |id: Option<u32>| {
         id.map_or(String::new(), |i| {
             String::from_utf8_lossy(r.vocab.token_to_piece(i, true)).into_owned()
@@ -71,25 +71,9 @@ pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> 
             "n_ctx": r.n_ctx_slot,
             "speculative": false,
             "is_processing": false,
-            "params": {
-                "seed": st.cfg.seed.map_or(-1, |s| s as i64),
-                "temperature": s.temp,
-                "top_k": s.top_k,
-                "top_p": s.top_p,
-                "min_p": s.min_p,
-                "repeat_last_n": s.repeat_last_n,
-                "repeat_penalty": s.repeat_penalty,
-                "presence_penalty": s.presence_penalty,
-                "frequency_penalty": s.frequency_penalty,
-                "max_tokens": d.n_predict,
-                "n_predict": d.n_predict,
-                "stop": d.stop,
-                "ignore_eos": d.ignore_eos,
-                "n_probs": d.n_probs,
-                "stream": false,
-            },
+            "params": settings_json(d, st.cfg.seed.map_or(json!(-1), |s| json!(s)), false),
         },
-        "total_slots": st.cfg.n_parallel,
+        "total_slots": st.cfg.args.parallel,
         "model_alias": r.model_name,
         "model_path": r.model_path,
         "modalities": { "vision": false, "audio": false },
@@ -104,7 +88,7 @@ pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> 
 /// `GET /slots` (unless `--no-slots`): each slot's id, context and whether it is busy.
 pub async fn slots(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     st.ready()?;
-    if !st.cfg.slots {
+    if !st.cfg.slots() {
         return Err(ApiError::not_supported(
             "This server does not support slots endpoint.",
         ));
@@ -123,11 +107,11 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
     if let Err(e) = st.ready() {
         return e.into_response();
     }
-    if !st.cfg.metrics {
+    if !st.cfg.args.metrics {
         return ApiError::not_supported("This server does not support metrics endpoint.")
             .into_response();
     }
-    let held = st.cfg.n_parallel + st.cfg.queue_size - st.permits.available_permits();
+    let held = st.cfg.capacity() - st.permits.available_permits();
     let text = st
         .shared
         .metrics

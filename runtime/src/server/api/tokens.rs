@@ -5,12 +5,20 @@
 use crate::server::api::completion::render_messages;
 use crate::server::error::ApiError;
 use crate::server::params::{wrong_type, Body};
-use crate::server::{read_body, AppState};
+use crate::server::{read_body, AppState, Ready};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
+
+/// The loaded model and the request's JSON body.
+fn open(
+    st: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(std::sync::Arc<Ready>, Body), ApiError> {
+    Ok((st.ready()?, Body::parse(&read_body(body)?)?))
+}
 
 /// `POST /tokenize`: `content` (text), `add_special` (BOS/EOS as the model asks; default
 /// false), `parse_special` (special-token texts as special tokens; default true),
@@ -20,8 +28,7 @@ pub async fn tokenize(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let ready = st.ready()?;
-    let body = Body::parse(&read_body(body)?)?;
+    let (ready, body) = open(&st, body)?;
     let content = body.str("content")?.unwrap_or("");
     let add_special = body.bool("add_special")?.unwrap_or(false);
     let parse_special = body.bool("parse_special")?.unwrap_or(true);
@@ -50,8 +57,7 @@ pub async fn detokenize(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let ready = st.ready()?;
-    let body = Body::parse(&read_body(body)?)?;
+    let (ready, body) = open(&st, body)?;
     let ids = match body.get("tokens") {
         None => Vec::new(),
         Some(Value::Array(a)) => a
@@ -80,8 +86,7 @@ pub async fn apply_template(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let ready = st.ready()?;
-    let body = Body::parse(&read_body(body)?)?;
+    let (ready, body) = open(&st, body)?;
     let prompt = render_messages(&ready, &body)?;
     Ok(Json(json!({ "prompt": prompt })))
 }
