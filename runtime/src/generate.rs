@@ -6,6 +6,12 @@
 //! final. Teacher forcing and log-probabilities are part of it; results use llama-server's
 //! field names (`tools/server/server.cpp`: `content`, `tokens`, `stop_type`, `timings`,
 //! `probs`).
+//!
+//! The per-request state lives in [`Decoding`], which does not borrow the session: it is fed
+//! each position's logits and answers with the next token to evaluate or a stop. A
+//! [`Generation`] drives one over a session it borrows (`modelc run`, the runner, the REPL);
+//! the server ([`crate::server::slots`]) drives one per slot, evaluating all slots' tokens in
+//! one batch.
 
 use crate::kv_cache::SeqId;
 use crate::sampler::{Sampler, SamplerParams};

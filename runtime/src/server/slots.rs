@@ -249,10 +249,16 @@ pub fn run(
             m.n_busy_slots += busy as u64;
         }
         for (k, &(i, prompt_done)) in takers.iter().enumerate() {
-            let row = &rows[k * n_vocab..(k + 1) * n_vocab];
             let n_past = session.n_past(i as u32);
             let slot = &mut slots[i];
             let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            let Some(row) = rows.get(k * n_vocab..(k + 1) * n_vocab) else {
+                let e = ApiError::server("decode: fewer logits rows than asked for");
+                let _ = a.events.send(Event::Error(e));
+                slot.active = None;
+                session.clear_seq(i as u32);
                 continue;
             };
             if prompt_done {
