@@ -39,6 +39,9 @@ pub struct GenerateOptions {
     pub forced: Option<Vec<TokenId>>,
     /// Keep generating past end-of-generation tokens (`--ignore-eos`).
     pub ignore_eos: bool,
+    /// Added to these tokens' logits before sampling (llama.cpp's `logit_bias`; `-inf`
+    /// bans a token).
+    pub logit_bias: Vec<(TokenId, f32)>,
     /// Most prompt tokens per decode call (`-b`; also bounded by the engine's ubatch).
     pub n_batch: usize,
     /// Stop when the text contains one of these (llama-server's `stop`); the text is cut
@@ -63,6 +66,7 @@ impl Default for GenerateOptions {
             n_probs: 0,
             post_sampling_probs: false,
             forced: None,
+            logit_bias: Vec::new(),
             ignore_eos: false,
             n_batch: 2048,
             stop: Vec::new(),
@@ -322,6 +326,19 @@ impl Decoding {
             self.stop_type = Some("cancelled");
             return Ok(Fed::Stopped);
         }
+        let biased;
+        let logits = if self.opts.logit_bias.is_empty() {
+            logits
+        } else {
+            let mut b = logits.to_vec();
+            for &(id, bias) in &self.opts.logit_bias {
+                if let Some(l) = b.get_mut(id as usize) {
+                    *l += bias;
+                }
+            }
+            biased = b;
+            &biased[..]
+        };
         let n_vocab = logits.len();
         let token = match &self.opts.forced {
             Some(forced) => match forced.get(self.tokens.len()) {

@@ -153,8 +153,9 @@ impl Config {
         &self,
         body: &Body,
         api: Api,
-        n_vocab: usize,
+        vocab: &Vocab,
     ) -> Result<GenerateOptions, ApiError> {
+        let n_vocab = vocab.n_vocab();
         let mut o = self.defaults.clone();
         let n_predict = match body.i64("n_predict")? {
             Some(n) => Some(n),
@@ -236,6 +237,18 @@ impl Config {
         }
         if let Some(b) = body.bool("cache_prompt")? {
             o.cache_prompt = b;
+        }
+        o.logit_bias = match body.get("logit_bias") {
+            None => Vec::new(),
+            Some(v) => params::logit_bias(vocab, v)?,
+        };
+        if o.ignore_eos {
+            // llama.cpp bans the end-of-generation tokens (`common_init_from_params`).
+            o.logit_bias.extend(
+                (0..n_vocab as u32)
+                    .filter(|&t| vocab.is_eog(t))
+                    .map(|t| (t, f32::NEG_INFINITY)),
+            );
         }
         o.cancel = None;
         o.context_shift = None;
@@ -408,6 +421,14 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/completions", post(completion::oai_completion))
         .route("/chat/completions", post(completion::oai_chat))
         .route("/v1/chat/completions", post(completion::oai_chat))
+        .route(
+            "/chat/completions/input_tokens",
+            post(completion::chat_input_tokens),
+        )
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(completion::chat_input_tokens),
+        )
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))

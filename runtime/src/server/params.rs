@@ -4,6 +4,7 @@
 //! Unknown fields are ignored.
 
 use super::error::ApiError;
+use crate::tokenizer::{TokenId, Vocab};
 use serde_json::{Map, Value};
 
 /// A request's body as a JSON object, with typed getters (module doc).
@@ -127,4 +128,70 @@ pub fn wrong_type(name: &str, expected: &str, got: &Value) -> ApiError {
         Value::Object(_) => "an object",
     };
     ApiError::invalid(format!("\"{name}\" must be {expected}, not {what}"))
+}
+
+/// `logit_bias` as llama-server reads it (`server-task.cpp` `params_from_json_cmpl`): a
+/// list of `[token, bias]` pairs or an object `{token: bias}`, where a token is an id or a
+/// text (each of its tokens gets the bias) and a bias is a number or `false` (banned: -inf).
+///
+/// # Errors
+/// 400 for another shape or a token id outside the vocabulary.
+pub fn logit_bias(vocab: &Vocab, v: &Value) -> Result<Vec<(TokenId, f32)>, ApiError> {
+    const EXPECTED: &str = "a list of [token, bias] pairs or an object {token: bias}";
+    let bias_of = |b: &Value| -> Result<f32, ApiError> {
+        match b {
+            Value::Bool(false) => Ok(f32::NEG_INFINITY),
+            Value::Number(n) => n
+                .as_f64()
+                .map(|x| x as f32)
+                .ok_or_else(|| wrong_type("logit_bias", EXPECTED, b)),
+            _ => Err(wrong_type("logit_bias", EXPECTED, b)),
+        }
+    };
+    let ids_of = |t: &Value| -> Result<Vec<TokenId>, ApiError> {
+        match t {
+            Value::Number(_) => match t.as_i64() {
+                Some(id) => ids_of_number(vocab, id),
+                None => Err(wrong_type("logit_bias", EXPECTED, t)),
+            },
+            Value::String(s) => match s.parse::<i64>() {
+                Ok(id) => ids_of_number(vocab, id),
+                Err(_) => Ok(vocab.tokenize(s, false, false)),
+            },
+            _ => Err(wrong_type("logit_bias", EXPECTED, t)),
+        }
+    };
+    let mut out = Vec::new();
+    match v {
+        Value::Array(pairs) => {
+            for p in pairs {
+                match p.as_array().map(Vec::as_slice) {
+                    Some([t, b]) => {
+                        let b = bias_of(b)?;
+                        out.extend(ids_of(t)?.into_iter().map(|id| (id, b)));
+                    }
+                    _ => return Err(wrong_type("logit_bias", EXPECTED, p)),
+                }
+            }
+        }
+        Value::Object(o) => {
+            for (t, b) in o {
+                let b = bias_of(b)?;
+                out.extend(
+                    ids_of(&Value::String(t.clone()))?
+                        .into_iter()
+                        .map(|id| (id, b)),
+                );
+            }
+        }
+        _ => return Err(wrong_type("logit_bias", EXPECTED, v)),
+    }
+    Ok(out)
+}
+
+fn ids_of_number(vocab: &Vocab, id: i64) -> Result<Vec<TokenId>, ApiError> {
+    vocab
+        .check_id(id)
+        .map(|id| vec![id])
+        .map_err(|e| ApiError::invalid(format!("logit_bias: {e}")))
 }

@@ -43,6 +43,8 @@ struct Request {
     stream: bool,
     include_usage: bool,
     return_tokens: bool,
+    /// `verbose`: OpenAI results carry llama.cpp's own result as `__verbose`.
+    verbose: bool,
     id_slot: Option<usize>,
     id: String,
     created: u64,
@@ -59,6 +61,22 @@ pub async fn oai_completion(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     run(st, body, Api::OaiCompletion).await
+}
+
+/// `POST /v1/chat/completions/input_tokens` (also without `/v1`): the number of tokens
+/// the chat request's prompt has, `{"input_tokens": N}`.
+pub async fn chat_input_tokens(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let counted = st.ready().and_then(|ready| {
+        let body = Body::parse(&read_body(body)?)?;
+        Ok(chat_prompt(&ready, &body)?.len())
+    });
+    match counted {
+        Ok(n) => axum::Json(json!({ "input_tokens": n })).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /v1/chat/completions`, `/chat/completions`.
@@ -155,7 +173,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         }
     }
     let response_fields = body.strings("response_fields")?.unwrap_or_default();
-    let opts = st.cfg.options(&body, api, vocab.n_vocab())?;
+    let opts = st.cfg.options(&body, api, vocab)?;
     let stream = body.bool("stream")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
         None => false,
@@ -183,6 +201,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         stream,
         include_usage,
         return_tokens: body.bool("return_tokens")?.unwrap_or(false),
+        verbose: body.bool("verbose")?.unwrap_or(false),
         id_slot,
         id: format!("chatcmpl-{:016x}", rand::random::<u64>()),
         created,
@@ -289,6 +308,21 @@ pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
             o.insert("content".into(), Value::String(text));
         }
         flat.push(Value::Object(o));
+    }
+    if body.bool("add_generation_prompt")? == Some(true)
+        && body.bool("continue_final_message")? == Some(true)
+    {
+        return Err(ApiError::invalid(
+            "\"add_generation_prompt\" and \"continue_final_message\" cannot both be true",
+        ));
+    }
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
+    if let [.., a, b] = flat.as_slice() {
+        if role(a).as_deref() == Some("assistant") && role(b).as_deref() == Some("assistant") {
+            return Err(ApiError::invalid(
+                "Cannot have 2 or more assistant messages at the end of the list.",
+            ));
+        }
     }
     let Some(tmpl) = ready.template.as_ref() else {
         return Err(ApiError::not_supported("this model has no chat template"));
@@ -471,6 +505,11 @@ pub fn settings_json(opts: &GenerateOptions, seed: Value, stream: bool) -> Value
         "n_probs": opts.n_probs,
         "post_sampling_probs": opts.post_sampling_probs,
         "cache_prompt": opts.cache_prompt,
+        // -inf is written as null, as llama-server's JSON library writes it.
+        "logit_bias": opts.logit_bias.iter().map(|&(t, b)| json!({
+            "bias": if b.is_finite() { json!(b) } else { Value::Null },
+            "token": t,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -495,21 +534,26 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             }
             select_fields(v, &req.response_fields)
         }
-        Api::OaiCompletion => json!({
-            "choices": [{
-                "text": c.content,
-                "index": 0,
-                "logprobs": probs().map_or(Value::Null, |p| json!({ "content": p })),
-                "finish_reason": finish_reason(f),
-            }],
-            "created": req.created,
-            "model": model_name(ready),
-            "system_fingerprint": ready.fingerprint,
-            "object": "text_completion",
-            "usage": usage_json(f),
-            "id": req.id,
-            "timings": timings_json(&c.timings),
-        }),
+        Api::OaiCompletion => with_verbose(
+            ready,
+            req,
+            f,
+            json!({
+                "choices": [{
+                    "text": c.content,
+                    "index": 0,
+                    "logprobs": probs().map_or(Value::Null, |p| json!({ "content": p })),
+                    "finish_reason": finish_reason(f),
+                }],
+                "created": req.created,
+                "model": model_name(ready),
+                "system_fingerprint": ready.fingerprint,
+                "object": "text_completion",
+                "usage": usage_json(f),
+                "id": req.id,
+                "timings": timings_json(&c.timings),
+            }),
+        ),
         Api::OaiChat => {
             let mut choice = json!({
                 "finish_reason": finish_reason(f),
@@ -519,18 +563,36 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             if let (Some(p), Some(o)) = (probs(), choice.as_object_mut()) {
                 o.insert("logprobs".into(), json!({ "content": p }));
             }
-            json!({
-                "choices": [choice],
-                "created": req.created,
-                "model": model_name(ready),
-                "system_fingerprint": ready.fingerprint,
-                "object": "chat.completion",
-                "usage": usage_json(f),
-                "id": req.id,
-                "timings": timings_json(&c.timings),
-            })
+            with_verbose(
+                ready,
+                req,
+                f,
+                json!({
+                    "choices": [choice],
+                    "created": req.created,
+                    "model": model_name(ready),
+                    "system_fingerprint": ready.fingerprint,
+                    "object": "chat.completion",
+                    "usage": usage_json(f),
+                    "id": req.id,
+                    "timings": timings_json(&c.timings),
+                }),
+            )
         }
     }
+}
+
+/// `v` with llama.cpp's own result as `__verbose` when the request asked for it.
+fn with_verbose(ready: &Ready, req: &Request, f: &Finished, mut v: Value) -> Value {
+    if req.verbose {
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "__verbose".into(),
+                llama_final(ready, req, f, &f.completion.content),
+            );
+        }
+    }
+    v
 }
 
 /// `response_fields` as llama-server applies them (`json_get_nested_values`): only the
