@@ -584,11 +584,21 @@ fn serve_smollm2() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_error(
-        &post(port, "/completion", &json!({"prompt": PROMPT})),
-        503,
-        "unavailable_error",
+    let probe = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 1}),
     );
+    if probe.status != 503 {
+        panic!(
+            "a request past the queue got {}: {}\nmetrics: {}\nslots: {}",
+            probe.status,
+            probe.body,
+            get(port, "/metrics").body,
+            get(port, "/slots").body
+        );
+    }
+    assert_error(&probe, 503, "unavailable_error");
     drop(s1);
     assert_eq!(waiting.join().unwrap(), 200);
     wait_idle(port, Duration::from_secs(2));
