@@ -6,6 +6,12 @@
 //! final. Teacher forcing and log-probabilities are part of it; results use llama-server's
 //! field names (`tools/server/server.cpp`: `content`, `tokens`, `stop_type`, `timings`,
 //! `probs`).
+//!
+//! The per-request state lives in [`Decoding`], which does not borrow the session: it is fed
+//! each position's logits and answers with the next token to evaluate or a stop. A
+//! [`Generation`] drives one over a session it borrows (`modelc run`, the runner, the REPL);
+//! the server ([`crate::server::slots`]) drives one per slot, evaluating all slots' tokens in
+//! one batch.
 
 use crate::kv_cache::SeqId;
 use crate::sampler::{Sampler, SamplerParams};
@@ -25,10 +31,17 @@ pub struct GenerateOptions {
     pub sampler: SamplerParams,
     /// Report the top `n_probs` log-probabilities at every generated position (`--n-probs`).
     pub n_probs: usize,
+    /// Report the probabilities after the sampler chain instead of the softmax of the raw
+    /// logits (llama-server's `post_sampling_probs`; the `logprob` fields then hold their
+    /// logarithms).
+    pub post_sampling_probs: bool,
     /// Emit these ids instead of sampling (`--forced-tokens`), still reporting probabilities.
     pub forced: Option<Vec<TokenId>>,
     /// Keep generating past end-of-generation tokens (`--ignore-eos`).
     pub ignore_eos: bool,
+    /// Added to these tokens' logits before sampling (llama.cpp's `logit_bias`; `-inf`
+    /// bans a token).
+    pub logit_bias: Vec<(TokenId, f32)>,
     /// Most prompt tokens per decode call (`-b`; also bounded by the engine's ubatch).
     pub n_batch: usize,
     /// Stop when the text contains one of these (llama-server's `stop`); the text is cut
@@ -51,7 +64,9 @@ impl Default for GenerateOptions {
             n_predict: -1,
             sampler: SamplerParams::default(),
             n_probs: 0,
+            post_sampling_probs: false,
             forced: None,
+            logit_bias: Vec::new(),
             ignore_eos: false,
             n_batch: 2048,
             stop: Vec::new(),
@@ -174,15 +189,25 @@ fn piece_text(vocab: &Vocab, id: TokenId) -> String {
     String::from_utf8_lossy(vocab.token_to_piece(id, false)).into_owned()
 }
 
-/// A generation in progress (module doc).
-pub struct Generation<'s, 'w> {
-    session: &'s mut Session<'w>,
-    vocab: &'s Vocab,
-    seq: SeqId,
+/// What happened to one token fed to a [`Decoding`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fed {
+    /// Generation goes on: this token must be evaluated next (its logits feed the next call).
+    Continue(TokenId),
+    /// Generation stopped ([`Decoding::stop_type`] says why); the token, if one was chosen,
+    /// is in [`Decoding::tokens`] and is not evaluated.
+    Stopped,
+}
+
+/// The per-request state of a generation, apart from the session: sampler, streaming
+/// detokenizer, stop strings, probabilities, limits, cancel flag and timings. It is fed the
+/// logits of each position ([`Decoding::feed`]) and answers with the next token to evaluate
+/// or a stop; whoever owns the session evaluates the tokens. [`Generation`] drives one over
+/// a session it borrows; the server drives one per slot, all slots' tokens in one batch.
+pub struct Decoding {
     opts: GenerateOptions,
     sampler: Sampler,
     decoder: StreamDecoder,
-    logits: Vec<f32>,
     tokens: Vec<TokenId>,
     prompt: Vec<TokenId>,
     /// The generated text so far (cut before a stop string once one is found).
@@ -201,45 +226,17 @@ pub struct Generation<'s, 'w> {
     t_gen: Instant,
 }
 
-impl<'s, 'w> Generation<'s, 'w> {
-    /// Evaluates `prompt` as the new content of sequence `seq` (keeping the longest prefix
-    /// it already holds when `opts.cache_prompt`) and gets ready to generate.
-    ///
-    /// # Errors
-    /// An empty prompt, a prompt that does not fit the context, or an engine error.
-    pub fn start(
-        session: &'s mut Session<'w>,
-        vocab: &'s Vocab,
-        seq: SeqId,
-        prompt: &[TokenId],
-        opts: &GenerateOptions,
-    ) -> anyhow::Result<Generation<'s, 'w>> {
-        anyhow::ensure!(
-            !prompt.is_empty(),
-            "the prompt is empty (no tokens to evaluate)"
-        );
-        let n_ctx = session.n_ctx();
-        anyhow::ensure!(
-            prompt.len() < n_ctx,
-            "the prompt has {} tokens but the context holds {n_ctx} (use -c to enlarge it)",
-            prompt.len()
-        );
+impl Decoding {
+    /// The state for generating after `prompt` (non-empty) in a context of `n_ctx`
+    /// positions: the sampler has seen the prompt's tokens (its penalties count them).
+    pub fn new(prompt: &[TokenId], n_ctx: usize, opts: &GenerateOptions) -> Decoding {
         let mut sampler = Sampler::new(opts.sampler.clone(), n_ctx);
         for &t in prompt {
             sampler.accept(t);
         }
-        let t_prompt = Instant::now();
-        let mut logits = Vec::new();
-        let keep = prefill(session, seq, prompt, opts, &mut logits)?;
-        let prompt_ms = ms(t_prompt);
-        let evaluated = prompt.len() - keep;
-        Ok(Generation {
-            session,
-            vocab,
-            seq,
+        Decoding {
             sampler,
             decoder: StreamDecoder::new(false),
-            logits,
             tokens: Vec::new(),
             prompt: prompt.to_vec(),
             content: String::new(),
@@ -254,16 +251,34 @@ impl<'s, 'w> Generation<'s, 'w> {
             stop_type: (opts.n_predict == 0).then_some("limit"),
             stopping_word: None,
             n_discarded: 0,
-            timings: Timings {
-                cache_n: keep,
-                prompt_n: evaluated,
-                prompt_ms,
-                prompt_per_second: per_second(evaluated, prompt_ms),
-                ..Timings::default()
-            },
+            timings: Timings::default(),
             t_gen: Instant::now(),
             opts: opts.clone(),
-        })
+        }
+    }
+
+    /// Records that the prompt is evaluated: `cache_n` of its tokens were reused from the
+    /// cache, the rest took `prompt_ms` milliseconds; generation time counts from now.
+    pub fn prompt_done(&mut self, cache_n: usize, prompt_ms: f64) {
+        let evaluated = self.prompt.len().saturating_sub(cache_n);
+        self.timings = Timings {
+            cache_n,
+            prompt_n: evaluated,
+            prompt_ms,
+            prompt_per_second: per_second(evaluated, prompt_ms),
+            ..Timings::default()
+        };
+        self.t_gen = Instant::now();
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &GenerateOptions {
+        &self.opts
+    }
+
+    /// The prompt's tokens.
+    pub fn prompt(&self) -> &[TokenId] {
+        &self.prompt
     }
 
     /// Whether generation has stopped.
@@ -271,26 +286,60 @@ impl<'s, 'w> Generation<'s, 'w> {
         self.stop_type.is_some()
     }
 
+    /// Why generation stopped (`eos`, `limit`, `word`, `context`, `cancelled`), once it has.
+    pub fn stop_type(&self) -> Option<&'static str> {
+        self.stop_type
+    }
+
     /// The tokens generated so far.
     pub fn tokens(&self) -> &[TokenId] {
         &self.tokens
     }
 
-    /// Generates one token and returns the text that became final with it (possibly
-    /// empty: an incomplete UTF-8 sequence, text that may begin a stop string); `None` once
-    /// generation has stopped and all text was returned.
+    /// The probabilities of the positions generated so far, when asked for.
+    pub fn probs(&self) -> &[PositionProbs] {
+        self.probs.as_deref().unwrap_or(&[])
+    }
+
+    /// Stops generation for `why` (`context`, `cancelled`, ...) unless it has stopped.
+    pub fn stop(&mut self, why: &'static str) {
+        self.stop_type.get_or_insert(why);
+    }
+
+    /// Whether the cancel flag is set.
+    pub fn is_cancelled(&self) -> bool {
+        is_cancelled(&self.opts.cancel)
+    }
+
+    /// Chooses the token after the position whose `logits` are given (sampled, or the next
+    /// forced one), records it and its probabilities, and checks the stop conditions
+    /// (cancel flag, end of generation, stop strings, `n_predict`, forced tokens exhausted).
+    /// The caller checks the context before evaluating the token.
     ///
     /// # Errors
-    /// A forced token outside the vocabulary, or an engine error.
-    pub fn step(&mut self) -> anyhow::Result<Option<String>> {
+    /// A forced token outside the vocabulary.
+    pub fn feed(&mut self, vocab: &Vocab, logits: &[f32]) -> anyhow::Result<Fed> {
         if self.stop_type.is_some() {
-            return Ok(self.flush());
+            return Ok(Fed::Stopped);
         }
-        if is_cancelled(&self.opts.cancel) {
+        if self.is_cancelled() {
             self.stop_type = Some("cancelled");
-            return Ok(self.flush());
+            return Ok(Fed::Stopped);
         }
-        let n_vocab = self.session.n_vocab();
+        let biased;
+        let logits = if self.opts.logit_bias.is_empty() {
+            logits
+        } else {
+            let mut b = logits.to_vec();
+            for &(id, bias) in &self.opts.logit_bias {
+                if let Some(l) = b.get_mut(id as usize) {
+                    *l += bias;
+                }
+            }
+            biased = b;
+            &biased[..]
+        };
+        let n_vocab = logits.len();
         let token = match &self.opts.forced {
             Some(forced) => match forced.get(self.tokens.len()) {
                 Some(&t) => {
@@ -302,31 +351,50 @@ impl<'s, 'w> Generation<'s, 'w> {
                 }
                 None => {
                     self.stop_type = Some("limit");
-                    return Ok(self.flush());
+                    return Ok(Fed::Stopped);
                 }
             },
-            None => self.sampler.sample(&self.logits),
+            None => self.sampler.sample(logits),
         };
         if let Some(p) = self.probs.as_mut() {
-            let top = top_logprobs(self.vocab, &self.logits, self.opts.n_probs);
-            p.push(PositionProbs {
-                id: token,
-                token: piece_text(self.vocab, token),
-                logprob: (f64::from(self.logits[token as usize]) - log_sum_exp(&self.logits))
-                    as f32,
-                top_logprobs: top,
-            });
+            let entry = if self.opts.post_sampling_probs && self.opts.forced.is_none() {
+                let post = self.sampler.post_sampling_probs(usize::MAX);
+                let prob = post.iter().find(|c| c.0 == token).map_or(0.0, |c| c.1);
+                PositionProbs {
+                    id: token,
+                    token: piece_text(vocab, token),
+                    logprob: prob.ln(),
+                    top_logprobs: post
+                        .into_iter()
+                        .take(self.opts.n_probs)
+                        .filter(|c| c.1 > 0.0)
+                        .map(|(id, q)| TokenLogprob {
+                            id,
+                            token: piece_text(vocab, id),
+                            logprob: q.ln(),
+                        })
+                        .collect(),
+                }
+            } else {
+                PositionProbs {
+                    id: token,
+                    token: piece_text(vocab, token),
+                    logprob: (f64::from(logits[token as usize]) - log_sum_exp(logits)) as f32,
+                    top_logprobs: top_logprobs(vocab, logits, self.opts.n_probs),
+                }
+            };
+            p.push(entry);
         }
         self.sampler.accept(token);
         self.tokens.push(token);
-        if self.vocab.is_eog(token) && !self.opts.ignore_eos {
+        if vocab.is_eog(token) && !self.opts.ignore_eos {
             self.stop_type = Some("eos");
-            return Ok(self.flush());
+            return Ok(Fed::Stopped);
         }
-        let text = self.decoder.push(self.vocab, token);
+        let text = self.decoder.push(vocab, token);
         self.content.push_str(&text);
         if self.find_stop(text.len()) {
-            return Ok(self.flush());
+            return Ok(Fed::Stopped);
         }
         let forced_done = self
             .opts
@@ -335,47 +403,32 @@ impl<'s, 'w> Generation<'s, 'w> {
             .is_some_and(|f| self.tokens.len() >= f.len());
         if self.tokens.len() >= self.limit || forced_done {
             self.stop_type = Some("limit");
-            return Ok(self.flush());
+            return Ok(Fed::Stopped);
         }
-        // llama-completion shifts before the decode that would fill the context's last cell
-        // (`n_past + 1 >= n_ctx`); without a shift the last cell is used.
-        let n_past = self.session.n_past(self.seq);
-        let full = match self.opts.context_shift {
-            Some(_) => n_past + 1 >= self.session.n_ctx(),
-            None => n_past + 1 > self.session.n_ctx(),
-        };
-        if full {
-            let shift = self.opts.context_shift;
-            match shift {
-                Some(n_keep) if self.shift(n_keep)? => {}
-                _ => {
-                    self.stop_type = Some("context");
-                    return Ok(self.flush());
-                }
-            }
-        }
-        let out = self.session.eval(self.seq, &[token], false)?;
-        self.logits.clear();
-        self.logits.extend_from_slice(out);
-        Ok(Some(self.take_final()))
+        Ok(Fed::Continue(token))
     }
 
-    /// The context is full: keeps the first `n_keep` positions, drops the oldest half of the
-    /// rest, and moves what remains down, its keys re-roped by the shift as llama-completion
-    /// does ([`Session::shift`]). Returns whether anything was dropped.
-    ///
-    /// # Errors
-    /// An engine error.
-    fn shift(&mut self, n_keep: usize) -> anyhow::Result<bool> {
-        let n_past = self.session.n_past(self.seq);
-        let n_keep = n_keep.min(n_past);
-        let n_discard = (n_past - n_keep) / 2;
-        if n_discard == 0 {
-            return Ok(false);
+    /// The text that became final since the last call: while generating, what can no longer
+    /// become part of a stop string (possibly empty); once stopped, the rest of the text
+    /// (an incomplete UTF-8 tail as U+FFFD unless a stop string cut the text) once, then
+    /// `None`.
+    pub fn take_text(&mut self) -> Option<String> {
+        if self.stop_type.is_some() {
+            self.flush()
+        } else {
+            Some(self.take_final())
         }
-        self.session.shift(self.seq, n_keep, n_discard)?;
-        self.n_discarded += n_discard;
-        Ok(true)
+    }
+
+    /// After the last piece of text: the raw bytes of an unfinished UTF-8 sequence at its
+    /// end, with the length of the U+FFFD that stands for them in the text (once).
+    pub fn take_raw_tail(&mut self) -> Option<(usize, Vec<u8>)> {
+        self.raw_tail.take()
+    }
+
+    /// Records `n` positions dropped by a context shift.
+    pub fn add_discarded(&mut self, n: usize) {
+        self.n_discarded += n;
     }
 
     /// Looks for a stop string in the text, where it could end in the last `added` bytes;
@@ -446,28 +499,7 @@ impl<'s, 'w> Generation<'s, 'w> {
         Some(out)
     }
 
-    /// Runs to the end, calling `on_text` with the bytes of each piece of final text: UTF-8,
-    /// except that an unfinished UTF-8 sequence at the very end comes as its raw bytes, as
-    /// llama.cpp prints them (the completion's `content` has U+FFFD there).
-    ///
-    /// # Errors
-    /// As [`Generation::step`].
-    pub fn run(&mut self, on_text: &mut dyn FnMut(&[u8])) -> anyhow::Result<()> {
-        while let Some(text) = self.step()? {
-            let (text, raw) = match self.raw_tail.take() {
-                Some((n, raw)) if n <= text.len() => (&text[..text.len() - n], raw),
-                _ => (text.as_str(), Vec::new()),
-            };
-            for piece in [text.as_bytes(), &raw] {
-                if !piece.is_empty() {
-                    on_text(piece);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The result (after [`Generation::run`], or when stopped early by the caller).
+    /// The result (once stopped, or when stopped early by the caller: `stop_type` `none`).
     pub fn finish(self) -> Completion {
         let predicted_ms = ms(self.t_gen);
         let n = self.tokens.len();
@@ -486,6 +518,142 @@ impl<'s, 'w> Generation<'s, 'w> {
             tokens: self.tokens,
             probs: self.probs,
         }
+    }
+}
+
+/// A generation in progress over a session it borrows (module doc): a [`Decoding`] and
+/// the session that evaluates its tokens.
+pub struct Generation<'s, 'w> {
+    session: &'s mut Session<'w>,
+    vocab: &'s Vocab,
+    seq: SeqId,
+    state: Decoding,
+    logits: Vec<f32>,
+}
+
+impl<'s, 'w> Generation<'s, 'w> {
+    /// Evaluates `prompt` as the new content of sequence `seq` (keeping the longest prefix
+    /// it already holds when `opts.cache_prompt`) and gets ready to generate.
+    ///
+    /// # Errors
+    /// An empty prompt, a prompt that does not fit the context, or an engine error.
+    pub fn start(
+        session: &'s mut Session<'w>,
+        vocab: &'s Vocab,
+        seq: SeqId,
+        prompt: &[TokenId],
+        opts: &GenerateOptions,
+    ) -> anyhow::Result<Generation<'s, 'w>> {
+        anyhow::ensure!(
+            !prompt.is_empty(),
+            "the prompt is empty (no tokens to evaluate)"
+        );
+        let n_ctx = session.n_ctx();
+        anyhow::ensure!(
+            prompt.len() < n_ctx,
+            "the prompt has {} tokens but the context holds {n_ctx} (use -c to enlarge it)",
+            prompt.len()
+        );
+        let mut state = Decoding::new(prompt, n_ctx, opts);
+        let t_prompt = Instant::now();
+        let mut logits = Vec::new();
+        let keep = prefill(session, seq, prompt, opts, &mut logits)?;
+        state.prompt_done(keep, ms(t_prompt));
+        Ok(Generation {
+            session,
+            vocab,
+            seq,
+            state,
+            logits,
+        })
+    }
+
+    /// Whether generation has stopped.
+    pub fn is_done(&self) -> bool {
+        self.state.is_done()
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[TokenId] {
+        self.state.tokens()
+    }
+
+    /// Generates one token and returns the text that became final with it (possibly
+    /// empty: an incomplete UTF-8 sequence, text that may begin a stop string); `None` once
+    /// generation has stopped and all text was returned.
+    ///
+    /// # Errors
+    /// A forced token outside the vocabulary, or an engine error.
+    pub fn step(&mut self) -> anyhow::Result<Option<String>> {
+        let token = match self.state.feed(self.vocab, &self.logits)? {
+            Fed::Continue(t) => t,
+            Fed::Stopped => return Ok(self.state.take_text()),
+        };
+        // llama-completion shifts before the decode that would fill the context's last cell
+        // (`n_past + 1 >= n_ctx`); without a shift the last cell is used.
+        let n_past = self.session.n_past(self.seq);
+        let shift = self.state.options().context_shift;
+        let full = match shift {
+            Some(_) => n_past + 1 >= self.session.n_ctx(),
+            None => n_past + 1 > self.session.n_ctx(),
+        };
+        if full {
+            match shift {
+                Some(n_keep) if self.shift(n_keep)? => {}
+                _ => {
+                    self.state.stop("context");
+                    return Ok(self.state.take_text());
+                }
+            }
+        }
+        let out = self.session.eval(self.seq, &[token], false)?;
+        self.logits.clear();
+        self.logits.extend_from_slice(out);
+        Ok(self.state.take_text())
+    }
+
+    /// The context is full: keeps the first `n_keep` positions, drops the oldest half of the
+    /// rest, and moves what remains down, its keys re-roped by the shift as llama-completion
+    /// does ([`Session::shift`]). Returns whether anything was dropped.
+    ///
+    /// # Errors
+    /// An engine error.
+    fn shift(&mut self, n_keep: usize) -> anyhow::Result<bool> {
+        let n_past = self.session.n_past(self.seq);
+        let n_keep = n_keep.min(n_past);
+        let n_discard = (n_past - n_keep) / 2;
+        if n_discard == 0 {
+            return Ok(false);
+        }
+        self.session.shift(self.seq, n_keep, n_discard)?;
+        self.state.add_discarded(n_discard);
+        Ok(true)
+    }
+
+    /// Runs to the end, calling `on_text` with the bytes of each piece of final text: UTF-8,
+    /// except that an unfinished UTF-8 sequence at the very end comes as its raw bytes, as
+    /// llama.cpp prints them (the completion's `content` has U+FFFD there).
+    ///
+    /// # Errors
+    /// As [`Generation::step`].
+    pub fn run(&mut self, on_text: &mut dyn FnMut(&[u8])) -> anyhow::Result<()> {
+        while let Some(text) = self.step()? {
+            let (text, raw) = match self.state.take_raw_tail() {
+                Some((n, raw)) if n <= text.len() => (&text[..text.len() - n], raw),
+                _ => (text.as_str(), Vec::new()),
+            };
+            for piece in [text.as_bytes(), &raw] {
+                if !piece.is_empty() {
+                    on_text(piece);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The result (after [`Generation::run`], or when stopped early by the caller).
+    pub fn finish(self) -> Completion {
+        self.state.finish()
     }
 }
 

@@ -21,6 +21,7 @@ pub mod perplexity;
 pub mod quantize;
 pub mod repl;
 pub mod sampler;
+pub mod server;
 pub mod session;
 pub mod synth;
 pub mod tokenizer;

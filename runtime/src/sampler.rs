@@ -116,6 +116,26 @@ impl Sampler {
         token
     }
 
+    /// The probabilities after the last [`Sampler::sample`]'s chain (penalties, top-k,
+    /// top-p, min-p, temperature: the softmax of what the final draw chose from), the `n`
+    /// most likely first (ties by id) — llama-server's `post_sampling_probs`. Greedy
+    /// (`temp <= 0`) chose with certainty: the chosen token alone, with probability 1.
+    pub fn post_sampling_probs(&self, n: usize) -> Vec<(u32, f32)> {
+        let cand = &self.candidates;
+        if self.params.temp <= 0.0 {
+            return vec![(argmax(cand), 1.0)];
+        }
+        let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
+        let mut out: Vec<(u32, f32)> = cand
+            .iter()
+            .map(|c| (c.0, (f64::from(c.1 - max).exp() / sum) as f32))
+            .collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out.truncate(n.max(1));
+        out
+    }
+
     fn apply_penalties(&self, cand: &mut [(u32, f32)]) {
         let p = &self.params;
         let active =

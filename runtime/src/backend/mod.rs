@@ -221,6 +221,21 @@ pub fn open_session<'w>(
     gguf: &'w ir::gguf::GgufFile,
     opts: &LoadOptions,
 ) -> anyhow::Result<crate::session::Session<'w>> {
+    open_session_seqs(be, payload, gguf, opts, 1)
+}
+
+/// [`open_session`] with room for `n_seq` sequences of `opts.n_ctx` each (the server's
+/// `-np` slots); the memory check counts the KV memory of all of them.
+///
+/// # Errors
+/// As [`open_session`].
+pub fn open_session_seqs<'w>(
+    be: &dyn Backend,
+    payload: &Payload,
+    gguf: &'w ir::gguf::GgufFile,
+    opts: &LoadOptions,
+    n_seq: usize,
+) -> anyhow::Result<crate::session::Session<'w>> {
     let plan = payload.plan();
     let kv = plan
         .kv_layout(opts.n_ctx as u64)
@@ -228,13 +243,15 @@ pub fn open_session<'w>(
     crate::memory::check_fits(
         opts.n_ctx,
         crate::memory::Needs {
-            resident: plan.weight_bytes() + kv.stream_bytes + plan.arena_bytes(),
+            resident: plan.weight_bytes()
+                + kv.stream_bytes.saturating_mul(n_seq as u64)
+                + plan.arena_bytes(),
             mapped: gguf.file_size(),
         },
     )?;
     let engine = crate::engine_weights::ReleasingGguf::new(gguf)
         .while_loading(RELEASE_PERIOD, || be.load(payload, gguf, opts))?;
-    crate::session::Session::new(engine, 1)
+    crate::session::Session::new(engine, n_seq)
 }
 
 /// Refuses a `(k, v)` cache type pair `s` lacks, listing those it has.

@@ -14,6 +14,7 @@ mod quantize;
 mod run;
 mod runner;
 mod synth;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -52,6 +53,9 @@ enum Command {
     /// Write a random-weight llama GGUF of a given shape (default 1B) with SmolLM2's
     /// tokenizer, quantized as `modelc quantize` does: a model to measure speed on.
     Synth(synth::SynthArgs),
+    /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
+    #[command(allow_negative_numbers = true)]
+    Serve(serve::ServeArgs),
     /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -64,7 +68,8 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 8] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 9] = [
+    ("-np", "--parallel"),
     ("-ub", "--ubatch-size"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
@@ -195,6 +200,7 @@ pub fn main() -> ExitCode {
         }
         Command::Perplexity(args) => run::perplexity(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Graph(args) => run::graph(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Synth(args) => synth::run(args),

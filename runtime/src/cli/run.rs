@@ -152,6 +152,21 @@ pub fn open_session<'a>(
     model: &'a compiler::Model,
     all_logits: bool,
 ) -> anyhow::Result<Session<'a>> {
+    open_session_seqs(args, gguf, model, all_logits, 1)
+}
+
+/// [`open_session`] with `n_seq` sequences of the context `args` asks for each (the
+/// server's slots).
+///
+/// # Errors
+/// As [`open_session`].
+pub fn open_session_seqs<'a>(
+    args: &ModelArgs,
+    gguf: &'a GgufFile,
+    model: &'a compiler::Model,
+    all_logits: bool,
+    n_seq: usize,
+) -> anyhow::Result<Session<'a>> {
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.validate()?;
@@ -159,21 +174,30 @@ pub fn open_session<'a>(
     match args.backend.target() {
         Some(target) => {
             let be = backend(target, &args.backend_args)?;
-            let ub = [1, args.n_ubatch as u32];
+            let logits = match (all_logits, n_seq) {
+                (true, _) => LogitRows::All,
+                (false, 1) => LogitRows::Last,
+                // Several sequences (server slots) decode together through the steps with
+                // a logit row per token (`Engine::decode_seqs`): sizes 2, 4, ... up to the
+                // slots, besides the prompt's.
+                (false, _) => LogitRows::Both,
+            };
+            let mut ub = vec![1, args.n_ubatch as u32];
+            if logits == LogitRows::Both {
+                let top = n_seq.next_power_of_two().min(args.n_ubatch.max(2)) as u32;
+                ub.extend((1..).map(|i| 1u32 << i).take_while(|&s| s <= top));
+            }
             let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
-            let plan = compiler::passes::compile(model, &opts, &mut |_, _| {})?;
+            let plan = crate::cpu_engine::build_plan_with(model, &opts, logits, &mut |_, _| {})?;
             let payload = be.build(plan)?;
             let opts = LoadOptions {
                 n_threads: threads,
                 n_ctx,
                 flash_attn: args.engine.flash(),
-                logits: if all_logits {
-                    LogitRows::All
-                } else {
-                    LogitRows::Last
-                },
+                logits,
             };
-            let session = crate::backend::open_session(be.as_ref(), &payload, gguf, &opts)?;
+            let session =
+                crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)?;
             warn_ctx_train(n_ctx, n_ctx_train);
             Ok(session)
         }
@@ -192,19 +216,22 @@ pub fn open_session<'a>(
             crate::memory::check_fits(
                 n_ctx,
                 crate::memory::Needs {
-                    resident: kv_bytes,
+                    resident: kv_bytes.saturating_mul(n_seq as u64),
                     mapped: gguf.file_size(),
                 },
             )?;
             warn_ctx_train(n_ctx, n_ctx_train);
-            Session::single(InterpEngine::new(
-                gguf,
-                model,
-                n_ctx,
-                args.n_ubatch,
-                kv_types,
-                interp_options(args, threads),
-            ))
+            Session::new(
+                Box::new(InterpEngine::new(
+                    gguf,
+                    model,
+                    n_ctx,
+                    args.n_ubatch,
+                    kv_types,
+                    interp_options(args, threads),
+                )),
+                n_seq,
+            )
         }
     }
 }

@@ -67,12 +67,27 @@ enum RunnerCommand {
     Bench(BenchArgs),
     /// Perplexity of a text, as llama-perplexity computes it.
     Perplexity(RunnerPerplexityArgs),
+    /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
+    #[command(allow_negative_numbers = true)]
+    Serve(Box<RunnerServeArgs>),
     /// Print what this runner was compiled from and the memory it will use.
     Info {
         /// The GGUF model (default: the path recorded at compile time).
         #[arg(short = 'm', long = "model")]
         model: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunnerServeArgs {
+    /// Model, threads, total context (`-c`, split over the slots), engine flags.
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Sampler defaults (`--temp`, `-n`, `--stop`, ...) and the chat template.
+    #[command(flatten)]
+    gen: GenArgs,
+    #[command(flatten)]
+    server: crate::server::ServerArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -167,6 +182,33 @@ fn load_session<'a>(
     backend_args: &BackendArgs,
     threads: usize,
 ) -> anyhow::Result<Session<'a>> {
+    let shape = SessionShape { n_ctx, n_seq: 1 };
+    load_session_seqs(artifact, gguf, shape, logits, engine, backend_args, threads)
+}
+
+/// The sequences of a session and the context of each.
+#[derive(Clone, Copy, Debug)]
+struct SessionShape {
+    /// Context of each sequence.
+    n_ctx: usize,
+    /// Sequences (the server's slots).
+    n_seq: usize,
+}
+
+/// [`load_session`] with `shape.n_seq` sequences of `shape.n_ctx` each.
+///
+/// # Errors
+/// As [`load_session`].
+fn load_session_seqs<'a>(
+    artifact: &Artifact,
+    gguf: &'a GgufFile,
+    shape: SessionShape,
+    logits: LogitRows,
+    engine: &EngineArgs,
+    backend_args: &BackendArgs,
+    threads: usize,
+) -> anyhow::Result<Session<'a>> {
+    let n_ctx = shape.n_ctx;
     compiled_kv(artifact, &engine.kv)?;
     anyhow::ensure!(
         n_ctx >= 1 && n_ctx <= artifact.n_ctx,
@@ -180,7 +222,7 @@ fn load_session<'a>(
         flash_attn: engine.flash(),
         logits,
     };
-    crate::backend::open_session(be.as_ref(), &artifact.payload, gguf, &opts)
+    crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, shape.n_seq)
 }
 
 /// The model's training context, for [`warn_ctx_train`].
@@ -277,6 +319,7 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             )?;
             super::run::print_perplexity(&mut session, &vocab, &p.text, n_ctx)
         }
+        Some(RunnerCommand::Serve(a)) => serve(artifact, a),
         Some(RunnerCommand::Info { model }) => {
             println!(
                 "compiled by modelc {} for {}",
@@ -306,4 +349,59 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `./NAME serve`: the runner's program with `-np` slots of `-c / N` positions each
+/// ([`super::serve`]).
+fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.common.ubatch_size.is_none(),
+        "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
+    );
+    let cfg = super::serve::config(&a.gen, &a.server)?;
+    let n_parallel = cfg.args.parallel;
+    let load: crate::server::Loader = Box::new(move |run| {
+        let gguf = open_checked(&artifact, a.common.model.as_ref())?;
+        let vocab = Vocab::from_gguf(&gguf)?;
+        let n_ctx = match a.common.n_ctx {
+            None | Some(0) => artifact.n_ctx,
+            Some(c) => super::run::at_least_min_ctx(c),
+        };
+        let per_slot = super::serve::slot_ctx(n_ctx, n_parallel)?;
+        warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
+        let shape = SessionShape {
+            n_ctx: per_slot,
+            n_seq: n_parallel,
+        };
+        // Several slots decode together through the steps with a logit row per token.
+        let logits = if n_parallel > 1 {
+            LogitRows::Both
+        } else {
+            LogitRows::Last
+        };
+        let session = load_session_seqs(
+            &artifact,
+            &gguf,
+            shape,
+            logits,
+            &a.common.engine,
+            &a.common.backend,
+            resolve_threads(a.common.threads),
+        )?;
+        let path = a
+            .common
+            .model
+            .clone()
+            .unwrap_or(artifact.model_path.clone());
+        let ready = super::serve::ready_info(
+            &gguf,
+            std::sync::Arc::new(vocab),
+            &a.gen,
+            &a.server,
+            &path,
+            per_slot,
+        )?;
+        super::serve::hand_over(run, session, ready)
+    });
+    crate::server::serve(cfg, load)
 }

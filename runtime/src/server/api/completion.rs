@@ -1,0 +1,749 @@
+//! The completion endpoints with llama-server's request and response fields
+//! (`tools/server/server-task.cpp`, `server-common.cpp`): llama.cpp's own `POST /completion`
+//! (also `/completions`), OpenAI's `POST /v1/completions` and `POST /v1/chat/completions`,
+//! each answered whole or streamed as server-sent events (the OpenAI ones end with
+//! `data: [DONE]`).
+
+use crate::chat::RenderOptions;
+use crate::generate::{GenerateOptions, PositionProbs, Timings};
+use crate::server::error::ApiError;
+use crate::server::params::{wrong_type, Body};
+use crate::server::slots::{Event, Finished, Job};
+use crate::server::{read_body, AppState, Ready};
+use crate::tokenizer::{TokenId, Vocab};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Which API a completion request came through: it decides the response's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// llama.cpp's `/completion`.
+    Llama,
+    /// OpenAI's `/v1/completions`.
+    OaiCompletion,
+    /// OpenAI's `/v1/chat/completions`.
+    OaiChat,
+}
+
+/// A request ready to run, with what its response needs.
+struct Request {
+    /// One prompt, or several (`/completion` with a list of prompts: one result each).
+    prompts: Vec<Vec<TokenId>>,
+    /// `response_fields`: only these (`a/b` paths) in a `/completion` result.
+    response_fields: Vec<String>,
+    opts: GenerateOptions,
+    stream: bool,
+    include_usage: bool,
+    return_tokens: bool,
+    /// `verbose`: OpenAI results carry llama.cpp's own result as `__verbose`.
+    verbose: bool,
+    id_slot: Option<usize>,
+    id: String,
+    created: u64,
+}
+
+/// `POST /completion`, `/completions`.
+pub async fn llama(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    run(st, body, Api::Llama).await
+}
+
+/// `POST /v1/completions`.
+pub async fn oai_completion(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    run(st, body, Api::OaiCompletion).await
+}
+
+/// `POST /v1/chat/completions/input_tokens` (also without `/v1`): the number of tokens
+/// the chat request's prompt has, `{"input_tokens": N}`.
+pub async fn chat_input_tokens(
+    State(st): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let counted = st.ready().and_then(|ready| {
+        let body = Body::parse(&read_body(body)?)?;
+        Ok(chat_prompt(&ready, &body)?.len())
+    });
+    match counted {
+        Ok(n) => axum::Json(json!({ "input_tokens": n })).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /v1/chat/completions`, `/chat/completions`.
+pub async fn oai_chat(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    run(st, body, Api::OaiChat).await
+}
+
+async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Response {
+    let ready = match st.ready() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let req = match read_body(body).and_then(|b| parse(&st, &ready, &b, api)) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if req.stream && req.prompts.len() > 1 {
+        return ApiError::invalid("streaming several prompts in one request is not supported")
+            .into_response();
+    }
+    let mut receivers = Vec::with_capacity(req.prompts.len());
+    let mut jobs = Vec::with_capacity(req.prompts.len());
+    for prompt in &req.prompts {
+        let Ok(permit) = st.permits.clone().try_acquire_owned() else {
+            return ApiError::unavailable(format!(
+                "the server is busy: {} requests are already waiting (--queue-size)",
+                st.cfg.args.queue_size
+            ))
+            .into_response();
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        jobs.push(Job {
+            prompt: prompt.clone(),
+            opts: req.opts.clone(),
+            id_slot: req.id_slot,
+            events: tx,
+            permit,
+        });
+        receivers.push(rx);
+    }
+    for job in jobs {
+        if st.jobs.send(job).is_err() {
+            return ApiError::unavailable("the server is stopping").into_response();
+        }
+    }
+    let req = Arc::new(req);
+    if req.stream {
+        match receivers.pop() {
+            Some(rx) => Sse::new(stream(ready, req, api, rx)).into_response(),
+            None => ApiError::invalid("no prompt").into_response(),
+        }
+    } else {
+        let mut results = Vec::with_capacity(receivers.len());
+        for (i, rx) in receivers.into_iter().enumerate() {
+            match whole(&ready, &req, api, rx).await {
+                Ok(mut v) => {
+                    if let Some(o) = v.as_object_mut().filter(|o| o.contains_key("index")) {
+                        o.insert("index".into(), i.into());
+                    }
+                    results.push(v);
+                }
+                Err(e) => return e.into_response(),
+            }
+        }
+        match (results.len(), results.pop()) {
+            (1, Some(v)) => axum::Json(v).into_response(),
+            (_, Some(v)) => {
+                results.push(v);
+                axum::Json(Value::Array(results)).into_response()
+            }
+            (_, None) => ApiError::invalid("no prompt").into_response(),
+        }
+    }
+}
+
+/// Reads a completion request (module doc): prompt or messages, then the generation fields.
+fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request, ApiError> {
+    let body = Body::parse(bytes)?;
+    let vocab = &ready.vocab;
+    let prompts = match api {
+        Api::OaiChat => vec![chat_prompt(ready, &body)?],
+        _ => match body.get("prompt") {
+            None => return Err(ApiError::invalid("\"prompt\" is required")),
+            Some(p) => prompt_list(vocab, p)?,
+        },
+    };
+    let n_ctx = ready.n_ctx_slot;
+    for prompt in &prompts {
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("the prompt is empty (no tokens)"));
+        }
+        if prompt.len() >= n_ctx {
+            return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
+        }
+    }
+    let response_fields = body.strings("response_fields")?.unwrap_or_default();
+    let opts = st.cfg.options(&body, api, vocab)?;
+    let stream = body.bool("stream")?.unwrap_or(false);
+    let include_usage = match body.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(wrong_type("stream_options.include_usage", "a boolean", v)),
+        },
+        Some(v) => return Err(wrong_type("stream_options", "an object", v)),
+    };
+    let id_slot = match body.i64("id_slot")? {
+        None | Some(-1) => None,
+        Some(i) => match usize::try_from(i) {
+            Ok(i) if i < st.cfg.args.parallel => Some(i),
+            _ => return Err(ApiError::invalid(format!("\"id_slot\" {i}: no such slot"))),
+        },
+    };
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Request {
+        prompts,
+        response_fields,
+        opts,
+        stream,
+        include_usage,
+        return_tokens: body.bool("return_tokens")?.unwrap_or(false),
+        verbose: body.bool("verbose")?.unwrap_or(false),
+        id_slot,
+        id: format!("chatcmpl-{:016x}", rand::random::<u64>()),
+        created,
+    })
+}
+
+/// `prompt` as llama-server takes it (`tokenize_input_prompts`): a string, a list of token
+/// ids, a list mixing strings and ids (BOS only before the first piece), or
+/// `{"prompt_string": ...}` — one prompt; or a list of such prompts, one result each.
+fn prompt_list(vocab: &Vocab, p: &Value) -> Result<Vec<Vec<TokenId>>, ApiError> {
+    match p {
+        Value::Array(items) if !items.iter().any(Value::is_number) && !items.is_empty() => {
+            items.iter().map(|item| one_prompt(vocab, item)).collect()
+        }
+        _ => Ok(vec![one_prompt(vocab, p)?]),
+    }
+}
+
+/// One prompt (see [`prompt_list`]).
+fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
+    const EXPECTED: &str = "a string, token ids, or a list of strings and token ids";
+    match p {
+        Value::String(s) => Ok(vocab.tokenize(s, true, true)),
+        Value::Object(o) => {
+            if o.get("multimodal_data").is_some_and(|m| !m.is_null()) {
+                return Err(ApiError::not_supported(
+                    "multimodal data: this server reads text only",
+                ));
+            }
+            match o.get("prompt_string") {
+                Some(Value::String(s)) => Ok(vocab.tokenize(s, true, true)),
+                Some(v) => Err(wrong_type("prompt.prompt_string", "a string", v)),
+                None => Err(ApiError::invalid(
+                    "\"prompt\": an object prompt needs \"prompt_string\"",
+                )),
+            }
+        }
+        Value::Array(items) => {
+            let mut out = Vec::new();
+            for (i, v) in items.iter().enumerate() {
+                match v {
+                    Value::String(s) => out.extend(vocab.tokenize(s, i == 0, true)),
+                    Value::Number(_) => {
+                        let id = v.as_i64().ok_or_else(|| {
+                            ApiError::invalid(format!("\"prompt\"[{i}] is not a token id"))
+                        })?;
+                        out.push(
+                            vocab
+                                .check_id(id)
+                                .map_err(|e| ApiError::invalid(format!("\"prompt\"[{i}]: {e}")))?,
+                        );
+                    }
+                    other => return Err(wrong_type("prompt", EXPECTED, other)),
+                }
+            }
+            Ok(out)
+        }
+        other => Err(wrong_type("prompt", EXPECTED, other)),
+    }
+}
+
+/// The prompt of a chat request: its `messages` rendered with the model's chat template
+/// (with the assistant's header), tokenized as `modelc run --chat` does.
+fn chat_prompt(ready: &Ready, body: &Body) -> Result<Vec<TokenId>, ApiError> {
+    let text = render_messages(ready, body)?;
+    Ok(ready.vocab.tokenize(&text, true, true))
+}
+
+/// `messages` (a list of objects; a content given as a list of `{"type": "text"}` parts is
+/// joined) rendered with the model's chat template, ending with the assistant's header.
+///
+/// # Errors
+/// 400 for missing or malformed messages or a template error; 501 for a model without a
+/// chat template.
+pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) => m,
+        Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
+        None => return Err(ApiError::invalid("\"messages\" is required")),
+    };
+    let mut flat = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let Value::Object(o) = m else {
+            return Err(ApiError::invalid(format!(
+                "\"messages\"[{i}] must be an object"
+            )));
+        };
+        let mut o = o.clone();
+        if let Some(Value::Array(parts)) = o.get("content") {
+            let mut text = String::new();
+            for p in parts {
+                match (
+                    p.get("type").and_then(Value::as_str),
+                    p.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => {
+                        return Err(ApiError::invalid(format!(
+                            "\"messages\"[{i}].content: only parts of type \"text\" are supported"
+                        )))
+                    }
+                }
+            }
+            o.insert("content".into(), Value::String(text));
+        }
+        flat.push(Value::Object(o));
+    }
+    if body.bool("add_generation_prompt")? == Some(true)
+        && body.bool("continue_final_message")? == Some(true)
+    {
+        return Err(ApiError::invalid(
+            "\"add_generation_prompt\" and \"continue_final_message\" cannot both be true",
+        ));
+    }
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
+    if let [.., a, b] = flat.as_slice() {
+        if role(a).as_deref() == Some("assistant") && role(b).as_deref() == Some("assistant") {
+            return Err(ApiError::invalid(
+                "Cannot have 2 or more assistant messages at the end of the list.",
+            ));
+        }
+    }
+    let Some(tmpl) = ready.template.as_ref() else {
+        return Err(ApiError::not_supported("this model has no chat template"));
+    };
+    tmpl.render(&flat, &RenderOptions::for_prompt(&ready.vocab, true))
+        .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
+}
+
+/// A non-streamed result: waits for it.
+async fn whole(
+    ready: &Ready,
+    req: &Request,
+    api: Api,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+) -> Result<Value, ApiError> {
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token { .. } => {}
+            Event::Error(e) => return Err(e),
+            Event::Done(f) => return Ok(final_json(ready, req, api, &f)),
+        }
+    }
+    Err(ApiError::server("the request was cancelled"))
+}
+
+/// A streamed response: one event per generated token, then the final one(s).
+fn stream(
+    ready: Arc<Ready>,
+    req: Arc<Request>,
+    api: Api,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let (out_tx, out_rx) = mpsc::channel::<Result<SseEvent, Infallible>>(16);
+    tokio::spawn(async move {
+        let send = |v: Value| SseEvent::default().data(v.to_string());
+        let mut n_decoded = 0usize;
+        if api == Api::OaiChat {
+            let first = chat_chunk(
+                &ready,
+                &req,
+                json!({"role": "assistant", "content": null}),
+                Value::Null,
+            );
+            if out_tx.send(Ok(send(first))).await.is_err() {
+                return;
+            }
+        }
+        while let Some(ev) = rx.recv().await {
+            let events: Vec<Value> = match ev {
+                Event::Token {
+                    content,
+                    token,
+                    probs,
+                } => {
+                    n_decoded += 1;
+                    vec![partial_json(
+                        &ready,
+                        &req,
+                        api,
+                        &content,
+                        token,
+                        probs.as_ref(),
+                        n_decoded,
+                    )]
+                }
+                Event::Error(e) => vec![json!({ "error": e.object() })],
+                Event::Done(f) => final_stream_json(&ready, &req, api, &f),
+            };
+            for v in events {
+                if out_tx.send(Ok(send(v))).await.is_err() {
+                    // The client is gone: dropping `rx` cancels the request.
+                    return;
+                }
+            }
+        }
+        if api != Api::Llama {
+            let _ = out_tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(out_rx)
+}
+
+/// The model's name in responses: `--alias`, else the model file's name.
+fn model_name(ready: &Ready) -> &str {
+    &ready.model_name
+}
+
+/// llama-server's `timings` object. Generation rates count decode steps, not tokens: the
+/// first token comes from the prompt's logits (llama-server's `predicted_per_second`).
+fn timings_json(t: &Timings) -> Value {
+    let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let per_second = |ms: f64, n: usize| {
+        if n > 0 && ms > 0.0 {
+            1e3 / ms * n as f64
+        } else {
+            0.0
+        }
+    };
+    let steps = t.predicted_n.saturating_sub(1);
+    json!({
+        "cache_n": t.cache_n,
+        "prompt_n": t.prompt_n,
+        "prompt_ms": t.prompt_ms,
+        "prompt_per_token_ms": per_token(t.prompt_ms, t.prompt_n),
+        "prompt_per_second": per_second(t.prompt_ms, t.prompt_n),
+        "predicted_n": t.predicted_n,
+        "predicted_ms": t.predicted_ms,
+        "predicted_per_token_ms": per_token(t.predicted_ms, steps),
+        "predicted_per_second": per_second(t.predicted_ms, steps),
+    })
+}
+
+/// One position's probabilities as llama-server writes them (`probs_vector_to_json`):
+/// `logprob` / `top_logprobs`, or with `post_sampling_probs` `prob` / `top_probs`.
+fn probs_json(vocab: &Vocab, p: &PositionProbs, post: bool) -> Value {
+    let bytes = |id: TokenId| vocab.token_to_piece(id, false).to_vec();
+    let (key, top_key) = if post {
+        ("prob", "top_probs")
+    } else {
+        ("logprob", "top_logprobs")
+    };
+    let value = |lp: f32| if post { lp.exp() } else { lp };
+    let top: Vec<Value> = p
+        .top_logprobs
+        .iter()
+        .map(|t| json!({ "id": t.id, "token": t.token, "bytes": bytes(t.id), key: value(t.logprob) }))
+        .collect();
+    json!({ "id": p.id, "token": p.token, "bytes": bytes(p.id), key: value(p.logprob), top_key: top })
+}
+
+/// OpenAI's `usage`.
+fn usage_json(f: &Finished) -> Value {
+    let c = &f.completion;
+    json!({
+        "completion_tokens": c.tokens.len(),
+        "prompt_tokens": c.prompt_tokens.len(),
+        "total_tokens": c.tokens.len() + c.prompt_tokens.len(),
+        "prompt_tokens_details": { "cached_tokens": c.timings.cache_n },
+    })
+}
+
+/// llama-server's `stop_type`: a full context is `limit` (with `truncated`).
+fn stop_type(f: &Finished) -> &'static str {
+    match f.completion.stop_type {
+        "eos" => "eos",
+        "word" => "word",
+        "limit" | "context" => "limit",
+        _ => "none",
+    }
+}
+
+/// OpenAI's `finish_reason`: `stop` for an end-of-generation token or a stop string, else
+/// `length`.
+fn finish_reason(f: &Finished) -> &'static str {
+    match stop_type(f) {
+        "eos" | "word" => "stop",
+        _ => "length",
+    }
+}
+
+/// The generation settings llama-server reports with a result and in `/props`
+/// (`server-task.cpp` `task_params::to_json`): `opts` with `seed` and `stream`.
+pub fn settings_json(opts: &GenerateOptions, seed: Value, stream: bool) -> Value {
+    let s = &opts.sampler;
+    json!({
+        "seed": seed,
+        "temperature": s.temp,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "repeat_last_n": s.repeat_last_n,
+        "repeat_penalty": s.repeat_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "stop": opts.stop,
+        "max_tokens": opts.n_predict,
+        "n_predict": opts.n_predict,
+        "ignore_eos": opts.ignore_eos,
+        "stream": stream,
+        "n_probs": opts.n_probs,
+        "post_sampling_probs": opts.post_sampling_probs,
+        "cache_prompt": opts.cache_prompt,
+        // -inf is written as null, as llama-server's JSON library writes it.
+        "logit_bias": opts.logit_bias.iter().map(|&(t, b)| json!({
+            "bias": if b.is_finite() { json!(b) } else { Value::Null },
+            "token": t,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The complete result in the shape of `api` (non-streamed).
+fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
+    let c = &f.completion;
+    let probs = || {
+        c.probs
+            .as_ref()
+            .filter(|p| !p.is_empty() && req.opts.n_probs > 0)
+            .map(|p| {
+                p.iter()
+                    .map(|x| probs_json(&ready.vocab, x, req.opts.post_sampling_probs))
+                    .collect::<Vec<_>>()
+            })
+    };
+    match api {
+        Api::Llama => {
+            let mut v = llama_final(ready, req, f, &c.content);
+            if let (Some(p), Some(o)) = (probs(), v.as_object_mut()) {
+                o.insert("completion_probabilities".into(), Value::Array(p));
+            }
+            select_fields(v, &req.response_fields)
+        }
+        Api::OaiCompletion => with_verbose(
+            ready,
+            req,
+            f,
+            json!({
+                "choices": [{
+                    "text": c.content,
+                    "index": 0,
+                    "logprobs": probs().map_or(Value::Null, |p| json!({ "content": p })),
+                    "finish_reason": finish_reason(f),
+                }],
+                "created": req.created,
+                "model": model_name(ready),
+                "system_fingerprint": ready.fingerprint,
+                "object": "text_completion",
+                "usage": usage_json(f),
+                "id": req.id,
+                "timings": timings_json(&c.timings),
+            }),
+        ),
+        Api::OaiChat => {
+            let mut choice = json!({
+                "finish_reason": finish_reason(f),
+                "index": 0,
+                "message": { "role": "assistant", "content": c.content },
+            });
+            if let (Some(p), Some(o)) = (probs(), choice.as_object_mut()) {
+                o.insert("logprobs".into(), json!({ "content": p }));
+            }
+            with_verbose(
+                ready,
+                req,
+                f,
+                json!({
+                    "choices": [choice],
+                    "created": req.created,
+                    "model": model_name(ready),
+                    "system_fingerprint": ready.fingerprint,
+                    "object": "chat.completion",
+                    "usage": usage_json(f),
+                    "id": req.id,
+                    "timings": timings_json(&c.timings),
+                }),
+            )
+        }
+    }
+}
+
+/// `v` with llama.cpp's own result as `__verbose` when the request asked for it.
+fn with_verbose(ready: &Ready, req: &Request, f: &Finished, mut v: Value) -> Value {
+    if req.verbose {
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "__verbose".into(),
+                llama_final(ready, req, f, &f.completion.content),
+            );
+        }
+    }
+    v
+}
+
+/// `response_fields` as llama-server applies them (`json_get_nested_values`): only the
+/// fields named, each under its path (`generation_settings/n_predict`); all when none.
+fn select_fields(v: Value, fields: &[String]) -> Value {
+    if fields.is_empty() {
+        return v;
+    }
+    let mut out = serde_json::Map::new();
+    for f in fields {
+        let found = f.split('/').try_fold(&v, |cur, key| cur.get(key));
+        if let Some(x) = found {
+            out.insert(f.clone(), x.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// llama.cpp's final `/completion` object with `content`.
+fn llama_final(ready: &Ready, req: &Request, f: &Finished, content: &str) -> Value {
+    let c = &f.completion;
+    json!({
+        "index": 0,
+        "content": content,
+        "tokens": if req.return_tokens && !req.stream { c.tokens.clone() } else { Vec::new() },
+        "id_slot": f.id_slot,
+        "stop": true,
+        "model": model_name(ready),
+        "tokens_predicted": c.tokens.len(),
+        "tokens_evaluated": c.prompt_tokens.len(),
+        "generation_settings": settings_json(&req.opts, req.opts.sampler.seed.into(), req.stream),
+        "prompt": ready.vocab.detokenize_lossy(&c.prompt_tokens, true),
+        "has_new_line": c.content.contains('\n'),
+        "truncated": f.truncated,
+        "stop_type": stop_type(f),
+        "stopping_word": c.stopping_word.clone().unwrap_or_default(),
+        "tokens_cached": c.prompt_tokens.len() + c.tokens.len(),
+        "timings": timings_json(&c.timings),
+    })
+}
+
+/// One streamed token in the shape of `api`.
+fn partial_json(
+    ready: &Ready,
+    req: &Request,
+    api: Api,
+    content: &str,
+    token: TokenId,
+    probs: Option<&PositionProbs>,
+    n_decoded: usize,
+) -> Value {
+    let probs = probs
+        .filter(|_| req.opts.n_probs > 0)
+        .map(|p| vec![probs_json(&ready.vocab, p, req.opts.post_sampling_probs)]);
+    match api {
+        Api::Llama => {
+            let mut v = json!({
+                "index": 0,
+                "content": content,
+                "tokens": if req.return_tokens { vec![token] } else { Vec::new() },
+                "stop": false,
+                "id_slot": -1,
+                "tokens_predicted": n_decoded,
+                "tokens_evaluated": req.prompts.first().map_or(0, Vec::len),
+            });
+            if let (Some(p), Some(o)) = (probs, v.as_object_mut()) {
+                o.insert("completion_probabilities".into(), Value::Array(p));
+            }
+            v
+        }
+        Api::OaiCompletion => json!({
+            "choices": [{
+                "text": content,
+                "index": 0,
+                "logprobs": probs.map_or(Value::Null, |p| json!({ "content": p })),
+                "finish_reason": null,
+            }],
+            "created": req.created,
+            "model": model_name(ready),
+            "system_fingerprint": ready.fingerprint,
+            "object": "text_completion",
+            "id": req.id,
+        }),
+        Api::OaiChat => {
+            let mut v = chat_chunk(ready, req, json!({ "content": content }), Value::Null);
+            if let Some(p) = probs {
+                if let Some(c) = v.pointer_mut("/choices/0").and_then(Value::as_object_mut) {
+                    c.insert("logprobs".into(), json!({ "content": p }));
+                }
+            }
+            v
+        }
+    }
+}
+
+/// A `chat.completion.chunk` with one choice.
+fn chat_chunk(ready: &Ready, req: &Request, delta: Value, finish: Value) -> Value {
+    json!({
+        "choices": [{ "finish_reason": finish, "index": 0, "delta": delta }],
+        "created": req.created,
+        "id": req.id,
+        "model": model_name(ready),
+        "system_fingerprint": ready.fingerprint,
+        "object": "chat.completion.chunk",
+    })
+}
+
+/// The last events of a stream in the shape of `api`.
+fn final_stream_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Vec<Value> {
+    let timings = timings_json(&f.completion.timings);
+    match api {
+        Api::Llama => vec![llama_final(ready, req, f, "")],
+        Api::OaiCompletion => {
+            let mut v = json!({
+                "choices": [{
+                    "text": "",
+                    "index": 0,
+                    "logprobs": null,
+                    "finish_reason": finish_reason(f),
+                }],
+                "created": req.created,
+                "model": model_name(ready),
+                "system_fingerprint": ready.fingerprint,
+                "object": "text_completion",
+                "id": req.id,
+                "timings": timings,
+            });
+            if req.include_usage {
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("usage".into(), usage_json(f));
+                }
+            }
+            vec![v]
+        }
+        Api::OaiChat => {
+            let mut out = vec![chat_chunk(ready, req, json!({}), finish_reason(f).into())];
+            if req.include_usage {
+                out.push(json!({
+                    "choices": [],
+                    "created": req.created,
+                    "id": req.id,
+                    "model": model_name(ready),
+                    "system_fingerprint": ready.fingerprint,
+                    "object": "chat.completion.chunk",
+                    "usage": usage_json(f),
+                }));
+            }
+            if let Some(o) = out.last_mut().and_then(Value::as_object_mut) {
+                o.insert("timings".into(), timings);
+            }
+            out
+        }
+    }
+}

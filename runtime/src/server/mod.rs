@@ -1,0 +1,675 @@
+//! The HTTP server (`modelc serve MODEL.gguf`, `./NAME serve`): llama-server's API
+//! (`tools/server/`) over axum and tokio, so that OpenAI clients and llama.cpp's tools work
+//! unchanged.
+//!
+//! ```text
+//! HTTP handlers (tokio) ──Job──▶ queue (permits) ──▶ inference thread (owns the Session)
+//!        ▲                                              │ one decode_batch per step,
+//!        └──────────── Event channel per request ◀──────┘ all busy slots together
+//! ```
+//!
+//! - [`slots`]: the inference thread: `-np N` slots, one sequence each, batched steps,
+//!   prompt cache, cancellation of requests nobody waits for.
+//! - [`api`]: the endpoints; [`params`]: reading request fields; [`error`]: llama-server's
+//!   error object; [`metrics`]: `/metrics`.
+//!
+//! The listener is up while the model loads (`/health` answers 503 `Loading model`, as
+//! llama-server). SIGTERM / SIGINT stop accepting connections, cancel running requests and
+//! exit with status 0.
+
+pub mod api;
+pub mod error;
+pub mod metrics;
+pub mod params;
+pub mod slots;
+
+use crate::chat::ChatTemplate;
+use crate::generate::GenerateOptions;
+use crate::session::Session;
+use crate::tokenizer::Vocab;
+use api::completion::Api;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use params::Body;
+use slots::{Job, Shared};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::mpsc;
+
+/// The server's flags, with llama-server's names (`common/arg.cpp`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Addresses to listen on, comma-separated (`127.0.0.1,::1`).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed when listening).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Slots: requests served at once (`-np`); each gets `-c / N` positions of context.
+    #[arg(long = "parallel", default_value_t = 1)]
+    pub parallel: usize,
+    /// Requests that may wait for a free slot; more get 503.
+    #[arg(long = "queue-size", default_value_t = 64)]
+    pub queue_size: usize,
+    /// Require this key (`Authorization: Bearer KEY` or `X-Api-Key`) on every endpoint but
+    /// /health and /models.
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// The model's names in responses and /v1/models, comma-separated (default: the file's
+    /// name); the first in alphabetical order is its id, as llama-server.
+    #[arg(long = "alias", short = 'a')]
+    pub alias: Option<String>,
+    /// Tags listed with the model in /v1/models, comma-separated.
+    #[arg(long = "tags")]
+    pub tags: Option<String>,
+    /// Serve /metrics (Prometheus text).
+    #[arg(long)]
+    pub metrics: bool,
+    /// Serve /slots (off by default, as in llama-server).
+    #[arg(long = "slots", overrides_with = "no_slots")]
+    pub slots: bool,
+    /// Do not serve /slots (the default).
+    #[arg(long = "no-slots", overrides_with = "slots")]
+    pub no_slots: bool,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long = "max-body", default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Accepted for llama-server's command lines: batching is always continuous.
+    #[arg(long = "cont-batching", hide = true)]
+    pub cont_batching: bool,
+    /// Accepted for llama-server's command lines: there is no web UI.
+    #[arg(long = "no-webui", visible_alias = "no-ui", hide = true)]
+    pub no_webui: bool,
+    /// Accepted for llama-server's command lines: chat templates are always Jinja.
+    #[arg(long = "jinja", hide = true)]
+    pub jinja: bool,
+}
+
+impl ServerArgs {
+    /// Refuses settings that cannot work (`-np 0`, an empty queue).
+    ///
+    /// # Errors
+    /// The first such setting, naming its flag.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
+        anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        Ok(())
+    }
+}
+
+/// The server's settings besides the model.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The server's flags.
+    pub args: ServerArgs,
+    /// Generation defaults (the command line's sampler flags, `-n`, `--stop`, `-b`).
+    pub defaults: GenerateOptions,
+    /// `-s`: a fixed default seed; `None` draws one per request.
+    pub seed: Option<u64>,
+    /// When the server started (Unix seconds; `/metrics`' `Process-Start-Time-Unix`).
+    pub started: u64,
+}
+
+impl Config {
+    /// The settings of `args` with generation defaults `defaults` and seed `seed`.
+    pub fn new(args: &ServerArgs, defaults: GenerateOptions, seed: Option<u64>) -> Config {
+        Config {
+            args: args.clone(),
+            defaults,
+            seed,
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Whether /slots is served (`--slots`, not `--no-slots`).
+    pub fn slots(&self) -> bool {
+        self.args.slots && !self.args.no_slots
+    }
+
+    /// Requests held at most: one per slot plus the queue.
+    pub fn capacity(&self) -> usize {
+        self.args.parallel + self.args.queue_size
+    }
+
+    /// The generation options of a request: its fields over the server's defaults
+    /// (llama-server's names: `n_predict` (else `max_tokens`, `max_completion_tokens`),
+    /// `temperature`, `top_k`, `top_p`, `min_p`, `repeat_penalty`, `repeat_last_n`,
+    /// `frequency_penalty`, `presence_penalty`, `seed`, `stop`, `n_probs` (chat:
+    /// `logprobs` + `top_logprobs`; `/v1/completions`: `logprobs` as a number),
+    /// `ignore_eos`, `cache_prompt`).
+    ///
+    /// # Errors
+    /// 400 for a field of the wrong type or out of range.
+    pub fn options(
+        &self,
+        body: &Body,
+        api: Api,
+        vocab: &Vocab,
+    ) -> Result<GenerateOptions, ApiError> {
+        let n_vocab = vocab.n_vocab();
+        let mut o = self.defaults.clone();
+        let n_predict = match body.i64("n_predict")? {
+            Some(n) => Some(n),
+            None => match body.i64("max_tokens")? {
+                Some(n) => Some(n),
+                None => body.i64("max_completion_tokens")?,
+            },
+        };
+        if let Some(n) = n_predict {
+            o.n_predict = n.max(-1);
+        }
+        let s = &mut o.sampler;
+        if let Some(t) = body.f32("temperature")? {
+            s.temp = t.max(0.0);
+        }
+        if let Some(k) = body.i64("top_k")? {
+            s.top_k = i32::try_from(k).unwrap_or(i32::MAX);
+        }
+        if let Some(p) = body.f32("top_p")? {
+            s.top_p = p;
+        }
+        if let Some(p) = body.f32("min_p")? {
+            s.min_p = p;
+        }
+        if let Some(p) = body.f32("repeat_penalty")? {
+            if p == 0.0 {
+                return Err(ApiError::invalid(
+                    "\"repeat_penalty\" must not be 0 (1.0 disables it)",
+                ));
+            }
+            s.repeat_penalty = p;
+        }
+        if let Some(n) = body.i64("repeat_last_n")? {
+            s.repeat_last_n = i32::try_from(n.max(-1)).unwrap_or(i32::MAX);
+        }
+        if let Some(p) = body.f32("frequency_penalty")? {
+            s.frequency_penalty = p;
+        }
+        if let Some(p) = body.f32("presence_penalty")? {
+            s.presence_penalty = p;
+        }
+        s.seed = match body.i64("seed")? {
+            Some(n) if n >= 0 => n as u64 & 0xFFFF_FFFF,
+            _ => self
+                .seed
+                .unwrap_or_else(|| u64::from(rand::random_range(0..u32::MAX))),
+        };
+        if body.get("stop").is_some() {
+            o.stop = body.stop()?;
+        }
+        let n_probs = match api {
+            Api::OaiChat => match body.bool("logprobs")? {
+                Some(true) => Some(body.i64("top_logprobs")?.unwrap_or(20)),
+                _ => {
+                    if body.get("top_logprobs").is_some() {
+                        return Err(ApiError::invalid(
+                            "top_logprobs requires logprobs to be set to true",
+                        ));
+                    }
+                    body.i64("n_probs")?
+                }
+            },
+            Api::OaiCompletion => match body.get("logprobs") {
+                Some(serde_json::Value::Bool(true)) => Some(1),
+                Some(serde_json::Value::Bool(false)) => None,
+                Some(_) => body.i64("logprobs")?,
+                None => body.i64("n_probs")?,
+            },
+            Api::Llama => body.i64("n_probs")?,
+        };
+        if let Some(n) = n_probs {
+            o.n_probs = usize::try_from(n).unwrap_or(0).min(n_vocab);
+        }
+        if let Some(b) = body.bool("post_sampling_probs")? {
+            o.post_sampling_probs = b;
+        }
+        if let Some(b) = body.bool("ignore_eos")? {
+            o.ignore_eos = b;
+        }
+        if let Some(b) = body.bool("cache_prompt")? {
+            o.cache_prompt = b;
+        }
+        o.logit_bias = match body.get("logit_bias") {
+            None => Vec::new(),
+            Some(v) => params::logit_bias(vocab, v)?,
+        };
+        if o.ignore_eos {
+            // llama.cpp bans the end-of-generation tokens (`common_init_from_params`).
+            o.logit_bias.extend(
+                (0..n_vocab as u32)
+                    .filter(|&t| vocab.is_eog(t))
+                    .map(|t| (t, f32::NEG_INFINITY)),
+            );
+        }
+        o.cancel = None;
+        o.context_shift = None;
+        o.forced = None;
+        Ok(o)
+    }
+}
+
+/// What the HTTP side knows of the loaded model.
+pub struct Ready {
+    /// The tokenizer.
+    pub vocab: Arc<Vocab>,
+    /// The chat template (`None`: the model has none; chat endpoints answer 501).
+    pub template: Option<ChatTemplate>,
+    /// The template's source, for /props.
+    pub template_source: String,
+    /// The model's id: the first of its aliases in alphabetical order.
+    pub model_name: String,
+    /// `--alias` (comma-separated), else the file's name.
+    pub aliases: Vec<String>,
+    /// `--tags`.
+    pub tags: Vec<String>,
+    /// The model's path.
+    pub model_path: String,
+    /// Context of each slot.
+    pub n_ctx_slot: usize,
+    /// The model's training context.
+    pub n_ctx_train: usize,
+    /// Embedding size.
+    pub n_embd: usize,
+    /// Parameters.
+    pub n_params: u64,
+    /// Bytes of weights.
+    pub size: u64,
+    /// When the model was loaded (Unix seconds).
+    pub created: u64,
+    /// `system_fingerprint` / `build_info`: modelc's version.
+    pub fingerprint: String,
+}
+
+/// What the model loader hands the inference thread: the session (one sequence per slot)
+/// and what the HTTP side needs ([`Ready`]).
+pub struct Loaded<'a> {
+    /// The session.
+    pub session: Session<'a>,
+    /// What the HTTP side knows of the model.
+    pub ready: Ready,
+}
+
+/// Loads the model on the inference thread and calls its argument with it; returns when
+/// that call returns. (A callback, because the session borrows the model file it opens.)
+pub type Loader =
+    Box<dyn FnOnce(&mut dyn FnMut(Loaded<'_>)) -> anyhow::Result<()> + Send + 'static>;
+
+/// The handlers' shared state.
+#[derive(Clone)]
+pub struct AppState {
+    /// Settings.
+    pub cfg: Arc<Config>,
+    /// Set once the model is loaded.
+    pub ready: Arc<OnceLock<Arc<Ready>>>,
+    /// The queue to the inference thread.
+    pub jobs: mpsc::UnboundedSender<Job>,
+    /// One permit per request the server holds at most: slots + `--queue-size`.
+    pub permits: Arc<tokio::sync::Semaphore>,
+    /// What the inference thread publishes.
+    pub shared: Arc<Shared>,
+}
+
+impl AppState {
+    /// The loaded model, or 503 `Loading model`.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn ready(&self) -> Result<Arc<Ready>, ApiError> {
+        self.ready
+            .get()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("Loading model"))
+    }
+}
+
+/// A request body, or 413 past the size limit / 400 when it cannot be read.
+///
+/// # Errors
+/// As said.
+pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            let mut err = ApiError::invalid(e.body_text());
+            err.status = StatusCode::PAYLOAD_TOO_LARGE;
+            err
+        } else {
+            ApiError::invalid(e.body_text())
+        }
+    })
+}
+
+/// Endpoints served without an API key (llama-server's `public_endpoints`).
+const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
+
+/// CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
+/// `Origin` is allowed back on every response, and a preflight (`OPTIONS`) is answered
+/// at once, before the key check (browsers send no key with it). Then 503 while loading
+/// (every endpoint, as llama-server), then the API key check.
+async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        let mut r = StatusCode::OK.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("*"),
+        );
+        r
+    } else if st.ready.get().is_none() {
+        ApiError::unavailable("Loading model").into_response()
+    } else if !authorized(&st, &req) {
+        ApiError::auth().into_response()
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = origin {
+        resp.headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+    }
+    resp
+}
+
+/// Whether `req` may pass: no `--api-key`, a public endpoint, or the key given as
+/// `Authorization: Bearer KEY` (or `X-Api-Key: KEY`).
+fn authorized(st: &AppState, req: &Request) -> bool {
+    let Some(key) = &st.cfg.args.api_key else {
+        return true;
+    };
+    if PUBLIC.contains(&req.uri().path()) {
+        return true;
+    }
+    let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let given = h("authorization").or_else(|| h("x-api-key")).unwrap_or("");
+    given.strip_prefix("Bearer ").unwrap_or(given) == key
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("File Not Found")
+}
+
+/// The routes (module doc).
+pub fn router(st: AppState) -> Router {
+    use api::{completion, info, tokens};
+    let limit = st.cfg.args.max_body;
+    Router::new()
+        .route("/health", get(info::health))
+        .route("/v1/health", get(info::health))
+        .route("/models", get(info::models))
+        .route("/v1/models", get(info::models))
+        .route("/props", get(info::props))
+        .route("/slots", get(info::slots))
+        .route("/metrics", get(info::metrics))
+        .route("/completion", post(completion::llama))
+        .route("/completions", post(completion::llama))
+        .route("/v1/completions", post(completion::oai_completion))
+        .route("/chat/completions", post(completion::oai_chat))
+        .route("/v1/chat/completions", post(completion::oai_chat))
+        .route(
+            "/chat/completions/input_tokens",
+            post(completion::chat_input_tokens),
+        )
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(completion::chat_input_tokens),
+        )
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route("/apply-template", post(tokens::apply_template))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(st.clone(), gate))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(st)
+}
+
+/// Runs the server until SIGTERM / SIGINT (module doc): binds, loads the model with
+/// `load` on the inference thread, serves.
+///
+/// # Errors
+/// An address that cannot be bound, or a model that cannot be loaded.
+pub fn serve(cfg: Config, load: Loader) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve_async(cfg, load))
+}
+
+async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
+    let mut listeners = Vec::new();
+    for host in cfg
+        .args
+        .host
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+    {
+        let listener = tokio::net::TcpListener::bind((host, cfg.args.port))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{}: {e}", cfg.args.port))?;
+        eprintln!(
+            "modelc: listening on http://{} (loading the model)",
+            listener.local_addr()?
+        );
+        listeners.push(listener);
+    }
+    anyhow::ensure!(!listeners.is_empty(), "--host: no address to listen on");
+    let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
+    let permits = Arc::new(tokio::sync::Semaphore::new(cfg.capacity()));
+    let st = AppState {
+        permits,
+        cfg: Arc::new(cfg),
+        ready: Arc::new(OnceLock::new()),
+        jobs: jobs_tx,
+        shared: Arc::new(Shared::default()),
+    };
+    let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
+    {
+        let ready = st.ready.clone();
+        let shared = st.shared.clone();
+        std::thread::Builder::new()
+            .name("inference".into())
+            .spawn(move || {
+                let mut on_loaded = |loaded: Loaded<'_>| {
+                    let Loaded {
+                        mut session,
+                        ready: info,
+                    } = loaded;
+                    let vocab = info.vocab.clone();
+                    eprintln!(
+                        "modelc: model loaded: {} slots of {} tokens; serving",
+                        session.n_seq_max(),
+                        session.n_ctx()
+                    );
+                    let _ = ready.set(Arc::new(info));
+                    slots::run(&mut session, &vocab, &mut jobs_rx, &shared);
+                };
+                if let Err(e) = load(&mut on_loaded) {
+                    let _ = failed_tx.send(e);
+                }
+            })?;
+    }
+    let shared = st.shared.clone();
+    let app = router(st);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = signal() => {
+                eprintln!("modelc: stopping (cancelling running requests)");
+                shared.shutdown.store(true, Ordering::Relaxed);
+            }
+            e = failed_rx.recv() => {
+                if let Some(e) = e {
+                    eprintln!("modelc: error: {e:#}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        let _ = stop_tx.send(true);
+    });
+    let mut servers = Vec::new();
+    for listener in listeners {
+        servers.push(tokio::spawn(accept(listener, app.clone(), stop_rx.clone())));
+    }
+    for s in servers {
+        s.await?;
+    }
+    Ok(())
+}
+
+/// Serves the connections of `listener` with `app` until `stop` turns true, then waits for
+/// the open connections to finish (at most [`DRAIN`]). HTTP/1 answers write header names
+/// in title case (`Access-Control-Allow-Origin`) as llama-server's do, for clients that
+/// compare them exactly.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop = stopped(stop);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((stream, _)) = r else {
+                    // Out of file descriptors and the like: try again shortly.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .title_case_headers(true)
+                    .serve_connection(io, svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            () = &mut stop => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(DRAIN, graceful.shutdown()).await;
+}
+
+/// Returns once `rx` holds true (or its sender is gone).
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How long open connections may take to finish after SIGTERM.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// SIGINT or SIGTERM.
+async fn signal() {
+    let int = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = int.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = int => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = int.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body as HttpBody;
+    use tower::ServiceExt;
+
+    fn state(api_key: Option<&str>) -> AppState {
+        let args = ServerArgs {
+            host: "127.0.0.1".into(),
+            port: 0,
+            parallel: 1,
+            queue_size: 1,
+            api_key: api_key.map(str::to_string),
+            alias: None,
+            tags: None,
+            metrics: false,
+            slots: false,
+            no_slots: false,
+            max_body: 1024,
+            cont_batching: false,
+            no_webui: false,
+            jinja: false,
+        };
+        let (jobs, _) = mpsc::unbounded_channel();
+        AppState {
+            cfg: Arc::new(Config::new(&args, GenerateOptions::default(), None)),
+            ready: Arc::new(OnceLock::new()),
+            jobs,
+            permits: Arc::new(tokio::sync::Semaphore::new(2)),
+            shared: Arc::new(Shared::default()),
+        }
+    }
+
+    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(HttpBody::empty())
+            .expect("a request");
+        let resp = router(st).oneshot(req).await.expect("a response");
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        (status, serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    /// While the model loads, every endpoint answers llama-server's 503 `Loading model`.
+    #[tokio::test]
+    async fn loading_is_503() {
+        for (method, path) in [
+            ("GET", "/health"),
+            ("GET", "/v1/models"),
+            ("POST", "/completion"),
+        ] {
+            let (status, body) = call(state(Some("k")), method, path).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            assert_eq!(
+                body,
+                serde_json::json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+            );
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The inference thread: it owns the [`Session`] (one sequence per slot, as llama-server's
+//! `-np`) and runs llama-server's loop (`tools/server/server-context.cpp` `update_slots`):
+//! take waiting requests into idle slots, then, each step, put the pending tokens of every
+//! busy slot — a prompt chunk for a slot still reading its prompt, the last sampled token
+//! for a generating one — into one [`Session::decode_batch`] call, and sample each slot's
+//! next token from its logits row. Each slot's tokens are what it would get alone (the
+//! session's contract), so parallel requests do not change one another's output.
+//!
+//! A slot keeps its tokens after a request: the next request that shares a prefix with
+//! them evaluates only the rest (`cache_prompt`), and a new request goes to the idle slot
+//! holding the longest common prefix with its prompt, else the least recently used.
+//!
+//! Requests come over a channel (the queue, bounded by the permits the HTTP side hands
+//! out: slots + `--queue-size`); results go back over a channel per request. A request whose receiver is gone (the client disconnected) is cancelled at the
+//! next step and its slot freed.
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use crate::generate::{common_prefix, Completion, Decoding, Fed, GenerateOptions, PositionProbs};
+use crate::session::{BatchToken, Session};
+use crate::tokenizer::{TokenId, Vocab};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// One request for a completion.
+pub struct Job {
+    /// The prompt's tokens (non-empty, shorter than a slot's context: checked before).
+    pub prompt: Vec<TokenId>,
+    /// How to generate; `cache_prompt` says whether a slot's tokens are reused.
+    pub opts: GenerateOptions,
+    /// The slot asked for (`id_slot`), if idle; else the best idle slot.
+    pub id_slot: Option<usize>,
+    /// Where the results go.
+    pub events: mpsc::UnboundedSender<Event>,
+    /// Its place among the requests the server holds (slots + queue): given back when the
+    /// request ends.
+    pub permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// What the inference thread sends back for a request.
+pub enum Event {
+    /// One generated token and the text that became final with it (possibly empty).
+    Token {
+        /// Final text.
+        content: String,
+        /// The token.
+        token: TokenId,
+        /// Its probabilities, when asked for.
+        probs: Option<PositionProbs>,
+    },
+    /// The request is done.
+    Done(Box<Finished>),
+    /// The request failed.
+    Error(ApiError),
+}
+
+/// A finished request.
+pub struct Finished {
+    /// The result.
+    pub completion: Completion,
+    /// The slot that ran it.
+    pub id_slot: usize,
+    /// Generation stopped because the slot's context was full (llama-server's `truncated`;
+    /// its `stop_type` is then `limit`).
+    pub truncated: bool,
+}
+
+/// What `/slots` shows of a slot.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SlotView {
+    /// Slot id.
+    pub id: usize,
+    /// Its request's number (-1 when idle).
+    pub id_task: i64,
+    /// Its context.
+    pub n_ctx: usize,
+    /// Always false (no speculative decoding).
+    pub speculative: bool,
+    /// Whether a request runs in it.
+    pub is_processing: bool,
+    /// Tokens its sequence holds (its prompt cache).
+    pub n_past: usize,
+    /// Tokens generated for the running request.
+    pub n_decoded: usize,
+}
+
+/// What the inference thread shares with the HTTP side.
+#[derive(Default)]
+pub struct Shared {
+    /// The slots.
+    pub slots: Mutex<Vec<SlotView>>,
+    /// Counters for `/metrics`.
+    pub metrics: Mutex<Metrics>,
+    /// Set on SIGTERM / SIGINT: running requests are cancelled.
+    pub shutdown: AtomicBool,
+}
+
+/// A request running in a slot.
+struct Active {
+    events: mpsc::UnboundedSender<Event>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    state: Decoding,
+    /// Next prompt token to evaluate.
+    pos: usize,
+    /// The sampled token to evaluate next (generating).
+    pending: Option<TokenId>,
+    cache_n: usize,
+    chunk: usize,
+    t_start: Instant,
+    id_task: i64,
+    truncated: bool,
+}
+
+struct Slot {
+    active: Option<Active>,
+    last_used: u64,
+}
+
+/// Runs the loop until the request channel closes (module doc).
+pub fn run(
+    session: &mut Session<'_>,
+    vocab: &Vocab,
+    jobs: &mut mpsc::UnboundedReceiver<Job>,
+    shared: &Shared,
+) {
+    let n_slots = session.n_seq_max();
+    let n_vocab = session.n_vocab();
+    let n_ctx = session.n_ctx();
+    let mut slots: Vec<Slot> = (0..n_slots)
+        .map(|_| Slot {
+            active: None,
+            last_used: 0,
+        })
+        .collect();
+    let mut clock = 0u64;
+    let mut next_task = 0i64;
+    loop {
+        // Take waiting requests into idle slots; block when there is nothing to do.
+        while slots.iter().any(|s| s.active.is_none()) {
+            let idle = slots.iter().all(|s| s.active.is_none());
+            let job = if idle {
+                publish(session, &slots, shared);
+                match jobs.blocking_recv() {
+                    Some(j) => j,
+                    None => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            if job.events.is_closed() {
+                continue;
+            }
+            let i = choose_slot(session, &slots, &job);
+            let keep = if job.opts.cache_prompt {
+                common_prefix(session.tokens(i as u32), &job.prompt).min(job.prompt.len() - 1)
+            } else {
+                0
+            };
+            session.truncate(i as u32, keep);
+            let chunk = job.opts.n_batch.min(session.max_ubatch()).max(1);
+            clock += 1;
+            slots[i].last_used = clock;
+            slots[i].active = Some(Active {
+                state: Decoding::new(&job.prompt, n_ctx, &job.opts),
+                events: job.events,
+                _permit: job.permit,
+                pos: keep,
+                pending: None,
+                cache_n: keep,
+                chunk,
+                t_start: Instant::now(),
+                id_task: next_task,
+                truncated: false,
+            });
+            next_task += 1;
+        }
+        // Cancel what nobody waits for, then gather every busy slot's pending tokens.
+        let stopping = shared.shutdown.load(Ordering::Relaxed);
+        // Results of finished requests, sent once the slots' state is published (a client
+        // that reads /slots after its answer sees its slot idle).
+        let mut outbox = Vec::new();
+        let mut batch: Vec<BatchToken> = Vec::new();
+        let mut takers: Vec<(usize, bool)> = Vec::new();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            if stopping || a.events.is_closed() || a.state.is_cancelled() {
+                a.state.stop("cancelled");
+                outbox.extend(finish(slot, i, shared));
+                continue;
+            }
+            let seq = i as u32;
+            let prompt = a.state.prompt();
+            if a.pos < prompt.len() {
+                let end = (a.pos + a.chunk).min(prompt.len());
+                batch.extend(prompt[a.pos..end].iter().map(|&token| BatchToken {
+                    token,
+                    seq,
+                    logits: false,
+                }));
+                a.pos = end;
+                if end == prompt.len() {
+                    if let Some(last) = batch.last_mut() {
+                        last.logits = true;
+                    }
+                    takers.push((i, true));
+                }
+            } else if let Some(token) = a.pending.take() {
+                batch.push(BatchToken {
+                    token,
+                    seq,
+                    logits: true,
+                });
+                takers.push((i, false));
+            }
+        }
+        if batch.is_empty() {
+            publish(session, &slots, shared);
+            for (tx, ev) in outbox {
+                let _ = tx.send(ev);
+            }
+            continue;
+        }
+        let busy = slots.iter().filter(|s| s.active.is_some()).count();
+        let rows = match session.decode_batch(&batch) {
+            Ok(rows) => rows,
+            Err(e) => {
+                // Which slot failed is not known: every slot of the batch gets the error
+                // and starts over from an empty cache.
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if let Some(a) = slot.active.take() {
+                        let _ = a
+                            .events
+                            .send(Event::Error(ApiError::server(format!("decode: {e:#}"))));
+                        session.clear_seq(i as u32);
+                    }
+                }
+                continue;
+            }
+        };
+        if let Ok(mut m) = shared.metrics.lock() {
+            m.n_decode += 1;
+            m.n_busy_slots += busy as u64;
+        }
+        for (k, &(i, prompt_done)) in takers.iter().enumerate() {
+            let n_past = session.n_past(i as u32);
+            let slot = &mut slots[i];
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            let Some(row) = rows.get(k * n_vocab..(k + 1) * n_vocab) else {
+                let e = ApiError::server("decode: fewer logits rows than asked for");
+                let _ = a.events.send(Event::Error(e));
+                slot.active = None;
+                session.clear_seq(i as u32);
+                continue;
+            };
+            if prompt_done {
+                let prompt_ms = a.t_start.elapsed().as_secs_f64() * 1e3;
+                a.state.prompt_done(a.cache_n, prompt_ms);
+                if let Ok(mut m) = shared.metrics.lock() {
+                    m.prompt_tokens += (a.state.prompt().len() - a.cache_n) as u64;
+                    m.prompt_cached += a.cache_n as u64;
+                    m.prompt_seconds += prompt_ms / 1e3;
+                }
+            }
+            let before = a.state.tokens().len();
+            match a.state.feed(vocab, row) {
+                Ok(Fed::Continue(t)) => {
+                    // llama-server stops a slot whose context is full (no context shift):
+                    // `stop_type` limit, `truncated`.
+                    if n_past + 1 > n_ctx {
+                        a.state.stop("context");
+                        a.truncated = true;
+                    } else {
+                        a.pending = Some(t);
+                    }
+                }
+                Ok(Fed::Stopped) => {}
+                Err(e) => {
+                    let _ = a
+                        .events
+                        .send(Event::Error(ApiError::invalid(format!("{e:#}"))));
+                    slot.active = None;
+                    continue;
+                }
+            }
+            if a.state.tokens().len() > before {
+                let token = a.state.tokens()[before];
+                let content = a.state.take_text().unwrap_or_default();
+                let probs = a.state.probs().last().cloned();
+                let _ = a.events.send(Event::Token {
+                    content,
+                    token,
+                    probs,
+                });
+            }
+            if a.state.is_done() {
+                outbox.extend(finish(slot, i, shared));
+            }
+        }
+        publish(session, &slots, shared);
+        for (tx, ev) in outbox {
+            let _ = tx.send(ev);
+        }
+    }
+}
+
+/// The slot for `job`: the one it asks for if idle, else the idle slot whose cache shares
+/// the longest prefix with its prompt (ties: the least recently used).
+fn choose_slot(session: &Session<'_>, slots: &[Slot], job: &Job) -> usize {
+    if let Some(i) = job.id_slot {
+        if slots.get(i).is_some_and(|s| s.active.is_none()) {
+            return i;
+        }
+    }
+    let mut best: Option<(usize, usize, u64)> = None;
+    for (i, s) in slots.iter().enumerate() {
+        if s.active.is_some() {
+            continue;
+        }
+        let shared = common_prefix(session.tokens(i as u32), &job.prompt);
+        let better = match best {
+            None => true,
+            Some((_, b_shared, b_used)) => {
+                shared > b_shared || (shared == b_shared && s.last_used < b_used)
+            }
+        };
+        if better {
+            best = Some((i, shared, s.last_used));
+        }
+    }
+    best.map_or(0, |(i, _, _)| i)
+}
+
+/// Ends the request of `slot` (number `i`) and returns its result with where it goes; the
+/// slot keeps its tokens for the next request.
+fn finish(
+    slot: &mut Slot,
+    i: usize,
+    shared: &Shared,
+) -> Option<(mpsc::UnboundedSender<Event>, Event)> {
+    let mut a = slot.active.take()?;
+    // Text still held back (an incomplete UTF-8 tail of a cancelled request) joins the
+    // result's content.
+    let _ = a.state.take_text();
+    let completion = a.state.finish();
+    if let Ok(mut m) = shared.metrics.lock() {
+        m.predicted_tokens += completion.tokens.len() as u64;
+        m.predicted_seconds += completion.timings.predicted_ms / 1e3;
+        let n = (completion.prompt_tokens.len() + completion.tokens.len()) as u64;
+        m.n_tokens_max = m.n_tokens_max.max(n);
+    }
+    let ev = Event::Done(Box::new(Finished {
+        completion,
+        id_slot: i,
+        truncated: a.truncated,
+    }));
+    Some((a.events, ev))
+}
+
+/// Publishes the slots' state for `/slots` and `/metrics`.
+fn publish(session: &Session<'_>, slots: &[Slot], shared: &Shared) {
+    let views: Vec<SlotView> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SlotView {
+            id: i,
+            id_task: s.active.as_ref().map_or(-1, |a| a.id_task),
+            n_ctx: session.n_ctx(),
+            speculative: false,
+            is_processing: s.active.is_some(),
+            n_past: session.n_past(i as u32),
+            n_decoded: s.active.as_ref().map_or(0, |a| a.state.tokens().len()),
+        })
+        .collect();
+    if let Ok(mut m) = shared.metrics.lock() {
+        m.requests_processing = views.iter().filter(|v| v.is_processing).count();
+    }
+    if let Ok(mut v) = shared.slots.lock() {
+        *v = views;
+    }
+}

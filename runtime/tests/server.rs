@@ -1,0 +1,661 @@
+//! `modelc serve` end to end on SmolLM2 Q4_1, over plain HTTP/1.1 on a loopback socket:
+//! llama-server's endpoints and shapes, greedy tokens equal to `modelc run --temp 0`'s,
+//! parallel slots that do not change one another's tokens, and hostile clients (oversized
+//! bodies, bad JSON, wrong types, prompts past the context, `n_predict` past it, a wrong
+//! API key, a client that disconnects mid-stream, a full queue, SIGTERM), each followed by
+//! a normal request answered with the same tokens as before.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "test-key";
+const PROMPT: &str = "The capital of France is";
+
+/// A response: status and body (de-chunked).
+struct Resp {
+    status: u16,
+    body: String,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Sends one request (`Connection: close`) and reads the whole response.
+fn request(port: u16, method: &str, path: &str, key: Option<&str>, body: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}\r\n",
+        body.len()
+    );
+    // A server that refuses a body early may close before reading it all.
+    let _ = s
+        .write_all(head.as_bytes())
+        .and_then(|()| s.write_all(body));
+    let mut raw = Vec::new();
+    if let Err(e) = s.read_to_end(&mut raw) {
+        // A server that answers before reading a body it refuses may reset the connection
+        // after its answer: what was read counts.
+        assert!(!raw.is_empty(), "{method} {path}: no answer ({e})");
+    }
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Resp {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Resp { status, body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn post(port: u16, path: &str, body: &Value) -> Resp {
+    request(port, "POST", path, Some(KEY), body.to_string().as_bytes())
+}
+
+fn get(port: u16, path: &str) -> Resp {
+    request(port, "GET", path, Some(KEY), b"")
+}
+
+/// The `data:` payloads of a server-sent event stream.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A running `modelc serve`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `modelc serve MODEL --port 0 ARGS`, reads the port from its first line, checks
+/// the shape of a 503 `Loading model` if /health answers one while the model loads (the
+/// listener is up first), and waits until it answers 200.
+fn start(model: &Path, args: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("serve")
+        .arg(model)
+        // One thread: the tests of this file run at once, and the engine's workers
+        // spin-wait, so more threads than cores only slow everything down.
+        .args(["--port", "0", "-t", "1"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start modelc serve");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let port = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
+        if let Some(rest) = line.split("http://").nth(1) {
+            let port = rest
+                .split(|c: char| !c.is_ascii_digit() && c != ':' && c != '.')
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .expect("a port");
+            break port;
+        }
+    };
+    // Keep draining stderr so that the server never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    // SmolLM2 loads in a fraction of a second: the first answer may already be 200
+    // (`server::tests` checks the loading answer deterministically).
+    let first = request(port, "GET", "/health", None, b"");
+    if first.status != 200 {
+        assert_eq!(first.status, 503, "while loading: {}", first.body);
+        assert_eq!(
+            first.json(),
+            json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+        );
+    }
+    let t0 = Instant::now();
+    loop {
+        let r = request(port, "GET", "/health", None, b"");
+        if r.status == 200 {
+            assert_eq!(r.json(), json!({"status": "ok"}));
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "not ready after 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server { child, port }
+}
+
+/// `modelc run --temp 0 --json` tokens for `prompt`.
+fn run_tokens(model: &Path, prompt: &str, n: usize, n_ctx: usize) -> Vec<u64> {
+    let out = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("run")
+        .arg(model)
+        .args(["-p", prompt, "--temp", "0", "--json", "-t", "1"])
+        .args(["-n", &n.to_string(), "-c", &n_ctx.to_string()])
+        .output()
+        .expect("modelc run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("run --json");
+    ids(&v["tokens"])
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .expect("a list of ids")
+        .iter()
+        .map(|t| t.as_u64().expect("an id"))
+        .collect()
+}
+
+/// Greedy `/completion` tokens for `prompt` (the prompt cache off: the whole prompt is
+/// evaluated as `modelc run` evaluates it).
+fn greedy(port: u16, prompt: &str, n: usize) -> Value {
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": true, "cache_prompt": false}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+}
+
+fn assert_error(r: &Resp, status: u16, kind: &str) {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], status, "{v}");
+    assert_eq!(v["error"]["type"], kind, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
+}
+
+/// Opens a streamed completion and returns the socket after the first event arrived.
+fn open_stream(port: u16, body: &Value) -> TcpStream {
+    let body = body.to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "POST /completion HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 512];
+    while !String::from_utf8_lossy(&seen).contains("data:") {
+        let n = s.read(&mut buf).expect("read the stream");
+        assert!(
+            n > 0,
+            "stream closed early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+/// Waits until no slot is busy (within `limit`).
+fn wait_idle(port: u16, limit: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let v = get(port, "/slots").json();
+        let busy = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["is_processing"] == true);
+        if !busy {
+            return;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "slots still busy after {limit:?}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_smollm2() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let n = 16;
+    // -c 256 over 2 slots: 128 positions each, as `modelc run -c 128`.
+    let n_ctx = 128;
+    let expected = run_tokens(&model, PROMPT, n, n_ctx);
+    let srv = start(
+        &model,
+        &[
+            "-np",
+            "2",
+            "-c",
+            "256",
+            "--api-key",
+            KEY,
+            "--metrics",
+            "--queue-size",
+            "1",
+            "--max-body",
+            "65536",
+            "--alias",
+            "smol",
+            "--slots",
+        ],
+    );
+    let port = srv.port;
+
+    // Models: public, named by the alias.
+    let m = request(port, "GET", "/v1/models", None, b"");
+    assert_eq!(m.status, 200);
+    assert_eq!(m.json()["object"], "list");
+    assert_eq!(m.json()["data"][0]["id"], "smol");
+
+    // Greedy /completion = modelc run.
+    let base = greedy(port, PROMPT, n);
+    assert_eq!(ids(&base["tokens"]), expected, "{base}");
+    assert_eq!(base["stop"], true);
+    assert_eq!(base["tokens_predicted"], n);
+    let text = base["content"].as_str().unwrap().to_string();
+
+    // /tokenize and /detokenize round trip, with pieces.
+    let t = post(
+        port,
+        "/tokenize",
+        &json!({"content": PROMPT, "with_pieces": true}),
+    )
+    .json();
+    let pieces: String = t["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["piece"].as_str().unwrap())
+        .collect();
+    assert_eq!(pieces, PROMPT);
+    let tok = post(port, "/tokenize", &json!({"content": PROMPT})).json();
+    let d = post(port, "/detokenize", &json!({"tokens": tok["tokens"]})).json();
+    assert_eq!(d["content"], PROMPT);
+    let prompt_len = tok["tokens"].as_array().unwrap().len();
+
+    // The prompt cache: the same prompt again reuses all but its last token.
+    let cached = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0}),
+    )
+    .json();
+    let again = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 2, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(
+        again["timings"]["cache_n"],
+        prompt_len - 1,
+        "{again} after {cached}"
+    );
+
+    // OpenAI completion, streamed: one event per token, then [DONE]; usage at the end.
+    let r = post(
+        port,
+        "/v1/completions",
+        &json!({"prompt": PROMPT, "max_tokens": n, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}),
+    );
+    assert_eq!(r.status, 200);
+    let events = sse_data(&r.body);
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.body
+    );
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], n);
+    assert_eq!(usage["prompt_tokens"], prompt_len);
+    assert_eq!(usage["total_tokens"], n + prompt_len);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+
+    // Chat, whole and streamed: the same message; usage counts the rendered prompt.
+    let chat = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0});
+    let whole = post(port, "/v1/chat/completions", &chat).json();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    let rendered = post(port, "/apply-template", &chat).json()["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let n_rendered = post(
+        port,
+        "/tokenize",
+        &json!({"content": rendered, "add_special": true}),
+    )
+    .json()["tokens"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(whole["usage"]["prompt_tokens"], n_rendered);
+    let mut s = chat.clone();
+    s["stream"] = json!(true);
+    let r = post(port, "/v1/chat/completions", &s);
+    let events = sse_data(&r.body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let deltas: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(
+        deltas,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+
+    // n_probs: the chosen token is the most likely one under greedy decoding.
+    let p = post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 3, "temperature": 0, "n_probs": 3, "cache_prompt": false})).json();
+    let probs = p["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len(), 3);
+    for pos in probs {
+        assert_eq!(pos["top_logprobs"].as_array().unwrap().len(), 3);
+        assert_eq!(pos["id"], pos["top_logprobs"][0]["id"]);
+    }
+
+    // Two requests at once on -np 2: each gets the tokens it gets alone.
+    let other = "Once upon a time";
+    let alone = ids(&greedy(port, other, n)["tokens"]);
+    let (a, b) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| ids(&greedy(port, PROMPT, n)["tokens"]));
+        let b = sc.spawn(|| ids(&greedy(port, other, n)["tokens"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a, expected);
+    assert_eq!(b, alone);
+
+    // Hostile clients; after each, a normal request gets the same tokens.
+    let check = || assert_eq!(ids(&greedy(port, PROMPT, n)["tokens"]), expected);
+    assert_error(
+        &request(port, "POST", "/completion", Some(KEY), &vec![b' '; 70_000]),
+        413,
+        "invalid_request_error",
+    );
+    check();
+    assert_error(
+        &request(port, "POST", "/completion", Some(KEY), b"{\"prompt\": "),
+        400,
+        "invalid_request_error",
+    );
+    check();
+    assert_error(
+        &post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "n_predict": "ten"}),
+        ),
+        400,
+        "invalid_request_error",
+    );
+    assert_error(
+        &post(port, "/v1/chat/completions", &json!({"messages": "hi"})),
+        400,
+        "invalid_request_error",
+    );
+    assert_error(
+        &post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "temperature": [1]}),
+        ),
+        400,
+        "invalid_request_error",
+    );
+    check();
+    let long: Vec<u32> = (0..n_ctx + 10).map(|i| 100 + i as u32 % 50).collect();
+    let r = post(port, "/completion", &json!({"prompt": long}));
+    assert_error(&r, 400, "exceed_context_size_error");
+    assert_eq!(r.json()["error"]["n_ctx"], n_ctx);
+    check();
+    // n_predict past the context: stops when the slot is full.
+    let near: Vec<u32> = (0..n_ctx - 8).map(|i| 100 + i as u32 % 50).collect();
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": near, "n_predict": 100000, "ignore_eos": true, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(r["truncated"], true, "{r}");
+    assert_eq!(r["stop_type"], "limit");
+    // The last cell is used, as `modelc run` uses it: 8 evaluated + 1 sampled.
+    assert_eq!(r["tokens_predicted"], 9, "{r}");
+    check();
+    assert_error(
+        &request(
+            port,
+            "POST",
+            "/completion",
+            Some("wrong"),
+            json!({"prompt": PROMPT}).to_string().as_bytes(),
+        ),
+        401,
+        "authentication_error",
+    );
+    assert_error(
+        &request(
+            port,
+            "POST",
+            "/completion",
+            None,
+            json!({"prompt": PROMPT}).to_string().as_bytes(),
+        ),
+        401,
+        "authentication_error",
+    );
+    assert_eq!(request(port, "GET", "/health", None, b"").status, 200);
+    check();
+    let metrics = get(port, "/metrics").body;
+    for name in [
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:n_decode_total",
+        "llamacpp:requests_processing",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {name}")),
+            "{name} missing: {metrics}"
+        );
+    }
+    drop(srv);
+
+    // One slot with a long context, so that a stream outlasts the checks below.
+    let srv = start(
+        &model,
+        &[
+            "-np",
+            "1",
+            "-c",
+            "4096",
+            "--api-key",
+            KEY,
+            "--metrics",
+            "--queue-size",
+            "1",
+            "--slots",
+        ],
+    );
+    let port = srv.port;
+    let before = ids(&greedy(port, PROMPT, n)["tokens"]);
+    let check = || assert_eq!(ids(&greedy(port, PROMPT, n)["tokens"]), before);
+    // A client that disconnects mid-stream frees its slot at once.
+    let long_gen = json!({"prompt": PROMPT, "n_predict": 4000, "ignore_eos": true, "stream": true});
+    drop(open_stream(port, &long_gen));
+    wait_idle(port, Duration::from_secs(2));
+    check();
+    // The slot busy and one request waiting: the next one gets 503.
+    let s1 = open_stream(port, &long_gen);
+    let waiting = std::thread::spawn(move || {
+        post(
+            port,
+            "/completion",
+            &json!({"prompt": PROMPT, "n_predict": 1}),
+        )
+        .status
+    });
+    let t0 = Instant::now();
+    loop {
+        let m = get(port, "/metrics").body;
+        if m.contains("llamacpp:requests_deferred 1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no deferred request: {m}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let probe = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 1}),
+    );
+    if probe.status != 503 {
+        panic!(
+            "a request past the queue got {}: {}\nmetrics: {}\nslots: {}",
+            probe.status,
+            probe.body,
+            get(port, "/metrics").body,
+            get(port, "/slots").body
+        );
+    }
+    assert_error(&probe, 503, "unavailable_error");
+    drop(s1);
+    assert_eq!(waiting.join().unwrap(), 200);
+    wait_idle(port, Duration::from_secs(2));
+    check();
+
+    // SIGTERM with a request running: exits 0, promptly.
+    let mut srv = srv;
+    let _running = open_stream(port, &long_gen);
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t0 = Instant::now();
+    let code = loop {
+        if let Some(c) = srv.child.try_wait().unwrap() {
+            break c;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(code.success(), "exit status after SIGTERM: {code}");
+}
+
+/// The OpenAI Python client against `modelc serve`: models, a chat completion whole and
+/// streamed (same text, usage), a text completion, a wrong key
+/// (`runtime/tests/data/openai_client.py`, in the environment of
+/// `scripts/fetch-server-tests`).
+#[test]
+fn openai_python_client() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let Some(python) = modelc_tests::require(
+        home.join(".cache/modelc/venv-server/bin/python"),
+        "scripts/fetch-server-tests installs it",
+    ) else {
+        return;
+    };
+    let srv = start(&model, &["-c", "512", "--api-key", KEY, "--alias", "smol"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/openai_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{}", srv.port))
+        .args([KEY, "smol"])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
