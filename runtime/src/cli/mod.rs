@@ -13,8 +13,8 @@ mod inspect;
 mod quantize;
 mod run;
 mod runner;
-mod synth;
 mod serve;
+mod synth;
 mod template;
 mod tokenize;
 
