@@ -407,6 +407,34 @@ fn gemma_builtin_merges_system_into_user() {
     assert_eq!(t.render(&msgs, &opts(true)).unwrap(), want);
 }
 
+/// llama.cpp's built-in `llama3` and `command-r` formats, as its server test
+/// `test_apply_chat_template` expects them (`tools/server/tests/unit/test_chat_completion.py`).
+#[test]
+fn llama3_and_command_r_builtins() {
+    let msgs = [
+        json!({"role": "system", "content": "You are a test."}),
+        user("Hi there"),
+    ];
+    let render = |name: &str| {
+        ChatTemplate::new(builtin_template(name).unwrap(), "<s>", "</s>")
+            .unwrap()
+            .render(&msgs, &opts(true))
+            .unwrap()
+    };
+    assert_eq!(
+        render("command-r"),
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    );
+    assert_eq!(
+        render("llama3"),
+        "<|start_header_id|>system<|end_header_id|>\n\nYou are a test.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+}
+
 #[test]
 fn template_command_prints_exactly_the_prompt() {
     use ir::gguf::{Array, GgufWriter, Value as Gv};

@@ -732,6 +732,21 @@ impl<'w> CompiledPlan<'w> {
         llama_col0: usize,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
+        self.check_kv_memory(kv)?;
+        if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
+            return Err(ExecError::Input(format!(
+                "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
+            )));
+        }
+        let si = self.step_index(n_tokens, n_outputs)?;
+        self.write_inputs(si, args)?;
+        let ub = (n_llama, llama_col0);
+        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub)?;
+        Ok(self.logits_of(si))
+    }
+
+    /// Refuses KV memory shorter than one sequence's.
+    fn check_kv_memory(&self, kv: &[u8]) -> Result<(), ExecError> {
         if (kv.len() as u64) < self.kv_layout.stream_bytes {
             return Err(ExecError::Input(format!(
                 "the KV memory has {} bytes; a sequence needs {}",
@@ -739,28 +754,28 @@ impl<'w> CompiledPlan<'w> {
                 self.kv_layout.stream_bytes
             )));
         }
-        if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
-            return Err(ExecError::Input(format!(
-                "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
-            )));
-        }
-        let si = self
-            .steps
+        Ok(())
+    }
+
+    /// The step compiled for `n_tokens` tokens and `n_outputs` logit rows.
+    fn step_index(&self, n_tokens: u32, n_outputs: u32) -> Result<usize, ExecError> {
+        self.steps
             .iter()
             .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_outputs)
             .ok_or_else(|| {
                 ExecError::Input(format!(
                     "no step for {n_tokens} tokens and {n_outputs} outputs"
                 ))
-            })?;
-        self.write_inputs(si, args)?;
-        let ub = (n_llama, llama_col0);
-        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub)?;
+            })
+    }
+
+    /// The logits of step `si`, which just ran (it becomes the last step).
+    fn logits_of(&mut self, si: usize) -> &[f32] {
         self.last_step = Some(si);
         let (p, n) = self.steps[si].logits;
         // SAFETY: the logits are `n` f32 values inside the arena (checked at lowering); the
         // borrow of `self` keeps the arena alive and unchanged until the next `step`.
-        Ok(unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) })
+        unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) }
     }
 
     /// One token of each of several sequences in one step: the step compiled for
@@ -788,25 +803,10 @@ impl<'w> CompiledPlan<'w> {
                 "{n_real} sequences in a step of {n_tokens} tokens"
             )));
         }
-        if let Some(short) = kvs
-            .iter()
-            .find(|kv| (kv.len() as u64) < self.kv_layout.stream_bytes)
-        {
-            return Err(ExecError::Input(format!(
-                "the KV memory has {} bytes; a sequence needs {}",
-                short.len(),
-                self.kv_layout.stream_bytes
-            )));
+        for kv in kvs.iter() {
+            self.check_kv_memory(kv)?;
         }
-        let si = self
-            .steps
-            .iter()
-            .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_tokens)
-            .ok_or_else(|| {
-                ExecError::Input(format!(
-                    "no step for {n_tokens} tokens with a logit row each"
-                ))
-            })?;
+        let si = self.step_index(n_tokens, n_tokens)?;
         self.write_inputs(si, args)?;
         let mut rows = std::mem::take(&mut self.row_kv);
         rows.clear();
@@ -814,10 +814,7 @@ impl<'w> CompiledPlan<'w> {
         let done = self.run(si, rows[0], Some(&rows), args.kv_len, n_real, (1, 0));
         self.row_kv = rows;
         done?;
-        self.last_step = Some(si);
-        let (p, n) = self.steps[si].logits;
-        // SAFETY: as in `step_real`.
-        Ok(unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) })
+        Ok(self.logits_of(si))
     }
 
     /// Output `i` of the last step run, its elements in `ne` order (tests, debugging).

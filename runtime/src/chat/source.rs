@@ -52,12 +52,43 @@ pub const GEMMA_BUILTIN: &str = concat!(
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
 );
 
+/// llama.cpp's built-in `llama3` format (`llm_chat_apply_template`, src/llama-chat.cpp): each
+/// message is `<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>` with the content
+/// trimmed; the generation prompt is `<|start_header_id|>assistant<|end_header_id|>\n\n`. No
+/// BOS is printed (the tokenizer adds it).
+pub const LLAMA3_BUILTIN: &str = concat!(
+    "{% for message in messages %}",
+    "{{ '<|start_header_id|>' ~ message['role'] ~ '<|end_header_id|>\n\n' }}",
+    "{{ message['content'] | trim }}{{ '<|eot_id|>' }}",
+    "{% endfor %}",
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+);
+
+/// llama.cpp's built-in `command-r` format (`llm_chat_apply_template`, src/llama-chat.cpp):
+/// system, user and assistant messages are
+/// `<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>` / `<|USER_TOKEN|>` / `<|CHATBOT_TOKEN|>`, the content
+/// trimmed, then `<|END_OF_TURN_TOKEN|>`; other roles are left out; the generation prompt is
+/// `<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>`.
+pub const COMMAND_R_BUILTIN: &str = concat!(
+    "{% set names = {'system': 'SYSTEM', 'user': 'USER', 'assistant': 'CHATBOT'} %}",
+    "{% for message in messages %}",
+    "{% if message['role'] in names %}",
+    "{{ '<|START_OF_TURN_TOKEN|><|' ~ names[message['role']] ~ '_TOKEN|>' }}",
+    "{{ message['content'] | trim }}{{ '<|END_OF_TURN_TOKEN|>' }}",
+    "{% endif %}",
+    "{% endfor %}",
+    "{% if add_generation_prompt %}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{% endif %}",
+);
+
 /// The built-in formats by name, as llama.cpp's `--chat-template NAME` takes them: `chatml`
-/// ([`CHATML_FALLBACK`]) and `gemma` ([`GEMMA_BUILTIN`]). Other names: `None`.
+/// ([`CHATML_FALLBACK`]), `gemma` ([`GEMMA_BUILTIN`]), `llama3` ([`LLAMA3_BUILTIN`]) and
+/// `command-r` ([`COMMAND_R_BUILTIN`]). Other names: `None`.
 pub fn builtin_template(name: &str) -> Option<&'static str> {
     match name {
         "chatml" => Some(CHATML_FALLBACK),
         "gemma" => Some(GEMMA_BUILTIN),
+        "llama3" => Some(LLAMA3_BUILTIN),
+        "command-r" => Some(COMMAND_R_BUILTIN),
         _ => None,
     }
 }

@@ -70,8 +70,9 @@ pub struct GenArgs {
     /// Use this Jinja chat template instead of the model's (with --chat or a conversation).
     #[arg(long = "chat-template-file", conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
-    /// Use the built-in chat template of this name instead of the model's (`chatml`, ...).
-    #[arg(long = "chat-template", value_name = "NAME")]
+    /// Use this chat template instead of the model's: a built-in format's name (`chatml`,
+    /// `gemma`, `llama3`, `command-r`) or a Jinja template's text, as llama.cpp takes it.
+    #[arg(long = "chat-template", value_name = "NAME|JINJA")]
     pub chat_template: Option<String>,
     /// Stop when the text contains this (repeatable; llama-cli's `-r` / `--reverse-prompt`);
     /// the stop text is not printed.
@@ -257,13 +258,16 @@ impl GenArgs {
     /// # Errors
     /// A file that cannot be read, an unknown name, a template that does not compile.
     pub fn template(&self, file: &GgufFile) -> anyhow::Result<ChatTemplate> {
-        let user = match &self.chat_template_file {
-            Some(p) => Some(
+        // `--chat-template` is a built-in format's name or a template's text, as llama.cpp
+        // takes it (`modelc template` reads it the same way).
+        let user = match (&self.chat_template_file, &self.chat_template) {
+            (Some(p), _) => Some(
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
             ),
-            None => None,
+            (None, Some(t)) => Some(crate::chat::builtin_template(t).unwrap_or(t).to_string()),
+            (None, None) => None,
         };
-        let (tmpl, _) = template_for_model(file, user.as_deref(), self.chat_template.as_deref())?;
+        let (tmpl, _) = template_for_model(file, user.as_deref(), None)?;
         Ok(tmpl)
     }
 
