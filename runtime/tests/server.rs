@@ -560,10 +560,21 @@ fn serve_smollm2() {
     // A client that disconnects mid-stream frees its slot at once.
     let long_gen = json!({"prompt": PROMPT, "n_predict": 4000, "ignore_eos": true, "stream": true});
     drop(open_stream(port, &long_gen));
-    wait_idle(port, Duration::from_secs(2));
+    wait_idle(port, Duration::from_secs(10));
     check();
-    // The slot busy and one request waiting: the next one gets 503.
+    // The slot busy and one request waiting: the next one gets 503. The stream must hold
+    // the slot before the waiting request is sent (a stream's headers may come before its
+    // request reaches the slot, and a one-token request taking the slot first would leave
+    // the queue empty).
     let s1 = open_stream(port, &long_gen);
+    let t0 = Instant::now();
+    while !get(port, "/slots").body.contains("\"is_processing\":true") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the stream never took the slot"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let waiting = std::thread::spawn(move || {
         post(
             port,
@@ -601,7 +612,7 @@ fn serve_smollm2() {
     assert_error(&probe, 503, "unavailable_error");
     drop(s1);
     assert_eq!(waiting.join().unwrap(), 200);
-    wait_idle(port, Duration::from_secs(2));
+    wait_idle(port, Duration::from_secs(10));
     check();
 
     // SIGTERM with a request running: exits 0, promptly.
