@@ -405,6 +405,20 @@ fn serve_smollm2() {
         .unwrap()
         .len();
     assert_eq!(whole["usage"]["prompt_tokens"], n_rendered);
+    // `n` choices: each greedy, so each the same message; usage adds their tokens.
+    let mut two = chat.clone();
+    two["n"] = json!(2);
+    let both = post(port, "/v1/chat/completions", &two).json();
+    let choices = both["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2, "{both}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"], whole["choices"][0]["message"]);
+    }
+    assert_eq!(
+        both["usage"]["completion_tokens"],
+        2 * whole["usage"]["completion_tokens"].as_u64().unwrap()
+    );
     let mut s = chat.clone();
     s["stream"] = json!(true);
     let r = post(port, "/v1/chat/completions", &s);

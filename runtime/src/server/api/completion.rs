@@ -46,9 +46,14 @@ struct Request {
     /// `verbose`: OpenAI results carry llama.cpp's own result as `__verbose`.
     verbose: bool,
     id_slot: Option<usize>,
+    /// OpenAI's `n`: completions of each prompt, returned as that many `choices`.
+    n_choices: usize,
     id: String,
     created: u64,
 }
+
+/// Most `n` choices one OpenAI request may ask for.
+const MAX_CHOICES: usize = 16;
 
 /// `POST /completion`, `/completions`.
 pub async fn llama(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -97,9 +102,13 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         return ApiError::invalid("streaming several prompts in one request is not supported")
             .into_response();
     }
-    let mut receivers = Vec::with_capacity(req.prompts.len());
-    let mut jobs = Vec::with_capacity(req.prompts.len());
-    for prompt in &req.prompts {
+    let mut receivers = Vec::with_capacity(req.prompts.len() * req.n_choices);
+    let mut jobs = Vec::with_capacity(req.prompts.len() * req.n_choices);
+    let each = req
+        .prompts
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, req.n_choices));
+    for prompt in each {
         let Ok(permit) = st.permits.clone().try_acquire_owned() else {
             return ApiError::unavailable(format!(
                 "the server is busy: {} requests are already waiting (--queue-size)",
@@ -140,6 +149,9 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
                 }
                 Err(e) => return e.into_response(),
             }
+        }
+        if req.n_choices > 1 {
+            return axum::Json(merge_choices(results)).into_response();
         }
         match (results.len(), results.pop()) {
             (1, Some(v)) => axum::Json(v).into_response(),
@@ -191,6 +203,21 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
             _ => return Err(ApiError::invalid(format!("\"id_slot\" {i}: no such slot"))),
         },
     };
+    let n_choices = match body.i64("n")? {
+        None => 1,
+        Some(n) if api != Api::Llama && (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+        Some(n) if api != Api::Llama => {
+            return Err(ApiError::invalid(format!(
+                "\"n\" {n}: from 1 to {MAX_CHOICES} choices"
+            )))
+        }
+        Some(_) => 1,
+    };
+    if n_choices > 1 && stream {
+        return Err(ApiError::invalid(
+            "streaming several choices (\"n\" > 1) is not supported",
+        ));
+    }
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -203,6 +230,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         return_tokens: body.bool("return_tokens")?.unwrap_or(false),
         verbose: body.bool("verbose")?.unwrap_or(false),
         id_slot,
+        n_choices,
         id: format!("chatcmpl-{:016x}", rand::random::<u64>()),
         created,
     })
@@ -332,6 +360,37 @@ pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
 }
 
 /// A non-streamed result: waits for it.
+/// One OpenAI result with the `choices` of all of `results` (one request's `n` completions),
+/// numbered in order, and their usage added up (the prompt counted once).
+fn merge_choices(results: Vec<Value>) -> Value {
+    let mut it = results.into_iter();
+    let Some(mut first) = it.next() else {
+        return Value::Null;
+    };
+    let mut choices: Vec<Value> = Vec::new();
+    let mut completion_tokens = 0;
+    let mut prompt_tokens = 0;
+    for v in std::iter::once(first.clone()).chain(it) {
+        if let Some(cs) = v["choices"].as_array() {
+            choices.extend(cs.iter().cloned());
+        }
+        completion_tokens += v["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        prompt_tokens = v["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap_or(prompt_tokens);
+    }
+    for (i, c) in choices.iter_mut().enumerate() {
+        c["index"] = i.into();
+    }
+    first["choices"] = Value::Array(choices);
+    first["usage"] = json!({
+        "completion_tokens": completion_tokens,
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": completion_tokens + prompt_tokens,
+    });
+    first
+}
+
 async fn whole(
     ready: &Ready,
     req: &Request,
