@@ -157,7 +157,11 @@ fn per_second(n: usize, ms: f64) -> f64 {
 
 /// The top `n` log-probabilities of `logits` (softmax over the raw logits, accumulated in f64).
 pub fn top_logprobs(vocab: &Vocab, logits: &[f32], n: usize) -> Vec<TokenLogprob> {
-    let log_z = log_sum_exp(logits);
+    top_logprobs_with(vocab, logits, n, log_sum_exp(logits))
+}
+
+/// [`top_logprobs`] with the log of the softmax's normalizer already computed.
+fn top_logprobs_with(vocab: &Vocab, logits: &[f32], n: usize, log_z: f64) -> Vec<TokenLogprob> {
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     let by = |a: &u32, b: &u32| {
         logits[*b as usize]
@@ -376,11 +380,13 @@ impl Decoding {
                         .collect(),
                 }
             } else {
+                // One pass over the vocabulary for the normalizer, shared by both.
+                let log_z = log_sum_exp(logits);
                 PositionProbs {
                     id: token,
                     token: piece_text(vocab, token),
-                    logprob: (f64::from(logits[token as usize]) - log_sum_exp(logits)) as f32,
-                    top_logprobs: top_logprobs(vocab, logits, self.opts.n_probs),
+                    logprob: (f64::from(logits[token as usize]) - log_z) as f32,
+                    top_logprobs: top_logprobs_with(vocab, logits, self.opts.n_probs, log_z),
                 }
             };
             p.push(entry);

@@ -184,22 +184,27 @@ impl KvCache {
         }
     }
 
-    /// The memory of streams `idx` (distinct), lent together for one multi-sequence call,
-    /// in the order given.
+    /// The memory of streams `idx`, lent together for one multi-sequence call, in the order
+    /// given.
     ///
-    /// # Panics
-    /// A stream index given twice or out of range (the session passes each sequence's
-    /// stream once).
-    pub fn lend_many(&mut self, idx: &[usize]) -> Vec<crate::engine::KvStream<'_>> {
+    /// # Errors
+    /// A stream index given twice or out of range.
+    pub fn lend_many(&mut self, idx: &[usize]) -> anyhow::Result<Vec<crate::engine::KvStream<'_>>> {
         let b = (self.layout.stream_bytes as usize).max(1);
         let mut parts: Vec<Option<&mut [u8]>> =
             self.mem.as_mut_slice().chunks_mut(b).map(Some).collect();
         parts.resize_with(self.streams.len(), || Some(Default::default()));
         idx.iter()
-            .map(|&i| crate::engine::KvStream {
-                index: i,
-                mem: parts[i].take().expect("each stream is lent once"),
-                written: self.streams[i].written,
+            .map(|&i| {
+                let mem = parts
+                    .get_mut(i)
+                    .and_then(Option::take)
+                    .ok_or_else(|| anyhow::anyhow!("KV stream {i} lent twice or out of range"))?;
+                Ok(crate::engine::KvStream {
+                    index: i,
+                    mem,
+                    written: self.streams[i].written,
+                })
             })
             .collect()
     }

@@ -268,7 +268,7 @@ impl<'w> Session<'w> {
         let positions: Vec<usize> = streams.iter().map(|&s| self.kv.n_past(s)).collect();
         let tokens: Vec<TokenId> = which.iter().map(|&i| batch[i].token).collect();
         let mut rows = Vec::with_capacity(which.len() * self.n_vocab());
-        let mut kvs = self.kv.lend_many(&streams);
+        let mut kvs = self.kv.lend_many(&streams)?;
         let done = self
             .engine
             .decode_seqs(&mut kvs, &tokens, &positions, &mut rows);
