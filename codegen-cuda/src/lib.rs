@@ -1,3 +1,36 @@
-//! `codegen-cuda`: will generate CUDA C source for the kernels of a plan, to be compiled by NVRTC
-//! at load time and launched by the runtime's CUDA device. Nothing is generated yet; the CPU
-//! target comes first (see DESIGN.md, "Data flow").
+//! `codegen-cuda`: CUDA C source generated from a plan (DESIGN.md, "Data flow"), and the
+//! dialect-neutral kernel printer the Metal backend shares.
+//!
+//! - [`program`]: what a plan becomes: per step one self-contained source and its launches,
+//!   and the kernel ABI (three buffers: arena, KV memory, weights; every offset a constant).
+//! - [`kernels`]: the kernel printer. It writes kernel bodies in a small vocabulary of macros
+//!   that each dialect's prelude defines (`prelude.cuh` here, `prelude.metal` in
+//!   codegen-metal), so the CUDA and Metal sources differ only in their prelude:
+//!
+//! | word | meaning |
+//! |---|---|
+//! | `KERNEL(name, nt)` | a kernel of `nt` threads per block taking `arena`, `kv`, `wts` |
+//! | `FN` | a helper function |
+//! | `GMEM` | address space of a pointer into the three buffers |
+//! | `SHARED` | an array shared by the threads of one block |
+//! | `TX`, `BX`, `BY`, `BZ` | thread index in the block; block index in the grid (`i32`) |
+//! | `SYNC()` | barrier of the block's threads (and its shared memory) |
+//! | `SHFL_XOR(v, m)` | the `float` of lane `lane ^ m` of the 32-lane SIMD group |
+//! | `F16_TO_F32(u)`, `F32_TO_F16(f)`, `BF16_TO_F32(u)` | conversions of `u16` bit patterns (round to nearest even) |
+//! | `AS_FLOAT(u)`, `AS_UINT(f)` | bit casts between `u32` and `float` |
+//! | `UNROLL` | unroll the next loop |
+//! | `u8 i8 u16 i16 u32 i32 u64 i64` | integer types |
+//! | `expf logf tanhf sqrtf fabsf fmaxf fminf roundf floorf cosf sinf powf` | `float` math |
+//!
+//! Nothing else of either language appears in a kernel body: no `std::`, no `double`, no
+//! recursion, every pointer qualified with `GMEM` (or local).
+
+pub mod kernels;
+pub mod program;
+
+pub use kernels::{generate, CodegenError};
+pub use program::{GpuProgram, Launch, StepProgram, WeightTable, SIMD_WIDTH, WEIGHT_ALIGN};
+
+/// The CUDA prelude of every generated source: includes, integer types and the kernel
+/// vocabulary of the module doc in CUDA terms.
+pub const CUDA_PRELUDE: &str = include_str!("prelude.cuh");

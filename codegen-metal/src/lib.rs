@@ -1,3 +1,5 @@
-//! `codegen-metal`: will generate Metal Shading Language source for the kernels of a plan, for
-//! the runtime's Metal device on Apple GPUs. Nothing is generated yet; the CPU target comes first
-//! (see DESIGN.md, "Data flow").
+//! `codegen-metal`: Metal Shading Language source for the kernels of a plan: the kernels of
+//! `codegen-cuda`'s printer under the Metal prelude (`prelude.metal`).
+
+/// The Metal prelude: the kernel vocabulary of `codegen_cuda` in MSL terms.
+pub const METAL_PRELUDE: &str = include_str!("prelude.metal");
