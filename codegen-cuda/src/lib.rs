@@ -12,7 +12,9 @@
 //! | `KERNEL(name, nt)` | a kernel of `nt` threads per block taking `arena`, `kv`, `wts` |
 //! | `FN` | a helper function |
 //! | `GMEM` | address space of a pointer into the three buffers |
-//! | `SHARED` | an array shared by the threads of one block |
+//! | `SHARED` | an array shared by the threads of one block (declared in a kernel) |
+//! | `SMEM` | address space of a pointer into `SHARED` memory |
+//! | `CONSTANT` | a read-only table at file scope (lookup tables of IQ4_NL, IQ4_XS) |
 //! | `TX`, `BX`, `BY`, `BZ` | thread index in the block; block index in the grid (`i32`) |
 //! | `SYNC()` | barrier of the block's threads (and its shared memory) |
 //! | `SHFL_XOR(v, m)` | the `float` of lane `lane ^ m` of the 32-lane SIMD group |
@@ -23,7 +25,7 @@
 //! | `expf logf tanhf sqrtf fabsf fmaxf fminf roundf floorf cosf sinf powf` | `float` math |
 //!
 //! Nothing else of either language appears in a kernel body: no `std::`, no `double`, no
-//! recursion, every pointer qualified with `GMEM` (or local).
+//! recursion, every pointer qualified with `GMEM` or `SMEM`.
 
 pub mod kernels;
 pub mod program;

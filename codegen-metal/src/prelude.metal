@@ -21,7 +21,9 @@ typedef long i64;
                      uint t_idx_ [[thread_index_in_threadgroup]])
 #define FN static inline
 #define GMEM device
+#define SMEM threadgroup
 #define SHARED threadgroup
+#define CONSTANT constant
 #define TX ((i32)t_idx_)
 #define BX ((i32)tg_pos_.x)
 #define BY ((i32)tg_pos_.y)

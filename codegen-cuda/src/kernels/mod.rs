@@ -1,8 +1,34 @@
 //! The kernel printer: a plan's steps as sources in the dialect-neutral vocabulary of the
 //! crate doc, under a dialect's prelude.
+//!
+//! Each plan kernel becomes one device kernel named `k<index>_<op>` (`k4_mul_mat_add`),
+//! preceded by a comment giving the plan kernel's line (its op, results and sources), so a
+//! reader of the source, or of an NVRTC error, finds the plan kernel it came from. A step's
+//! source is: the prelude, the shared helpers ([`COMMON`]), the dequantizers of the types the
+//! step reads ([`dequant`]), then the kernels in execution order. The output depends only on
+//! the plan: printing the same plan twice gives the same bytes.
+//!
+//! | plan kernel | device kernel |
+//! |---|---|
+//! | `mul_mat` and its fusions (norm prologue, q/k/v siblings, add / GLU epilogue) | [`matmul`]: a warp per output row, lanes over `K`, up to 8 columns per pass |
+//! | `attention` | [`attention`]: a block per (head, token), warps over the keys, online softmax, merged in shared memory |
+//! | `rope`, `kv_store`, `rope+kv_store…` | [`rope`]: a block per token, the roped row staged in shared memory, then stored in the cache's type |
+//! | `rms_norm`, `norm`, `rms_norm+mul`, `soft_max` | [`rows`]: a block per row, block reductions |
+//! | elementwise ops, `get_rows`, `cont` | [`elementwise`]: a thread per result element |
 
-use crate::program::GpuProgram;
-use ir::plan::Plan;
+pub mod attention;
+pub mod dequant;
+pub mod elementwise;
+pub mod emit;
+pub mod matmul;
+pub mod rope;
+pub mod rows;
+
+use crate::program::{GpuProgram, Launch, StepProgram, WeightTable};
+use emit::{Buf, Val};
+use ir::plan::{Base, Kernel, KvLayout, Plan, Step};
+use std::collections::BTreeSet;
+use std::fmt::Write;
 
 /// A plan the printer cannot generate code for.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -24,11 +50,286 @@ pub enum CodegenError {
     Plan(String),
 }
 
+/// Helpers every step's source carries, after the prelude: SIMD-group and block
+/// reductions. `red` is `nw` floats of shared memory; every thread gets the result. The
+/// first `SYNC` lets a caller reuse `red` right after a previous reduction.
+pub const COMMON: &str = r#"
+FN float warp_sum(float v) {
+    v += SHFL_XOR(v, 16); v += SHFL_XOR(v, 8); v += SHFL_XOR(v, 4);
+    v += SHFL_XOR(v, 2); v += SHFL_XOR(v, 1);
+    return v;
+}
+FN float warp_max(float v) {
+    v = fmaxf(v, SHFL_XOR(v, 16)); v = fmaxf(v, SHFL_XOR(v, 8)); v = fmaxf(v, SHFL_XOR(v, 4));
+    v = fmaxf(v, SHFL_XOR(v, 2)); v = fmaxf(v, SHFL_XOR(v, 1));
+    return v;
+}
+FN float block_sum(float v, SMEM float* red, i32 nw, i32 tx) {
+    v = warp_sum(v);
+    SYNC();
+    if (tx % 32 == 0) red[tx / 32] = v;
+    SYNC();
+    float t = 0.0f;
+    for (i32 w = 0; w < nw; ++w) t += red[w];
+    return t;
+}
+FN float block_max(float v, SMEM float* red, i32 nw, i32 tx) {
+    v = warp_max(v);
+    SYNC();
+    if (tx % 32 == 0) red[tx / 32] = v;
+    SYNC();
+    float t = red[0];
+    for (i32 w = 1; w < nw; ++w) t = fmaxf(t, red[w]);
+    return t;
+}
+"#;
+
+/// What one plan kernel printed to.
+pub struct Emitted {
+    /// The kernel's source (its comment, `KERNEL(...)` and body).
+    pub text: String,
+    /// Thread blocks along x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block.
+    pub block: u32,
+}
+
+/// What the printer of one kernel sees: the plan, the step, where things lie, and the
+/// dequantizers it asks for.
+pub struct Ctx<'p> {
+    /// The plan.
+    pub plan: &'p Plan,
+    /// The step being printed.
+    pub step: &'p Step,
+    /// Index of the kernel being printed.
+    pub index: usize,
+    /// The device kernel's name.
+    pub name: String,
+    /// Weight offsets in `wts`.
+    pub weights: &'p WeightTable,
+    /// KV cache offsets in `kv`.
+    pub kv: &'p KvLayout,
+    /// GGML ids of the block types whose dequantizers the source must carry.
+    pub needs: BTreeSet<u32>,
+}
+
+impl Ctx<'_> {
+    /// The kernel being printed.
+    pub fn kernel(&self) -> &Kernel {
+        &self.step.kernels[self.index]
+    }
+
+    /// An [`CodegenError::Unsupported`] for this kernel.
+    pub fn unsupported(&self, msg: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported {
+            n_tokens: self.step.n_tokens,
+            kernel: self.index,
+            name: self.kernel().op.name(),
+            msg: msg.into(),
+        }
+    }
+
+    fn place(&self, id: ir::plan::ValueId) -> Result<Val, CodegenError> {
+        let v = self
+            .step
+            .values
+            .get(id.index())
+            .ok_or_else(|| CodegenError::Plan(format!("value %{} out of range", id.0)))?;
+        let (buf, base) = match v.base {
+            Base::Arena(b) => {
+                let off = self
+                    .step
+                    .buffers
+                    .get(b.index())
+                    .and_then(|b| b.offset)
+                    .ok_or_else(|| {
+                        CodegenError::Plan(format!("buffer of {} has no arena offset", v.name))
+                    })?;
+                (Buf::Arena, off)
+            }
+            Base::Weight(w) => {
+                (
+                    Buf::Wts,
+                    *self.weights.offsets.get(w.index()).ok_or_else(|| {
+                        CodegenError::Plan(format!("weight of {} unknown", v.name))
+                    })?,
+                )
+            }
+            Base::Kv(c) => (
+                Buf::Kv,
+                self.kv
+                    .caches
+                    .get(c.index())
+                    .ok_or_else(|| CodegenError::Plan(format!("KV cache of {} unknown", v.name)))?
+                    .offset,
+            ),
+        };
+        Ok(Val::new(v, buf, base))
+    }
+
+    /// Source `i` of the kernel, placed.
+    pub fn src(&self, i: usize) -> Result<Val, CodegenError> {
+        let id = *self
+            .kernel()
+            .srcs
+            .get(i)
+            .ok_or_else(|| self.unsupported(format!("no source {i}")))?;
+        self.place(id)
+    }
+
+    /// Result `i` of the kernel, placed.
+    pub fn dst(&self, i: usize) -> Result<Val, CodegenError> {
+        let id = *self
+            .kernel()
+            .dsts
+            .get(i)
+            .ok_or_else(|| self.unsupported(format!("no result {i}")))?;
+        self.place(id)
+    }
+
+    /// The step's positions input (for the KV length and the rope).
+    pub fn positions(&self) -> Result<Val, CodegenError> {
+        let id = self
+            .step
+            .input(&ir::graph::Input::Positions)
+            .ok_or_else(|| self.unsupported("the step has no positions input"))?;
+        self.place(id)
+    }
+
+    /// The comment line and `KERNEL(name, nt)` header of the kernel.
+    pub fn header(&self, nt: u32) -> String {
+        let k = self.kernel();
+        let mut s = format!("// plan kernel k{}: {} {}", self.index, k.op.name(), k.name);
+        if !k.nodes.is_empty() {
+            write!(s, " (nodes {})", k.nodes.join(", ")).ok();
+        }
+        s.retain(|c| c != '\n');
+        format!("{s}\nKERNEL({}, {nt})", self.name)
+    }
+}
+
+/// The device kernel's name for plan kernel `index` with op name `op`: `k<index>_` and the
+/// op's name with every non-alphanumeric run as one `_` (`mul_mat×3` → `mul_matx3`).
+pub fn kernel_name(index: usize, op: &str) -> String {
+    let mut s = format!("k{index}_");
+    let mut last_us = true;
+    for c in op.chars() {
+        let c = if c == '×' { 'x' } else { c };
+        if c.is_ascii_alphanumeric() {
+            s.push(c);
+            last_us = false;
+        } else if !last_us {
+            s.push('_');
+            last_us = true;
+        }
+    }
+    while s.ends_with('_') {
+        s.pop();
+    }
+    s
+}
+
+/// Prints plan kernel `ctx.index` (dispatch on its op).
+fn emit(ctx: &mut Ctx<'_>) -> Result<Emitted, CodegenError> {
+    use ir::graph::Op;
+    use ir::plan::KernelOp;
+    let op = ctx.kernel().op.clone();
+    match &op {
+        KernelOp::MulMat(m) => matmul::emit(ctx, Some(*m)),
+        KernelOp::Op(Op::MulMat) => matmul::emit(ctx, None),
+        KernelOp::RmsNormMul { eps } => rows::emit(ctx, rows::RowOp::RmsNorm(*eps), true),
+        KernelOp::Op(Op::RmsNorm { eps }) => rows::emit(ctx, rows::RowOp::RmsNorm(*eps), false),
+        KernelOp::Op(Op::Norm { eps }) => rows::emit(ctx, rows::RowOp::Norm(*eps), false),
+        KernelOp::Op(Op::SoftMax { scale }) => rows::emit(ctx, rows::RowOp::SoftMax(*scale), false),
+        KernelOp::Op(Op::Attention(p)) => attention::emit(ctx, p),
+        KernelOp::RopeKvStore(r) => rope::emit_fused(ctx, r),
+        KernelOp::Op(Op::Rope(p)) => rope::emit_rope(ctx, p),
+        KernelOp::Op(Op::KvStore) => rope::emit_kv_store(ctx),
+        KernelOp::Op(Op::GetRows) => elementwise::emit_get_rows(ctx),
+        KernelOp::Op(o) => elementwise::emit(ctx, o),
+    }
+}
+
+/// Prints the program of one step.
+fn step_program(
+    plan: &Plan,
+    step: &Step,
+    prelude: &str,
+    weights: &WeightTable,
+    kv: &KvLayout,
+) -> Result<StepProgram, CodegenError> {
+    let mut needs = BTreeSet::new();
+    let mut kernels = String::new();
+    let mut launches = Vec::with_capacity(step.kernels.len());
+    for (i, k) in step.kernels.iter().enumerate() {
+        let mut ctx = Ctx {
+            plan,
+            step,
+            index: i,
+            name: kernel_name(i, &k.op.name()),
+            weights,
+            kv,
+            needs: BTreeSet::new(),
+        };
+        let e = emit(&mut ctx)?;
+        needs.extend(ctx.needs);
+        kernels += &e.text;
+        kernels += "\n";
+        launches.push(Launch {
+            kernel: ctx.name,
+            plan_kernel: i as u32,
+            grid: e.grid,
+            block: e.block,
+        });
+    }
+    let mut source = String::new();
+    writeln!(
+        source,
+        "// modelc: step n_tokens={} n_outputs={}, {} kernels. Generated; do not edit.",
+        step.n_tokens,
+        step.n_outputs,
+        step.kernels.len()
+    )
+    .ok();
+    source += prelude;
+    source += COMMON;
+    source += "\n";
+    for &id in &needs {
+        let f = ir::ggml::block_formats()
+            .iter()
+            .find(|f| f.ty.id() == id)
+            .ok_or_else(|| CodegenError::Plan(format!("no description of GGML type {id}")))?;
+        source += &dequant::print(f).map_err(CodegenError::Plan)?;
+        source += "\n";
+    }
+    source += &kernels;
+    Ok(StepProgram {
+        n_tokens: step.n_tokens,
+        n_outputs: step.n_outputs,
+        source,
+        launches,
+    })
+}
+
 /// Generates the program of every step of `plan` under `prelude` (the CUDA or Metal one).
 ///
 /// # Errors
-/// [`CodegenError`].
+/// [`CodegenError`]: an op or type without a kernel, or a plan without a memory plan.
 pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> {
-    let _ = (plan, prelude);
-    Err(CodegenError::Plan("the kernel printer is not written yet".into()))
+    let weights = WeightTable::new(plan).map_err(CodegenError::Plan)?;
+    let kv = plan
+        .kv_layout(u64::from(plan.n_ctx))
+        .map_err(CodegenError::Plan)?;
+    let steps = plan
+        .steps
+        .iter()
+        .map(|s| step_program(plan, s, prelude, &weights, &kv))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(GpuProgram {
+        steps,
+        weights,
+        kv_cells: u64::from(plan.n_ctx),
+        kv_bytes: kv.stream_bytes,
+        arena_bytes: plan.arena_bytes(),
+    })
 }

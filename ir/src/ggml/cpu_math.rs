@@ -118,7 +118,7 @@ fn corr_dim(n_dims: u32, n_ctx_orig: u32, n_rot: f32, base: f32) -> f32 {
 }
 
 /// ggml's `ggml_rope_yarn_corr_dims`: the ramp's start and end dimensions.
-fn corr_dims(p: &RopeParams) -> [f32; 2] {
+pub fn corr_dims(p: &RopeParams) -> [f32; 2] {
     let start = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base).floor();
     let end = corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base).ceil();
     [start.max(0.0), end.min(p.n_rot as f32 - 1.0)]

@@ -140,6 +140,30 @@ impl<'p, 'w> PlanExec<'p, 'w> {
         n_outputs: u32,
         args: &StepArgs<'_>,
     ) -> Result<Vec<Vec<f32>>, PlanError> {
+        let si = self.begin(n_tokens, n_outputs, args)?;
+        let s = &self.plan.steps[si];
+        for k in 0..s.kernels.len() {
+            self.run_kernel(si, k, args.kv_len)?;
+        }
+        Ok(s.outputs
+            .iter()
+            .map(|o| self.gather(si, s.value(*o), args.kv_len))
+            .collect())
+    }
+
+    /// Starts the step for `n_tokens` tokens and `n_outputs` logit rows: writes its inputs
+    /// into the arena and returns the step's index, for [`PlanExec::run_kernel`] (a
+    /// kernel-by-kernel run: how a backend's kernels are each compared with the
+    /// interpreter's on the same inputs).
+    ///
+    /// # Errors
+    /// As [`PlanExec::run`].
+    pub fn begin(
+        &mut self,
+        n_tokens: u32,
+        n_outputs: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<usize, PlanError> {
         let si = self
             .plan
             .steps
@@ -177,13 +201,19 @@ impl<'p, 'w> PlanExec<'p, 'w> {
                 self.arena[at + i] = *x as u32;
             }
         }
-        for k in 0..s.kernels.len() {
-            self.run_kernel(si, k, args.kv_len)?;
-        }
-        Ok(s.outputs
-            .iter()
-            .map(|o| self.gather(si, s.value(*o), args.kv_len))
-            .collect())
+        Ok(si)
+    }
+
+    /// The arena as words: byte `4 i` of the step's arena is word `i` (a planned step's
+    /// buffers lie at their planned offsets).
+    pub fn arena(&self) -> &[u32] {
+        &self.arena
+    }
+
+    /// The actual elements of arena value `v` of step `si` in `ne` order (empty for a value
+    /// outside the arena).
+    pub fn value(&self, si: usize, v: &Value, kv_len: u64) -> Vec<f32> {
+        self.gather(si, v, kv_len)
     }
 
     fn word(&self, si: usize, v: &Value) -> usize {
@@ -206,7 +236,14 @@ impl<'p, 'w> PlanExec<'p, 'w> {
         out
     }
 
-    fn run_kernel(&mut self, si: usize, k: usize, kv_len: u64) -> Result<(), PlanError> {
+    /// Runs kernel `k` of step `si` (see [`PlanExec::begin`]) over the arena as it is.
+    ///
+    /// # Errors
+    /// What the interpreter reports, naming the kernel.
+    pub fn run_kernel(&mut self, si: usize, k: usize, kv_len: u64) -> Result<(), PlanError> {
+        if self.plan.steps.get(si).is_none_or(|s| k >= s.kernels.len()) {
+            return Err(PlanError::Exec(format!("no kernel {k} in step {si}")));
+        }
         let plan = self.plan;
         let s = &plan.steps[si];
         if let std::collections::hash_map::Entry::Vacant(e) = self.graphs.entry((si, k)) {
