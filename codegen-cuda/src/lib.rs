@@ -13,7 +13,6 @@
 //! | `FN` | a helper function |
 //! | `GMEM` | address space of a pointer into the three buffers |
 //! | `SHARED` | an array shared by the threads of one block (declared in a kernel) |
-//! | `SMEM` | address space of a pointer into `SHARED` memory |
 //! | `CONSTANT` | a read-only table at file scope (lookup tables of IQ4_NL, IQ4_XS) |
 //! | `TX`, `BX`, `BY`, `BZ` | thread index in the block; block index in the grid (`i32`) |
 //! | `SYNC()` | barrier of the block's threads (and its shared memory) |
@@ -25,7 +24,9 @@
 //! | `expf logf tanhf sqrtf fabsf fmaxf fminf roundf floorf cosf sinf powf` | `float` math |
 //!
 //! Nothing else of either language appears in a kernel body: no `std::`, no `double`, no
-//! recursion, every pointer qualified with `GMEM` or `SMEM`.
+//! recursion, every pointer qualified with `GMEM`, no pointer into `SHARED` memory
+//! (Metal would want an address space for it that CUDA lacks; shared arrays are indexed in
+//! the kernel that declares them).
 
 pub mod kernels;
 pub mod program;

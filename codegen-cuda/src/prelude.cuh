@@ -20,8 +20,6 @@ typedef long long i64;
 #define FN static __device__ __forceinline__
 // Address space of pointers into the three buffers (none in CUDA).
 #define GMEM
-// Address space of a pointer into SHARED memory (none in CUDA).
-#define SMEM
 // Storage of an array shared by the threads of a block.
 #define SHARED __shared__
 // A read-only table at file scope.

@@ -21,7 +21,6 @@ typedef long i64;
                      uint t_idx_ [[thread_index_in_threadgroup]])
 #define FN static inline
 #define GMEM device
-#define SMEM threadgroup
 #define SHARED threadgroup
 #define CONSTANT constant
 #define TX ((i32)t_idx_)

@@ -1,6 +1,6 @@
-FN float k2_rope_kv_store_rope_q_kv_store_v_rope(SMEM const float* xh, i32 d, float pf) {
-    if (d >= 64) return xh[d];
-    const i32 i = d / 2; const bool first = (d % 2) == 0; const i32 o = first ? d + 1 : d - 1;
+FN float k2_rope_kv_store_rope_q_kv_store_v_rope(float xd, float xo, i32 d, float pf) {
+    if (d >= 64) return xd;
+    const i32 i = d / 2; const bool first = (d % 2) == 0;
     float theta = pf;
     for (i32 ii = 0; ii < i; ++ii) theta *= 0.7498942f;
     const float te = theta;
@@ -8,7 +8,7 @@ FN float k2_rope_kv_store_rope_q_kv_store_v_rope(SMEM const float* xh, i32 d, fl
     const float th = ti;
     const float ms = 1.0f;
     const float c = cosf(th) * ms; const float sn = sinf(th) * ms;
-    const float x0 = first ? xh[d] : xh[o]; const float x1 = first ? xh[o] : xh[d];
+    const float x0 = first ? xd : xo; const float x1 = first ? xo : xd;
     return first ? x0 * c - x1 * sn : x0 * sn + x1 * c;
 }
 // plan kernel k2: rope+kv_store+rope_q+kv_store_v cache_k_store-0 (nodes Qcur_rope-0, Kcur_rope-0, cache_k_store-0, cache_v_store-0)
@@ -24,8 +24,8 @@ KERNEL(k2_rope_kv_store_rope_q_kv_store_v, 128) {
     for (i32 e = TX; e < 128; e += 128) vx[e] = *(const GMEM float*)(arena + 12288 + (u64)(e) * 4u + (u64)(t) * 512u);
     SHARED float kr[128];
     SYNC();
-    for (i32 e = TX; e < 128; e += 128) kr[e] = k2_rope_kv_store_rope_q_kv_store_v_rope(kx + (e / 64) * 64, e % 64, pf);
-    for (i32 e = TX; e < 256; e += 128) { const float y = k2_rope_kv_store_rope_q_kv_store_v_rope(qx + (e / 64) * 64, e % 64, pf); *(GMEM float*)(arena + 0 + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u) = y; }
+    for (i32 e = TX; e < 128; e += 128) { const i32 d = e % 64; const i32 h0 = e - d; kr[e] = k2_rope_kv_store_rope_q_kv_store_v_rope(kx[e], kx[h0 + k2_rope_kv_store_rope_q_kv_store_v_rope_pair(d)], d, pf); }
+    for (i32 e = TX; e < 256; e += 128) { const i32 d = e % 64; const i32 h0 = e - d; const float y = k2_rope_kv_store_rope_q_kv_store_v_rope(qx[e], qx[h0 + k2_rope_kv_store_rope_q_kv_store_v_rope_pair(d)], d, pf); *(GMEM float*)(arena + 0 + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u) = y; }
     SYNC();
     for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + 0 + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(kr[e]); }
     for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + 16384 + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(vx[e]); }

@@ -14,6 +14,7 @@
 //! | `attention` | [`attention`]: a block per (head, token), warps over the keys, online softmax, merged in shared memory |
 //! | `rope`, `kv_store`, `rope+kv_store…` | [`rope`]: a block per token, the roped row staged in shared memory, then stored in the cache's type |
 //! | `rms_norm`, `norm`, `rms_norm+mul`, `soft_max` | [`rows`]: a block per row, block reductions |
+//! | `hadamard` | [`rows`]: a block per group, butterflies in shared memory |
 //! | elementwise ops, `get_rows`, `cont` | [`elementwise`]: a thread per result element |
 
 pub mod attention;
@@ -50,9 +51,8 @@ pub enum CodegenError {
     Plan(String),
 }
 
-/// Helpers every step's source carries, after the prelude: SIMD-group and block
-/// reductions. `red` is `nw` floats of shared memory; every thread gets the result. The
-/// first `SYNC` lets a caller reuse `red` right after a previous reduction.
+/// Helpers every step's source carries, after the prelude: SIMD-group reductions (every
+/// lane gets the result).
 pub const COMMON: &str = r#"
 FN float warp_sum(float v) {
     v += SHFL_XOR(v, 16); v += SHFL_XOR(v, 8); v += SHFL_XOR(v, 4);
@@ -64,25 +64,25 @@ FN float warp_max(float v) {
     v = fmaxf(v, SHFL_XOR(v, 2)); v = fmaxf(v, SHFL_XOR(v, 1));
     return v;
 }
-FN float block_sum(float v, SMEM float* red, i32 nw, i32 tx) {
-    v = warp_sum(v);
-    SYNC();
-    if (tx % 32 == 0) red[tx / 32] = v;
-    SYNC();
-    float t = 0.0f;
-    for (i32 w = 0; w < nw; ++w) t += red[w];
-    return t;
-}
-FN float block_max(float v, SMEM float* red, i32 nw, i32 tx) {
-    v = warp_max(v);
-    SYNC();
-    if (tx % 32 == 0) red[tx / 32] = v;
-    SYNC();
-    float t = red[0];
-    for (i32 w = 1; w < nw; ++w) t = fmaxf(t, red[w]);
-    return t;
-}
 "#;
+
+/// Statements reducing `v` over the block's `nw` warps into `out` (declared by the caller),
+/// with `op` (`+` for a sum, `fmaxf` for a maximum) through the kernel's shared array `red`
+/// of `nw` floats; every thread gets the result. The first `SYNC` lets a kernel reuse `red`
+/// right after a previous reduction. (Printed inline: a Metal helper function cannot
+/// declare threadgroup memory, and pointers into it would need an address space CUDA
+/// lacks.)
+pub fn block_reduce(v: &str, out: &str, nw: u32, max: bool) -> String {
+    let (warp, combine) = if max {
+        ("warp_max", format!("{out} = fmaxf({out}, red[w]);"))
+    } else {
+        ("warp_sum", format!("{out} += red[w];"))
+    };
+    format!(
+        "{{ const float r_ = {warp}({v}); SYNC(); if (TX % 32 == 0) red[TX / 32] = r_; SYNC(); \
+         {out} = red[0]; for (i32 w = 1; w < {nw}; ++w) {combine} }}"
+    )
+}
 
 /// What one plan kernel printed to.
 pub struct Emitted {
@@ -246,18 +246,34 @@ fn emit(ctx: &mut Ctx<'_>) -> Result<Emitted, CodegenError> {
         KernelOp::Op(Op::Rope(p)) => rope::emit_rope(ctx, p),
         KernelOp::Op(Op::KvStore) => rope::emit_kv_store(ctx),
         KernelOp::Op(Op::GetRows) => elementwise::emit_get_rows(ctx),
+        KernelOp::Op(Op::Hadamard { n }) => rows::emit_hadamard(ctx, u64::from(*n)),
         KernelOp::Op(o) => elementwise::emit(ctx, o),
     }
 }
 
-/// Prints the program of one step.
-fn step_program(
+/// The kernels of one step, before they are assembled into a source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrintedStep {
+    /// The kernels' text, in execution order.
+    pub kernels: String,
+    /// GGML ids of the block types whose dequantizers they call.
+    pub needs: BTreeSet<u32>,
+    /// Their launches.
+    pub launches: Vec<Launch>,
+}
+
+/// Prints the kernels of one step; each kernel's name starts with `prefix` (empty for a
+/// source per step; the step's name where the steps share one source, as in Metal).
+///
+/// # Errors
+/// [`CodegenError`].
+pub fn print_step(
     plan: &Plan,
     step: &Step,
-    prelude: &str,
     weights: &WeightTable,
     kv: &KvLayout,
-) -> Result<StepProgram, CodegenError> {
+    prefix: &str,
+) -> Result<PrintedStep, CodegenError> {
     let mut needs = BTreeSet::new();
     let mut kernels = String::new();
     let mut launches = Vec::with_capacity(step.kernels.len());
@@ -266,7 +282,7 @@ fn step_program(
             plan,
             step,
             index: i,
-            name: kernel_name(i, &k.op.name()),
+            name: format!("{prefix}{}", kernel_name(i, &k.op.name())),
             weights,
             kv,
             needs: BTreeSet::new(),
@@ -282,19 +298,29 @@ fn step_program(
             block: e.block,
         });
     }
-    let mut source = String::new();
-    writeln!(
-        source,
-        "// modelc: step n_tokens={} n_outputs={}, {} kernels. Generated; do not edit.",
-        step.n_tokens,
-        step.n_outputs,
-        step.kernels.len()
-    )
-    .ok();
+    Ok(PrintedStep {
+        kernels,
+        needs,
+        launches,
+    })
+}
+
+/// A complete source: the first line `title`, the prelude, [`COMMON`], the dequantizers of
+/// `needs`, then the kernel texts.
+///
+/// # Errors
+/// A type id without a description (a bug: the printer only asks for described types).
+pub fn assemble(
+    title: &str,
+    prelude: &str,
+    needs: &BTreeSet<u32>,
+    kernels: &[&str],
+) -> Result<String, CodegenError> {
+    let mut source = format!("// modelc: {title}. Generated; do not edit.\n");
     source += prelude;
     source += COMMON;
     source += "\n";
-    for &id in &needs {
+    for &id in needs {
         let f = ir::ggml::block_formats()
             .iter()
             .find(|f| f.ty.id() == id)
@@ -302,13 +328,23 @@ fn step_program(
         source += &dequant::print(f).map_err(CodegenError::Plan)?;
         source += "\n";
     }
-    source += &kernels;
-    Ok(StepProgram {
-        n_tokens: step.n_tokens,
-        n_outputs: step.n_outputs,
-        source,
-        launches,
-    })
+    for k in kernels {
+        source += k;
+    }
+    Ok(source)
+}
+
+/// The layout every backend generates against: weights and the KV memory at the plan's
+/// `n_ctx`.
+///
+/// # Errors
+/// Sizes that do not fit.
+pub fn layout(plan: &Plan) -> Result<(WeightTable, KvLayout), CodegenError> {
+    let weights = WeightTable::new(plan).map_err(CodegenError::Plan)?;
+    let kv = plan
+        .kv_layout(u64::from(plan.n_ctx))
+        .map_err(CodegenError::Plan)?;
+    Ok((weights, kv))
 }
 
 /// Generates the program of every step of `plan` under `prelude` (the CUDA or Metal one).
@@ -316,15 +352,23 @@ fn step_program(
 /// # Errors
 /// [`CodegenError`]: an op or type without a kernel, or a plan without a memory plan.
 pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> {
-    let weights = WeightTable::new(plan).map_err(CodegenError::Plan)?;
-    let kv = plan
-        .kv_layout(u64::from(plan.n_ctx))
-        .map_err(CodegenError::Plan)?;
-    let steps = plan
-        .steps
-        .iter()
-        .map(|s| step_program(plan, s, prelude, &weights, &kv))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (weights, kv) = layout(plan)?;
+    let mut steps = Vec::with_capacity(plan.steps.len());
+    for s in &plan.steps {
+        let p = print_step(plan, s, &weights, &kv, "")?;
+        let title = format!(
+            "step n_tokens={} n_outputs={}, {} kernels",
+            s.n_tokens,
+            s.n_outputs,
+            s.kernels.len()
+        );
+        steps.push(StepProgram {
+            n_tokens: s.n_tokens,
+            n_outputs: s.n_outputs,
+            source: assemble(&title, prelude, &p.needs, &[&p.kernels])?,
+            launches: p.launches,
+        });
+    }
     Ok(GpuProgram {
         steps,
         weights,

@@ -19,8 +19,10 @@ use std::fmt::Write;
 /// Threads per block.
 const NT: u32 = 128;
 
-/// A helper `FN float <name>(SMEM const float* xh, i32 d, float pf[, ff])`: value `d` of the
-/// head staged at `xh`, roped for position `pf`.
+/// Helpers `FN i32 <name>_pair(i32 d)`, the index in its head of the value value `d` is
+/// rotated with (`d` itself past `n_rot`), and `FN float <name>(float xd, float xo, i32 d,
+/// float pf)`, value `d` roped for position `pf` from its own value `xd` and its partner's
+/// `xo`.
 fn rope_fn(name: &str, p: &RopeParams, ff: Option<&Val>) -> String {
     let n_rot = p.n_rot as i64;
     let half = n_rot / 2;
@@ -38,8 +40,10 @@ fn rope_fn(name: &str, p: &RopeParams, ff: Option<&Val>) -> String {
         ),
     };
     let mut s = format!(
-        "FN float {name}(SMEM const float* xh, i32 d, float pf) {{\n    if (d >= {n_rot}) return xh[d];\n    \
-         const i32 i = {pair}; const bool first = {first}; const i32 o = {partner};\n    \
+        "FN i32 {name}_pair(i32 d) {{\n    if (d >= {n_rot}) return d;\n    const bool first = {first};\n    \
+         return {partner};\n}}\n\
+         FN float {name}(float xd, float xo, i32 d, float pf) {{\n    if (d >= {n_rot}) return xd;\n    \
+         const i32 i = {pair}; const bool first = {first};\n    \
          float theta = pf;\n    for (i32 ii = 0; ii < i; ++ii) theta *= {};\n",
         flt(ts)
     );
@@ -78,7 +82,7 @@ fn rope_fn(name: &str, p: &RopeParams, ff: Option<&Val>) -> String {
         .ok();
     }
     s += "    const float c = cosf(th) * ms; const float sn = sinf(th) * ms;\n    \
-          const float x0 = first ? xh[d] : xh[o]; const float x1 = first ? xh[o] : xh[d];\n    \
+          const float x0 = first ? xd : xo; const float x1 = first ? xo : xd;\n    \
           return first ? x0 * c - x1 * sn : x0 * sn + x1 * c;\n}\n";
     s
 }
@@ -189,13 +193,13 @@ pub fn emit_fused(ctx: &mut Ctx<'_>, r: &RopeKvStoreSpec) -> Result<Emitted, Cod
     }
     b += &format!("    SHARED float kr[{nk}];\n    SYNC();\n");
     b += &format!(
-        "    for (i32 e = TX; e < {nk}; e += {NT}) kr[e] = {fname}(kx + (e / {dk}) * {dk}, e % {dk}, pf);\n"
+        "    for (i32 e = TX; e < {nk}; e += {NT}) {{ const i32 d = e % {dk}; const i32 h0 = e - d; kr[e] = {fname}(kx[e], kx[h0 + {fname}_pair(d)], d, pf); }}\n"
     );
     if let (Some(q), Some(qd)) = (&q, &qd) {
         let nq = q.ne[0] * q.ne[1];
         let dq = q.ne[0];
         b += &format!(
-            "    for (i32 e = TX; e < {nq}; e += {NT}) {{ const float y = {fname}(qx + (e / {dq}) * {dq}, e % {dq}, pf); {} }}\n",
+            "    for (i32 e = TX; e < {nq}; e += {NT}) {{ const i32 d = e % {dq}; const i32 h0 = e - d; const float y = {fname}(qx[e], qx[h0 + {fname}_pair(d)], d, pf); {} }}\n",
             qd.store(&[&format!("e % {dq}"), &format!("e / {dq}"), "t", "0"], "y")
         );
     }
@@ -238,7 +242,7 @@ pub fn emit_rope(ctx: &mut Ctx<'_>, p: &RopeParams) -> Result<Emitted, CodegenEr
     b += &stage(ctx, &x, "xs", true);
     b += "    SYNC();\n";
     b += &format!(
-        "    for (i32 e = TX; e < {n}; e += {NT}) {{ const float y = {fname}(xs + (e / {dh}) * {dh}, e % {dh}, pf); {} }}\n",
+        "    for (i32 e = TX; e < {n}; e += {NT}) {{ const i32 d = e % {dh}; const i32 h0 = e - d; const float y = {fname}(xs[e], xs[h0 + {fname}_pair(d)], d, pf); {} }}\n",
         dst.store(&[&format!("e % {dh}"), &format!("e / {dh}"), "t", "0"], "y")
     );
     Ok(Emitted {

@@ -1,0 +1,276 @@
+//! The generated GPU kernels, run on the CPU through the C++ shims (codegen-cuda's `shim`):
+//! every kernel of a fixture's plan against the interpreter on the same inputs, and whole
+//! models against llama.cpp's logits. The CUDA source runs as printed (the CUDA prelude and
+//! the CUDA shim); the Metal source as printed under the Metal prelude and shim.
+
+use codegen_cuda::shim::{run_step, Dialect, ShimOptions};
+use codegen_cuda::{Launch, WeightTable};
+use ir::gguf::GgufFile;
+use ir::graph::{DType, KvTypes};
+use ir::interp::{InterpOptions, WeightSource};
+use ir::plan::exec::{PlanExec, StepArgs};
+use ir::plan::{Base, Plan, Step, Value};
+use runtime::cpu_engine::{build_plan, LogitRows};
+
+fn fixture(name: &str, kv: KvTypes) -> (GgufFile, Plan) {
+    let path = modelc_tests::shared_root().join(format!("fixtures/models/{name}.gguf"));
+    let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let plan = build_plan(&model, &[1, 8], 64, kv, LogitRows::Both).expect("plan");
+    (gguf, plan)
+}
+
+/// The weight buffer of the kernel ABI: each weight's GGUF bytes at its table offset.
+fn weight_bytes(plan: &Plan, table: &WeightTable, w: &dyn WeightSource) -> Vec<u8> {
+    let mut out = vec![0u8; table.bytes as usize];
+    for (wb, &off) in plan.weights.iter().zip(&table.offsets) {
+        let r = w.weight(&wb.name).expect("weight in the file");
+        out[off as usize..off as usize + r.data.len()].copy_from_slice(r.data);
+    }
+    out
+}
+
+/// The actual elements of arena value `v` (F32) of `step` in `arena`, in `ne` order.
+fn gather(step: &Step, arena: &[u8], v: &Value) -> Vec<f32> {
+    let Base::Arena(b) = v.base else {
+        return Vec::new();
+    };
+    let base = step.buffers[b.index()].offset.expect("planned") + v.offset;
+    let ne = v.shape.ne;
+    let mut out = Vec::new();
+    for i3 in 0..ne[3] {
+        for i2 in 0..ne[2] {
+            for i1 in 0..ne[1] {
+                for i0 in 0..ne[0] {
+                    let at =
+                        (base + i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]) as usize;
+                    out.push(f32::from_le_bytes(
+                        arena[at..at + 4].try_into().expect("4 bytes"),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Largest difference relative to the largest reference magnitude (1 if that is 0).
+fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1.0);
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| if a.is_nan() != b.is_nan() { f32::INFINITY } else { (a - b).abs() })
+        .fold(0f32, f32::max)
+        / scale
+}
+
+fn words_to_bytes(w: &[u32], len: usize) -> Vec<u8> {
+    let mut b: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    b.resize(len.max(b.len()), 0);
+    b
+}
+
+/// One step of a scripted run: tokens at consecutive positions, all logits or the last.
+struct Turn {
+    n_tokens: u32,
+    n_outputs: u32,
+    pos0: i32,
+}
+
+const PROMPT: [i32; 9] = [934, 615, 253, 128, 83, 431, 663, 584, 277];
+
+/// Runs the turns kernel by kernel: before each kernel the device arena is the
+/// interpreter's, so each kernel is compared on exactly the inputs the interpreter's
+/// kernel sees. The KV memory evolves on the device from the device's own stores.
+fn each_kernel_matches(name: &str, kv_types: KvTypes, dialect: Dialect) {
+    let (gguf, plan) = fixture(name, kv_types);
+    let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+    let metal = codegen_metal::generate(&plan).expect("generates MSL");
+    let wts = weight_bytes(&plan, &prog.weights, &gguf);
+    let mut kv = vec![0u8; prog.kv_bytes as usize];
+    let mut exec = PlanExec::new(&plan, &gguf, InterpOptions::exact()).expect("executor");
+    let turns = [
+        Turn { n_tokens: 8, n_outputs: 8, pos0: 0 },
+        Turn { n_tokens: 1, n_outputs: 1, pos0: 8 },
+    ];
+    for turn in &turns {
+        let n = turn.n_tokens as usize;
+        let tokens = &PROMPT[turn.pos0 as usize..turn.pos0 as usize + n];
+        let positions: Vec<i32> = (turn.pos0..turn.pos0 + n as i32).collect();
+        let outs: Vec<i32> = (n as i32 - turn.n_outputs as i32..n as i32).collect();
+        let args = StepArgs {
+            tokens,
+            positions: &positions,
+            output_ids: &outs,
+            kv_len: (turn.pos0 as usize + n) as u64,
+        };
+        let si = exec.begin(turn.n_tokens, turn.n_outputs, &args).expect("step");
+        let step = &plan.steps[si];
+        let (source, launches): (&str, &[Launch]) = match dialect {
+            Dialect::Cuda => (&prog.steps[si].source, &prog.steps[si].launches),
+            Dialect::Metal => (&metal.source, &metal.steps[si].launches),
+        };
+        for (k, kernel) in step.kernels.iter().enumerate() {
+            let mut arena = words_to_bytes(exec.arena(), prog.arena_bytes as usize);
+            run_step(
+                dialect,
+                source,
+                &launches[k..k + 1],
+                &mut arena,
+                &mut kv,
+                &wts,
+                &ShimOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{name} k{k} {}: {e}", kernel.op.name()));
+            exec.run_kernel(si, k, args.kv_len).expect("interpreter");
+            for d in &kernel.dsts {
+                let v = step.value(*d);
+                if !matches!(v.base, Base::Arena(_)) || v.dtype != DType::F32 {
+                    continue;
+                }
+                let want = exec.value(si, v, args.kv_len);
+                let got = gather(step, &arena, v);
+                let e = rel_diff(&got, &want);
+                assert!(
+                    e < 2e-4,
+                    "{name} {dialect:?} step {}x{} k{k} {} ({}): relative difference {e}",
+                    turn.n_tokens,
+                    turn.n_outputs,
+                    kernel.op.name(),
+                    v.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn each_cuda_kernel_matches_the_interpreter() {
+    for name in [
+        "llama-sep-F32",
+        "llama-sep-Q4_0",
+        "llama-sep-Q4_K",
+        "llama-sep-IQ4_XS",
+        "qwen2-Q8_0",
+        "qwen3-Q4_K",
+        "gemma3-Q8_0",
+        "phi3-Q4_K",
+    ] {
+        each_kernel_matches(name, KvTypes::F16, Dialect::Cuda);
+    }
+}
+
+#[test]
+fn kernels_of_other_kv_caches_match_the_interpreter() {
+    use ir::ggml::GgmlType;
+    // A Q8_0 cache brings the Hadamard rotations and the Q8_0 store; F32 the plain store.
+    let q8 = KvTypes::same(DType::Block(GgmlType::Q8_0));
+    each_kernel_matches("llama-sep-Q8_0", q8, Dialect::Cuda);
+    each_kernel_matches("qwen3-F32", KvTypes::same(DType::F32), Dialect::Cuda);
+}
+
+#[test]
+fn each_metal_kernel_matches_the_interpreter() {
+    for name in ["llama-sep-Q4_1", "gemma3-Q4_K", "qwen2-Q4_K"] {
+        each_kernel_matches(name, KvTypes::F16, Dialect::Metal);
+    }
+}
+
+/// llama.cpp's logits for the fixtures' 32-token prompt, one row of `n_vocab` per token,
+/// with the spread llama.cpp's own modes show (flash attention on vs off, f32 vs f16 KV).
+fn llama_cpp_logits(name: &str) -> (Vec<i32>, Vec<f32>, f32) {
+    let dir = modelc_tests::shared_root().join("fixtures/reference");
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("{name}.json"))).expect("reference json"),
+    )
+    .expect("json");
+    let prompt: Vec<i32> = meta["prompt"]
+        .as_array()
+        .expect("prompt")
+        .iter()
+        .map(|v| v.as_i64().expect("id") as i32)
+        .collect();
+    let obs = &meta["observed"];
+    let spread = ["flash_on_vs_off_batch_max_abs_diff", "kv_f32_vs_f16_batch_max_abs_diff"]
+        .iter()
+        .map(|k| obs[k].as_f64().unwrap_or(0.0) as f32)
+        .fold(0f32, f32::max);
+    let bytes = std::fs::read(dir.join(format!("{name}.batch.f32"))).expect("logits");
+    let logits = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    (prompt, logits, spread)
+}
+
+/// A whole model through the shim: the 32-token prompt as four steps of 8 with every
+/// logit row, all launches of a step in one run, against llama.cpp's logits.
+fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
+    let (gguf, plan) = fixture(name, KvTypes::F16);
+    let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+    let metal = codegen_metal::generate(&plan).expect("generates MSL");
+    let wts = weight_bytes(&plan, &prog.weights, &gguf);
+    let mut kv = vec![0u8; prog.kv_bytes as usize];
+    let (prompt, want, spread) = llama_cpp_logits(name);
+    let si = plan
+        .steps
+        .iter()
+        .position(|s| s.n_tokens == 8 && s.n_outputs == 8)
+        .expect("step of 8 with all logits");
+    let step = &plan.steps[si];
+    let (source, launches): (&str, &[Launch]) = match dialect {
+        Dialect::Cuda => (&prog.steps[si].source, &prog.steps[si].launches),
+        Dialect::Metal => (&metal.source, &metal.steps[si].launches),
+    };
+    let input = |kind: ir::graph::Input| {
+        let v = step.value(step.input(&kind).expect("input"));
+        let Base::Arena(b) = v.base else { panic!("input outside the arena") };
+        (step.buffers[b.index()].offset.expect("planned") + v.offset) as usize
+    };
+    let (at_tok, at_pos, at_out) = (
+        input(ir::graph::Input::Tokens),
+        input(ir::graph::Input::Positions),
+        input(ir::graph::Input::OutputIds),
+    );
+    let logits_v = step.value(step.outputs[0]);
+    let n_vocab = logits_v.shape.ne[0] as usize;
+    let mut got = Vec::new();
+    let mut arena = vec![0u8; prog.arena_bytes as usize];
+    for chunk in 0..prompt.len() / 8 {
+        for i in 0..8 {
+            let put = |arena: &mut [u8], at: usize, x: i32| {
+                arena[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes())
+            };
+            put(&mut arena, at_tok, prompt[chunk * 8 + i]);
+            put(&mut arena, at_pos, (chunk * 8 + i) as i32);
+            put(&mut arena, at_out, i as i32);
+        }
+        run_step(dialect, source, launches, &mut arena, &mut kv, &wts, &ShimOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        got.extend(gather(step, &arena, logits_v));
+    }
+    assert_eq!(got.len(), want.len(), "{name}: {n_vocab} logits per token");
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let tol = 1.5 * spread + 0.01;
+    assert!(
+        worst <= tol,
+        "{name} {dialect:?}: logits differ from llama.cpp's by up to {worst} (tolerance {tol})"
+    );
+}
+
+#[test]
+fn whole_models_through_the_cuda_shim_match_llama_cpp() {
+    for name in ["llama-sep-Q4_0", "llama-tied-Q4_K", "qwen2-Q8_0", "gemma3-Q4_K", "phi3-Q8_0"] {
+        whole_model_matches_llama_cpp(name, Dialect::Cuda);
+    }
+}
+
+#[test]
+fn a_whole_model_through_the_metal_shim_matches_llama_cpp() {
+    whole_model_matches_llama_cpp("qwen3-Q4_K", Dialect::Metal);
+}
