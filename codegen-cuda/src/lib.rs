@@ -27,6 +27,7 @@
 
 pub mod kernels;
 pub mod program;
+pub mod shim;
 
 pub use kernels::{generate, CodegenError};
 pub use program::{GpuProgram, Launch, StepProgram, WeightTable, SIMD_WIDTH, WEIGHT_ALIGN};
