@@ -171,7 +171,10 @@ fn check_launches(source: &str, launches: &[Launch]) -> Result<(), ShimError> {
         };
         if l.kernel.is_empty()
             || l.kernel.starts_with(|c: char| c.is_ascii_digit())
-            || !l.kernel.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || !l
+                .kernel
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return Err(bad("not a kernel name".into()));
         }
@@ -207,7 +210,9 @@ fn declared_threads(source: &str, name: &str) -> Option<u32> {
     let pat = format!("KERNEL({name},");
     let at = source.find(&pat)? + pat.len();
     let rest = source[at..].trim_start();
-    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
 
@@ -413,7 +418,8 @@ fn compile(
     let mut unit = String::with_capacity(source.len() + 1024);
     unit.push_str(source);
     unit.push_str(&launch_table(dialect, launches));
-    k.add(format!("{dialect:?}").as_bytes()).add(unit.as_bytes());
+    k.add(format!("{dialect:?}").as_bytes())
+        .add(unit.as_bytes());
     let dir = root.join(k.hex());
     let exe = dir.join("step");
     if exe.exists() {

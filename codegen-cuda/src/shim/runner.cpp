@@ -99,6 +99,7 @@ struct Fiber {
     unsigned char* stack;  // lowest usable byte (a guard page lies below)
     int state;
     int parity;  // which of the two shuffle buffers the next shuffle uses
+    size_t color;  // bytes left free at the stack's top
 };
 
 struct Worker {
@@ -113,6 +114,7 @@ struct Worker {
     Buffers buf{};
     unsigned bx = 0, by = 0, bz = 0;
     unsigned shfl[2][1024];
+    int ready[1024];
 };
 
 static thread_local Worker* t_worker = nullptr;
@@ -175,7 +177,9 @@ static void fiber_init(Worker* w, Fiber& f) {
     makecontext(&f.ctx, (void (*)())fiber_main, 0);
 #else
     (void)w;
-    uintptr_t top = ((uintptr_t)(f.stack + STACK_BYTES)) & ~(uintptr_t)15;
+    // Stack tops at different offsets modulo the page: otherwise every fiber's hot frames
+    // fall in the same cache sets and evict each other at every switch.
+    uintptr_t top = ((uintptr_t)(f.stack + STACK_BYTES - f.color)) & ~(uintptr_t)15;
     void** sp = (void**)top;
     *--sp = nullptr;                   // fiber_main's return address (never used)
     *--sp = (void*)&fiber_main;        // where shim_switch's `ret` goes
@@ -209,6 +213,7 @@ static void alloc_stacks(Worker* w, int nt) {
         unsigned char* base = mem + i * per;
         mprotect(base, page, PROT_NONE);  // a stack overflow faults instead of corrupting
         w->fibers[(size_t)have + i].stack = base + page;
+        w->fibers[(size_t)have + i].color = (((size_t)have + i) * 7 % 64) * 64 + 64;
     }
 }
 
@@ -227,12 +232,18 @@ static void describe_stuck(const Worker* w, int nt, char* out, size_t cap) {
 }
 
 static void run_block(Worker* w, int nt) {
-    for (int i = 0; i < nt; i++) fiber_init(w, w->fibers[(size_t)i]);
-    int done = 0;
+    int* ready = w->ready;  // the threads to resume in this sweep
+    int n = nt;
+    for (int i = 0; i < nt; i++) {
+        fiber_init(w, w->fibers[(size_t)i]);
+        ready[i] = i;
+    }
+    int done = 0, at_sync = 0;
+    int at_warp[1024 / WARP] = {};
     for (;;) {
-        for (int i = 0; i < nt; i++) {
+        for (int k = 0; k < n; k++) {
+            const int i = ready[k];
             Fiber& f = w->fibers[(size_t)i];
-            if (f.state != RUNNABLE) continue;
             w->cur = i;
             shim_thread_idx.x = (unsigned)i;
 #ifdef SHIM_UCONTEXT
@@ -240,28 +251,31 @@ static void run_block(Worker* w, int nt) {
 #else
             shim_switch(&w->sched_sp, f.sp);
 #endif
-            if (f.state == DONE) done++;
+            switch (f.state) {
+                case DONE: done++; break;
+                case AT_SYNC: at_sync++; break;
+                case AT_WARP: at_warp[i / WARP]++; break;
+            }
         }
         if (done == nt) return;
         // Nothing is runnable: open the barriers every thread concerned has reached.
-        bool opened = false;
-        for (int base = 0; base < nt; base += WARP) {
-            bool all = true;
-            for (int l = 0; l < WARP; l++) all &= w->fibers[(size_t)(base + l)].state == AT_WARP;
-            if (all) {
-                for (int l = 0; l < WARP; l++) w->fibers[(size_t)(base + l)].state = RUNNABLE;
-                opened = true;
+        n = 0;
+        for (int wp = 0; wp < nt / WARP; wp++) {
+            if (at_warp[wp] != WARP) continue;
+            at_warp[wp] = 0;
+            for (int l = wp * WARP; l < (wp + 1) * WARP; l++) {
+                w->fibers[(size_t)l].state = RUNNABLE;
+                ready[n++] = l;
             }
         }
-        if (!opened) {
-            bool all = true;
-            for (int i = 0; i < nt; i++) all &= w->fibers[(size_t)i].state == AT_SYNC;
-            if (all) {
-                for (int i = 0; i < nt; i++) w->fibers[(size_t)i].state = RUNNABLE;
-                opened = true;
+        if (n == 0 && at_sync == nt) {
+            at_sync = 0;
+            for (int i = 0; i < nt; i++) {
+                w->fibers[(size_t)i].state = RUNNABLE;
+                ready[n++] = i;
             }
         }
-        if (!opened) {
+        if (n == 0) {
             char why[256];
             describe_stuck(w, nt, why, sizeof why);
             fail("kernel %s, block (%u,%u,%u): %s", g_launch->name.c_str(), w->bx, w->by, w->bz,
