@@ -467,3 +467,13 @@ KERNEL(k6_norm, 128) {
         }
     }
 }
+
+#[test]
+fn the_test_kernels_pass_the_metal_lint() {
+    for k in [REDUCE, ELEMENTWISE, CONVERT, FORGOTTEN_SYNC] {
+        assert_eq!(
+            codegen_metal::lint(&source(Dialect::Metal, k)),
+            Vec::<String>::new()
+        );
+    }
+}
