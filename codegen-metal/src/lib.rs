@@ -1,7 +1,7 @@
 //! `codegen-metal`: Metal Shading Language source for the kernels of a plan: the kernels of
 //! `codegen-cuda`'s printer under the Metal prelude (`prelude.metal`).
 //!
-//! - [`lint`]: what the CPU shim (`codegen_cuda::shim`) would compile but Metal would not.
+//! - [`lint()`]: what the CPU shim (`codegen_cuda::shim`) would compile but Metal would not.
 
 pub mod lint;
 

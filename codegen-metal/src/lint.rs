@@ -127,9 +127,8 @@ fn tokens(text: &str) -> Vec<Tok<'_>> {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
                 i += 1;
             }
-        } else if c == b':' && b.get(i + 1) == Some(&b':') {
-            i += 2;
-        } else if c == b'&' && b.get(i + 1) == Some(&b'&') {
+        } else if (c == b':' || c == b'&') && b.get(i + 1) == Some(&c) {
+            // `::` and `&&` (not a reference after a type).
             i += 2;
         } else {
             // One character (UTF-8 continuation bytes with their lead byte).
