@@ -477,3 +477,49 @@ fn the_test_kernels_pass_the_metal_lint() {
         );
     }
 }
+
+#[test]
+fn asan_catches_an_access_past_the_arena() {
+    // The last block writes one float past the arena's end.
+    let k = r#"
+KERNEL(k7_oob, 32) {
+    GMEM float* y = (GMEM float*)arena;
+    if (TX == 0) y[BX + (BX == 15 ? 1 : 0)] = 1.0f;
+}
+"#;
+    let opts = ShimOptions {
+        asan: true,
+        ..ShimOptions::default()
+    };
+    for d in DIALECTS {
+        let err = run(
+            d,
+            k,
+            &[launch("k7_oob", [16, 1, 1], 32)],
+            16 * 4,
+            0,
+            &[],
+            &opts,
+        )
+        .expect_err("out of bounds");
+        let msg = err.to_string();
+        eprintln!("{d:?}: {msg}");
+        assert!(matches!(err, ShimError::Sanitizer(_)), "{d:?}: {msg}");
+        assert!(msg.contains("heap-buffer-overflow"), "{d:?}: {msg}");
+        assert!(msg.contains("k7_oob"), "{d:?}: {msg}");
+    }
+    // In bounds, the same options run clean.
+    let x = reduce_input(2);
+    let (a, _) = run(
+        Dialect::Cuda,
+        REDUCE,
+        &[launch("k0_sum", [2, 1, 1], 128)],
+        8,
+        0,
+        &f32_bytes(&x),
+        &opts,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let want: f32 = x[..4096].iter().sum();
+    assert!(close(f32s(&a)[0], want, 1e-4));
+}

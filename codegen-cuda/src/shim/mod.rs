@@ -9,7 +9,8 @@
 //! Threads of a block run concurrently with barrier semantics: by default as fibers (one
 //! stack each, switched by hand; blocks spread over the cores), or, with
 //! [`ShimOptions::os_threads`] or [`ShimOptions::tsan`], as OS threads meeting at real
-//! barriers, so that ThreadSanitizer reports the races a missing `SYNC()` leaves. Shared
+//! barriers, so that ThreadSanitizer reports the races a missing `SYNC()` leaves
+//! ([`ShimOptions::asan`] checks accesses outside the buffers). Shared
 //! memory (`SHARED`) is a static of the worker (fibers) or of the process (OS threads; blocks
 //! then run one at a time). A barrier that not every thread of the block (or a shuffle that
 //! not every lane of the warp) reaches is an error, not a hang.
@@ -59,6 +60,10 @@ pub struct ShimOptions {
     /// the threads of a block (a missing `SYNC()`) fails the run with
     /// [`ShimError::Sanitizer`]. Slow: keep grids small.
     pub tsan: bool,
+    /// Compile with `-fsanitize=address` (threads stay fibers, about half the speed): an
+    /// access outside `arena`, `kv` or `wts` (each allocated at its exact size) fails the run
+    /// with [`ShimError::Sanitizer`] naming the source line. Not together with `tsan`.
+    pub asan: bool,
     /// Run a block's threads as OS threads instead of fibers (implied by `tsan`).
     pub os_threads: bool,
     /// Longest the executable may run before it is killed ([`ShimError::Timeout`]).
@@ -69,6 +74,7 @@ impl Default for ShimOptions {
     fn default() -> Self {
         ShimOptions {
             tsan: false,
+            asan: false,
             os_threads: false,
             timeout: Duration::from_secs(300),
         }
@@ -116,9 +122,13 @@ pub enum ShimError {
         /// What it wrote to stderr, the relevant lines joined.
         stderr: String,
     },
-    /// ThreadSanitizer reported something (a data race between threads of a block).
-    #[error("ThreadSanitizer: {0}")]
+    /// ThreadSanitizer or AddressSanitizer reported something (a data race between threads
+    /// of a block, an access outside the buffers): its error and summary lines.
+    #[error("sanitizer: {0}")]
     Sanitizer(String),
+    /// Options that do not go together (`tsan` and `asan`).
+    #[error("{0}")]
+    Options(String),
     /// The executable ran past [`ShimOptions::timeout`].
     #[error("the step ran past the timeout of {0:?} and was killed")]
     Timeout(Duration),
@@ -157,6 +167,11 @@ pub fn run_step(
     wts: &[u8],
     opts: &ShimOptions,
 ) -> Result<(), ShimError> {
+    if opts.tsan && opts.asan {
+        return Err(ShimError::Options(
+            "ShimOptions: tsan and asan cannot be combined".into(),
+        ));
+    }
     check_launches(source, launches)?;
     let exe = compile(dialect, source, launches, opts)?;
     run(&exe, launches, arena, kv, wts, opts)
@@ -279,6 +294,11 @@ fn flags(opts: &ShimOptions) -> Vec<&'static str> {
     ];
     if opts.tsan {
         f.extend(["-fsanitize=thread", "-O1", "-g", "-DSHIM_THREADS"]);
+    } else if opts.asan {
+        f.extend(["-fsanitize=address", "-O1", "-g", "-fno-omit-frame-pointer"]);
+        if opts.os_threads {
+            f.push("-DSHIM_THREADS");
+        }
     } else if opts.os_threads {
         f.extend(["-O2", "-DSHIM_THREADS"]);
     } else {
@@ -489,6 +509,7 @@ fn run(
     let mut child = Command::new(exe)
         .args([&arena_p, &kv_p, &wts_p, &launches_p])
         .env("TSAN_OPTIONS", "exitcode=66 report_signal_unsafe=0")
+        .env("ASAN_OPTIONS", "detect_leaks=0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err_f)
@@ -513,8 +534,8 @@ fn run(
     };
     let stderr = std::fs::read(&err_p).map_err(io_err(format!("reading {}", err_p.display())))?;
     let stderr = String::from_utf8_lossy(&stderr);
-    if stderr.contains("ThreadSanitizer") {
-        return Err(ShimError::Sanitizer(tsan_summary(&stderr)));
+    if stderr.contains("ThreadSanitizer") || stderr.contains("AddressSanitizer") {
+        return Err(ShimError::Sanitizer(sanitizer_summary(&stderr)));
     }
     if !status.success() {
         return Err(ShimError::Run {
@@ -558,21 +579,26 @@ fn describe(status: ExitStatus) -> String {
     status.to_string()
 }
 
-/// TSan's warnings and summaries, with the first frames of each report.
-fn tsan_summary(text: &str) -> String {
+/// The sanitizer's warning, error and summary lines, and the runner's.
+fn sanitizer_summary(text: &str) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut summaries = 0;
     for l in text.lines() {
-        let t = l.trim();
-        if t.starts_with("WARNING: ThreadSanitizer:") {
-            parts.push(
-                t.trim_start_matches("WARNING: ThreadSanitizer: ")
-                    .to_string(),
-            );
-        } else if t.starts_with("SUMMARY: ThreadSanitizer:") {
+        // `==1234==ERROR: AddressSanitizer: …` without its pid.
+        let t = match l.trim().strip_prefix("==") {
+            Some(r) => r.split_once("==").map_or(r, |(_, rest)| rest),
+            None => l.trim(),
+        };
+        if let Some(r) = t
+            .strip_prefix("WARNING: ")
+            .or_else(|| t.strip_prefix("ERROR: "))
+            .filter(|r| r.contains("Sanitizer:"))
+        {
+            parts.push(r.to_string());
+        } else if let Some(r) = t.strip_prefix("SUMMARY: ") {
             summaries += 1;
             if summaries <= 3 {
-                parts.push(t.trim_start_matches("SUMMARY: ").to_string());
+                parts.push(r.to_string());
             }
         } else if t.starts_with("runner:") {
             parts.push(t.to_string());
