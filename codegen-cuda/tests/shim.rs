@@ -59,6 +59,7 @@ fn close(got: f32, want: f32, tol: f32) -> bool {
 /// the warps' partial sums through shared memory and a barrier.
 const REDUCE: &str = r#"
 FN float warp_sum(float v) {
+    UNROLL
     for (i32 m = 16; m > 0; m >>= 1) v += SHFL_XOR(v, m);
     return v;
 }
@@ -522,4 +523,29 @@ KERNEL(k7_oob, 32) {
     .unwrap_or_else(|e| panic!("{e}"));
     let want: f32 = x[..4096].iter().sum();
     assert!(close(f32s(&a)[0], want, 1e-4));
+}
+
+#[test]
+fn a_step_that_never_ends_times_out() {
+    let k = r#"
+KERNEL(k8_forever, 32) {
+    GMEM volatile u32* y = (GMEM volatile u32*)arena;
+    for (;;) y[TX] += 1u;
+}
+"#;
+    let opts = ShimOptions {
+        timeout: Duration::from_secs(1),
+        ..ShimOptions::default()
+    };
+    let err = run(
+        Dialect::Cuda,
+        k,
+        &[launch("k8_forever", [1, 1, 1], 32)],
+        128,
+        0,
+        &[],
+        &opts,
+    )
+    .expect_err("a timeout");
+    assert!(matches!(err, ShimError::Timeout(_)), "{err}");
 }
