@@ -216,7 +216,7 @@ pub fn lint(source: &str) -> Vec<String> {
     let toks = tokens(&text);
     let mut found: Vec<(usize, String)> = Vec::new();
 
-    // Type names: the built-in ones, typedefs and structs of the source.
+    // Type names: the built-in ones, typedefs, aliases and structs of the source.
     let mut types: BTreeSet<&str> = TYPES.into_iter().collect();
     for (i, t) in toks.iter().enumerate() {
         if t.text == "typedef" {
@@ -225,6 +225,8 @@ pub fn lint(source: &str) -> Vec<String> {
                     types.insert(toks[end - 1].text);
                 }
             }
+        } else if t.text == "using" && toks.get(i + 2).map(|t| t.text) == Some("=") {
+            types.insert(toks[i + 1].text);
         } else if t.text == "struct" {
             if let Some(n) = toks.get(i + 1).filter(|n| is_ident(n.text)) {
                 types.insert(n.text);

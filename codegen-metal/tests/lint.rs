@@ -124,6 +124,11 @@ fn a_pointer_variable_cast_or_return_type_without_address_space() {
         "`float *`",
     );
     rejects(
+        "struct pair { float a; float b; };\nusing f32 = float;\nFN f32 first(pair* p) { return p->a; }",
+        3,
+        "`pair *`",
+    );
+    rejects(
         "FN float* at(GMEM float* a) { return a; }",
         1,
         "without an address space",
