@@ -5,7 +5,11 @@
 //!   and the kernel ABI (three buffers: arena, KV memory, weights; every offset a constant).
 //! - [`kernels`]: the kernel printer. It writes kernel bodies in a small vocabulary of macros
 //!   that each dialect's prelude defines (`prelude.cuh` here, `prelude.metal` in
-//!   codegen-metal), so the CUDA and Metal sources differ only in their prelude:
+//!   codegen-metal), so the CUDA and Metal sources differ only in their prelude.
+//! - [`shim`]: runs a step's CUDA or Metal source, unchanged, on the CPU (host g++), for
+//!   tests without a GPU; `codegen_metal::lint` catches what it accepts and Metal would not.
+//!
+//! The vocabulary:
 //!
 //! | word | meaning |
 //! |---|---|
@@ -30,6 +34,7 @@
 
 pub mod kernels;
 pub mod program;
+pub mod shim;
 
 pub use kernels::{generate, CodegenError};
 pub use program::{GpuProgram, Launch, StepProgram, WeightTable, SIMD_WIDTH, WEIGHT_ALIGN};

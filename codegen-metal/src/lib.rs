@@ -6,6 +6,13 @@
 //! Nothing here needs a Mac: the source is generated anywhere. Running it needs the macOS
 //! runtime (`runtime`'s Metal backend); on Linux the tests run the same source through a
 //! C++ shim on CPU threads.
+//!
+//! - [`generate`]: the program of a plan.
+//! - [`lint()`]: what the CPU shim (`codegen_cuda::shim`) would compile but Metal would not.
+
+pub mod lint;
+
+pub use lint::lint;
 
 use codegen_cuda::kernels::{assemble, layout, print_step, CodegenError};
 use codegen_cuda::{Launch, WeightTable};
