@@ -60,7 +60,13 @@ fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
     let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1.0);
     got.iter()
         .zip(want)
-        .map(|(a, b)| if a.is_nan() != b.is_nan() { f32::INFINITY } else { (a - b).abs() })
+        .map(|(a, b)| {
+            if a.is_nan() != b.is_nan() {
+                f32::INFINITY
+            } else {
+                (a - b).abs()
+            }
+        })
         .fold(0f32, f32::max)
         / scale
 }
@@ -91,8 +97,16 @@ fn each_kernel_matches(name: &str, kv_types: KvTypes, dialect: Dialect) {
     let mut kv = vec![0u8; prog.kv_bytes as usize];
     let mut exec = PlanExec::new(&plan, &gguf, InterpOptions::exact()).expect("executor");
     let turns = [
-        Turn { n_tokens: 8, n_outputs: 8, pos0: 0 },
-        Turn { n_tokens: 1, n_outputs: 1, pos0: 8 },
+        Turn {
+            n_tokens: 8,
+            n_outputs: 8,
+            pos0: 0,
+        },
+        Turn {
+            n_tokens: 1,
+            n_outputs: 1,
+            pos0: 8,
+        },
     ];
     for turn in &turns {
         let n = turn.n_tokens as usize;
@@ -105,7 +119,9 @@ fn each_kernel_matches(name: &str, kv_types: KvTypes, dialect: Dialect) {
             output_ids: &outs,
             kv_len: (turn.pos0 as usize + n) as u64,
         };
-        let si = exec.begin(turn.n_tokens, turn.n_outputs, &args).expect("step");
+        let si = exec
+            .begin(turn.n_tokens, turn.n_outputs, &args)
+            .expect("step");
         let step = &plan.steps[si];
         let (source, launches): (&str, &[Launch]) = match dialect {
             Dialect::Cuda => (&prog.steps[si].source, &prog.steps[si].launches),
@@ -192,10 +208,13 @@ fn llama_cpp_logits(name: &str) -> (Vec<i32>, Vec<f32>, f32) {
         .map(|v| v.as_i64().expect("id") as i32)
         .collect();
     let obs = &meta["observed"];
-    let spread = ["flash_on_vs_off_batch_max_abs_diff", "kv_f32_vs_f16_batch_max_abs_diff"]
-        .iter()
-        .map(|k| obs[k].as_f64().unwrap_or(0.0) as f32)
-        .fold(0f32, f32::max);
+    let spread = [
+        "flash_on_vs_off_batch_max_abs_diff",
+        "kv_f32_vs_f16_batch_max_abs_diff",
+    ]
+    .iter()
+    .map(|k| obs[k].as_f64().unwrap_or(0.0) as f32)
+    .fold(0f32, f32::max);
     let bytes = std::fs::read(dir.join(format!("{name}.batch.f32"))).expect("logits");
     let logits = bytes
         .chunks_exact(4)
@@ -225,7 +244,9 @@ fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
     };
     let input = |kind: ir::graph::Input| {
         let v = step.value(step.input(&kind).expect("input"));
-        let Base::Arena(b) = v.base else { panic!("input outside the arena") };
+        let Base::Arena(b) = v.base else {
+            panic!("input outside the arena")
+        };
         (step.buffers[b.index()].offset.expect("planned") + v.offset) as usize
     };
     let (at_tok, at_pos, at_out) = (
@@ -246,8 +267,16 @@ fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
             put(&mut arena, at_pos, (chunk * 8 + i) as i32);
             put(&mut arena, at_out, i as i32);
         }
-        run_step(dialect, source, launches, &mut arena, &mut kv, &wts, &ShimOptions::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        run_step(
+            dialect,
+            source,
+            launches,
+            &mut arena,
+            &mut kv,
+            &wts,
+            &ShimOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         got.extend(gather(step, &arena, logits_v));
     }
     assert_eq!(got.len(), want.len(), "{name}: {n_vocab} logits per token");
@@ -257,6 +286,7 @@ fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
     let tol = 1.5 * spread + 0.01;
+    eprintln!("{name} {dialect:?}: max |logit - llama.cpp| {worst:.4} (tolerance {tol:.4})");
     assert!(
         worst <= tol,
         "{name} {dialect:?}: logits differ from llama.cpp's by up to {worst} (tolerance {tol})"
@@ -265,7 +295,13 @@ fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
 
 #[test]
 fn whole_models_through_the_cuda_shim_match_llama_cpp() {
-    for name in ["llama-sep-Q4_0", "llama-tied-Q4_K", "qwen2-Q8_0", "gemma3-Q4_K", "phi3-Q8_0"] {
+    for name in [
+        "llama-sep-Q4_0",
+        "llama-tied-Q4_K",
+        "qwen2-Q8_0",
+        "gemma3-Q4_K",
+        "phi3-Q8_0",
+    ] {
         whole_model_matches_llama_cpp(name, Dialect::Cuda);
     }
 }
@@ -273,4 +309,40 @@ fn whole_models_through_the_cuda_shim_match_llama_cpp() {
 #[test]
 fn a_whole_model_through_the_metal_shim_matches_llama_cpp() {
     whole_model_matches_llama_cpp("qwen3-Q4_K", Dialect::Metal);
+}
+
+/// Every kernel of a prompt step (a decode step runs the same code with one column), built with ThreadSanitizer and run on OS
+/// threads: no data race between the threads of a block (a forgotten barrier is caught:
+/// codegen-cuda's shim tests keep that negative case).
+#[test]
+fn no_kernel_races_under_thread_sanitizer() {
+    let (gguf, plan) = fixture(
+        "llama-sep-Q4_K",
+        KvTypes::same(DType::Block(ir::ggml::GgmlType::Q8_0)),
+    );
+    let metal = codegen_metal::generate(&plan).expect("generates MSL");
+    let wts = weight_bytes(&plan, &metal.weights, &gguf);
+    let mut kv = vec![0u8; metal.kv_bytes as usize];
+    let opts = ShimOptions {
+        tsan: true,
+        ..ShimOptions::default()
+    };
+    for (n_tokens, n_outputs) in [(8, 8)] {
+        let si = plan
+            .steps
+            .iter()
+            .position(|s| s.n_tokens == n_tokens && s.n_outputs == n_outputs)
+            .expect("step");
+        let mut arena = vec![0u8; metal.arena_bytes as usize];
+        run_step(
+            Dialect::Metal,
+            &metal.source,
+            &metal.steps[si].launches,
+            &mut arena,
+            &mut kv,
+            &wts,
+            &opts,
+        )
+        .unwrap_or_else(|e| panic!("step {n_tokens}x{n_outputs}: {e}"));
+    }
 }

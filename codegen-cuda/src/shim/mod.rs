@@ -363,8 +363,17 @@ fn last_lines(text: &str, n: usize) -> String {
 }
 
 /// The launch table appended to the source: a wrapper per kernel that runs one thread.
-fn launch_table(dialect: Dialect, launches: &[Launch]) -> String {
+/// The launch table: a wrapper per kernel the launches name and per kernel the source
+/// defines (a line starting `KERNEL(name,`), so one executable serves every subset of a
+/// source's launches (a kernel-by-kernel run compiles once).
+fn launch_table(dialect: Dialect, source: &str, launches: &[Launch]) -> String {
     let mut names: Vec<&str> = launches.iter().map(|l| l.kernel.as_str()).collect();
+    names.extend(source.lines().filter_map(|l| {
+        let rest = l.strip_prefix("KERNEL(")?;
+        let name = rest.split(',').next()?.trim();
+        (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .then_some(name)
+    }));
     names.sort_unstable();
     names.dedup();
     let mut s = String::from("\n#line 1 \"shim-launch-table\"\n");
@@ -445,7 +454,7 @@ fn compile(
     // The step: the source as given (its line numbers are the diagnostics'), then the table.
     let mut unit = String::with_capacity(source.len() + 1024);
     unit.push_str(source);
-    unit.push_str(&launch_table(dialect, launches));
+    unit.push_str(&launch_table(dialect, source, launches));
     k.add(format!("{dialect:?}").as_bytes())
         .add(unit.as_bytes());
     let dir = root.join(k.hex());
@@ -656,9 +665,14 @@ mod tests {
             grid: [1, 1, 1],
             block: 32,
         };
-        let t = launch_table(Dialect::Metal, &[l("kb"), l("ka"), l("kb")]);
-        assert_eq!(t.matches("static void shim_call_").count(), 2);
+        let t = launch_table(
+            Dialect::Metal,
+            "KERNEL(kc, 32) {}\n",
+            &[l("kb"), l("ka"), l("kb")],
+        );
+        assert_eq!(t.matches("static void shim_call_").count(), 3);
         assert!(t.contains("ka(a, k, w, uint3{bx, by, bz}, tx)"));
-        assert!(t.contains("shim_table_len = 2"));
+        assert!(t.contains("kc(a, k, w, uint3{bx, by, bz}, tx)"));
+        assert!(t.contains("shim_table_len = 3"));
     }
 }
