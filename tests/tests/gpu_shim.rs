@@ -75,6 +75,23 @@ fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
         / scale
 }
 
+/// Writes the step's integer inputs (token ids, positions, output row ids) into `arena`.
+fn write_inputs(step: &Step, arena: &mut [u8], tokens: &[i32], positions: &[i32], outs: &[i32]) {
+    for inp in &step.inputs {
+        let v = step.value(inp.value);
+        let Base::Arena(b) = v.base else { continue };
+        let at = (step.buffers[b.index()].offset.expect("planned") + v.offset) as usize;
+        let vals = match inp.kind {
+            ir::graph::Input::Tokens => tokens,
+            ir::graph::Input::Positions => positions,
+            _ => outs,
+        };
+        for (i, x) in vals.iter().enumerate() {
+            arena[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
 fn words_to_bytes(w: &[u32], len: usize) -> Vec<u8> {
     let mut b: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
     b.resize(len.max(b.len()), 0);
@@ -222,19 +239,7 @@ fn real_models_match_the_interpreter() {
                 .expect("step");
             let step = &plan.steps[si];
             let mut arena = vec![0u8; prog.arena_bytes as usize];
-            for inp in &step.inputs {
-                let v = step.value(inp.value);
-                let Base::Arena(b) = v.base else { continue };
-                let at = (step.buffers[b.index()].offset.expect("planned") + v.offset) as usize;
-                let vals: &[i32] = match inp.kind {
-                    ir::graph::Input::Tokens => tokens,
-                    ir::graph::Input::Positions => &positions,
-                    _ => &[n as i32 - 1],
-                };
-                for (i, x) in vals.iter().enumerate() {
-                    arena[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes());
-                }
-            }
+            write_inputs(step, &mut arena, tokens, &positions, &[n as i32 - 1]);
             let launches = &prog.steps[si].launches;
             run_step(
                 Dialect::Cuda,
@@ -319,31 +324,20 @@ fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
         Dialect::Cuda => (&prog.steps[si].source, &prog.steps[si].launches),
         Dialect::Metal => (&metal.source, &metal.steps[si].launches),
     };
-    let input = |kind: ir::graph::Input| {
-        let v = step.value(step.input(&kind).expect("input"));
-        let Base::Arena(b) = v.base else {
-            panic!("input outside the arena")
-        };
-        (step.buffers[b.index()].offset.expect("planned") + v.offset) as usize
-    };
-    let (at_tok, at_pos, at_out) = (
-        input(ir::graph::Input::Tokens),
-        input(ir::graph::Input::Positions),
-        input(ir::graph::Input::OutputIds),
-    );
     let logits_v = step.value(step.outputs[0]);
     let n_vocab = logits_v.shape.ne[0] as usize;
     let mut got = Vec::new();
     let mut arena = vec![0u8; prog.arena_bytes as usize];
     for chunk in 0..prompt.len() / 8 {
-        for i in 0..8 {
-            let put = |arena: &mut [u8], at: usize, x: i32| {
-                arena[at + 4 * i..at + 4 * i + 4].copy_from_slice(&x.to_le_bytes())
-            };
-            put(&mut arena, at_tok, prompt[chunk * 8 + i]);
-            put(&mut arena, at_pos, (chunk * 8 + i) as i32);
-            put(&mut arena, at_out, i as i32);
-        }
+        let tokens = &prompt[chunk * 8..chunk * 8 + 8];
+        let positions: Vec<i32> = (chunk as i32 * 8..chunk as i32 * 8 + 8).collect();
+        write_inputs(
+            step,
+            &mut arena,
+            tokens,
+            &positions,
+            &[0, 1, 2, 3, 4, 5, 6, 7],
+        );
         run_step(
             dialect,
             source,
