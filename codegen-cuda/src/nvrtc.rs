@@ -36,27 +36,41 @@ pub enum NvrtcError {
     Missing(String),
     /// The source did not compile: names the step, the architecture, the kernel whose code
     /// the first error is in (and its plan kernel), and carries NVRTC's log.
-    #[error("{step}: {arch}: {place}: {summary}")]
-    Compile {
-        /// The step (`step-1x1.cu`).
-        step: String,
-        /// The target (`sm_90`, `compute_80`).
-        arch: String,
-        /// Where the first error is: `kernel k3_mul_mat (plan kernel 3)`, or `the prelude
-        /// and helpers` before the first kernel.
-        place: String,
-        /// The kernel function the first error is in, if any.
-        kernel: Option<String>,
-        /// Its plan kernel, if a launch names it.
-        plan_kernel: Option<u32>,
-        /// NVRTC's log, its lines joined with ` | ` (capped).
-        summary: String,
-        /// NVRTC's whole log.
-        log: String,
-    },
+    #[error("{0}")]
+    Compile(Box<CompileFailure>),
     /// An NVRTC call that failed outside compilation (out of memory, a bad option).
     #[error("NVRTC: {0}")]
     Api(String),
+}
+
+/// A source that did not compile ([`NvrtcError::Compile`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileFailure {
+    /// The step (`step-1x1.cu`).
+    pub step: String,
+    /// The target (`sm_90`, `compute_80`).
+    pub arch: String,
+    /// Where the first error is: `kernel k3_mul_mat (plan kernel 3)`, or `the prelude and
+    /// helpers` before the first kernel.
+    pub place: String,
+    /// The kernel function the first error is in, if any.
+    pub kernel: Option<String>,
+    /// Its plan kernel, if a launch names it.
+    pub plan_kernel: Option<u32>,
+    /// NVRTC's log, its lines joined with ` | ` (capped): the message stays one line.
+    pub summary: String,
+    /// NVRTC's whole log.
+    pub log: String,
+}
+
+impl std::fmt::Display for CompileFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}: {}",
+            self.step, self.arch, self.place, self.summary
+        )
+    }
 }
 
 /// How [`compile_step`] compiles.
@@ -473,7 +487,7 @@ fn compile_error(
     if summary.is_empty() {
         summary = "compilation failed with an empty log".into();
     }
-    NvrtcError::Compile {
+    NvrtcError::Compile(Box::new(CompileFailure {
         step: name.to_string(),
         arch: arch.to_string(),
         place,
@@ -481,7 +495,7 @@ fn compile_error(
         plan_kernel,
         summary,
         log,
-    }
+    }))
 }
 
 /// The per-kernel resources in a ptxas `-v` log for `arch`.

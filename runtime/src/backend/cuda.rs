@@ -737,6 +737,13 @@ impl CudaEngine {
     }
 }
 
+impl Drop for CudaEngine {
+    /// Waits for the stream's work before the graphs and buffers it uses are released.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+    }
+}
+
 /// The module image for a GPU of compute capability `cc`: the CUBIN of the same major
 /// architecture with the highest minor not above the GPU's, else the PTX.
 fn pick_image(
