@@ -109,6 +109,10 @@ impl Backend for CudaBackend {
         let mut steps = Vec::with_capacity(program.steps.len());
         for s in &program.steps {
             let c = compile_step(s, &opts).map_err(|e| anyhow::anyhow!("--target cuda: {e}"))?;
+            // Spills and stack frames are slow local memory: worth a line when they happen.
+            for line in c.spills() {
+                eprintln!("warning: --target cuda: {}: {line}", step_file_name(s));
+            }
             steps.push(StepBinary {
                 cubins: c
                     .cubins
@@ -193,7 +197,7 @@ mod base64 {
     /// The bytes of base64 text.
     pub fn decode(s: &str) -> Result<Vec<u8>, String> {
         let s = s.as_bytes();
-        if s.len() % 4 != 0 {
+        if !s.len().is_multiple_of(4) {
             return Err("base64 text is not a multiple of 4 characters".into());
         }
         let mut out = Vec::with_capacity(s.len() / 4 * 3);
