@@ -30,7 +30,5 @@ pub enum CodegenError {
 /// [`CodegenError`].
 pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> {
     let _ = (plan, prelude);
-    Err(CodegenError::Plan(
-        "the kernel printer is not written yet".into(),
-    ))
+    Err(CodegenError::Plan("the kernel printer is not written yet".into()))
 }
