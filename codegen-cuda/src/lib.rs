@@ -3,6 +3,8 @@
 //!
 //! - [`program`]: what a plan becomes: per step one self-contained source and its launches,
 //!   and the kernel ABI (three buffers: arena, KV memory, weights; every offset a constant).
+//! - [`nvrtc`]: a step's source compiled with NVRTC to CUBINs and PTX, with ptxas's
+//!   resource report per kernel.
 //! - [`kernels`]: the kernel printer. It writes kernel bodies in a small vocabulary of macros
 //!   that each dialect's prelude defines (`prelude.cuh` here, `prelude.metal` in
 //!   codegen-metal), so the CUDA and Metal sources differ only in their prelude.
@@ -33,6 +35,7 @@
 //! the kernel that declares them).
 
 pub mod kernels;
+pub mod nvrtc;
 pub mod program;
 pub mod shim;
 

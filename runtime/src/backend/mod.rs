@@ -7,6 +7,8 @@
 //! flags ([`BackendArgs`]) live with it.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use crate::engine::Engine;
 use ir::ggml::GgmlType;
@@ -102,13 +104,26 @@ pub enum Payload {
         /// The plan.
         plan: Box<Plan>,
     },
+    /// The CUDA backend's program: the plan, the CUDA C generated from it and that source
+    /// compiled with NVRTC ([`cuda::CudaBinaries`]).
+    #[cfg(feature = "cuda")]
+    Cuda {
+        /// The plan the program was generated from.
+        plan: Box<Plan>,
+        /// The generated sources, launches and buffer sizes.
+        program: Box<codegen_cuda::GpuProgram>,
+        /// Each step's CUBINs and PTX.
+        binaries: cuda::CudaBinaries,
+    },
 }
 
 impl Payload {
-    /// The payload's kind as the artifact records it (`plan`).
+    /// The payload's kind as the artifact records it (`plan`, `cuda`).
     pub fn kind(&self) -> &'static str {
         match self {
             Payload::Plan { .. } => "plan",
+            #[cfg(feature = "cuda")]
+            Payload::Cuda { .. } => "cuda",
         }
     }
 
@@ -116,6 +131,8 @@ impl Payload {
     pub fn plan(&self) -> &Plan {
         match self {
             Payload::Plan { plan } => plan,
+            #[cfg(feature = "cuda")]
+            Payload::Cuda { plan, .. } => plan,
         }
     }
 }
@@ -190,6 +207,20 @@ pub trait Backend {
     /// # Errors
     /// What the backend's code generation reports.
     fn build(&self, plan: Plan) -> anyhow::Result<Payload>;
+
+    /// The generated source files of `plan`, as `(file name, text)` (`step-1x1.cu`), for
+    /// `modelc compile --emit-source`; made without compiling them, so that they can be
+    /// looked at when compiling fails.
+    ///
+    /// # Errors
+    /// A target that generates no source (the CPU's), or what its code generation reports.
+    fn sources(&self, plan: &Plan) -> anyhow::Result<Vec<(String, String)>> {
+        let _ = plan;
+        anyhow::bail!(
+            "--emit-source: the {} target generates no source (it generates machine code when the runner starts)",
+            self.target().name()
+        )
+    }
 
     /// Loads a program this backend built, with the weights, into an engine.
     ///
@@ -287,9 +318,7 @@ pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Bac
     match target {
         Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
         #[cfg(feature = "cuda")]
-        Target::Cuda => anyhow::bail!(
-            "--target cuda: there is no CUDA backend yet (issue 14: CUDA C generated from the plan, NVRTC, CUDA graphs); use --target cpu"
-        ),
+        Target::Cuda => Ok(Box::new(cuda::CudaBackend)),
         #[cfg(feature = "metal")]
         Target::Metal => anyhow::bail!(
             "--target metal: there is no Metal backend yet (issue 16: Metal Shading Language generated from the plan); use --target cpu"

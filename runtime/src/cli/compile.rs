@@ -1,5 +1,5 @@
 //! `modelc compile MODEL.gguf [--target cpu|cuda|metal] [-o NAME] [--ubatch 1,64] [-c CTX]
-//! [-ctk T -ctv T]`: lowers the model, runs the pass pipeline, lets the target's backend turn
+//! [-ctk T -ctv T] [--emit-source DIR]`: lowers the model, runs the pass pipeline, lets the target's backend turn
 //! the plan into its program, prints the plan summary and writes a standalone runner (see
 //! [`crate::artifact`] for how the runner carries the program).
 
@@ -51,6 +51,11 @@ pub struct CompileArgs {
     /// Print the passes and exit.
     #[arg(long = "list-passes")]
     pub list_passes: bool,
+    /// Also write the generated source of each step into this folder
+    /// (`step-<n_tokens>x<n_outputs>.cu` for CUDA, `.metal` for Metal), before it is
+    /// compiled (so it is there when compiling fails). GPU targets only.
+    #[arg(long = "emit-source", value_name = "DIR")]
+    pub emit_source: Option<PathBuf>,
 }
 
 /// Parses llama.cpp's `-fa` / `--flash-attn` value: `on` (also `1`, `true`, `enabled`),
@@ -236,6 +241,21 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
             }
         })?;
     let summary = plan.summary();
+    if let Some(dir) = &args.emit_source {
+        let files = be.sources(&plan)?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--emit-source: creating {}", dir.display()))?;
+        for (name, text) in &files {
+            let p = dir.join(name);
+            std::fs::write(&p, text)
+                .with_context(|| format!("--emit-source: writing {}", p.display()))?;
+        }
+        eprintln!(
+            "compile: wrote {} source files into {}",
+            files.len(),
+            dir.display()
+        );
+    }
     let payload = be.build(plan)?;
     let artifact = Artifact {
         version: ARTIFACT_VERSION,
