@@ -76,17 +76,16 @@ pub fn generate(plan: &Plan) -> Result<MetalProgram, CodegenError> {
             &step_prefix(s.n_tokens, s.n_outputs),
         )?;
         needs.extend(p.needs);
-        texts.push(p.kernels);
+        texts.extend(p.kernels);
         steps.push(StepDispatch {
             n_tokens: s.n_tokens,
             n_outputs: s.n_outputs,
             launches: p.launches,
         });
     }
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let title = format!("{} steps, one Metal library", plan.steps.len());
     Ok(MetalProgram {
-        source: assemble(&title, METAL_PRELUDE, &needs, &refs)?,
+        source: assemble(&title, METAL_PRELUDE, &needs, &texts)?,
         steps,
         weights,
         kv_cells: u64::from(plan.n_ctx),

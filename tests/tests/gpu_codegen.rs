@@ -137,3 +137,141 @@ fn fixture_metal_sources_pass_the_lint() {
         );
     }
 }
+
+/// NVRTC options, or `None` after saying why when NVRTC is absent and not required
+/// (`scripts/fetch-nvrtc` installs it; `scripts/test` runs that first, and CI requires it).
+fn nvrtc() -> Option<codegen_cuda::nvrtc::NvrtcOptions> {
+    match codegen_cuda::nvrtc::NvrtcOptions::new() {
+        Ok(o) => Some(o),
+        Err(e) => {
+            let required = std::env::var("MODELC_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
+                || std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(
+                !required,
+                "{e} (required here: MODELC_REQUIRE_NVRTC=1 or CI=true)"
+            );
+            modelc_tests::skip(&e.to_string());
+            None
+        }
+    }
+}
+
+/// `text` without its comments, with the byte offsets into the three buffers (`arena + 123`, `wts + 456`,
+/// `kv + 789`) and the kernel's own name made alike: kernels equal under this key differ
+/// only in where their operands lie, and compile to the same code and registers.
+fn code_key(text: &str, name: &str) -> String {
+    let mut out: String = text
+        .lines()
+        .filter(|l| !l.starts_with("//"))
+        .map(|l| l.replace(name, "K") + "\n")
+        .collect();
+    for buf in ["arena + ", "wts + ", "kv + "] {
+        let mut s = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(i) = rest.find(buf) {
+            s += &rest[..i + buf.len()];
+            rest = rest[i + buf.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+            s += "0";
+        }
+        s += rest;
+        out = s;
+    }
+    out
+}
+
+/// The distinct kernels of every step of the plans, each renamed `d<i>_<name>` (its
+/// helpers with it), and the dequantizers they call.
+#[derive(Default)]
+struct Distinct {
+    seen: std::collections::HashSet<String>,
+    texts: Vec<String>,
+    launches: Vec<codegen_cuda::Launch>,
+    needs: std::collections::BTreeSet<u32>,
+}
+
+impl Distinct {
+    fn add(&mut self, plan: &ir::plan::Plan) {
+        use codegen_cuda::kernels::{layout, print_step};
+        let (weights, kv) = layout(plan).expect("layout");
+        for s in &plan.steps {
+            let p = print_step(plan, s, &weights, &kv, "").expect("prints");
+            self.needs.extend(&p.needs);
+            for (t, l) in p.kernels.iter().zip(&p.launches) {
+                if self.seen.insert(code_key(t, &l.kernel)) {
+                    let name = format!("d{}_{}", self.texts.len(), l.kernel);
+                    self.texts.push(t.replace(&l.kernel, &name));
+                    self.launches.push(codegen_cuda::Launch {
+                        kernel: name,
+                        ..l.clone()
+                    });
+                }
+            }
+        }
+    }
+
+    /// Compiles them in one NVRTC run and checks that ptxas reports no spill and no stack
+    /// frame in any, and registers × threads within a block's register file; returns the
+    /// most registers any kernel takes.
+    fn compile(&self, opts: &codegen_cuda::nvrtc::NvrtcOptions) -> u32 {
+        let step = codegen_cuda::StepProgram {
+            n_tokens: 0,
+            n_outputs: 0,
+            source: codegen_cuda::kernels::assemble(
+                "distinct kernels",
+                codegen_cuda::CUDA_PRELUDE,
+                &self.needs,
+                &self.texts,
+            )
+            .expect("assembles"),
+            launches: self.launches.clone(),
+        };
+        let c = codegen_cuda::nvrtc::compile_step(&step, opts).unwrap_or_else(|e| panic!("{e}"));
+        let bad = c.spills();
+        assert!(bad.is_empty(), "{}", bad.join("; "));
+        let mut regs = 0;
+        for k in &c.kernels {
+            let l = step
+                .launches
+                .iter()
+                .find(|l| l.kernel == k.kernel)
+                .expect("launched");
+            assert!(
+                u64::from(k.registers) * u64::from(l.block) <= 65536,
+                "{} takes {} registers × {} threads",
+                k.kernel,
+                k.registers,
+                l.block
+            );
+            regs = regs.max(k.registers);
+        }
+        regs
+    }
+}
+
+/// The check of the issue: every kernel of SmolLM2's, Gemma 3's and every fixture's plan
+/// (the decode step and a prompt step; kernels that differ only in their operands' offsets
+/// once) compiles to sm_90 with no spill and no stack frame. (`modelc compile --target
+/// cuda` builds sm_80 too, and PTX, from the same source.)
+#[test]
+fn nvrtc_compiles_every_kernel_without_spills() {
+    let Some(mut opts) = nvrtc() else { return };
+    opts.archs = vec![90];
+    opts.ptx_arch = None;
+    let mut paths: Vec<_> = [modelc_tests::smollm2(), modelc_tests::gemma3()]
+        .into_iter()
+        .flatten()
+        .collect();
+    paths.extend(fixtures());
+    let mut d = Distinct::default();
+    for path in paths {
+        let gguf = GgufFile::open(&path).expect("model opens");
+        let model = compiler::load_model(&gguf).expect("model lowers");
+        let plan = build_plan(&model, &[1, 64], 256, KvTypes::F16, LogitRows::Last).expect("plan");
+        d.add(&plan);
+    }
+    let regs = d.compile(&opts);
+    eprintln!(
+        "{} distinct kernels: at most {regs} registers",
+        d.texts.len()
+    );
+}

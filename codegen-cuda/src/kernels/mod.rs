@@ -254,8 +254,9 @@ fn emit(ctx: &mut Ctx<'_>) -> Result<Emitted, CodegenError> {
 /// The kernels of one step, before they are assembled into a source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrintedStep {
-    /// The kernels' text, in execution order.
-    pub kernels: String,
+    /// Each kernel's text (helpers, comment, `KERNEL(...)` and body, a blank line), in
+    /// execution order.
+    pub kernels: Vec<String>,
     /// GGML ids of the block types whose dequantizers they call.
     pub needs: BTreeSet<u32>,
     /// Their launches.
@@ -275,7 +276,7 @@ pub fn print_step(
     prefix: &str,
 ) -> Result<PrintedStep, CodegenError> {
     let mut needs = BTreeSet::new();
-    let mut kernels = String::new();
+    let mut kernels = Vec::with_capacity(step.kernels.len());
     let mut launches = Vec::with_capacity(step.kernels.len());
     for (i, k) in step.kernels.iter().enumerate() {
         let mut ctx = Ctx {
@@ -289,8 +290,7 @@ pub fn print_step(
         };
         let e = emit(&mut ctx)?;
         needs.extend(ctx.needs);
-        kernels += &e.text;
-        kernels += "\n";
+        kernels.push(e.text + "\n");
         launches.push(Launch {
             kernel: ctx.name,
             plan_kernel: i as u32,
@@ -314,7 +314,7 @@ pub fn assemble(
     title: &str,
     prelude: &str,
     needs: &BTreeSet<u32>,
-    kernels: &[&str],
+    kernels: &[String],
 ) -> Result<String, CodegenError> {
     let mut source = format!("// modelc: {title}. Generated; do not edit.\n");
     source += prelude;
@@ -365,7 +365,7 @@ pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> 
         steps.push(StepProgram {
             n_tokens: s.n_tokens,
             n_outputs: s.n_outputs,
-            source: assemble(&title, prelude, &p.needs, &[&p.kernels])?,
+            source: assemble(&title, prelude, &p.needs, &p.kernels)?,
             launches: p.launches,
         });
     }
