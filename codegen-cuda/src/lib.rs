@@ -15,7 +15,8 @@
 //!
 //! | word | meaning |
 //! |---|---|
-//! | `KERNEL(name, nt)` | a kernel of `nt` threads per block taking `arena`, `kv`, `wts` |
+//! | `KERNEL(name, nt)` | a kernel of `nt` threads per block taking `arena`, `kv`, `wts` and `ops` |
+//! | `ops.at[i]` | the byte offset of operand `i` in its buffer (`Operands`) |
 //! | `FN` | a helper function |
 //! | `GMEM` | address space of a pointer into the three buffers |
 //! | `SHARED` | an array shared by the threads of one block (declared in a kernel) |
@@ -40,7 +41,9 @@ pub mod program;
 pub mod shim;
 
 pub use kernels::{generate, CodegenError};
-pub use program::{GpuProgram, Launch, StepProgram, WeightTable, SIMD_WIDTH, WEIGHT_ALIGN};
+pub use program::{
+    GpuProgram, Launch, StepProgram, WeightTable, MAX_OPERANDS, SIMD_WIDTH, WEIGHT_ALIGN,
+};
 
 /// The CUDA prelude of every generated source: includes, integer types and the kernel
 /// vocabulary of the module doc in CUDA terms.

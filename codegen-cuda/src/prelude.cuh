@@ -12,10 +12,15 @@ typedef int i32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// A kernel of `nt` threads per block over the three buffers of the ABI.
+// The byte offsets of a kernel's operands in their buffers (codegen_cuda::Launch::operands).
+struct Operands {
+    u64 at[16];
+};
+
+// A kernel of `nt` threads per block over the three buffers of the ABI and its operands.
 #define KERNEL(name, nt) \
     extern "C" __global__ void __launch_bounds__(nt) \
-    name(u8* __restrict__ arena, u8* __restrict__ kv, const u8* __restrict__ wts)
+    name(u8* __restrict__ arena, u8* __restrict__ kv, const u8* __restrict__ wts, const Operands ops)
 // A helper function.
 #define FN static __device__ __forceinline__
 // Address space of pointers into the three buffers (none in CUDA).

@@ -3,7 +3,7 @@
 //!
 //! # The kernel ABI (shared by CUDA and Metal)
 //!
-//! Every generated kernel takes the same three buffers, in this order, and nothing else:
+//! Every generated kernel takes the same three buffers, in this order, then its operands:
 //!
 //! | # | name    | what it holds                                                          |
 //! |---|---------|------------------------------------------------------------------------|
@@ -11,7 +11,12 @@
 //! | 1 | `kv`    | one sequence's KV memory, laid out as [`ir::plan::Plan::kv_layout`] of the plan's `n_ctx` cells |
 //! | 2 | `wts`   | every weight of the plan, at the offsets of [`WeightTable`]              |
 //!
-//! Every offset, shape and stride is a constant in the source. The one quantity known only at
+//! and a fourth argument, `ops`, an [`Operands`] by value (CUDA) or in a small constant
+//! buffer (Metal `[[buffer(3)]]`): the byte offset of each of the kernel's operands in its
+//! buffer ([`Launch::operands`]). Shapes and strides are constants in the source; offsets
+//! are not, so the kernels of every layer, which differ only in where their operands lie,
+//! are one kernel in the source, compiled once and launched once per layer with that
+//! layer's offsets. The one quantity known only at
 //! run time, the KV length of an attention kernel, is read from the step's positions input
 //! (the keys a causal query at position `p` sees end at `p`): a step is a fixed sequence of
 //! launches with fixed arguments, which is what a CUDA graph captures and replays.
@@ -26,6 +31,9 @@ use serde::{Deserialize, Serialize};
 /// Width of a SIMD group (a CUDA warp, an Apple simdgroup) the kernels are written for.
 pub const SIMD_WIDTH: u32 = 32;
 
+/// Operand offsets a kernel takes at most (the size of `Operands::at` in the preludes).
+pub const MAX_OPERANDS: usize = 16;
+
 /// Alignment of each weight in the device weight buffer, in bytes (cudaMalloc's alignment;
 /// more than any load the kernels make).
 pub const WEIGHT_ALIGN: u64 = 256;
@@ -33,7 +41,8 @@ pub const WEIGHT_ALIGN: u64 = 256;
 /// One kernel launch of a step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Launch {
-    /// The kernel's function name in the step's source (`k12_mul_mat_add`).
+    /// The kernel's function name in the step's source (`k12_mul_mat_add`; the name of the
+    /// first plan kernel with this code).
     pub kernel: String,
     /// Index of the plan kernel it computes ([`ir::plan::Step::kernels`]).
     pub plan_kernel: u32,
@@ -41,6 +50,20 @@ pub struct Launch {
     pub grid: [u32; 3],
     /// Threads per block (a multiple of [`SIMD_WIDTH`], at most 1024).
     pub block: u32,
+    /// The kernel's `ops.at[i]`: byte offsets of its operands in their buffers (at most
+    /// [`MAX_OPERANDS`]; the rest of the argument is zeros).
+    pub operands: Vec<u64>,
+}
+
+impl Launch {
+    /// The operands as the kernel's fourth argument: [`MAX_OPERANDS`] offsets, zero-padded.
+    pub fn operand_array(&self) -> [u64; MAX_OPERANDS] {
+        let mut a = [0u64; MAX_OPERANDS];
+        for (d, s) in a.iter_mut().zip(&self.operands) {
+            *d = *s;
+        }
+        a
+    }
 }
 
 /// The program of one step (one ubatch shape).

@@ -70,12 +70,14 @@ fn step(body: &str) -> StepProgram {
                 plan_kernel: 0,
                 grid: [4, 1, 1],
                 block: 128,
+                operands: Vec::new(),
             },
             Launch {
                 kernel: "k1_y".into(),
                 plan_kernel: 1,
                 grid: [1, 1, 1],
                 block: 64,
+                operands: Vec::new(),
             },
         ],
     }

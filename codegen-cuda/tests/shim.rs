@@ -22,6 +22,7 @@ fn launch(kernel: &str, grid: [u32; 3], block: u32) -> Launch {
         plan_kernel: 0,
         grid,
         block,
+        operands: Vec::new(),
     }
 }
 

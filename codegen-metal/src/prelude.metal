@@ -12,11 +12,16 @@ typedef int i32;
 typedef ulong u64;
 typedef long i64;
 
-// A kernel over the three buffers of the ABI; `nt` threads per threadgroup (the dispatch
-// table gives it; Metal takes the size at dispatch).
+// The byte offsets of a kernel's operands in their buffers (codegen_cuda::Launch::operands).
+struct Operands {
+    u64 at[16];
+};
+
+// A kernel over the three buffers of the ABI and its operands; `nt` threads per threadgroup
+// (the dispatch table gives it; Metal takes the size at dispatch).
 #define KERNEL(name, nt) \
     kernel void name(device u8* arena [[buffer(0)]], device u8* kv [[buffer(1)]], \
-                     device const u8* wts [[buffer(2)]], \
+                     device const u8* wts [[buffer(2)]], constant Operands& ops [[buffer(3)]], \
                      uint3 tg_pos_ [[threadgroup_position_in_grid]], \
                      uint t_idx_ [[thread_index_in_threadgroup]])
 #define FN static inline

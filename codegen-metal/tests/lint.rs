@@ -61,6 +61,7 @@ fn kernels_in_the_vocabulary_run_in_the_shim() {
         plan_kernel: 0,
         grid: [2, 1, 1],
         block: 64,
+        operands: Vec::new(),
     }];
     run_step(
         Dialect::Metal,

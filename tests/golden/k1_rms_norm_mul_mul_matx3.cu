@@ -4,7 +4,7 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
     SHARED float nsc[8];
     for (i32 n = warp; n < 8; n += 4) {
         float s = 0.0f;
-        for (i32 k = lane; k < 256; k += 32) { const float v = *(const GMEM float*)(arena + 16384 + (u64)(k) * 4u + (u64)(n) * 1024u); s += v * v; }
+        for (i32 k = lane; k < 256; k += 32) { const float v = *(const GMEM float*)(arena + ops.at[0] + (u64)(k) * 4u + (u64)(n) * 1024u); s += v * v; }
         s = warp_sum(s);
         if (lane == 0) nsc[n] = 1.0f / sqrtf(s / 256.0f + 1e-5f);
     }
@@ -18,13 +18,13 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) acc[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + 148480 + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[1] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;
                         UNROLL for (i32 j = 0; j < 8; ++j) {
                             const i32 k = k0 + j;
-                            const float xv = (*(const GMEM float*)(arena + 16384 + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + 147456 + (u64)(k) * 4u);
+                            const float xv = (*(const GMEM float*)(arena + ops.at[0] + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + ops.at[7] + (u64)(k) * 4u);
                             acc[c] += w[j] * xv;
                         }
                     }
@@ -34,7 +34,7 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) {
                 if (lane == c) {
                     const i32 i0 = m; const i32 i1 = c0 + c; const i32 i2 = 0; const i32 i3 = 0;
-                    *(GMEM float*)(arena + 0 + (u64)(i0) * 4u + (u64)(i1) * 1024u) = acc[c];
+                    *(GMEM float*)(arena + ops.at[4] + (u64)(i0) * 4u + (u64)(i1) * 1024u) = acc[c];
                 }
             }
         }
@@ -46,13 +46,13 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) acc[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + 185344 + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[2] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;
                         UNROLL for (i32 j = 0; j < 8; ++j) {
                             const i32 k = k0 + j;
-                            const float xv = (*(const GMEM float*)(arena + 16384 + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + 147456 + (u64)(k) * 4u);
+                            const float xv = (*(const GMEM float*)(arena + ops.at[0] + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + ops.at[7] + (u64)(k) * 4u);
                             acc[c] += w[j] * xv;
                         }
                     }
@@ -62,7 +62,7 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) {
                 if (lane == c) {
                     const i32 i0 = m; const i32 i1 = c0 + c; const i32 i2 = 0; const i32 i3 = 0;
-                    *(GMEM float*)(arena + 8192 + (u64)(i0) * 4u + (u64)(i1) * 512u) = acc[c];
+                    *(GMEM float*)(arena + ops.at[5] + (u64)(i0) * 4u + (u64)(i1) * 512u) = acc[c];
                 }
             }
         }
@@ -74,13 +74,13 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) acc[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + 203776 + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[3] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;
                         UNROLL for (i32 j = 0; j < 8; ++j) {
                             const i32 k = k0 + j;
-                            const float xv = (*(const GMEM float*)(arena + 16384 + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + 147456 + (u64)(k) * 4u);
+                            const float xv = (*(const GMEM float*)(arena + ops.at[0] + (u64)(k) * 4u + (u64)(n) * 1024u) * nsc[n]) * *(const GMEM float*)(wts + ops.at[7] + (u64)(k) * 4u);
                             acc[c] += w[j] * xv;
                         }
                     }
@@ -90,7 +90,7 @@ KERNEL(k1_rms_norm_mul_mul_matx3, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) {
                 if (lane == c) {
                     const i32 i0 = m; const i32 i1 = c0 + c; const i32 i2 = 0; const i32 i3 = 0;
-                    *(GMEM float*)(arena + 12288 + (u64)(i0) * 4u + (u64)(i1) * 512u) = acc[c];
+                    *(GMEM float*)(arena + ops.at[6] + (u64)(i0) * 4u + (u64)(i1) * 512u) = acc[c];
                 }
             }
         }

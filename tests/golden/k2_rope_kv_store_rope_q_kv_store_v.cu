@@ -14,19 +14,19 @@ FN float k2_rope_kv_store_rope_q_kv_store_v_rope(float xd, float xo, i32 d, floa
 // plan kernel k2: rope+kv_store+rope_q+kv_store_v cache_k_store-0 (nodes Qcur_rope-0, Kcur_rope-0, cache_k_store-0, cache_v_store-0)
 KERNEL(k2_rope_kv_store_rope_q_kv_store_v, 128) {
     const i32 t = BX;
-    const i32 p = *(const GMEM i32*)(arena + 24576 + (u64)(t) * 4u);
+    const i32 p = *(const GMEM i32*)(arena + ops.at[1] + (u64)(t) * 4u);
     const float pf = (float)p;
     SHARED float kx[128];
-    for (i32 e = TX; e < 128; e += 128) kx[e] = *(const GMEM float*)(arena + 8192 + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 512u);
+    for (i32 e = TX; e < 128; e += 128) kx[e] = *(const GMEM float*)(arena + ops.at[0] + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 512u);
     SHARED float qx[256];
-    for (i32 e = TX; e < 256; e += 128) qx[e] = *(const GMEM float*)(arena + 0 + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u);
+    for (i32 e = TX; e < 256; e += 128) qx[e] = *(const GMEM float*)(arena + ops.at[2] + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u);
     SHARED float vx[128];
-    for (i32 e = TX; e < 128; e += 128) vx[e] = *(const GMEM float*)(arena + 12288 + (u64)(e) * 4u + (u64)(t) * 512u);
+    for (i32 e = TX; e < 128; e += 128) vx[e] = *(const GMEM float*)(arena + ops.at[3] + (u64)(e) * 4u + (u64)(t) * 512u);
     SHARED float kr[128];
     SYNC();
     for (i32 e = TX; e < 128; e += 128) { const i32 d = e % 64; const i32 h0 = e - d; kr[e] = k2_rope_kv_store_rope_q_kv_store_v_rope(kx[e], kx[h0 + k2_rope_kv_store_rope_q_kv_store_v_rope_pair(d)], d, pf); }
-    for (i32 e = TX; e < 256; e += 128) { const i32 d = e % 64; const i32 h0 = e - d; const float y = k2_rope_kv_store_rope_q_kv_store_v_rope(qx[e], qx[h0 + k2_rope_kv_store_rope_q_kv_store_v_rope_pair(d)], d, pf); *(GMEM float*)(arena + 0 + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u) = y; }
+    for (i32 e = TX; e < 256; e += 128) { const i32 d = e % 64; const i32 h0 = e - d; const float y = k2_rope_kv_store_rope_q_kv_store_v_rope(qx[e], qx[h0 + k2_rope_kv_store_rope_q_kv_store_v_rope_pair(d)], d, pf); *(GMEM float*)(arena + ops.at[2] + (u64)(e % 64) * 4u + (u64)(e / 64) * 256u + (u64)(t) * 1024u) = y; }
     SYNC();
-    for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + 0 + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(kr[e]); }
-    for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + 16384 + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(vx[e]); }
+    for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + ops.at[4] + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(kr[e]); }
+    for (i32 e = TX; e < 128; e += 128) { *(GMEM u16*)(kv + ops.at[5] + (u64)(e) * 2u + (u64)(p) * 256u) = F32_TO_F16(vx[e]); }
 }

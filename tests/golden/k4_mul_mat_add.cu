@@ -10,13 +10,13 @@ KERNEL(k4_mul_mat_add, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) acc[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + 222208 + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[1] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;
                         UNROLL for (i32 j = 0; j < 8; ++j) {
                             const i32 k = k0 + j;
-                            const float xv = *(const GMEM float*)(arena + 8192 + (u64)(k) * 4u + (u64)(n) * 1024u);
+                            const float xv = *(const GMEM float*)(arena + ops.at[0] + (u64)(k) * 4u + (u64)(n) * 1024u);
                             acc[c] += w[j] * xv;
                         }
                     }
@@ -26,7 +26,7 @@ KERNEL(k4_mul_mat_add, 128) {
             UNROLL for (i32 c = 0; c < 8; ++c) {
                 if (lane == c) {
                     const i32 i0 = m; const i32 i1 = c0 + c; const i32 i2 = 0; const i32 i3 = 0;
-                    *(GMEM float*)(arena + 16384 + (u64)(i0) * 4u + (u64)(i1) * 1024u) = acc[c] + *(const GMEM float*)(arena + 16384 + (u64)(i0) * 4u + (u64)(i1) * 1024u);
+                    *(GMEM float*)(arena + ops.at[2] + (u64)(i0) * 4u + (u64)(i1) * 1024u) = acc[c] + *(const GMEM float*)(arena + ops.at[2] + (u64)(i0) * 4u + (u64)(i1) * 1024u);
                 }
             }
         }

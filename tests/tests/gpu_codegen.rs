@@ -58,10 +58,14 @@ fn golden_kernels() {
     // norm + gate/up + SwiGLU, down + residual) and the token lookup.
     let mut bless = std::env::var_os("MODELC_BLESS").is_some();
     for k in &step.launches[..7] {
-        let start = step
+        let at = step
             .source
-            .find(&format!("// plan kernel k{}:", k.plan_kernel))
-            .expect("kernel comment");
+            .find(&format!("\nKERNEL({},", k.kernel))
+            .expect("kernel in the source");
+        let start = step.source[..at]
+            .rfind("\n// plan kernel ")
+            .expect("kernel comment")
+            + 1;
         let end = step.source[start..]
             .find("\n\n")
             .map_or(step.source.len(), |e| start + e + 1);

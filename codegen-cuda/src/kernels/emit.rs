@@ -37,6 +37,8 @@ pub struct Val {
     pub buf: Buf,
     /// Byte offset of element 0 in the buffer.
     pub off: u64,
+    /// The kernel argument holding `off`: `ops.at[slot]`.
+    pub slot: usize,
     /// Element type.
     pub dtype: DType,
     /// Shape at the bound (ggml `ne`).
@@ -48,11 +50,12 @@ pub struct Val {
 }
 
 impl Val {
-    /// `v` at byte `base` of `buf`.
-    pub fn new(v: &Value, buf: Buf, base: u64) -> Val {
+    /// `v` at byte `base` of `buf`, its offset passed in `ops.at[slot]`.
+    pub fn new(v: &Value, buf: Buf, base: u64, slot: usize) -> Val {
         Val {
             buf,
             off: base + v.offset,
+            slot,
             dtype: v.dtype,
             ne: v.shape.ne,
             nb: v.nb,
@@ -78,7 +81,7 @@ impl Val {
     /// The byte offset of the element (or, for block types, of the block holding value
     /// `i0`) at `idx`, as an expression.
     pub fn byte(&self, idx: &[&str; 4]) -> String {
-        let mut s = self.off.to_string();
+        let mut s = format!("ops.at[{}]", self.slot);
         let bs = self.dtype.block_size();
         for d in 0..4 {
             if self.ne[d] == 1 && self.kv & (1 << d) == 0 || self.nb[d] == 0 {

@@ -111,6 +111,9 @@ pub struct Ctx<'p> {
     pub kv: &'p KvLayout,
     /// GGML ids of the block types whose dequantizers the source must carry.
     pub needs: BTreeSet<u32>,
+    /// The operands placed so far, `ops.at[i]` the offset of the `i`-th: each distinct
+    /// (buffer, offset) once.
+    pub operands: Vec<(Buf, u64)>,
 }
 
 impl Ctx<'_> {
@@ -129,7 +132,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn place(&self, id: ir::plan::ValueId) -> Result<Val, CodegenError> {
+    fn place(&mut self, id: ir::plan::ValueId) -> Result<Val, CodegenError> {
         let v = self
             .step
             .values
@@ -164,11 +167,22 @@ impl Ctx<'_> {
                     .offset,
             ),
         };
-        Ok(Val::new(v, buf, base))
+        let at = (buf, base + v.offset);
+        let slot = match self.operands.iter().position(|o| *o == at) {
+            Some(i) => i,
+            None => {
+                if self.operands.len() == crate::program::MAX_OPERANDS {
+                    return Err(self.unsupported("more operands than a kernel takes"));
+                }
+                self.operands.push(at);
+                self.operands.len() - 1
+            }
+        };
+        Ok(Val::new(v, buf, base, slot))
     }
 
     /// Source `i` of the kernel, placed.
-    pub fn src(&self, i: usize) -> Result<Val, CodegenError> {
+    pub fn src(&mut self, i: usize) -> Result<Val, CodegenError> {
         let id = *self
             .kernel()
             .srcs
@@ -178,7 +192,7 @@ impl Ctx<'_> {
     }
 
     /// Result `i` of the kernel, placed.
-    pub fn dst(&self, i: usize) -> Result<Val, CodegenError> {
+    pub fn dst(&mut self, i: usize) -> Result<Val, CodegenError> {
         let id = *self
             .kernel()
             .dsts
@@ -188,7 +202,7 @@ impl Ctx<'_> {
     }
 
     /// The step's positions input (for the KV length and the rope).
-    pub fn positions(&self) -> Result<Val, CodegenError> {
+    pub fn positions(&mut self) -> Result<Val, CodegenError> {
         let id = self
             .step
             .input(&ir::graph::Input::Positions)
@@ -254,12 +268,13 @@ fn emit(ctx: &mut Ctx<'_>) -> Result<Emitted, CodegenError> {
 /// The kernels of one step, before they are assembled into a source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrintedStep {
-    /// Each kernel's text (helpers, comment, `KERNEL(...)` and body, a blank line), in
-    /// execution order.
+    /// Each distinct kernel's text (helpers, comment, `KERNEL(...)` and body, a blank
+    /// line), in order of first use. Plan kernels whose code differs only in their operands'
+    /// offsets share one.
     pub kernels: Vec<String>,
     /// GGML ids of the block types whose dequantizers they call.
     pub needs: BTreeSet<u32>,
-    /// Their launches.
+    /// One launch per plan kernel, in execution order.
     pub launches: Vec<Launch>,
 }
 
@@ -278,6 +293,8 @@ pub fn print_step(
     let mut needs = BTreeSet::new();
     let mut kernels = Vec::with_capacity(step.kernels.len());
     let mut launches = Vec::with_capacity(step.kernels.len());
+    // The code of each kernel printed so far (comments dropped, its name made `K`) → name.
+    let mut printed: std::collections::HashMap<String, String> = Default::default();
     for (i, k) in step.kernels.iter().enumerate() {
         let mut ctx = Ctx {
             plan,
@@ -287,15 +304,30 @@ pub fn print_step(
             weights,
             kv,
             needs: BTreeSet::new(),
+            operands: Vec::new(),
         };
         let e = emit(&mut ctx)?;
         needs.extend(ctx.needs);
-        kernels.push(e.text + "\n");
+        let code: String = e
+            .text
+            .lines()
+            .filter(|l| !l.starts_with("//"))
+            .map(|l| l.replace(&ctx.name, "K") + "\n")
+            .collect();
+        let name = match printed.get(&code) {
+            Some(n) => n.clone(),
+            None => {
+                printed.insert(code, ctx.name.clone());
+                kernels.push(e.text + "\n");
+                ctx.name.clone()
+            }
+        };
         launches.push(Launch {
-            kernel: ctx.name,
+            kernel: name,
             plan_kernel: i as u32,
             grid: e.grid,
             block: e.block,
+            operands: ctx.operands.iter().map(|o| o.1).collect(),
         });
     }
     Ok(PrintedStep {

@@ -379,14 +379,14 @@ fn launch_table(dialect: Dialect, source: &str, launches: &[Launch]) -> String {
     let mut s = String::from("\n#line 1 \"shim-launch-table\"\n");
     for n in &names {
         let call = match dialect {
-            Dialect::Cuda => format!("{n}(a, k, w)"),
-            Dialect::Metal => format!("{n}(a, k, w, uint3{{bx, by, bz}}, tx)"),
+            Dialect::Cuda => format!("{n}(a, k, w, *(const Operands*)o)"),
+            Dialect::Metal => format!("{n}(a, k, w, *(const Operands*)o, uint3{{bx, by, bz}}, tx)"),
         };
         let _ = writeln!(
             s,
             "static void shim_call_{n}(unsigned char* a, unsigned char* k, const unsigned char* \
-             w, unsigned bx, unsigned by, unsigned bz, unsigned tx) {{ (void)bx; (void)by; \
-             (void)bz; (void)tx; {call}; }}"
+             w, const unsigned long long* o, unsigned bx, unsigned by, unsigned bz, unsigned tx) \
+             {{ (void)o; (void)bx; (void)by; (void)bz; (void)tx; {call}; }}"
         );
     }
     s.push_str("extern \"C\" const shim_entry shim_table[] = {\n");
@@ -512,11 +512,15 @@ fn run(
     let wts_p = write("wts", wts)?;
     let mut list = String::new();
     for l in launches {
-        let _ = writeln!(
+        let _ = write!(
             list,
             "{} {} {} {} {}",
             l.kernel, l.grid[0], l.grid[1], l.grid[2], l.block
         );
+        for o in l.operand_array() {
+            let _ = write!(list, " {o}");
+        }
+        list.push('\n');
     }
     let launches_p = write("launches", list.as_bytes())?;
     let err_p = d.join("stderr");
@@ -664,6 +668,7 @@ mod tests {
             plan_kernel: 0,
             grid: [1, 1, 1],
             block: 32,
+            operands: Vec::new(),
         };
         let t = launch_table(
             Dialect::Metal,
@@ -671,8 +676,8 @@ mod tests {
             &[l("kb"), l("ka"), l("kb")],
         );
         assert_eq!(t.matches("static void shim_call_").count(), 3);
-        assert!(t.contains("ka(a, k, w, uint3{bx, by, bz}, tx)"));
-        assert!(t.contains("kc(a, k, w, uint3{bx, by, bz}, tx)"));
+        assert!(t.contains("ka(a, k, w, *(const Operands*)o, uint3{bx, by, bz}, tx)"));
+        assert!(t.contains("kc(a, k, w, *(const Operands*)o, uint3{bx, by, bz}, tx)"));
         assert!(t.contains("shim_table_len = 3"));
     }
 }

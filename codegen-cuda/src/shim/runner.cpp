@@ -70,12 +70,14 @@ struct Launch {
     shim_kernel_fn fn;
     unsigned grid[3];
     unsigned block;
+    unsigned long long ops[SHIM_MAX_OPERANDS];
 };
 
 struct Buffers {
     unsigned char* arena;
     unsigned char* kv;
     const unsigned char* wts;
+    const unsigned long long* ops;  // the current launch's operand offsets
 };
 
 // The launch being run (for messages).
@@ -156,7 +158,7 @@ shim_switch:
 [[noreturn]] static void fiber_main() {
     Worker* w = t_worker;
     const int t = w->cur;
-    w->fn(w->buf.arena, w->buf.kv, w->buf.wts, w->bx, w->by, w->bz, (unsigned)t);
+    w->fn(w->buf.arena, w->buf.kv, w->buf.wts, w->buf.ops, w->bx, w->by, w->bz, (unsigned)t);
     w = t_worker;
     Fiber& f = w->fibers[w->cur];
     f.state = DONE;
@@ -406,7 +408,7 @@ static void run_launch(const Launch& l, const Buffers& b) {
             for (unsigned y = 0; y < l.grid[1]; y++)
                 for (unsigned x = 0; x < l.grid[0]; x++) {
                     shim_block_idx = {x, y, z};
-                    l.fn(b.arena, b.kv, b.wts, x, y, z, (unsigned)t);
+                    l.fn(b.arena, b.kv, b.wts, b.ops, x, y, z, (unsigned)t);
                     // The block's end: its shared memory is the next block's.
                     g_block.wait("return");
                 }
@@ -459,6 +461,8 @@ int main(int argc, char** argv) {
     Launch l;
     while (std::fscanf(f, "%255s %u %u %u %u", name, &l.grid[0], &l.grid[1], &l.grid[2],
                        &l.block) == 5) {
+        for (int i = 0; i < SHIM_MAX_OPERANDS; i++)
+            if (std::fscanf(f, "%llu", &l.ops[i]) != 1) fail("kernel %s: operands missing", name);
         l.name = name;
         l.fn = nullptr;
         for (int i = 0; i < shim_table_len; i++)
@@ -477,7 +481,9 @@ int main(int argc, char** argv) {
     for (const Launch& x : launches) {
         g_launch = &x;
         auto t0 = std::chrono::steady_clock::now();
-        run_launch(x, b);
+        Buffers lb = b;
+        lb.ops = x.ops;
+        run_launch(x, lb);
         if (timing) {
             double ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - t0)

@@ -5,9 +5,12 @@
 extern "C" {
 
 // One entry of the launch table: the kernel's name and a wrapper that runs one thread of it.
-// The wrapper takes the three buffers of the ABI, the block index and the thread index.
+// The wrapper takes the three buffers of the ABI, the launch's operand offsets (the
+// kernel's `Operands`: SHIM_MAX_OPERANDS of them), the block index and the thread index.
+#define SHIM_MAX_OPERANDS 16
 typedef void (*shim_kernel_fn)(unsigned char* arena, unsigned char* kv, const unsigned char* wts,
-                               unsigned bx, unsigned by, unsigned bz, unsigned tx);
+                               const unsigned long long* ops, unsigned bx, unsigned by,
+                               unsigned bz, unsigned tx);
 struct shim_entry {
     const char* name;
     shim_kernel_fn fn;

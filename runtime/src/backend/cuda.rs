@@ -340,13 +340,23 @@ fn arena_at(
     Ok((start as usize, n))
 }
 
+/// A kernel's fourth argument: the byte offsets of its operands (`struct Operands { u64
+/// at[16]; }` in the prelude), passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Operands([u64; codegen_cuda::MAX_OPERANDS]);
+
+// SAFETY: a plain `#[repr(C)]` array of u64, the layout of the kernels' `Operands` struct
+// (16 × 8 bytes, 8-byte aligned, no padding).
+unsafe impl cudarc::driver::DeviceRepr for Operands {}
+
 /// A step loaded on the device.
 struct LoadedStep {
     n_tokens: u32,
     n_outputs: u32,
     io: Io,
     /// The kernels in launch order with their grid and block.
-    launches: Vec<(CudaFunction, LaunchConfig)>,
+    launches: Vec<(CudaFunction, LaunchConfig, Operands)>,
 }
 
 /// One sequence's KV memory on the device and the step graphs over it.
@@ -588,6 +598,7 @@ impl CudaEngine {
                         block_dim: (l.block, 1, 1),
                         shared_mem_bytes: 0,
                     },
+                    Operands(l.operand_array()),
                 ));
             }
             steps.push(LoadedStep {
@@ -672,11 +683,13 @@ impl CudaEngine {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(drv(&what))?;
         let mut launched = Ok(());
-        for (f, cfg) in &step.launches {
+        for (f, cfg, ops) in &step.launches {
             let mut b = self.stream.launch_builder(f);
-            b.arg(&self.arena).arg(kv).arg(&self.wts);
+            b.arg(&self.arena).arg(kv).arg(&self.wts).arg(ops);
             // SAFETY: every kernel of the ABI takes exactly (u8* arena, u8* kv, const u8*
-            // wts), the three device pointers pushed above, which this engine keeps alive
+            // wts, Operands ops), the three device pointers and the operand offsets (a
+            // 16 × u64 struct by value, as `Operands` is laid out) pushed above; the graph
+            // copies the values at capture. The buffers this engine keeps alive
             // (and never moves) as long as the graph; the offsets the kernels use were
             // generated for buffers of program.arena_bytes, program.kv_bytes and
             // program.weights.bytes, the sizes allocated; the grid and block were checked
