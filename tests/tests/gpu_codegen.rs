@@ -222,7 +222,12 @@ impl Distinct {
         for s in &plan.steps {
             let p = print_step(plan, s, &weights, &kv, "").expect("prints");
             self.needs.extend(&p.needs);
-            for (t, l) in p.kernels.iter().zip(&p.launches) {
+            for t in &p.kernels {
+                let l = p
+                    .launches
+                    .iter()
+                    .find(|l| t.contains(&format!("\nKERNEL({},", l.kernel)))
+                    .expect("a launch of each printed kernel");
                 if self.seen.insert(code_key(t, &l.kernel)) {
                     let name = format!("d{}_{}", self.texts.len(), l.kernel);
                     self.texts.push(t.replace(&l.kernel, &name));
