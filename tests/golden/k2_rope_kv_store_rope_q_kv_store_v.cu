@@ -1,3 +1,8 @@
+FN i32 k2_rope_kv_store_rope_q_kv_store_v_rope_pair(i32 d) {
+    if (d >= 64) return d;
+    const bool first = (d % 2) == 0;
+    return first ? d + 1 : d - 1;
+}
 FN float k2_rope_kv_store_rope_q_kv_store_v_rope(float xd, float xo, i32 d, float pf) {
     if (d >= 64) return xd;
     const i32 i = d / 2; const bool first = (d % 2) == 0;

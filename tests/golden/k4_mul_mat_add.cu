@@ -9,8 +9,9 @@ KERNEL(k4_mul_mat_add, 128) {
             float acc[8];
             UNROLL for (i32 c = 0; c < 8; ++c) acc[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
+                const GMEM u8* wb = (wts + ops.at[1] + (u64)(k0) / 32 * 18u + (u64)(m) * 144u); const i32 wi = k0 % 32;
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[1] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) w[j] = dq_Q4_0(wb, wi + j);
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;

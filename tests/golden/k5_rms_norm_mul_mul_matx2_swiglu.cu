@@ -19,10 +19,12 @@ KERNEL(k5_rms_norm_mul_mul_matx2_swiglu, 128) {
             float accu[8];
             UNROLL for (i32 c = 0; c < 8; ++c) accu[c] = 0.0f;
             for (i32 k0 = lane * 8; k0 < 256; k0 += 256) {
+                const GMEM u8* wb = (wts + ops.at[1] + (u64)(k0) / 32 * 18u + (u64)(m) * 144u); const i32 wi = k0 % 32;
                 float w[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; w[j] = dq_Q4_0(wts + ops.at[1] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) w[j] = dq_Q4_0(wb, wi + j);
+                const GMEM u8* ub = (wts + ops.at[2] + (u64)(k0) / 32 * 18u + (u64)(m) * 144u); const i32 ui = k0 % 32;
                 float u[8];
-                UNROLL for (i32 j = 0; j < 8; ++j) { const i32 k = k0 + j; u[j] = dq_Q4_0(wts + ops.at[2] + (u64)(k) / 32 * 18u + (u64)(m) * 144u, (k) % 32); }
+                UNROLL for (i32 j = 0; j < 8; ++j) u[j] = dq_Q4_0(ub, ui + j);
                 UNROLL for (i32 c = 0; c < 8; ++c) {
                     {
                         const i32 n = c0 + c;

@@ -39,8 +39,9 @@ fn every_fixture_generates_deterministically() {
     }
 }
 
-/// The generated source of a few kernels, checked in (`tests/golden/`): a change to the
-/// printer shows up as a diff of readable CUDA C. `MODELC_BLESS=1` rewrites the files.
+/// The generated source of a few kernels, checked in (`tests/golden/`, `.cu` and `.metal`):
+/// a change to the printer shows up as a diff of readable source. `MODELC_BLESS=1` rewrites
+/// the files.
 #[test]
 fn golden_kernels() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
@@ -49,39 +50,60 @@ fn golden_kernels() {
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Last).expect("plan");
     let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
-    let step = prog
+    let si = plan
         .steps
         .iter()
-        .find(|s| s.n_tokens == 8)
+        .position(|s| s.n_tokens == 8)
         .expect("ubatch 8");
+    let metal = codegen_metal::generate(&plan).expect("generates MSL");
     // The kernels of layer 0 (norm + q/k/v, rope + KV store, attention, output + residual,
     // norm + gate/up + SwiGLU, down + residual) and the token lookup.
-    let mut bless = std::env::var_os("MODELC_BLESS").is_some();
-    for k in &step.launches[..7] {
-        let at = step
-            .source
+    check_golden(
+        &root,
+        "cu",
+        &prog.steps[si].source,
+        &prog.steps[si].launches[..7],
+    );
+    check_golden(
+        &root,
+        "metal",
+        &metal.source,
+        &metal.steps[si].launches[..3],
+    );
+}
+
+/// Compares the text of each launch's kernel in `source` (its helpers, comment and body)
+/// with `root/<kernel>.<ext>`.
+fn check_golden(
+    root: &std::path::Path,
+    ext: &str,
+    source: &str,
+    launches: &[codegen_cuda::Launch],
+) {
+    let bless = std::env::var_os("MODELC_BLESS").is_some();
+    for k in launches {
+        let at = source
             .find(&format!("\nKERNEL({},", k.kernel))
             .expect("kernel in the source");
-        let start = step.source[..at]
+        let start = source[..at]
             .rfind("\n// plan kernel ")
             .expect("kernel comment")
             + 1;
-        let end = step.source[start..]
+        let end = source[start..]
             .find("\n\n")
-            .map_or(step.source.len(), |e| start + e + 1);
-        // A rope kernel's helper function comes right before its comment.
-        let helper = step.source[..start]
-            .rfind(&format!("FN float {}_rope", k.kernel))
+            .map_or(source.len(), |e| start + e + 1);
+        // A rope kernel's helper functions come right before its comment.
+        let helper = source[..start]
+            .rfind(&format!("FN i32 {}_rope_pair", k.kernel))
             .unwrap_or(start);
-        let text = &step.source[helper..end];
-        let file = root.join(format!("{}.cu", k.kernel));
+        let text = &source[helper..end];
+        let file = root.join(format!("{}.{ext}", k.kernel));
         if bless {
-            std::fs::create_dir_all(&root).expect("golden dir");
+            std::fs::create_dir_all(root).expect("golden dir");
             std::fs::write(&file, text).expect("bless");
             continue;
         }
         let want = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-            bless = false;
             panic!(
                 "{}: {e} (run with MODELC_BLESS=1 to write it)",
                 file.display()

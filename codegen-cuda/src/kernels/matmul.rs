@@ -144,10 +144,23 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
         );
         let wn = ["w", "u"];
         for (w, name) in ws.iter().zip(wn) {
-            let ld = w.load(&["k", "m", "0", "0"], &mut ctx.needs);
-            b += &format!(
-                "                float {name}[{VPL}];\n                UNROLL for (i32 j = 0; j < {VPL}; ++j) {{ const i32 k = k0 + j; {name}[j] = {ld}; }}\n"
-            );
+            let bs = w.dtype.block_size();
+            if let (DType::Block(t), true) = (w.dtype, bs % VPL == 0) {
+                // The lane's values lie in one block: its address once (the block's scale
+                // loads then common), the value index from the block's start.
+                ctx.needs.insert(t.id());
+                let at = w.ptr(&w.byte(&["k0", "m", "0", "0"]));
+                b += &format!(
+                    "                const GMEM u8* {name}b = {at}; const i32 {name}i = k0 % {bs};\n                \
+                     float {name}[{VPL}];\n                UNROLL for (i32 j = 0; j < {VPL}; ++j) {name}[j] = {}({name}b, {name}i + j);\n",
+                    super::dequant::fn_name(t)
+                );
+            } else {
+                let ld = w.load(&["k", "m", "0", "0"], &mut ctx.needs);
+                b += &format!(
+                    "                float {name}[{VPL}];\n                UNROLL for (i32 j = 0; j < {VPL}; ++j) {{ const i32 k = k0 + j; {name}[j] = {ld}; }}\n"
+                );
+            }
         }
         b += &format!("                UNROLL for (i32 c = 0; c < {nc}; ++c) {{\n");
         let g = if guard {
