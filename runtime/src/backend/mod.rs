@@ -9,6 +9,12 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(any(feature = "cuda", feature = "metal"))]
+pub mod gpu;
+#[cfg(feature = "metal")]
+pub mod metal;
+#[cfg(all(feature = "metal", target_os = "macos"))]
+mod metal_macos;
 
 use crate::engine::Engine;
 use ir::ggml::GgmlType;
@@ -95,7 +101,7 @@ pub fn cache_type_name(t: DType) -> String {
 
 /// What a backend made of a plan: the artifact's payload. The CPU backend keeps the plan
 /// (its kernels are generated at load time, for the CPU the runner starts on); CUDA and
-/// Metal will carry generated source next to it.
+/// Metal carry generated source next to it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Payload {
@@ -115,15 +121,26 @@ pub enum Payload {
         /// Each step's CUBINs and PTX.
         binaries: cuda::CudaBinaries,
     },
+    /// The Metal backend's program: the plan and the Metal Shading Language generated from
+    /// it (one library for every step, compiled when the runner loads it, on macOS).
+    #[cfg(feature = "metal")]
+    Metal {
+        /// The plan the program was generated from.
+        plan: Box<Plan>,
+        /// The generated source and each step's dispatch table.
+        program: Box<codegen_metal::MetalProgram>,
+    },
 }
 
 impl Payload {
-    /// The payload's kind as the artifact records it (`plan`, `cuda`).
+    /// The payload's kind as the artifact records it (`plan`, `cuda`, `metal`).
     pub fn kind(&self) -> &'static str {
         match self {
             Payload::Plan { .. } => "plan",
             #[cfg(feature = "cuda")]
             Payload::Cuda { .. } => "cuda",
+            #[cfg(feature = "metal")]
+            Payload::Metal { .. } => "metal",
         }
     }
 
@@ -133,6 +150,8 @@ impl Payload {
             Payload::Plan { plan } => plan,
             #[cfg(feature = "cuda")]
             Payload::Cuda { plan, .. } => plan,
+            #[cfg(feature = "metal")]
+            Payload::Metal { plan, .. } => plan,
         }
     }
 }
@@ -313,16 +332,14 @@ pub struct BackendArgs {
 /// dispatched (module doc).
 ///
 /// # Errors
-/// A target whose backend is not built yet, in one line naming the issue that adds it.
+/// A target whose backend this modelc was built without (its feature off), in one line.
 pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Backend>> {
     match target {
         Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
         #[cfg(feature = "cuda")]
         Target::Cuda => Ok(Box::new(cuda::CudaBackend)),
         #[cfg(feature = "metal")]
-        Target::Metal => anyhow::bail!(
-            "--target metal: there is no Metal backend yet (issue 16: Metal Shading Language generated from the plan); use --target cpu"
-        ),
+        Target::Metal => Ok(Box::new(metal::MetalBackend)),
         #[allow(unreachable_patterns)]
         other => anyhow::bail!(
             "--target {}: this modelc was built without the `{}` feature",

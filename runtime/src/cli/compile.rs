@@ -51,9 +51,9 @@ pub struct CompileArgs {
     /// Print the passes and exit.
     #[arg(long = "list-passes")]
     pub list_passes: bool,
-    /// Also write the generated source of each step into this folder
-    /// (`step-<n_tokens>x<n_outputs>.cu` for CUDA, `.metal` for Metal), before it is
-    /// compiled (so it is there when compiling fails). GPU targets only.
+    /// Also write the generated source into this folder (for CUDA each step's,
+    /// `step-<n_tokens>x<n_outputs>.cu`; for Metal one library, `model.metal`), before it is
+    /// compiled or checked (so it is there when that fails). GPU targets only.
     #[arg(long = "emit-source", value_name = "DIR")]
     pub emit_source: Option<PathBuf>,
 }

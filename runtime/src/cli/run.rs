@@ -19,7 +19,7 @@ pub enum Backend {
     Cpu,
     /// Compiled in memory for an NVIDIA GPU (not built yet).
     Cuda,
-    /// Compiled in memory for an Apple GPU (not built yet).
+    /// Compiled in memory for an Apple GPU (runs on macOS only).
     Metal,
     /// The reference interpreter (slow, exact; the oracle).
     Interp,

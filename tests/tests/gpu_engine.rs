@@ -1,0 +1,185 @@
+//! The GPU engines' host side (`runtime::backend::gpu::GpuEngine`: program checks, steps per
+//! chunk, padding, inputs, logits, one KV memory per sequence) end to end on the CPU: a
+//! device whose launches run the generated CUDA source through codegen-cuda's shim. Only the
+//! driver calls of the CUDA and Metal devices are left out.
+
+use codegen_cuda::shim::{run_step, Dialect, ShimOptions};
+use codegen_cuda::{GpuProgram, Launch};
+use ir::gguf::GgufFile;
+use ir::graph::KvTypes;
+use runtime::backend::gpu::{check_program, GpuDevice, GpuEngine, ProgramView, StepView};
+use runtime::backend::{LoadOptions, LogitRows, Target};
+use runtime::cpu_engine::build_plan;
+use runtime::engine::{Engine, EngineMemory, KvStream};
+use std::ops::Range;
+
+/// The three buffers of the kernel ABI in host memory; a step runs through the shim.
+struct ShimDevice {
+    program: GpuProgram,
+    arena: Vec<u8>,
+    wts: Vec<u8>,
+    kv: Vec<Option<Vec<u8>>>,
+}
+
+impl GpuDevice for ShimDevice {
+    fn open_stream(&mut self, stream: usize) -> anyhow::Result<()> {
+        if self.kv.len() <= stream {
+            self.kv.resize(stream + 1, None);
+        }
+        if self.kv[stream].is_none() {
+            self.kv[stream] = Some(vec![0u8; self.program.kv_bytes as usize]);
+        }
+        Ok(())
+    }
+
+    fn write_i32(&mut self, at: usize, values: &[i32]) -> anyhow::Result<()> {
+        for (i, v) in values.iter().enumerate() {
+            self.arena[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, stream: usize, step: usize) -> anyhow::Result<()> {
+        let s = &self.program.steps[step];
+        let kv = self.kv[stream].as_mut().expect("stream opened");
+        let launches: &[Launch] = &s.launches;
+        run_step(
+            Dialect::Cuda,
+            &s.source,
+            launches,
+            &mut self.arena,
+            kv,
+            &self.wts,
+            &ShimOptions::default(),
+        )?;
+        Ok(())
+    }
+
+    fn read_f32(&mut self, at: usize, n: usize, out: &mut Vec<f32>) -> anyhow::Result<()> {
+        out.extend(
+            self.arena[at..at + 4 * n]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        Ok(())
+    }
+
+    fn zero_kv(&mut self, stream: usize, bytes: Range<u64>) {
+        if let Some(Some(kv)) = self.kv.get_mut(stream) {
+            kv[bytes.start as usize..bytes.end as usize].fill(0);
+        }
+    }
+
+    fn memory(&self) -> EngineMemory {
+        EngineMemory {
+            weights: self.wts.len() as u64,
+            work: self.arena.len() as u64,
+        }
+    }
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// llama.cpp's prompt and greedy continuation for fixture `name`.
+fn reference(name: &str) -> (Vec<u32>, Vec<u32>) {
+    let p = modelc_tests::shared_root().join(format!("fixtures/reference/{name}.json"));
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p).expect("reference")).expect("json");
+    let ids = |k: &str| -> Vec<u32> {
+        j[k].as_array()
+            .expect("ids")
+            .iter()
+            .map(|v| v.as_u64().expect("id") as u32)
+            .collect()
+    };
+    (ids("prompt"), ids("greedy"))
+}
+
+/// The fixture's 32-token prompt (cut into steps of 8, the last chunk padded when the
+/// prompt is not whole steps) and 16 greedy tokens one step at a time, through the GPU
+/// engine's host side: the tokens llama.cpp chose (the fixtures whose greedy margins are
+/// wide enough that rounding cannot flip them).
+fn greedy_matches_llama_cpp(name: &str, prompt_len: usize) {
+    let path = modelc_tests::shared_root().join(format!("fixtures/models/{name}.gguf"));
+    let gguf = GgufFile::open(&path).expect("fixture opens");
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Both).expect("plan");
+    let program = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+    let steps: Vec<StepView> = program
+        .steps
+        .iter()
+        .map(|s| StepView {
+            n_tokens: s.n_tokens,
+            n_outputs: s.n_outputs,
+            launches: &s.launches,
+        })
+        .collect();
+    let view = ProgramView {
+        target: Target::Cuda,
+        steps: &steps,
+        weights: &program.weights,
+        kv_cells: program.kv_cells,
+        kv_bytes: program.kv_bytes,
+        arena_bytes: program.arena_bytes,
+    };
+    let opts = LoadOptions {
+        n_threads: 1,
+        n_ctx: 64,
+        flash_attn: true,
+        logits: LogitRows::Last,
+    };
+    let checked = check_program(&plan, &view, &gguf, &opts).expect("program checks");
+    let mut wts = vec![0u8; program.weights.bytes as usize];
+    for &(off, bytes) in &checked.weights {
+        wts[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+    let dev = ShimDevice {
+        arena: vec![0u8; program.arena_bytes as usize],
+        program: program.clone(),
+        wts,
+        kv: Vec::new(),
+    };
+    let mut engine = GpuEngine::new(dev, checked, 64).expect("engine");
+    let (prompt, want) = reference(name);
+    let prompt = &prompt[..prompt_len];
+    let mut mem = [];
+    let mut kv = KvStream {
+        index: 0,
+        mem: &mut mem,
+        written: 0,
+    };
+    let mut tok = argmax(engine.decode(&mut kv, prompt, 0, false).expect("prompt"));
+    let mut got = vec![tok];
+    for i in 1..want.len() {
+        tok = argmax(
+            engine
+                .decode(&mut kv, &[tok], prompt_len + i - 1, false)
+                .expect("decode"),
+        );
+        got.push(tok);
+    }
+    if prompt_len == 32 {
+        assert_eq!(got, want, "{name}: greedy tokens through the GPU engine");
+    }
+    assert!(kv.written >= prompt_len + want.len() - 1, "{name}: cells written");
+}
+
+#[test]
+fn greedy_tokens_through_the_gpu_engine_match_llama_cpp() {
+    greedy_matches_llama_cpp("qwen3-Q8_0", 32);
+    greedy_matches_llama_cpp("qwen3-F32", 32);
+}
+
+/// A prompt that is not whole steps (a padded last chunk) runs too.
+#[test]
+fn a_padded_prompt_runs_through_the_gpu_engine() {
+    greedy_matches_llama_cpp("qwen3-Q8_0", 29);
+}
