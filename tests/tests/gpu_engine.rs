@@ -169,7 +169,10 @@ fn greedy_matches_llama_cpp(name: &str, prompt_len: usize) {
     if prompt_len == 32 {
         assert_eq!(got, want, "{name}: greedy tokens through the GPU engine");
     }
-    assert!(kv.written >= prompt_len + want.len() - 1, "{name}: cells written");
+    assert!(
+        kv.written >= prompt_len + want.len() - 1,
+        "{name}: cells written"
+    );
 }
 
 #[test]
