@@ -113,15 +113,7 @@ fn greedy_matches_llama_cpp(name: &str, prompt_len: usize) {
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Both).expect("plan");
     let program = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
-    let steps: Vec<StepView> = program
-        .steps
-        .iter()
-        .map(|s| StepView {
-            n_tokens: s.n_tokens,
-            n_outputs: s.n_outputs,
-            launches: &s.launches,
-        })
-        .collect();
+    let steps: Vec<StepView> = program.steps.iter().map(StepView::from).collect();
     let view = ProgramView {
         target: Target::Cuda,
         steps: &steps,

@@ -71,6 +71,16 @@ impl CudaBackend {
     }
 }
 
+impl<'a> From<&'a codegen_cuda::StepProgram> for StepView<'a> {
+    fn from(s: &'a codegen_cuda::StepProgram) -> StepView<'a> {
+        StepView {
+            n_tokens: s.n_tokens,
+            n_outputs: s.n_outputs,
+            launches: &s.launches,
+        }
+    }
+}
+
 impl Backend for CudaBackend {
     fn target(&self) -> Target {
         Target::Cuda
@@ -316,15 +326,7 @@ impl GpuEngine<CudaDevice> {
         weights: &dyn WeightSource,
         opts: &LoadOptions,
     ) -> anyhow::Result<CudaEngine> {
-        let views: Vec<StepView<'_>> = program
-            .steps
-            .iter()
-            .map(|s| StepView {
-                n_tokens: s.n_tokens,
-                n_outputs: s.n_outputs,
-                launches: &s.launches,
-            })
-            .collect();
+        let views: Vec<StepView<'_>> = program.steps.iter().map(StepView::from).collect();
         let checked = check_program(
             plan,
             &ProgramView {

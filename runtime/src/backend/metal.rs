@@ -69,15 +69,7 @@ pub fn check<'w>(
     weights: &'w dyn WeightSource,
     opts: &LoadOptions,
 ) -> anyhow::Result<Checked<'w>> {
-    let steps: Vec<StepView<'_>> = program
-        .steps
-        .iter()
-        .map(|s| StepView {
-            n_tokens: s.n_tokens,
-            n_outputs: s.n_outputs,
-            launches: &s.launches,
-        })
-        .collect();
+    let steps: Vec<StepView<'_>> = program.steps.iter().map(StepView::from).collect();
     check_program(
         plan,
         &ProgramView {
@@ -99,6 +91,16 @@ pub fn not_macos() -> String {
         "--target metal: Metal programs run on macOS only (this is {}); use --target cpu, or `modelc compile --target metal --emit-source DIR` to write the source",
         std::env::consts::OS
     )
+}
+
+impl<'a> From<&'a codegen_metal::StepDispatch> for StepView<'a> {
+    fn from(s: &'a codegen_metal::StepDispatch) -> StepView<'a> {
+        StepView {
+            n_tokens: s.n_tokens,
+            n_outputs: s.n_outputs,
+            launches: &s.launches,
+        }
+    }
 }
 
 impl Backend for MetalBackend {
