@@ -42,6 +42,35 @@ fn check_operand(ctx: &Ctx<'_>, v: &Val, what: &str, k: u64) -> Result<(), Codeg
     Ok(())
 }
 
+/// The result of output element `(i0, i1)` (names declared by the caller) from the products
+/// `a` (and `u`, the up product of a GLU) after the epilogue.
+fn epilogue(
+    ctx: &mut Ctx<'_>,
+    epi: Epilogue,
+    a: &str,
+    u: &str,
+    resid: Option<&Val>,
+    dst: &Val,
+) -> Result<String, CodegenError> {
+    Ok(match epi {
+        Epilogue::None => a.to_string(),
+        Epilogue::Add => {
+            let rv = resid.ok_or_else(|| ctx.unsupported("no residual"))?;
+            let ir = broadcast(&rv.ne, &dst.ne);
+            format!("{a} + {}", rv.load(&refs(&ir), &mut ctx.needs))
+        }
+        Epilogue::Swiglu => format!("({a} / (1.0f + expf(-{a}))) * {u}"),
+        Epilogue::Geglu => format!(
+            "(0.5f * {a} * (1.0f + tanhf(0.7978845608028654f * {a} * (1.0f + 0.044715f * {a} * {a})))) * {u}"
+        ),
+    })
+}
+
+/// Rows of a tile of the tiled prompt kernel.
+const TM: u64 = 16;
+/// Values of `K` per tile.
+const TK: u64 = 64;
+
 /// Prints a matrix product: a fused one (`spec`) or the plain `mul_mat(a, b)` (`None`).
 ///
 /// # Errors
@@ -112,6 +141,39 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
             nw.load(&["k", "0", "0", "0"], &mut ctx.needs)
         );
     }
+    // Prompts: a block per 16 rows, every column, the weight tile dequantized once into
+    // shared memory (the warp-per-row kernel dequantizes a row once per 8 columns).
+    let whole_blocks = mats
+        .iter()
+        .all(|w| w.dtype.block_size() == 1 || w.dtype.block_size() % VPL == 0);
+    // Not the GLU products yet: ptxas gave their tiled kernel an 8-byte stack frame (a
+    // spill) at every width; they keep the warp-per-row kernel.
+    if !glu
+        && n >= 16
+        && n <= 64
+        && n % 8 == 0
+        && k % TK == 0
+        && whole_blocks
+        && rows.iter().all(|r| r % TM == 0)
+    {
+        let tiled = Tiled {
+            n,
+            k,
+            glu,
+            epi,
+            rows: &rows,
+            mats: &mats,
+            dsts: &dsts,
+            resid: resid.as_ref(),
+            xload: &xload,
+        };
+        b += &tiled.body(ctx)?;
+        return Ok(Emitted {
+            text: format!("{} {{\n{b}}}\n", ctx.header(WPB * 32)),
+            grid: [(total / TM) as u32, 1, 1],
+            block: WPB * 32,
+        });
+    }
     b += &format!("    const i32 gr = BX * {WPB} + warp;\n    if (gr >= {total}) return;\n");
     let mut row0 = 0u64;
     for (r, &m_rows) in rows.iter().enumerate() {
@@ -180,16 +242,7 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
         }
         // The epilogue: lane c stores column c0 + c.
         let dst = if glu { &dsts[0] } else { &dsts[r] };
-        let y = match epi {
-            Epilogue::None => "acc[c]".to_string(),
-            Epilogue::Add => {
-                let rv = resid.as_ref().ok_or_else(|| ctx.unsupported("no residual"))?;
-                let ir = broadcast(&rv.ne, &dst.ne);
-                format!("acc[c] + {}", rv.load(&refs(&ir), &mut ctx.needs))
-            }
-            Epilogue::Swiglu => "(acc[c] / (1.0f + expf(-acc[c]))) * accu[c]".to_string(),
-            Epilogue::Geglu => "(0.5f * acc[c] * (1.0f + tanhf(0.7978845608028654f * acc[c] * (1.0f + 0.044715f * acc[c] * acc[c])))) * accu[c]".to_string(),
-        };
+        let y = epilogue(ctx, epi, "acc[c]", "accu[c]", resid.as_ref(), dst)?;
         b += &format!(
             "            UNROLL for (i32 c = 0; c < {nc}; ++c) {{\n                if (lane == c{}) {{\n                    const i32 i0 = m; const i32 i1 = c0 + c; const i32 i2 = 0; const i32 i3 = 0;\n                    {}\n                }}\n            }}\n",
             if guard { format!(" && c0 + c < {n}") } else { String::new() },
@@ -203,4 +256,118 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
         grid: [total.div_ceil(u64::from(WPB)) as u32, 1, 1],
         block: WPB * 32,
     })
+}
+
+/// The tiled prompt kernel's body (after the norm prologue): block `BX` computes rows
+/// `16 BX .. 16 BX + 16` of the concatenated weights for all `n` columns. Per 64 values of
+/// `K`: the input tile `{64, n}` (norm applied) and the weight tile `{64, 16}` (each of the
+/// 128 threads dequantizes 8 values of one row, one block address) go to shared memory;
+/// thread `t` then accumulates column `t % n` of rows `(t / n) · n/8 ..` over the tile.
+struct Tiled<'a> {
+    n: u64,
+    k: u64,
+    glu: bool,
+    epi: Epilogue,
+    rows: &'a [u64],
+    mats: &'a [Val],
+    dsts: &'a [Val],
+    resid: Option<&'a Val>,
+    xload: &'a str,
+}
+
+impl Tiled<'_> {
+    /// Statements filling `name[r * TK + kq + j]` for `j < 8` from weight `w`, row `m`,
+    /// values `k0 + kq ..`.
+    fn dequant(ctx: &mut Ctx<'_>, w: &Val, name: &str) -> String {
+        let bs = w.dtype.block_size();
+        if let DType::Block(t) = w.dtype {
+            ctx.needs.insert(t.id());
+            let at = w.ptr(&w.byte(&["k0 + kq", "m", "0", "0"]));
+            format!(
+                "{{ const GMEM u8* wb = {at}; const i32 wi = (k0 + kq) % {bs}; \
+                 UNROLL for (i32 j = 0; j < {VPL}; ++j) {name}[r * {TK} + kq + j] = {}(wb, wi + j); }}",
+                super::dequant::fn_name(t)
+            )
+        } else {
+            let ld = w.load(&["k", "m", "0", "0"], &mut ctx.needs);
+            format!(
+                "UNROLL for (i32 j = 0; j < {VPL}; ++j) {{ const i32 k = k0 + kq + j; {name}[r * {TK} + kq + j] = {ld}; }}"
+            )
+        }
+    }
+
+    fn body(&self, ctx: &mut Ctx<'_>) -> Result<String, CodegenError> {
+        let (n, k) = (self.n, self.k);
+        let rpt = TM * n / u64::from(WPB * 32);
+        let nt = WPB * 32;
+        let mut b = format!(
+            "    SHARED float xs[{TK} * {n}];\n    SHARED float ws[{TM} * {TK}];\n{}",
+            if self.glu {
+                format!("    SHARED float us[{TM} * {TK}];\n")
+            } else {
+                String::new()
+            }
+        );
+        b += &format!(
+            "    const i32 r0 = BX * {TM}; const i32 cn = TX % {n}; const i32 g = TX / {n};\n    \
+             const i32 r = TX / {tpr}; const i32 kq = (TX % {tpr}) * {VPL};\n",
+            tpr = TK / VPL
+        );
+        // Which weight the block's rows belong to (uniform per block).
+        b += "    i32 mat = 0; i32 m0 = r0;\n";
+        let mut row0 = 0u64;
+        for (j, &m) in self.rows.iter().enumerate().skip(1) {
+            row0 += self.rows[j - 1];
+            b += &format!("    if (r0 >= {row0}) {{ mat = {j}; m0 = r0 - {row0}; }}\n");
+            let _ = m;
+        }
+        let accs: &[&str] = if self.glu { &["acc", "accu"] } else { &["acc"] };
+        for a in accs {
+            b += &format!("    float {a}[{rpt}];\n    UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}[q] = 0.0f;\n");
+        }
+        b += &format!("    for (i32 k0 = 0; k0 < {k}; k0 += {TK}) {{\n");
+        b += &format!(
+            "        for (i32 e = TX; e < {TK} * {n}; e += {nt}) {{ const i32 k = k0 + e % {TK}; const i32 n = e / {TK}; xs[(e % {TK}) * {n} + n] = {}; }}\n",
+            self.xload
+        );
+        b += "        {\n            const i32 m = m0 + r;\n";
+        if self.glu {
+            b += &format!("            {}\n", Self::dequant(ctx, &self.mats[0], "ws"));
+            b += &format!("            {}\n", Self::dequant(ctx, &self.mats[1], "us"));
+        } else {
+            for (j, w) in self.mats.iter().enumerate() {
+                b += &format!(
+                    "            if (mat == {j}) {}\n",
+                    Self::dequant(ctx, w, "ws")
+                );
+            }
+        }
+        b += "        }\n        SYNC();\n";
+        // A tile's products are summed apart, then added to the total: the rounding of a
+        // sum of 64 and of K / 64 terms instead of one of K.
+        for a in accs {
+            b += &format!("        float {a}t[{rpt}];\n        UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}t[q] = 0.0f;\n");
+        }
+        b += &format!(
+            "        for (i32 kk = 0; kk < {TK}; ++kk) {{\n            const float xv = xs[kk * {n} + cn];\n            \
+             UNROLL for (i32 q = 0; q < {rpt}; ++q) {{ acct[q] += ws[(g * {rpt} + q) * {TK} + kk] * xv;{} }}\n        }}\n",
+            if self.glu { format!(" accut[q] += us[(g * {rpt} + q) * {TK} + kk] * xv;") } else { String::new() }
+        );
+        for a in accs {
+            b += &format!("        UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}[q] += {a}t[q];\n");
+        }
+        b += "        SYNC();\n    }\n";
+        // The epilogue: each thread stores its column of its rows.
+        let ndst = if self.glu { 1 } else { self.dsts.len() };
+        for j in 0..ndst {
+            let dst = &self.dsts[j];
+            let y = epilogue(ctx, self.epi, "acc[q]", "accu[q]", self.resid, dst)?;
+            b += &format!(
+                "    if (mat == {j}) {{\n        UNROLL for (i32 q = 0; q < {rpt}; ++q) {{\n            \
+                 const i32 i0 = m0 + g * {rpt} + q; const i32 i1 = cn; const i32 i2 = 0; const i32 i3 = 0;\n            {}\n        }}\n    }}\n",
+                dst.store(&["i0", "i1", "i2", "i3"], &y)
+            );
+        }
+        Ok(b)
+    }
 }
