@@ -257,14 +257,18 @@ fn open_device() -> anyhow::Result<Arc<CudaContext>> {
     // SAFETY: opens (and closes again) libcuda by name, running the initialisers of the
     // driver library the loader finds; NVIDIA's driver library has no preconditions for that.
     if !unsafe { sys::is_culib_present() } {
-        anyhow::bail!("{NONE} (libcuda.so is not on the library path); use --target cpu");
+        anyhow::bail!("{NONE} (libcuda.so is not on the library path); compile a CPU runner instead: modelc compile MODEL --target cpu");
     }
     let n = std::panic::catch_unwind(CudaContext::device_count)
         .map_err(|_| anyhow::anyhow!("{NONE} (the driver library failed to load)"))?
-        .map_err(|e| anyhow::anyhow!("{NONE} ({e:?}); use --target cpu"))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{NONE} ({e:?}); compile a CPU runner instead: modelc compile MODEL --target cpu"
+            )
+        })?;
     anyhow::ensure!(
         n > 0,
-        "{NONE} (the driver sees no device); use --target cpu"
+        "{NONE} (the driver sees no device); compile a CPU runner instead: modelc compile MODEL --target cpu"
     );
     CudaContext::new(0).map_err(drv("opening device 0"))
 }

@@ -88,7 +88,7 @@ pub fn check<'w>(
 /// The one line loading a Metal program elsewhere than macOS gives.
 pub fn not_macos() -> String {
     format!(
-        "--target metal: Metal programs run on macOS only (this is {}); use --target cpu, or `modelc compile --target metal --emit-source DIR` to write the source",
+        "--target metal: Metal programs run on macOS only (this is {}); compile a CPU runner instead (modelc compile MODEL --target cpu), or write the source with modelc compile MODEL --target metal --emit-source DIR",
         std::env::consts::OS
     )
 }

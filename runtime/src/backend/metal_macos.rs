@@ -128,7 +128,7 @@ pub fn load(
 /// The device with the program's library, pipelines, weights and arena (module doc).
 fn open(program: &MetalProgram, checked: &Checked<'_>) -> anyhow::Result<MetalDevice> {
     let device = MTLCreateSystemDefaultDevice().ok_or_else(|| {
-        anyhow::anyhow!("--target metal: no Metal device found; use --target cpu")
+        anyhow::anyhow!("--target metal: no Metal device found; compile a CPU runner instead: modelc compile MODEL --target cpu")
     })?;
     let queue = device
         .newCommandQueue()

@@ -216,6 +216,12 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
             out.display()
         );
     }
+    // Code generation can take a while (NVRTC): an output folder the runner cannot be
+    // written to is refused before it.
+    let (probe, tmp) = ir::gguf::create_beside(&out)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
+    drop(probe);
+    let _ = std::fs::remove_file(&tmp);
     let gguf = GgufFile::open(&args.model)?;
     let model_path =
         std::fs::canonicalize(&args.model).with_context(|| format!("{}", args.model.display()))?;
