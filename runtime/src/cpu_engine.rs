@@ -388,20 +388,12 @@ impl Engine for CpuEngine<'_> {
         all_logits: bool,
     ) -> anyhow::Result<&[f32]> {
         check_decode_args(self, tokens, pos0)?;
-        let sizes = if all_logits {
-            &self.all_sizes
-        } else {
-            &self.last_sizes
-        };
-        anyhow::ensure!(
-            !sizes.is_empty(),
-            "this plan was compiled without steps that give {} (build it with LogitRows::Both)",
-            if all_logits {
-                "a logit row per token"
-            } else {
-                "one logit row per ubatch"
-            }
-        );
+        let sizes = crate::engine::step_sizes(
+            &self.all_sizes,
+            &self.last_sizes,
+            all_logits,
+            " (build the plan with LogitRows::Both)",
+        )?;
         // One token (generation): its own step, without building a schedule.
         if tokens.len() == 1 && sizes.first() == Some(&1) {
             self.tokens.clear();

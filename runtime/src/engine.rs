@@ -120,6 +120,31 @@ pub trait Engine {
     fn memory(&self) -> EngineMemory;
 }
 
+/// The ubatch sizes a [`Engine::decode`] call may cut its tokens into: those of the steps
+/// giving a logit row per token (`all_logits`) or one per ubatch, as a loaded program holds
+/// them (every backend keeps both lists).
+///
+/// # Errors
+/// A program loaded without steps of the kind asked for; `how` says how to get them.
+pub fn step_sizes<'a>(
+    all_sizes: &'a [u32],
+    last_sizes: &'a [u32],
+    all_logits: bool,
+    how: &str,
+) -> anyhow::Result<&'a [u32]> {
+    let sizes = if all_logits { all_sizes } else { last_sizes };
+    anyhow::ensure!(
+        !sizes.is_empty(),
+        "this program was loaded without steps that give {}{how}",
+        if all_logits {
+            "a logit row per token"
+        } else {
+            "one logit row per ubatch"
+        }
+    );
+    Ok(sizes)
+}
+
 /// Checks the arguments of [`Engine::decode`] the same way for every backend.
 ///
 /// # Errors

@@ -149,8 +149,7 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
     // Not the GLU products yet: ptxas gave their tiled kernel an 8-byte stack frame (a
     // spill) at every width; they keep the warp-per-row kernel.
     if !glu
-        && n >= 16
-        && n <= 64
+        && (16..=64).contains(&n)
         && n % 8 == 0
         && k % TK == 0
         && whole_blocks
@@ -159,7 +158,6 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
         let tiled = Tiled {
             n,
             k,
-            glu,
             epi,
             rows: &rows,
             mats: &mats,
@@ -266,7 +264,6 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
 struct Tiled<'a> {
     n: u64,
     k: u64,
-    glu: bool,
     epi: Epilogue,
     rows: &'a [u64],
     mats: &'a [Val],
@@ -300,14 +297,8 @@ impl Tiled<'_> {
         let (n, k) = (self.n, self.k);
         let rpt = TM * n / u64::from(WPB * 32);
         let nt = WPB * 32;
-        let mut b = format!(
-            "    SHARED float xs[{TK} * {n}];\n    SHARED float ws[{TM} * {TK}];\n{}",
-            if self.glu {
-                format!("    SHARED float us[{TM} * {TK}];\n")
-            } else {
-                String::new()
-            }
-        );
+        let mut b =
+            format!("    SHARED float xs[{TK} * {n}];\n    SHARED float ws[{TM} * {TK}];\n");
         b += &format!(
             "    const i32 r0 = BX * {TM}; const i32 cn = TX % {n}; const i32 g = TX / {n};\n    \
              const i32 r = TX / {tpr}; const i32 kq = (TX % {tpr}) * {VPL};\n",
@@ -316,52 +307,41 @@ impl Tiled<'_> {
         // Which weight the block's rows belong to (uniform per block).
         b += "    i32 mat = 0; i32 m0 = r0;\n";
         let mut row0 = 0u64;
-        for (j, &m) in self.rows.iter().enumerate().skip(1) {
-            row0 += self.rows[j - 1];
-            b += &format!("    if (r0 >= {row0}) {{ mat = {j}; m0 = r0 - {row0}; }}\n");
-            let _ = m;
+        for (j, w) in self.rows.windows(2).enumerate() {
+            row0 += w[0];
+            b += &format!(
+                "    if (r0 >= {row0}) {{ mat = {}; m0 = r0 - {row0}; }}\n",
+                j + 1
+            );
         }
-        let accs: &[&str] = if self.glu { &["acc", "accu"] } else { &["acc"] };
-        for a in accs {
-            b += &format!("    float {a}[{rpt}];\n    UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}[q] = 0.0f;\n");
-        }
+        b += &format!(
+            "    float acc[{rpt}];\n    UNROLL for (i32 q = 0; q < {rpt}; ++q) acc[q] = 0.0f;\n"
+        );
         b += &format!("    for (i32 k0 = 0; k0 < {k}; k0 += {TK}) {{\n");
         b += &format!(
             "        for (i32 e = TX; e < {TK} * {n}; e += {nt}) {{ const i32 k = k0 + e % {TK}; const i32 n = e / {TK}; xs[(e % {TK}) * {n} + n] = {}; }}\n",
             self.xload
         );
         b += "        {\n            const i32 m = m0 + r;\n";
-        if self.glu {
-            b += &format!("            {}\n", Self::dequant(ctx, &self.mats[0], "ws"));
-            b += &format!("            {}\n", Self::dequant(ctx, &self.mats[1], "us"));
-        } else {
-            for (j, w) in self.mats.iter().enumerate() {
-                b += &format!(
-                    "            if (mat == {j}) {}\n",
-                    Self::dequant(ctx, w, "ws")
-                );
-            }
+        for (j, w) in self.mats.iter().enumerate() {
+            b += &format!(
+                "            if (mat == {j}) {}\n",
+                Self::dequant(ctx, w, "ws")
+            );
         }
         b += "        }\n        SYNC();\n";
         // A tile's products are summed apart, then added to the total: the rounding of a
         // sum of 64 and of K / 64 terms instead of one of K.
-        for a in accs {
-            b += &format!("        float {a}t[{rpt}];\n        UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}t[q] = 0.0f;\n");
-        }
         b += &format!(
-            "        for (i32 kk = 0; kk < {TK}; ++kk) {{\n            const float xv = xs[kk * {n} + cn];\n            \
-             UNROLL for (i32 q = 0; q < {rpt}; ++q) {{ acct[q] += ws[(g * {rpt} + q) * {TK} + kk] * xv;{} }}\n        }}\n",
-            if self.glu { format!(" accut[q] += us[(g * {rpt} + q) * {TK} + kk] * xv;") } else { String::new() }
+            "        float acct[{rpt}];\n        UNROLL for (i32 q = 0; q < {rpt}; ++q) acct[q] = 0.0f;\n        \
+             for (i32 kk = 0; kk < {TK}; ++kk) {{\n            const float xv = xs[kk * {n} + cn];\n            \
+             UNROLL for (i32 q = 0; q < {rpt}; ++q) {{ acct[q] += ws[(g * {rpt} + q) * {TK} + kk] * xv; }}\n        }}\n        \
+             UNROLL for (i32 q = 0; q < {rpt}; ++q) acc[q] += acct[q];\n"
         );
-        for a in accs {
-            b += &format!("        UNROLL for (i32 q = 0; q < {rpt}; ++q) {a}[q] += {a}t[q];\n");
-        }
         b += "        SYNC();\n    }\n";
         // The epilogue: each thread stores its column of its rows.
-        let ndst = if self.glu { 1 } else { self.dsts.len() };
-        for j in 0..ndst {
-            let dst = &self.dsts[j];
-            let y = epilogue(ctx, self.epi, "acc[q]", "accu[q]", self.resid, dst)?;
+        for (j, dst) in self.dsts.iter().enumerate() {
+            let y = epilogue(ctx, self.epi, "acc[q]", "", self.resid, dst)?;
             b += &format!(
                 "    if (mat == {j}) {{\n        UNROLL for (i32 q = 0; q < {rpt}; ++q) {{\n            \
                  const i32 i0 = m0 + g * {rpt} + q; const i32 i1 = cn; const i32 i2 = 0; const i32 i3 = 0;\n            {}\n        }}\n    }}\n",

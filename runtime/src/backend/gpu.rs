@@ -516,20 +516,7 @@ impl<D: GpuDevice> Engine for GpuEngine<D> {
         all_logits: bool,
     ) -> anyhow::Result<&[f32]> {
         check_decode_args(self, tokens, pos0)?;
-        let sizes = if all_logits {
-            &self.all_sizes
-        } else {
-            &self.last_sizes
-        };
-        anyhow::ensure!(
-            !sizes.is_empty(),
-            "this program was loaded without steps that give {}",
-            if all_logits {
-                "a logit row per token"
-            } else {
-                "one logit row per ubatch"
-            }
-        );
+        let sizes = crate::engine::step_sizes(&self.all_sizes, &self.last_sizes, all_logits, "")?;
         let cut =
             ir::plan::schedule::chunks(sizes, pos0 as u32, tokens.len() as u32, self.n_ctx as u32)?;
         self.dev.open_stream(kv.index)?;
