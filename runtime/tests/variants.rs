@@ -144,8 +144,13 @@ fn check(model: &Path, reference: &Path) -> Report {
             })
             .unwrap_or_default();
         if calls.iter().sum::<usize>() != tokens.len() {
-            calls = tokens.chunks(512).map(|c| c.len()).collect();
+            calls = vec![tokens.len()];
         }
+        // llama_decode splits a call into ubatches of at most n_ubatch (512) tokens.
+        let calls: Vec<usize> = calls
+            .iter()
+            .flat_map(|&n| (0..n).step_by(512).map(move |i| (n - i).min(512)))
+            .collect();
         let completion = ids(&p["completion"]["tokens"]);
         // Teacher-forced.
         let mut logits = prefill(&mut s, &tokens, &calls);

@@ -5,7 +5,7 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
-//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q4_1 and Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 //! and IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
@@ -30,6 +30,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
     if super::has_avx2() {
         return match wtype {
             GgmlType::Q5_0 => Some(x86::q5_0_q8_0),
+            GgmlType::Q4_1 => Some(x86::q4_1_q8_1),
             GgmlType::Q5_1 => Some(x86::q5_1_q8_1),
             GgmlType::Q8_0 => Some(x86::q8_0_q8_0),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0),
@@ -55,13 +56,14 @@ pub(crate) type Dot4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 
 /// The four-column form of [`dot_fn`]'s routine for `wtype` on this host, where there is
 /// one: the types whose `vec_dot` order llama.cpp also keeps for prompts (Q5_0 and Q8_0
-/// through tinyBLAS, which gives the same numbers, and Q5_1); the K-quants switch to the
+/// through tinyBLAS, which gives the same numbers, Q4_1 and Q5_1); the K-quants switch to the
 /// tiled kernel there (`super::qdot_tiled`).
 pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<Dot4Fn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         return match wtype {
             GgmlType::Q5_0 => Some(x86::q5_0_q8_0_x4),
+            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_x4),
             GgmlType::Q5_1 => Some(x86::q5_1_q8_1_x4),
             GgmlType::Q8_0 => Some(x86::q8_0_q8_0_x4),
             _ => None,
@@ -86,6 +88,8 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<Dot4x4Fn> {
         return match wtype {
             GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4x4),
             GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4x4),
+            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_4x4),
+            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_4x4),
             _ => None,
         };
     }
@@ -187,6 +191,8 @@ pub(super) mod x86 {
     const Q8_1_BYTES: usize = 2 + 2 + 32;
     /// Bytes of a `block_q5_0`: f16 `d`, `qh[4]`, `qs[16]`.
     const Q5_0_BYTES: usize = 2 + 4 + 16;
+    /// Bytes of a `block_q4_1`: f16 `d`, f16 `m`, `qs[16]`.
+    const Q4_1_BYTES: usize = 2 + 2 + 16;
     /// Bytes of a `block_q5_1`: f16 `d`, f16 `m`, `qh[4]`, `qs[16]`.
     const Q5_1_BYTES: usize = 2 + 2 + 4 + 16;
     /// Bytes of a `block_iq4_nl`: f16 `d`, `qs[16]`.
@@ -494,7 +500,6 @@ pub(super) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
         let nb = (w.len() / Q5_1_BYTES).min(a.len() / Q8_1_BYTES);
-        let bit4 = _mm256_set1_epi8(0x10);
         let mut acc = _mm256_setzero_ps();
         let mut summs = 0f32;
         for b in 0..nb {
@@ -505,9 +510,7 @@ pub(super) mod x86 {
             let p = _mm_mul_ps(v, _mm_movehl_ps(v, v));
             summs += _mm_cvtss_f32(_mm_movehdup_ps(p));
             let d = _mm_cvtss_f32(p);
-            let set = bytes_from_bits(u32_at(x.add(4)));
-            let qx = _mm256_or_si256(nibbles32(x.add(8)), _mm256_and_si256(set, bit4));
-            let lanes = pairs(_mm256_maddubs_epi16(qx, load32(y.add(4))));
+            let lanes = pairs(_mm256_maddubs_epi16(q5_1_quants(x), load32(y.add(4))));
             acc = fma_lanes(d, lanes, acc);
         }
         hsum(acc) + summs
@@ -685,33 +688,114 @@ pub(super) mod x86 {
         q5_0_tile::<4, 4>(w, a)
     }
 
-    /// [`q5_1_q8_1`] for four activation rows (each block's quants built once).
+    /// A tile of `R` weight rows × `C` activation rows of a 32-value block type with f16 `d`
+    /// and `m` first and unsigned quants that `quants(block)` builds (`block_bytes` per
+    /// block), times Q8_1, in `ggml_vec_dot_q4_1_q8_1`'s and `ggml_vec_dot_q5_1_q8_1`'s
+    /// order: per block and output `summs += m_x·s_y` (a product of two f16 values: exact)
+    /// and `acc = fma(d_x·d_y, f32(lanes), acc)`, lane `l` the sum of the products `4l..4l +
+    /// 4` (`maddubs`, pairs added); then `hsum_float_8(acc) + summs`. `out[c][r]`. Each
+    /// block's quants are built once per row, each activation block loaded once per tile.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C (inlined into a `target_feature` caller); whole rows of equal
+    /// block counts.
+    #[inline(always)]
+    unsafe fn tile32_min<const R: usize, const C: usize>(
+        w: &[&[u8]; R],
+        a: &[&[u8]; C],
+        block_bytes: usize,
+        quants: impl Fn(*const u8) -> __m256i,
+    ) -> [[f32; R]; C] {
+        let rows = w
+            .iter()
+            .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_1_BYTES));
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let mut summs = [[0f32; R]; C];
+        for b in 0..nb {
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut dm = [(0f32, 0f32); R];
+            for r in 0..R {
+                let x = w[r].as_ptr().add(b * block_bytes);
+                qx[r] = quants(x);
+                dm[r] = f16_pair(x);
+            }
+            for c in 0..C {
+                let y = a[c].as_ptr().add(b * Q8_1_BYTES);
+                let (dy, sy) = f16_pair(y);
+                let qy = load32(y.add(4));
+                for r in 0..R {
+                    let (dx, mx) = dm[r];
+                    summs[c][r] += mx * sy;
+                    let lanes = pairs(_mm256_maddubs_epi16(qx[r], qy));
+                    acc[c][r] = fma_lanes(dx * dy, lanes, acc[c][r]);
+                }
+            }
+        }
+        let mut out = [[0f32; R]; C];
+        for c in 0..C {
+            for r in 0..R {
+                out[c][r] = hsum(acc[c][r]) + summs[c][r];
+            }
+        }
+        out
+    }
+
+    /// The unsigned 5-bit values of the Q5_1 block at `x`.
+    #[inline(always)]
+    unsafe fn q5_1_quants(x: *const u8) -> __m256i {
+        let set = bytes_from_bits(u32_at(x.add(4)));
+        _mm256_or_si256(
+            nibbles32(x.add(8)),
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
+        )
+    }
+
+    /// [`q5_1_q8_1`] for four activation rows ([`super::Dot4Fn`]; each block's quants built
+    /// once).
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `w` whole Q5_1 blocks, each `a[c]` as many Q8_1 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        let nb = a
-            .iter()
-            .fold(w.len() / Q5_1_BYTES, |n, r| n.min(r.len() / Q8_1_BYTES));
-        let bit4 = _mm256_set1_epi8(0x10);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut summs = [0f32; 4];
-        for b in 0..nb {
-            let x = w.as_ptr().add(b * Q5_1_BYTES);
-            let set = bytes_from_bits(u32_at(x.add(4)));
-            let qx = _mm256_or_si256(nibbles32(x.add(8)), _mm256_and_si256(set, bit4));
-            let (dx, mx) = f16_pair(x);
-            for c in 0..4 {
-                let y = a[c].as_ptr().add(b * Q8_1_BYTES);
-                let (dy, sy) = f16_pair(y);
-                // Products of two f16 values: exact, as in the one-column routine.
-                summs[c] += mx * sy;
-                let lanes = pairs(_mm256_maddubs_epi16(qx, load32(y.add(4))));
-                acc[c] = fma_lanes(dx * dy, lanes, acc[c]);
-            }
-        }
-        std::array::from_fn(|c| hsum(acc[c]) + summs[c])
+        tile32_min::<1, 4>(&[w], a, Q5_1_BYTES, |x| q5_1_quants(x)).map(|c| c[0])
+    }
+
+    /// [`q5_1_q8_1`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+        tile32_min::<4, 4>(w, a, Q5_1_BYTES, |x| q5_1_quants(x))
+    }
+
+    /// `ggml_vec_dot_q4_1_q8_1` (AVX2): [`tile32_min`]'s order for one row and one column,
+    /// the quants the block's 4-bit values (`bytes_from_nibbles_32`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q4_1 blocks, `a` as many Q8_1 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
+        tile32_min::<1, 1>(&[w], &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0][0]
+    }
+
+    /// [`q4_1_q8_1`] for four activation rows ([`super::Dot4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole Q4_1 blocks, each `a[c]` as many Q8_1 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+        tile32_min::<1, 4>(&[w], a, Q4_1_BYTES, |x| nibbles32(x.add(4))).map(|c| c[0])
+    }
+
+    /// [`q4_1_q8_1`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+        tile32_min::<4, 4>(w, a, Q4_1_BYTES, |x| nibbles32(x.add(4)))
     }
 
     /// The 8 i32 lanes of one IQ4_NL block with one Q8_0 block: table values times the Q8_0
@@ -1074,8 +1158,9 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 10] = [
+    const TYPES: [(GgmlType, &[usize]); 11] = [
         (GgmlType::Q5_0, &[0]),
+        (GgmlType::Q4_1, &[0, 2]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
         (GgmlType::IQ4_NL, &[0]),
@@ -1299,8 +1384,12 @@ mod tests {
                     // SAFETY: `dot_fn` chose it for this host; whole rows of equal length.
                     let got = unsafe { f(&w, &act) };
                     let scalar = vec_dot(t, &w, &act).expect("scalar dot");
+                    // Rounding scales with the terms summed, not with their (cancelling) sum.
+                    let mut wf = vec![0f32; blocks * bs];
+                    ir::ggml::dequantize(t, &w, &mut wf).expect("dequantizes");
+                    let mag: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
                     assert!(
-                        (got - scalar).abs() <= 1e-4 * scalar.abs().max(1.0),
+                        (got - scalar).abs() <= 1e-4 * mag.max(1.0),
                         "{} {blocks} blocks: {got} vs scalar {scalar}",
                         t.name()
                     );
