@@ -92,7 +92,32 @@ pub struct KvCache {
     layout: KvLayout,
     mem: ZeroedBytes,
     streams: Vec<Stream>,
+    /// Cells all streams may hold together ([`KvCache::set_pool`]), if capped.
+    pool: Option<usize>,
 }
+
+/// A call needs more cells than the shared pool has free ([`KvCache::set_pool`]):
+/// llama.cpp's `llama_decode` returning 1 on a unified cache that is full, which
+/// llama-server reports as "Context size has been exceeded."
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolFull {
+    /// Cells the call needed.
+    pub needed: usize,
+    /// Cells the pool had free.
+    pub free: usize,
+}
+
+impl std::fmt::Display for PoolFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "context size has been exceeded: the shared KV cache has {} free cells, the call needs {}",
+            self.free, self.needed
+        )
+    }
+}
+
+impl std::error::Error for PoolFull {}
 
 impl KvCache {
     /// KV memory for `n_seq_max` sequences of `layout`.
@@ -111,7 +136,34 @@ impl KvCache {
             layout,
             mem,
             streams: vec![Stream::default(); n_seq_max],
+            pool: None,
         })
+    }
+
+    /// Caps the cells all streams hold together at `cells` (`None`: each stream is bounded
+    /// by its own context only). With the cap at one stream's context, the streams share
+    /// one context's worth of cells as llama.cpp's unified cache (`--kv-unified`) shares
+    /// its `n_ctx` cells among sequences, while each sequence keeps its own memory (so its
+    /// numbers do not depend on the others).
+    pub fn set_pool(&mut self, cells: Option<usize>) {
+        self.pool = cells;
+    }
+
+    /// Free cells of the shared pool ([`KvCache::set_pool`]); `None` when uncapped.
+    pub fn room(&self) -> Option<usize> {
+        let held: usize = self.streams.iter().map(|s| s.tokens.len()).sum();
+        self.pool.map(|p| p.saturating_sub(held))
+    }
+
+    /// Checks that `needed` more cells fit in the shared pool.
+    ///
+    /// # Errors
+    /// [`PoolFull`] when they do not.
+    pub fn check_room(&self, needed: usize) -> Result<(), PoolFull> {
+        match self.room() {
+            Some(free) if needed > free => Err(PoolFull { needed, free }),
+            _ => Ok(()),
+        }
     }
 
     /// The layout of one stream.

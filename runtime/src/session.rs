@@ -93,6 +93,20 @@ impl<'w> Session<'w> {
         self.kv.n_seq_max()
     }
 
+    /// Lets the sequences share `cells` KV cells in all, as llama.cpp's unified cache
+    /// (`--kv-unified`: every sequence may use the whole context, the cells of all of them
+    /// together may not exceed it); `None` lifts the cap. An evaluation that would pass it
+    /// fails with [`crate::kv_cache::PoolFull`] before anything is computed.
+    pub fn set_kv_pool(&mut self, cells: Option<usize>) {
+        self.kv.set_pool(cells);
+    }
+
+    /// Cells still free in the shared pool ([`Session::set_kv_pool`]); `None` when there is
+    /// no pool.
+    pub fn kv_room(&self) -> Option<usize> {
+        self.kv.room()
+    }
+
     /// The tokens sequence `seq` holds: position `i` holds token `i`.
     pub fn tokens(&self, seq: SeqId) -> &[TokenId] {
         self.kv.tokens(seq)
@@ -167,6 +181,7 @@ impl<'w> Session<'w> {
         if pos0 < n_past {
             self.truncate_stream(i, pos0);
         }
+        self.kv.check_room(tokens.len())?;
         let mut kv = self.kv.lend(i);
         let done = self
             .engine
@@ -267,6 +282,7 @@ impl<'w> Session<'w> {
         }
         let positions: Vec<usize> = streams.iter().map(|&s| self.kv.n_past(s)).collect();
         let tokens: Vec<TokenId> = which.iter().map(|&i| batch[i].token).collect();
+        self.kv.check_room(tokens.len())?;
         let mut rows = Vec::with_capacity(which.len() * self.n_vocab());
         let mut kvs = self.kv.lend_many(&streams)?;
         let done = self

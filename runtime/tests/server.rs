@@ -684,3 +684,64 @@ fn openai_python_client() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--kv-unified`: two slots share one pool of `-c` cells. One request may use the whole
+/// context (more than `-c / N`), with the tokens `modelc run -c` gives; requests that
+/// together overflow the pool fail with llama-server's 500 "Context size has been
+/// exceeded.", and the next request is served as before.
+#[test]
+fn kv_unified_pool() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let n_ctx = 64;
+    let n = 48; // past the 32 cells a slot would get without the pool
+    let expected = run_tokens(&model, PROMPT, n, n_ctx);
+    let srv = start(&model, &["-np", "2", "-c", "64", "-kvu", "--slots"]);
+    let slots = get(srv.port, "/slots").json();
+    for s in slots.as_array().expect("slots") {
+        assert_eq!(s["n_ctx"], n_ctx, "{slots}");
+    }
+    let one = greedy(srv.port, PROMPT, n);
+    assert_eq!(ids(&one["tokens"]), expected);
+    assert_eq!(one["timings"]["predicted_n"], n, "{one}");
+
+    // Two requests of 48 tokens each need about 110 cells of the 64: the second arrives
+    // while the first streams.
+    let body = json!({"prompt": PROMPT, "n_predict": n, "temperature": 0, "cache_prompt": false});
+    let mut first = open_stream(
+        srv.port,
+        &json!({"prompt": PROMPT, "n_predict": n, "stream": true}),
+    );
+    let second = post(srv.port, "/completion", &body);
+    // The stream ends with a final event (`"stop":true`) or an error event.
+    let mut rest = String::new();
+    let mut buf = [0u8; 4096];
+    while !rest.contains("\"stop\":true") && !rest.contains("\"error\"") {
+        match first.read(&mut buf) {
+            Ok(k) if k > 0 => rest.push_str(&String::from_utf8_lossy(&buf[..k])),
+            _ => break,
+        }
+    }
+    let exceeded = "Context size has been exceeded.";
+    if second.status == 200 {
+        assert_eq!(
+            second.json()["timings"]["predicted_n"],
+            n,
+            "{}",
+            second.body
+        );
+        assert!(rest.contains(exceeded), "neither request failed: {rest}");
+    } else {
+        assert_error(&second, 500, "server_error");
+        assert_eq!(
+            second.json()["error"]["message"],
+            exceeded,
+            "{}",
+            second.body
+        );
+    }
+    wait_idle(srv.port, Duration::from_secs(30));
+    let again = greedy(srv.port, PROMPT, n);
+    assert_eq!(ids(&again["tokens"]), expected);
+}

@@ -68,8 +68,10 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 9] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 11] = [
     ("-np", "--parallel"),
+    ("-kvu", "--kv-unified"),
+    ("-no-kvu", "--no-kv-unified"),
     ("-ub", "--ubatch-size"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),

@@ -367,7 +367,7 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
             None | Some(0) => artifact.n_ctx,
             Some(c) => super::run::at_least_min_ctx(c),
         };
-        let per_slot = super::serve::slot_ctx(n_ctx, n_parallel)?;
+        let per_slot = super::serve::slot_ctx(n_ctx, n_parallel, a.server.kv_unified)?;
         warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
         let shape = SessionShape {
             n_ctx: per_slot,
@@ -401,7 +401,7 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
             &path,
             per_slot,
         )?;
-        super::serve::hand_over(run, session, ready)
+        super::serve::hand_over(run, session, ready, &a.server)
     });
     crate::server::serve(cfg, load)
 }

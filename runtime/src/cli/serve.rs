@@ -46,11 +46,14 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
 }
 
 /// The context of each of `n_parallel` slots in a total context of `n_ctx`, as llama-server
-/// splits it (`n_ctx / n_parallel`).
+/// splits it (`n_ctx / n_parallel`; all of it with a unified cache, `--kv-unified`).
 ///
 /// # Errors
 /// A split below 8 positions a slot.
-pub fn slot_ctx(n_ctx: usize, n_parallel: usize) -> anyhow::Result<usize> {
+pub fn slot_ctx(n_ctx: usize, n_parallel: usize, unified: bool) -> anyhow::Result<usize> {
+    if unified {
+        return Ok(n_ctx);
+    }
     let per = n_ctx / n_parallel.max(1);
     anyhow::ensure!(
         per >= super::run::MIN_CTX,
@@ -130,12 +133,17 @@ pub fn ready_info(
     })
 }
 
-/// Hands a loaded session to the server.
+/// Hands a loaded session to the server; with `--kv-unified` its slots share one pool of
+/// `n_ctx` cells.
 pub fn hand_over(
     run: &mut dyn FnMut(Loaded<'_>),
-    session: Session<'_>,
+    mut session: Session<'_>,
     ready: Ready,
+    server: &ServerArgs,
 ) -> anyhow::Result<()> {
+    if server.kv_unified {
+        session.set_kv_pool(Some(session.n_ctx()));
+    }
     run(Loaded { session, ready });
     Ok(())
 }
@@ -148,7 +156,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let load: Loader = Box::new(move |run| {
         let (gguf, model, vocab) = open_model(&args.model.model)?;
         let n_ctx = resolve_n_ctx(args.model.n_ctx, model.hparams.n_ctx_train as usize);
-        let per_slot = slot_ctx(n_ctx, n_parallel)?;
+        let per_slot = slot_ctx(n_ctx, n_parallel, args.server.kv_unified)?;
         let mut margs = args.model.clone();
         margs.n_ctx = per_slot;
         let session = open_session_seqs(&margs, &gguf, &model, false, n_parallel)?;
@@ -160,7 +168,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             &args.model.model,
             per_slot,
         )?;
-        hand_over(run, session, ready)
+        hand_over(run, session, ready, &args.server)
     });
     crate::server::serve(cfg, load)
 }

@@ -52,9 +52,21 @@ pub struct ServerArgs {
     /// Port to listen on (0: any free port, printed when listening).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Slots: requests served at once (`-np`); each gets `-c / N` positions of context.
+    /// Slots: requests served at once (`-np`); each gets `-c / N` positions of context
+    /// (all `-c` of them with `--kv-unified`).
     #[arg(long = "parallel", default_value_t = 1)]
     pub parallel: usize,
+    /// One KV pool of `-c` cells for all slots (`-kvu`), as llama-server's unified cache:
+    /// each slot may use the whole context, all of them together at most `-c` cells. A
+    /// step that finds the pool full first drops the idle slots' caches, then fails the
+    /// running requests with "Context size has been exceeded." (500). Each slot still
+    /// computes in its own memory (reserved for the whole context, mapped as it is used),
+    /// so its tokens stay what it would get alone.
+    #[arg(long = "kv-unified", overrides_with = "no_kv_unified")]
+    pub kv_unified: bool,
+    /// One KV stream of `-c / N` cells per slot (`-no-kvu`, the default).
+    #[arg(long = "no-kv-unified", overrides_with = "kv_unified")]
+    pub no_kv_unified: bool,
     /// Requests that may wait for a free slot; more get 503.
     #[arg(long = "queue-size", default_value_t = 64)]
     pub queue_size: usize,

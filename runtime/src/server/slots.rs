@@ -195,10 +195,42 @@ pub fn run(
                 outbox.extend(finish(slot, i, shared));
                 continue;
             }
+        }
+        // With a shared KV pool (`--kv-unified`) a step takes only the tokens that fit.
+        let mut room = match session.kv_room() {
+            Some(free) => pool_room(session, &mut slots, free),
+            None => usize::MAX,
+        };
+        if room == 0 {
+            // llama-server: a batch of one token that finds no cell fails every running
+            // request, whose slots start over from an empty cache.
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if let Some(a) = slot.active.take() {
+                    let e = ApiError::server("Context size has been exceeded.");
+                    let _ = a.events.send(Event::Error(e));
+                    session.clear_seq(i as u32);
+                }
+            }
+            publish(session, &slots, shared);
+            for (tx, ev) in outbox {
+                let _ = tx.send(ev);
+            }
+            continue;
+        }
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
             let seq = i as u32;
             let prompt = a.state.prompt();
+            if room == 0 {
+                break;
+            }
             if a.pos < prompt.len() {
-                let end = (a.pos + a.chunk).min(prompt.len());
+                let end = (a.pos + a.chunk)
+                    .min(prompt.len())
+                    .min(a.pos.saturating_add(room));
+                room -= end - a.pos;
                 batch.extend(prompt[a.pos..end].iter().map(|&token| BatchToken {
                     token,
                     seq,
@@ -212,6 +244,7 @@ pub fn run(
                     takers.push((i, true));
                 }
             } else if let Some(token) = a.pending.take() {
+                room -= 1;
                 batch.push(BatchToken {
                     token,
                     seq,
@@ -310,6 +343,34 @@ pub fn run(
             let _ = tx.send(ev);
         }
     }
+}
+
+/// The cells of the shared KV pool this step may fill, `free` of them free: when the
+/// running requests want more, the idle slots' caches are dropped first (llama-server's
+/// `try_clear_idle_slots`), then what is free is what the step gets (llama-server halves its
+/// batch until it fits). 0 only when some request wants a cell and none is left.
+fn pool_room(session: &mut Session<'_>, slots: &mut [Slot], free: usize) -> usize {
+    let wanted: usize = slots
+        .iter()
+        .filter_map(|s| s.active.as_ref())
+        .map(|a| {
+            let left = a.state.prompt().len().saturating_sub(a.pos);
+            if left > 0 {
+                left.min(a.chunk)
+            } else {
+                usize::from(a.pending.is_some())
+            }
+        })
+        .sum();
+    if wanted <= free {
+        return wanted.max(1);
+    }
+    for (i, s) in slots.iter().enumerate() {
+        if s.active.is_none() && session.n_past(i as u32) > 0 {
+            session.clear_seq(i as u32);
+        }
+    }
+    session.kv_room().unwrap_or(free).min(wanted)
 }
 
 /// The slot for `job`: the one it asks for if idle, else the idle slot whose cache shares
