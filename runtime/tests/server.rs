@@ -745,3 +745,63 @@ fn kv_unified_pool() {
     let again = greedy(srv.port, PROMPT, n);
     assert_eq!(ids(&again["tokens"]), expected);
 }
+
+/// `return_progress` on a streamed request: a `prompt_progress` event when the request
+/// starts (nothing read yet) and after each step that read part of the prompt (`-b 8`
+/// tokens a step), `processed` rising to `total`, with the prompt's timings so far under
+/// `timings_per_token`; then the tokens. A second request reuses the cached prompt and
+/// says so from its first event.
+#[test]
+fn prompt_progress() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let srv = start(&model, &["-c", "256", "-b", "8"]);
+    let prompt = format!("{PROMPT} Paris. {PROMPT} Paris. {PROMPT}");
+    let body = json!({"prompt": prompt, "n_predict": 2, "stream": true,
+        "return_progress": true, "timings_per_token": true, "temperature": 0});
+    for round in 0..2 {
+        let r = post(srv.port, "/completion", &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let events: Vec<Value> = sse_data(&r.body)
+            .iter()
+            .map(|d| serde_json::from_str(d).expect("an event"))
+            .collect();
+        let progress: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e.get("prompt_progress"))
+            .collect();
+        let total = progress[0]["total"].as_u64().expect("total");
+        let cache = progress[0]["cache"].as_u64().expect("cache");
+        assert_eq!(progress[0]["processed"], cache, "{progress:?}");
+        if round == 0 {
+            assert_eq!(cache, 0);
+            // The start, then ceil(total / 8) steps.
+            assert_eq!(progress.len() as u64, 1 + total.div_ceil(8), "{progress:?}");
+        } else {
+            assert_eq!(cache, total - 1, "{progress:?}");
+            assert_eq!(progress.len(), 2, "{progress:?}");
+        }
+        for w in progress.windows(2) {
+            assert_eq!(w[1]["total"], total);
+            assert_eq!(w[1]["cache"], cache);
+            assert!(w[1]["processed"].as_u64() > w[0]["processed"].as_u64());
+        }
+        assert_eq!(progress.last().unwrap()["processed"], total);
+        let timings: Vec<&Value> = events
+            .iter()
+            .filter(|e| e.get("prompt_progress").is_some())
+            .map(|e| &e["timings"])
+            .collect();
+        assert_eq!(timings[0]["prompt_n"], 0);
+        assert_eq!(timings[0]["prompt_ms"], 0.0);
+        let last = timings.last().unwrap();
+        assert_eq!(last["prompt_n"].as_u64(), Some(total - cache));
+        assert!(last["prompt_ms"].as_f64() > Some(0.0), "{last}");
+        // The tokens follow the progress events.
+        let tokens = events
+            .iter()
+            .filter(|e| e["stop"] == false && e.get("prompt_progress").is_none());
+        assert_eq!(tokens.count(), 2);
+    }
+}

@@ -34,6 +34,9 @@ pub struct Job {
     pub id_slot: Option<usize>,
     /// Where the results go.
     pub events: mpsc::UnboundedSender<Event>,
+    /// Whether prompt progress events are sent (a streamed request with
+    /// `return_progress`).
+    pub progress: bool,
     /// Its place among the requests the server holds (slots + queue): given back when the
     /// request ends.
     pub permit: tokio::sync::OwnedSemaphorePermit,
@@ -50,10 +53,29 @@ pub enum Event {
         /// Its probabilities, when asked for.
         probs: Option<PositionProbs>,
     },
+    /// How far the prompt has been read (llama-server's `prompt_progress`): sent when the
+    /// request starts and after each step that read some of its prompt, when asked for.
+    Progress(Progress),
     /// The request is done.
     Done(Box<Finished>),
     /// The request failed.
     Error(ApiError),
+}
+
+/// llama-server's `prompt_progress` (`result_prompt_progress`), with the prompt timings so
+/// far.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Prompt tokens.
+    pub total: usize,
+    /// Of them, reused from the slot's cache.
+    pub cache: usize,
+    /// Of them, in the cache now (cached ones included).
+    pub processed: usize,
+    /// Milliseconds since the request started.
+    pub time_ms: u64,
+    /// Timings so far: the prompt tokens evaluated and their milliseconds.
+    pub timings: crate::generate::Timings,
 }
 
 /// A finished request.
@@ -111,6 +133,32 @@ struct Active {
     t_start: Instant,
     id_task: i64,
     truncated: bool,
+    progress: bool,
+}
+
+impl Active {
+    /// Sends a progress event when the request asked for them.
+    fn send_progress(&self) {
+        if !self.progress {
+            return;
+        }
+        let ms = self.t_start.elapsed().as_secs_f64() * 1e3;
+        let processed = self.pos.min(self.state.prompt().len());
+        let prompt_n = processed - self.cache_n;
+        let timings = crate::generate::Timings {
+            cache_n: self.cache_n,
+            prompt_n,
+            prompt_ms: if prompt_n > 0 { ms } else { 0.0 },
+            ..Default::default()
+        };
+        let _ = self.events.send(Event::Progress(Progress {
+            total: self.state.prompt().len(),
+            cache: self.cache_n,
+            processed,
+            time_ms: ms as u64,
+            timings,
+        }));
+    }
 }
 
 struct Slot {
@@ -176,7 +224,11 @@ pub fn run(
                 t_start: Instant::now(),
                 id_task: next_task,
                 truncated: false,
+                progress: job.progress,
             });
+            if let Some(a) = &slots[i].active {
+                a.send_progress();
+            }
             next_task += 1;
         }
         // Cancel what nobody waits for, then gather every busy slot's pending tokens.
@@ -186,6 +238,8 @@ pub fn run(
         let mut outbox = Vec::new();
         let mut batch: Vec<BatchToken> = Vec::new();
         let mut takers: Vec<(usize, bool)> = Vec::new();
+        // Slots that read part of their prompt in this step.
+        let mut reading: Vec<usize> = Vec::new();
         for (i, slot) in slots.iter_mut().enumerate() {
             let Some(a) = slot.active.as_mut() else {
                 continue;
@@ -231,6 +285,7 @@ pub fn run(
                     .min(prompt.len())
                     .min(a.pos.saturating_add(room));
                 room -= end - a.pos;
+                reading.push(i);
                 batch.extend(prompt[a.pos..end].iter().map(|&token| BatchToken {
                     token,
                     seq,
@@ -280,6 +335,11 @@ pub fn run(
         if let Ok(mut m) = shared.metrics.lock() {
             m.n_decode += 1;
             m.n_busy_slots += busy as u64;
+        }
+        for &i in &reading {
+            if let Some(a) = &slots[i].active {
+                a.send_progress();
+            }
         }
         for (k, &(i, prompt_done)) in takers.iter().enumerate() {
             let n_past = session.n_past(i as u32);

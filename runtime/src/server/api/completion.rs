@@ -8,7 +8,7 @@ use crate::chat::RenderOptions;
 use crate::generate::{GenerateOptions, PositionProbs, Timings};
 use crate::server::error::ApiError;
 use crate::server::params::{wrong_type, Body};
-use crate::server::slots::{Event, Finished, Job};
+use crate::server::slots::{Event, Finished, Job, Progress};
 use crate::server::{read_body, AppState, Ready};
 use crate::tokenizer::{TokenId, Vocab};
 use axum::body::Bytes;
@@ -41,6 +41,10 @@ struct Request {
     response_fields: Vec<String>,
     opts: GenerateOptions,
     stream: bool,
+    /// `return_progress`: a streamed request also gets `prompt_progress` events.
+    return_progress: bool,
+    /// `timings_per_token`: streamed events carry the `timings` so far.
+    timings_per_token: bool,
     include_usage: bool,
     return_tokens: bool,
     /// `verbose`: OpenAI results carry llama.cpp's own result as `__verbose`.
@@ -122,6 +126,7 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
             opts: req.opts.clone(),
             id_slot: req.id_slot,
             events: tx,
+            progress: req.stream && req.return_progress,
             permit,
         });
         receivers.push(rx);
@@ -226,6 +231,8 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         response_fields,
         opts,
         stream,
+        return_progress: body.bool("return_progress")?.unwrap_or(false),
+        timings_per_token: body.bool("timings_per_token")?.unwrap_or(false),
         include_usage,
         return_tokens: body.bool("return_tokens")?.unwrap_or(false),
         verbose: body.bool("verbose")?.unwrap_or(false),
@@ -399,7 +406,7 @@ async fn whole(
 ) -> Result<Value, ApiError> {
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Token { .. } => {}
+            Event::Token { .. } | Event::Progress(_) => {}
             Event::Error(e) => return Err(e),
             Event::Done(f) => return Ok(final_json(ready, req, api, &f)),
         }
@@ -447,6 +454,7 @@ fn stream(
                         n_decoded,
                     )]
                 }
+                Event::Progress(p) => vec![progress_json(&ready, &req, api, &p)],
                 Event::Error(e) => vec![json!({ "error": e.object() })],
                 Event::Done(f) => final_stream_json(&ready, &req, api, &f),
             };
@@ -745,6 +753,39 @@ fn partial_json(
             v
         }
     }
+}
+
+/// A prompt progress event in the shape of `api` (llama-server's partial result with
+/// `is_progress`: no text, `prompt_progress`, and `timings` with `timings_per_token`).
+fn progress_json(ready: &Ready, req: &Request, api: Api, p: &Progress) -> Value {
+    let mut v = match api {
+        Api::Llama => json!({
+            "index": 0,
+            "content": "",
+            "tokens": [],
+            "stop": false,
+            "id_slot": -1,
+            "tokens_predicted": 0,
+            "tokens_evaluated": p.total,
+        }),
+        Api::OaiCompletion => partial_json(ready, req, api, "", 0, None, 0),
+        Api::OaiChat => chat_chunk(
+            ready,
+            req,
+            json!({"role": "assistant", "content": null}),
+            Value::Null,
+        ),
+    };
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "prompt_progress".into(),
+            json!({"total": p.total, "cache": p.cache, "processed": p.processed, "time_ms": p.time_ms}),
+        );
+        if req.timings_per_token {
+            o.insert("timings".into(), timings_json(&p.timings));
+        }
+    }
+    v
 }
 
 /// A `chat.completion.chunk` with one choice.
