@@ -127,7 +127,7 @@ fn variant(name: &str) -> Option<std::path::PathBuf> {
 }
 
 #[test]
-fn q4_1_generated_kernels() {
+fn q4_1_exact() {
     check(modelc_tests::smollm2(), true, codegen_cpu::SumOrder::Ggml);
 }
 

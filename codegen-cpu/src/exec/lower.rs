@@ -817,7 +817,9 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             // steps (and the language-model head, one token) keep the generated kernel.
             let prompt_tiles =
                 self.order == SumOrder::Ggml && n > 1 && !lm_head && crate::rows::tiles_prompts(t);
-            if !supports(t) || repacked || prompt_tiles {
+            // Types whose row-dot kernels decode faster too (Q4_1) take them at every size.
+            let rows_always = self.order == SumOrder::Ggml && crate::rows::decodes(t);
+            if !supports(t) || repacked || prompt_tiles || rows_always {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);
                 mats.push(Mat {

@@ -97,6 +97,27 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<Dot4x4Fn> {
     None
 }
 
+/// Four weight rows × one activation row: `out[r]` is what the [`DotFn`] of the type gives
+/// for row `w[r]` and `a` (the activation blocks loaded once for the four rows; four
+/// independent sums in flight, which decode needs to keep the memory busy).
+///
+/// # Safety
+/// As [`DotFn`], for each row.
+pub(crate) type Dot4RowsFn = unsafe fn(&[&[u8]; 4], &[u8]) -> [f32; 4];
+
+/// The four-row form of [`dot_fn`]'s routine for `wtype` on this host, if there is one.
+pub(crate) fn dot4rows_fn(wtype: GgmlType) -> Option<Dot4RowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_4rows),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs`, 16 × i16 `bsums`.
 #[cfg(target_arch = "x86_64")]
 const Q8_K_BYTES: usize = 4 + 256 + 32;
@@ -789,6 +810,15 @@ pub(super) mod x86 {
         tile32_min::<1, 4>(&[w], a, Q4_1_BYTES, |x| nibbles32(x.add(4))).map(|c| c[0])
     }
 
+    /// [`q4_1_q8_1`] for four rows and one column ([`super::Dot4RowsFn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        tile32_min::<4, 1>(w, &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0]
+    }
+
     /// [`q4_1_q8_1`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
     ///
     /// # Safety
@@ -1273,6 +1303,19 @@ mod tests {
                         // SAFETY: as above.
                         let want = unsafe { f(&w, a[c]) };
                         assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
+                    }
+                    if let Some(f4r) = dot4rows_fn(t) {
+                        let more: Vec<Vec<u8>> = (0..3)
+                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
+                            .collect();
+                        let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
+                        // SAFETY: as above.
+                        let got = unsafe { f4r(&ws, a[0]) };
+                        for (r, v) in got.iter().enumerate() {
+                            // SAFETY: as above.
+                            let want = unsafe { f(ws[r], a[0]) };
+                            assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
+                        }
                     }
                     if let Some(f44) = dot4x4_fn(t) {
                         let more: Vec<Vec<u8>> = (0..3)
