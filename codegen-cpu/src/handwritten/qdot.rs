@@ -111,6 +111,9 @@ pub(crate) fn dot4rows_fn(wtype: GgmlType) -> Option<Dot4RowsFn> {
     if super::has_avx2() {
         return match wtype {
             GgmlType::Q4_1 => Some(x86::q4_1_q8_1_4rows),
+            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_4rows),
+            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4rows),
+            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4rows),
             _ => None,
         };
     }
@@ -808,6 +811,33 @@ pub(super) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
         tile32_min::<1, 4>(&[w], a, Q4_1_BYTES, |x| nibbles32(x.add(4))).map(|c| c[0])
+    }
+
+    /// [`q5_1_q8_1`] for four rows and one column ([`super::Dot4RowsFn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        tile32_min::<4, 1>(w, &[a], Q5_1_BYTES, |x| q5_1_quants(x))[0]
+    }
+
+    /// [`q5_0_q8_0`] for four rows and one column ([`super::Dot4RowsFn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        q5_0_tile::<4, 1>(w, &[a])[0]
+    }
+
+    /// [`q8_0_q8_0`] for four rows and one column ([`super::Dot4RowsFn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q8_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        q8_0_tile::<4, 1>(w, &[a])[0]
     }
 
     /// [`q4_1_q8_1`] for four rows and one column ([`super::Dot4RowsFn`]).
