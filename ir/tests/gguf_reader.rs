@@ -263,7 +263,7 @@ fn broken_tensor_infos() {
     );
     expect_err(
         with_tensor_infos(&[("t", &[8], 0, 0)], 16),
-        "beyond the end",
+        "but the file ends at byte",
     );
     expect_err(
         with_tensor_infos(&[("t", &[8], 0, 8)], 64),

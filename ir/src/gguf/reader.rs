@@ -325,9 +325,11 @@ fn check_tensor_extents(
 ) -> Result<(), GgufError> {
     let mut expected = 0u64;
     for t in tensors {
+        // Errors name the byte in the file where the tensor's data starts.
+        let at = usize::try_from(data_offset.saturating_add(t.offset)).unwrap_or(usize::MAX);
         if t.offset != expected {
             return Err(invalid(
-                0,
+                at,
                 format!(
                     "tensor '{}' has data offset {}, expected {expected}: tensor data must follow one another in the order of the tensor infos, each padded to the alignment {alignment} (as llama.cpp requires)",
                     t.name, t.offset
@@ -337,10 +339,12 @@ fn check_tensor_extents(
         let end = t.offset.checked_add(t.n_bytes);
         if end.is_none_or(|e| e > data_len) {
             return Err(invalid(
-                0,
+                at,
                 format!(
-                    "tensor '{}' data [{}, +{}) lies beyond the end of the data section ({} bytes from byte {data_offset})",
-                    t.name, t.offset, t.n_bytes, data_len
+                    "tensor '{}' needs {} bytes of data from here, but the file ends at byte {} (truncated?)",
+                    t.name,
+                    t.n_bytes,
+                    data_offset.saturating_add(data_len)
                 ),
             ));
         }
@@ -348,7 +352,7 @@ fn check_tensor_extents(
             .n_bytes
             .checked_next_multiple_of(alignment)
             .and_then(|padded| expected.checked_add(padded))
-            .ok_or_else(|| invalid(0, format!("tensor '{}' size overflows", t.name)))?;
+            .ok_or_else(|| invalid(at, format!("tensor '{}' size overflows", t.name)))?;
     }
     Ok(())
 }

@@ -37,8 +37,16 @@ impl Kernels {
 pub struct CpuArgs {
     /// CPU backend: quantized matmul kernels `exact` (llama.cpp's logits bit for bit) or
     /// `fast` (faster; logits differ from llama.cpp's in the last bits).
-    #[arg(long = "kernels", value_enum, default_value_t = Kernels::Exact)]
-    pub kernels: Kernels,
+    /// (Default `exact`; `None` when not given, so that other targets can refuse it.)
+    #[arg(long = "kernels", value_enum)]
+    pub kernels: Option<Kernels>,
+}
+
+impl CpuArgs {
+    /// The kernels asked for (`exact` unless `--kernels` said otherwise).
+    pub fn kernels(&self) -> Kernels {
+        self.kernels.unwrap_or(Kernels::Exact)
+    }
 }
 
 /// The CPU backend (module doc).
@@ -51,7 +59,7 @@ impl CpuBackend {
     /// The backend with its flags.
     pub fn new(args: &CpuArgs) -> CpuBackend {
         CpuBackend {
-            kernels: args.kernels,
+            kernels: args.kernels(),
         }
     }
 

@@ -334,6 +334,11 @@ pub struct BackendArgs {
 /// # Errors
 /// A target whose backend this modelc was built without (its feature off), in one line.
 pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Backend>> {
+    anyhow::ensure!(
+        target == Target::Cpu || args.cpu.kernels.is_none(),
+        "--kernels chooses the CPU backend's kernels: it does nothing with --target {}",
+        target.name()
+    );
     match target {
         Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
         #[cfg(feature = "cuda")]

@@ -138,7 +138,7 @@ impl BenchFlags {
             ),
             size_bytes: gguf.tensor_data_bytes(),
             n_params: gguf.tensors().iter().map(|t| t.n_elements()).sum(),
-            backend: match self.backend.cpu.kernels {
+            backend: match self.backend.cpu.kernels() {
                 Kernels::Exact => "CPU",
                 Kernels::Fast => "CPU (fast)",
             },

@@ -154,6 +154,23 @@ pub fn parse_cache_type(s: &str) -> anyhow::Result<DType> {
         })
 }
 
+/// The `--ubatch` sizes a user gave, each larger than the context `n_ctx` lowered to it
+/// with a warning (llama.cpp clamps `n_ubatch` to `n_ctx` the same way).
+///
+/// # Errors
+/// A size of 0.
+fn clamp_ubatch(ubatch: &[u32], n_ctx: usize) -> anyhow::Result<Vec<u32>> {
+    anyhow::ensure!(
+        ubatch.iter().all(|&u| u > 0),
+        "--ubatch sizes must be at least 1"
+    );
+    let ctx = u32::try_from(n_ctx).unwrap_or(u32::MAX);
+    for &u in ubatch.iter().filter(|&&u| u > ctx) {
+        eprintln!("modelc: warning: --ubatch {u} is larger than the context ({ctx}): using {ctx}");
+    }
+    Ok(ubatch.iter().map(|&u| u.min(ctx)).collect())
+}
+
 /// Compile options for a model: sorted, deduplicated ubatch sizes; `n_ctx` resolved.
 pub fn compile_options(
     ubatch: &[u32],
@@ -216,6 +233,13 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
             out.display()
         );
     }
+    if let Some(dir) = &args.emit_source {
+        anyhow::ensure!(
+            !dir.exists() || dir.is_dir(),
+            "--emit-source {}: not a folder (it names the folder the source files go into)",
+            dir.display()
+        );
+    }
     // Code generation can take a while (NVRTC): an output folder the runner cannot be
     // written to is refused before it.
     let (probe, tmp) = ir::gguf::create_beside(&out)
@@ -228,7 +252,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let n_ctx_train = compiler::HParams::from_gguf(&gguf)?.n_ctx_train as usize;
     let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.kv.resolve(KvTypes::F16, args.target)?;
-    let opts = compile_options(&args.ubatch, n_ctx, kv_types, false)?;
+    let opts = compile_options(&clamp_ubatch(&args.ubatch, n_ctx)?, n_ctx, kv_types, false)?;
     if let Some(p) = &args.dump_after {
         anyhow::ensure!(
             compiler::passes::pass_names().contains(&p.as_str()),

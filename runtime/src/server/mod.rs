@@ -632,6 +632,8 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 0,
             parallel: 1,
+            kv_unified: false,
+            no_kv_unified: false,
             queue_size: 1,
             api_key: api_key.map(str::to_string),
             alias: None,
