@@ -1,0 +1,136 @@
+//! The vocabulary as the grammar sees it, decoded once: each token's piece (with special
+//! tokens rendered, as llama.cpp's `token_to_piece` cache), its code points from a fresh
+//! start, and whether it ends generation. Matching a step then reads code points instead of
+//! decoding 49k pieces again.
+
+use super::utf8::{decode, Partial};
+use crate::tokenizer::{TokenId, Vocab};
+use std::sync::{Arc, Mutex};
+
+/// How the grammar treats a token (llama.cpp `llama_grammar_apply_impl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An end-of-generation token: allowed only where the grammar may end.
+    Eog,
+    /// An empty piece or one starting with NUL: never allowed.
+    Never,
+    /// Text matched against the grammar.
+    Text,
+}
+
+/// Every token's piece, code points and [`Kind`] (module doc).
+#[derive(Debug)]
+pub struct TokenTable {
+    pieces: Vec<Box<[u8]>>,
+    kinds: Vec<Kind>,
+    /// Code points of all tokens decoded from a fresh start, back to back.
+    cps: Vec<u32>,
+    /// Token `i`'s code points are `cps[ends[i-1]..ends[i]]`.
+    ends: Vec<u32>,
+    /// The UTF-8 state after each token's piece (from a fresh start).
+    tails: Vec<Partial>,
+}
+
+impl TokenTable {
+    /// The table of `vocab` (pieces with special tokens rendered).
+    pub fn new(vocab: &Vocab) -> TokenTable {
+        let n = vocab.n_vocab() as TokenId;
+        TokenTable::from_pieces(
+            (0..n).map(|id| (vocab.token_to_piece(id, true).to_vec(), vocab.is_eog(id))),
+        )
+    }
+
+    /// The table of `vocab`, built once and kept while the vocabulary lives (the last
+    /// vocabulary asked for is remembered, by address): a server's requests share it.
+    pub fn shared(vocab: &Vocab) -> Arc<TokenTable> {
+        static LAST: Mutex<Option<(usize, usize, Arc<TokenTable>)>> = Mutex::new(None);
+        let key = (std::ptr::from_ref(vocab) as usize, vocab.n_vocab());
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((addr, n, t)) = last.as_ref() {
+            if (*addr, *n) == key && t.fingerprint_matches(vocab) {
+                return Arc::clone(t);
+            }
+        }
+        let t = Arc::new(TokenTable::new(vocab));
+        *last = Some((key.0, key.1, Arc::clone(&t)));
+        t
+    }
+
+    /// Whether this table still describes `vocab` (a vocabulary freed and another allocated
+    /// at the same address must not reuse it): a few pieces compared.
+    fn fingerprint_matches(&self, vocab: &Vocab) -> bool {
+        let n = self.len();
+        [0, n / 3, n / 2, n.saturating_sub(1)]
+            .into_iter()
+            .filter(|&i| i < n)
+            .all(|i| self.piece(i as TokenId) == vocab.token_to_piece(i as TokenId, true))
+    }
+
+    /// A table from `(piece, is_eog)` pairs in id order (tests, small vocabularies).
+    pub fn from_pieces(pieces: impl IntoIterator<Item = (Vec<u8>, bool)>) -> TokenTable {
+        let mut t = TokenTable {
+            pieces: Vec::new(),
+            kinds: Vec::new(),
+            cps: Vec::new(),
+            ends: Vec::new(),
+            tails: Vec::new(),
+        };
+        for (piece, eog) in pieces {
+            let kind = if eog {
+                Kind::Eog
+            } else if piece.first().is_none_or(|&b| b == 0) {
+                Kind::Never
+            } else {
+                Kind::Text
+            };
+            let tail = if kind == Kind::Text {
+                decode(&piece, Partial::default(), &mut t.cps)
+            } else {
+                Partial::default()
+            };
+            t.ends.push(t.cps.len() as u32);
+            t.tails.push(tail);
+            t.kinds.push(kind);
+            t.pieces.push(piece.into_boxed_slice());
+        }
+        t
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    /// Whether the table has no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// How the grammar treats token `id` (`Never` outside the table).
+    pub fn kind(&self, id: TokenId) -> Kind {
+        self.kinds.get(id as usize).copied().unwrap_or(Kind::Never)
+    }
+
+    /// Token `id`'s piece (empty outside the table).
+    pub fn piece(&self, id: TokenId) -> &[u8] {
+        self.pieces.get(id as usize).map_or(&[], |p| p)
+    }
+
+    /// All decoded code points; a token's span is [`TokenTable::span`].
+    pub fn code_points(&self) -> &[u32] {
+        &self.cps
+    }
+
+    /// Token `id`'s code points as a range of [`TokenTable::code_points`], and the UTF-8
+    /// state after them (from a fresh start).
+    pub fn span(&self, id: TokenId) -> (u32, u32, Partial) {
+        let i = id as usize;
+        let end = self.ends.get(i).copied().unwrap_or(0);
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends.get(i - 1).copied().unwrap_or(end)
+        };
+        (start, end, self.tails.get(i).copied().unwrap_or_default())
+    }
+}
