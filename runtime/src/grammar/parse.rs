@@ -141,6 +141,8 @@ impl Grammar {
             root,
         };
         if let Some(id) = g.left_recursive_rule()? {
+            // llama.cpp names the rule its search started from; this names the rule that
+            // reaches itself.
             let at = p.defined_at[id].unwrap_or(0);
             let (line, column) = line_col(text, at);
             return Err(GrammarError {
@@ -164,13 +166,14 @@ impl Grammar {
             visited: vec![false; n],
             in_progress: vec![false; n],
             may_be_empty: vec![false; n],
+            cycle_at: None,
         };
         for i in 0..n {
             if st.visited[i] {
                 continue;
             }
             if st.detect(i, 0)? {
-                return Ok(Some(i));
+                return Ok(Some(st.cycle_at.unwrap_or(i)));
             }
         }
         Ok(None)
@@ -182,6 +185,8 @@ struct LeftRec<'a> {
     visited: Vec<bool>,
     in_progress: Vec<bool>,
     may_be_empty: Vec<bool>,
+    /// The rule found reaching itself.
+    cycle_at: Option<usize>,
 }
 
 impl LeftRec<'_> {
@@ -194,6 +199,7 @@ impl LeftRec<'_> {
             });
         }
         if self.in_progress[i] {
+            self.cycle_at.get_or_insert(i);
             return Ok(true);
         }
         self.in_progress[i] = true;
