@@ -277,7 +277,7 @@ impl Rules {
             }
             return rejects;
         }
-        let mut next = Vec::new();
+        let mut next = Vec::with_capacity(cands.len());
         for c in cands {
             if c.at == c.end {
                 if c.tail.n_remain != 0 && !self.match_partial(top, c.tail) {
@@ -340,6 +340,8 @@ pub struct Matcher {
     partial: Partial,
     /// Scratch: code points decoded when a character is unfinished.
     scratch: Vec<u32>,
+    /// Scratch: which tokens a stack accepted.
+    accepted: Vec<bool>,
 }
 
 impl Matcher {
@@ -350,6 +352,7 @@ impl Matcher {
             rules,
             partial: Partial::default(),
             scratch: Vec::new(),
+            accepted: Vec::new(),
         }
     }
 
@@ -365,9 +368,106 @@ impl Matcher {
 
     /// Sets `logits[id]` to `-inf` for every token the grammar rejects here (llama.cpp
     /// `llama_grammar_apply_impl`). `logits` is indexed by token id.
+    ///
+    /// The same decision as llama.cpp's, reached faster: for each stack, only the tokens
+    /// whose first code point the stack's top accepts are followed further (the table groups
+    /// tokens by first code point), and a token another stack already accepted is not
+    /// looked at again.
     pub fn apply(&mut self, logits: &mut [f32]) {
         let allow_eog = self.can_end();
         let table = Arc::clone(&self.rules.tokens);
+        if self.partial.is_pending() {
+            return self.apply_each(logits, &table, allow_eog);
+        }
+        let n = logits.len();
+        let mut accepted = std::mem::take(&mut self.accepted);
+        accepted.clear();
+        accepted.resize(n, false);
+        let cps = table.code_points();
+        let rules = Arc::clone(&self.rules);
+        for stack in &self.stacks {
+            let Some(&top) = stack.last() else {
+                // An empty stack takes no text.
+                continue;
+            };
+            let e = rules.at(top);
+            if let Elem::Token(_) | Elem::TokenNot(_) = e {
+                for (_, ids) in table.groups() {
+                    for &id in ids {
+                        if match_token(e, id) {
+                            if let Some(a) = accepted.get_mut(id as usize) {
+                                *a = true;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let mut next = Vec::new();
+            for (cp, ids) in table.groups() {
+                if !rules.match_char(top, cp).0 {
+                    continue;
+                }
+                for &id in ids {
+                    if accepted.get(id as usize) == Some(&false) {
+                        let (at, end, tail) = table.span(id);
+                        next.push(Cand {
+                            id,
+                            at: at + 1,
+                            end,
+                            tail,
+                        });
+                    }
+                }
+            }
+            for &id in table.without_code_points() {
+                let (_, _, tail) = table.span(id);
+                if tail.n_remain > 0 && rules.match_partial(top, tail) {
+                    if let Some(a) = accepted.get_mut(id as usize) {
+                        *a = true;
+                    }
+                }
+            }
+            if next.is_empty() {
+                continue;
+            }
+            let after = rules.match_char(top, 0).1;
+            let mut stack_after = stack[..stack.len() - 1].to_vec();
+            if !rules.at(after).ends_alternative() {
+                stack_after.push(after);
+            }
+            let mut next_stacks = Vec::new();
+            rules.advance(stack_after, &mut next_stacks);
+            let mut rejected = vec![false; 0];
+            let rejects = rules.reject(&next_stacks, next.clone(), cps);
+            if !rejects.is_empty() {
+                rejected.resize(n, false);
+                for c in &rejects {
+                    if let Some(r) = rejected.get_mut(c.id as usize) {
+                        *r = true;
+                    }
+                }
+            }
+            for c in next {
+                if rejected.get(c.id as usize) != Some(&true) {
+                    if let Some(a) = accepted.get_mut(c.id as usize) {
+                        *a = true;
+                    }
+                }
+            }
+        }
+        for (id, l) in logits.iter_mut().enumerate() {
+            match table.kind(id as TokenId) {
+                Kind::Eog if allow_eog => {}
+                Kind::Text if accepted[id] => {}
+                _ => *l = f32::NEG_INFINITY,
+            }
+        }
+        self.accepted = accepted;
+    }
+
+    /// [`Matcher::apply`] token by token, as llama.cpp does it (used inside a character).
+    fn apply_each(&mut self, logits: &mut [f32], table: &TokenTable, allow_eog: bool) {
         let pending = self.partial.is_pending();
         self.scratch.clear();
         let mut cands = Vec::with_capacity(logits.len());
@@ -383,7 +483,7 @@ impl Matcher {
                     }
                 }
                 Kind::Never => *l = f32::NEG_INFINITY,
-                Kind::Text => cands.push(self.candidate(&table, id, pending)),
+                Kind::Text => cands.push(self.candidate(table, id, pending)),
             }
         }
         let cps: &[u32] = if pending {

@@ -29,6 +29,12 @@ pub struct TokenTable {
     ends: Vec<u32>,
     /// The UTF-8 state after each token's piece (from a fresh start).
     tails: Vec<Partial>,
+    /// Text tokens with at least one code point, ordered by their first code point.
+    by_first: Vec<TokenId>,
+    /// Runs of `by_first` sharing a first code point: `(code point, start, end)`.
+    groups: Vec<(u32, u32, u32)>,
+    /// Text tokens without a whole code point (a piece inside one character, or invalid).
+    no_code_point: Vec<TokenId>,
 }
 
 impl TokenTable {
@@ -74,6 +80,9 @@ impl TokenTable {
             cps: Vec::new(),
             ends: Vec::new(),
             tails: Vec::new(),
+            by_first: Vec::new(),
+            groups: Vec::new(),
+            no_code_point: Vec::new(),
         };
         for (piece, eog) in pieces {
             let kind = if eog {
@@ -93,7 +102,39 @@ impl TokenTable {
             t.kinds.push(kind);
             t.pieces.push(piece.into_boxed_slice());
         }
+        let mut firsts: Vec<(u32, TokenId)> = Vec::new();
+        for id in 0..t.kinds.len() as TokenId {
+            if t.kind(id) != Kind::Text {
+                continue;
+            }
+            let (at, end, _) = t.span(id);
+            if at < end {
+                firsts.push((t.cps[at as usize], id));
+            } else {
+                t.no_code_point.push(id);
+            }
+        }
+        firsts.sort_unstable();
+        for (i, &(cp, id)) in firsts.iter().enumerate() {
+            match t.groups.last_mut() {
+                Some(g) if g.0 == cp => g.2 = i as u32 + 1,
+                _ => t.groups.push((cp, i as u32, i as u32 + 1)),
+            }
+            t.by_first.push(id);
+        }
         t
+    }
+
+    /// Text tokens grouped by first code point: `(code point, tokens)`, ascending.
+    pub fn groups(&self) -> impl Iterator<Item = (u32, &[TokenId])> + '_ {
+        self.groups
+            .iter()
+            .map(|&(cp, a, b)| (cp, &self.by_first[a as usize..b as usize]))
+    }
+
+    /// Text tokens whose piece holds no whole code point.
+    pub fn without_code_points(&self) -> &[TokenId] {
+        &self.no_code_point
     }
 
     /// Number of tokens.
