@@ -15,11 +15,19 @@ use super::parse::{Elem, Grammar};
 use super::tokens::{Kind, TokenTable};
 use super::utf8::{decode, Partial};
 use crate::tokenizer::TokenId;
-use std::collections::HashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// A stack: positions in [`Rules::elems`], top last.
 type Stack = Vec<u32>;
+
+/// Most stacks a matcher keeps: a grammar so ambiguous that more parses stay open at once
+/// is refused when generation reaches that point (each step costs time per stack).
+pub const MAX_STACKS: usize = 4096;
+
+/// Stacks already expanded during one masking pass.
+type Memo = FxHashMap<Stack, Rc<Vec<Stack>>>;
 
 /// A grammar's rules laid out flat for matching, with its starting stacks and the
 /// vocabulary's [`TokenTable`]; shared by every generation that uses the grammar.
@@ -100,7 +108,7 @@ impl Rules {
     /// ones to `out`.
     fn advance(&self, stack: Stack, out: &mut Vec<Stack>) {
         let mut todo = vec![stack];
-        let mut seen: HashSet<Stack> = HashSet::new();
+        let mut seen: FxHashSet<Stack> = FxHashSet::default();
         while let Some(stack) = todo.pop() {
             if seen.contains(&stack) {
                 continue;
@@ -232,28 +240,53 @@ impl Rules {
         }
     }
 
+    /// [`Rules::advance`] of `stack` alone, remembered in `memo` for one masking pass
+    /// (the same stacks recur at every depth of the candidates' code points).
+    fn advance_memo(&self, stack: Stack, memo: &mut Memo) -> Rc<Vec<Stack>> {
+        if let Some(r) = memo.get(&stack) {
+            return Rc::clone(r);
+        }
+        let mut out = Vec::new();
+        self.advance(stack.clone(), &mut out);
+        let r = Rc::new(out);
+        memo.insert(stack, Rc::clone(&r));
+        r
+    }
+
     /// The candidates no stack of `stacks` accepts (llama.cpp
     /// `llama_grammar_reject_candidates`).
-    fn reject(&self, stacks: &[Stack], cands: Vec<Cand>, cps: &[u32]) -> Vec<Cand> {
+    fn reject(
+        &self,
+        stacks: &[Stack],
+        cands: Vec<Cand>,
+        cps: &[u32],
+        memo: &mut Memo,
+    ) -> Vec<Cand> {
         let Some((first, rest)) = stacks.split_first() else {
             return cands;
         };
         if cands.is_empty() {
             return cands;
         }
-        let mut rejects = self.reject_for_stack(first, cands, cps);
+        let mut rejects = self.reject_for_stack(first, cands, cps, memo);
         for s in rest {
             if rejects.is_empty() {
                 break;
             }
-            rejects = self.reject_for_stack(s, rejects, cps);
+            rejects = self.reject_for_stack(s, rejects, cps, memo);
         }
         rejects
     }
 
     /// The candidates `stack` does not accept (llama.cpp
     /// `llama_grammar_reject_candidates_for_stack`).
-    fn reject_for_stack(&self, stack: &Stack, cands: Vec<Cand>, cps: &[u32]) -> Vec<Cand> {
+    fn reject_for_stack(
+        &self,
+        stack: &Stack,
+        cands: Vec<Cand>,
+        cps: &[u32],
+        memo: &mut Memo,
+    ) -> Vec<Cand> {
         let mut rejects = Vec::new();
         let Some(&top) = stack.last() else {
             rejects.extend(
@@ -297,9 +330,8 @@ impl Rules {
         if !self.at(after).ends_alternative() {
             stack_after.push(after);
         }
-        let mut next_stacks = Vec::new();
-        self.advance(stack_after, &mut next_stacks);
-        for c in self.reject(&next_stacks, next, cps) {
+        let next_stacks = self.advance_memo(stack_after, memo);
+        for c in self.reject(&next_stacks, next, cps, memo) {
             rejects.push(Cand { at: c.at - 1, ..c });
         }
         rejects
@@ -385,6 +417,7 @@ impl Matcher {
         accepted.resize(n, false);
         let cps = table.code_points();
         let rules = Arc::clone(&self.rules);
+        let mut memo = Memo::default();
         for stack in &self.stacks {
             let Some(&top) = stack.last() else {
                 // An empty stack takes no text.
@@ -436,10 +469,9 @@ impl Matcher {
             if !rules.at(after).ends_alternative() {
                 stack_after.push(after);
             }
-            let mut next_stacks = Vec::new();
-            rules.advance(stack_after, &mut next_stacks);
+            let next_stacks = rules.advance_memo(stack_after, &mut memo);
             let mut rejected = vec![false; 0];
-            let rejects = rules.reject(&next_stacks, next.clone(), cps);
+            let rejects = rules.reject(&next_stacks, next.clone(), cps, &mut memo);
             if !rejects.is_empty() {
                 rejected.resize(n, false);
                 for c in &rejects {
@@ -491,7 +523,10 @@ impl Matcher {
         } else {
             table.code_points()
         };
-        for c in self.rules.reject(&self.stacks, cands, cps) {
+        for c in self
+            .rules
+            .reject(&self.stacks, cands, cps, &mut Memo::default())
+        {
             if let Some(l) = logits.get_mut(c.id as usize) {
                 *l = f32::NEG_INFINITY;
             }
@@ -513,7 +548,9 @@ impl Matcher {
                 } else {
                     table.code_points()
                 };
-                self.rules.reject(&self.stacks, vec![c], cps).is_empty()
+                self.rules
+                    .reject(&self.stacks, vec![c], cps, &mut Memo::default())
+                    .is_empty()
             }
         }
     }
@@ -556,6 +593,12 @@ impl Matcher {
             return Err(format!(
                 "token {id} ({:?}) does not fit the grammar here",
                 String::from_utf8_lossy(table.piece(id))
+            ));
+        }
+        if stacks.len() > MAX_STACKS {
+            return Err(format!(
+                "the grammar is too ambiguous: {} parses are open at once (at most {MAX_STACKS})",
+                stacks.len()
             ));
         }
         self.stacks = stacks;
