@@ -165,6 +165,11 @@ fn bad_grammars_are_one_line_errors_with_a_place() {
         "root ::= <[99999999999]>",
         "root ::= <hello>",
         "root ::= \"\\x4\"",
+        &format!(
+            "root ::= {}\"a\"{}",
+            "(".repeat(100_000),
+            ")".repeat(100_000)
+        ),
     ] {
         let e = err(bad);
         assert!(
@@ -354,6 +359,19 @@ fn schemas_constrain_what_matches() {
 }
 
 #[test]
+fn unsupported_patterns_accept_any_string_as_in_llama_cpp() {
+    for p in [
+        "^(?=a)a$".to_string(),
+        r"^\d+$".to_string(),
+        format!("^{}a{}$", "(".repeat(100_000), ")".repeat(100_000)),
+    ] {
+        let schema = serde_json::json!({"type": "string", "pattern": p});
+        let g = to_grammar(&schema).unwrap();
+        check(&g, &["\"anything\""], &["1"]);
+    }
+}
+
+#[test]
 fn bad_schemas_are_refused() {
     for s in [
         "123",
@@ -363,6 +381,10 @@ fn bad_schemas_are_refused() {
         r##"{"$ref": "#/$defs/missing"}"##,
         r#"{"type": "string", "pattern": "^(a$"}"#,
         r#"{"type": "array", "minItems": -1}"#,
+        &format!(
+            r#"{{"properties": {{"{}": {{}}}}, "additionalProperties": true}}"#,
+            "k".repeat(100_000)
+        ),
     ] {
         let e = to_grammar(&serde_json::from_str(s).unwrap());
         assert!(e.is_err(), "{s} should be refused");

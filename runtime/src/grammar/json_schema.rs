@@ -19,6 +19,9 @@ mod pattern;
 
 use node::{Format, Node};
 
+/// Longest property name the `additionalProperties` key rule spells out.
+const MAX_NAME: usize = 1000;
+
 /// llama.cpp's whitespace rule between JSON tokens.
 const SPACE_RULE: &str = r#"| " " | "\n"{1,2} [ \t]{0,20}"#;
 
@@ -595,6 +598,14 @@ impl Converter<'_> {
             children: BTreeMap<char, usize>,
             end: bool,
         }
+        // The trie is walked recursively, one level per character.
+        if let Some(long) = strings.iter().find(|s| s.chars().count() > MAX_NAME) {
+            self.errors.push(format!(
+                "property name {:?}... is longer than {MAX_NAME} characters",
+                long.chars().take(20).collect::<String>()
+            ));
+            return String::new();
+        }
         let mut nodes = vec![TrieNode::default()];
         for s in strings {
             let mut at = 0;
@@ -657,17 +668,28 @@ impl Converter<'_> {
             Err(pattern::PatternError::Unsupported(why)) => {
                 self.rules = snapshot;
                 self.warnings.push(format!(
-                    "pattern {p} is not supported ({why}), accepting any string"
+                    "pattern {} is not supported ({why}), accepting any string",
+                    shorten(p)
                 ));
                 let s = self.add_builtin("string", "string");
                 self.add_rule(name, &s)
             }
             Err(pattern::PatternError::Invalid(why)) => {
                 self.rules = snapshot;
-                self.errors.push(format!("invalid pattern {p}: {why}"));
+                self.errors
+                    .push(format!("invalid pattern {}: {why}", shorten(p)));
                 String::new()
             }
         }
+    }
+}
+
+/// `p`, cut to 80 characters for a message.
+fn shorten(p: &str) -> String {
+    if p.chars().count() <= 80 {
+        p.to_string()
+    } else {
+        format!("{}...", p.chars().take(80).collect::<String>())
     }
 }
 

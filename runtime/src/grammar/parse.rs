@@ -21,6 +21,9 @@ const MAX_REPETITION: u64 = 2000;
 /// Most rule nesting the left-recursion check follows (a guard against stack exhaustion).
 const MAX_DEPTH: usize = 10_000;
 
+/// Most nesting of parentheses the reader follows (a guard against stack exhaustion).
+const MAX_GROUP_DEPTH: usize = 500;
+
 /// One element of a rule (llama.cpp's `llama_grammar_element`). A rule is a list of
 /// alternatives separated by [`Elem::Alt`] and closed by [`Elem::End`]; a char class is a
 /// [`Elem::Char`] / [`Elem::CharNot`] / [`Elem::Any`] followed by [`Elem::CharAlt`] and
@@ -115,6 +118,7 @@ impl Grammar {
             defined_at: Vec::new(),
             rules: Vec::new(),
             lookup,
+            depth: 0,
         };
         let mut pos = p.space(0, true);
         while pos < p.src.len() {
@@ -258,6 +262,8 @@ struct Parser<'a> {
     defined_at: Vec<Option<usize>>,
     rules: Vec<Vec<Elem>>,
     lookup: Option<TokenLookup<'a>>,
+    /// Parentheses open around the current position.
+    depth: usize,
 }
 
 fn is_word(c: u8) -> bool {
@@ -626,10 +632,18 @@ impl Parser<'_> {
                 }
                 b'(' => {
                     let open = pos;
+                    if self.depth >= MAX_GROUP_DEPTH {
+                        return Err(self.err(
+                            open,
+                            format!("parentheses nest more than {MAX_GROUP_DEPTH} deep"),
+                        ));
+                    }
+                    self.depth += 1;
                     pos = self.space(pos + 1, true);
                     let before = self.names.len() as u64;
                     let sub = self.generated(name);
                     pos = self.alternates(pos, name, sub, true)?;
+                    self.depth -= 1;
                     n_prev_rules = (self.names.len() as u64 - before).max(1);
                     last = rule.len();
                     rule.push(Elem::RuleRef(sub));
