@@ -33,6 +33,8 @@ type Memo = FxHashMap<Stack, Rc<Vec<Stack>>>;
 /// vocabulary's [`TokenTable`]; shared by every generation that uses the grammar.
 pub struct Rules {
     elems: Vec<Elem>,
+    /// Whether some rule holds a token element (`<[id]>`, `!<[id]>`).
+    has_tokens: bool,
     starts: Vec<u32>,
     initial: Vec<Stack>,
     tokens: Arc<TokenTable>,
@@ -62,7 +64,11 @@ impl Rules {
                 elems.push(Elem::End);
             }
         }
+        let has_tokens = elems
+            .iter()
+            .any(|e| matches!(e, Elem::Token(_) | Elem::TokenNot(_)));
         let mut rules = Rules {
+            has_tokens,
             elems,
             starts,
             initial: Vec::new(),
@@ -338,6 +344,112 @@ impl Rules {
     }
 }
 
+/// The state of one walk of the vocabulary trie ([`Matcher::apply_trie`]).
+struct TrieWalk<'a> {
+    rules: &'a Rules,
+    table: &'a TokenTable,
+    /// Stack sets met, by id.
+    sets: Vec<Rc<Vec<Stack>>>,
+    ids: FxHashMap<Vec<Stack>, u32>,
+    /// Per set: (mask of its stacks that took a code point, the set reached).
+    next: Vec<Vec<(u64, u32)>>,
+    memo: Memo,
+    accepted: &'a mut Vec<bool>,
+    /// A set grew past 64 stacks: the walk gave up.
+    overflow: bool,
+}
+
+impl TrieWalk<'_> {
+    fn visit(&mut self, node: u32, set: u32, depth: usize) {
+        if self.overflow || depth > 4096 {
+            self.overflow = true;
+            return;
+        }
+        let rules = self.rules;
+        let table = self.table;
+        let n = table.node(node);
+        let stacks = Rc::clone(&self.sets[set as usize]);
+        if node != 0 {
+            for &id in table.ending(n) {
+                let (_, _, tail) = table.span(id);
+                let ok = match tail.n_remain {
+                    0 => true,
+                    r if r > 0 => stacks
+                        .iter()
+                        .any(|s| s.last().is_some_and(|&top| rules.match_partial(top, tail))),
+                    _ => false,
+                };
+                if ok {
+                    if let Some(a) = self.accepted.get_mut(id as usize) {
+                        *a = true;
+                    }
+                }
+            }
+        }
+        for &(cp, child) in table.edges(n) {
+            let mut mask = 0u64;
+            for (i, s) in stacks.iter().enumerate() {
+                if let Some(&top) = s.last() {
+                    if rules.match_char(top, cp).0 {
+                        mask |= 1 << i;
+                    }
+                }
+            }
+            if mask == 0 {
+                continue;
+            }
+            let known = self.next[set as usize]
+                .iter()
+                .find(|e| e.0 == mask)
+                .map(|e| e.1);
+            let next = match known {
+                Some(id) => id,
+                None => {
+                    let id = self.step(&stacks, mask);
+                    self.next[set as usize].push((mask, id));
+                    id
+                }
+            };
+            if self.sets[next as usize].is_empty() {
+                continue;
+            }
+            self.visit(child, next, depth + 1);
+        }
+    }
+
+    /// The set reached from the stacks of `stacks` selected by `mask` taking a code point.
+    fn step(&mut self, stacks: &[Stack], mask: u64) -> u32 {
+        let mut out: Vec<Stack> = Vec::new();
+        for (i, s) in stacks.iter().enumerate() {
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            let Some(&top) = s.last() else { continue };
+            let after = self.rules.match_char(top, 0).1;
+            let mut st = s[..s.len() - 1].to_vec();
+            if !self.rules.at(after).ends_alternative() {
+                st.push(after);
+            }
+            for x in self.rules.advance_memo(st, &mut self.memo).iter() {
+                if !out.contains(x) {
+                    out.push(x.clone());
+                }
+            }
+        }
+        if out.len() > 64 {
+            self.overflow = true;
+        }
+        if let Some(&id) = self.ids.get(&out) {
+            return id;
+        }
+        let id = self.sets.len() as u32;
+        self.ids.insert(out.clone(), id);
+        self.sets.push(Rc::new(out));
+        self.next.push(Vec::new());
+        id
+    }
+}
+
 fn value(e: Elem) -> u32 {
     match e {
         Elem::Char(c) | Elem::CharNot(c) | Elem::CharAlt(c) | Elem::RngUpper(c) => c,
@@ -401,15 +513,19 @@ impl Matcher {
     /// Sets `logits[id]` to `-inf` for every token the grammar rejects here (llama.cpp
     /// `llama_grammar_apply_impl`). `logits` is indexed by token id.
     ///
-    /// The same decision as llama.cpp's, reached faster: for each stack, only the tokens
-    /// whose first code point the stack's top accepts are followed further (the table groups
-    /// tokens by first code point), and a token another stack already accepted is not
-    /// looked at again.
+    /// The same decision as llama.cpp's, reached faster: by a walk of the vocabulary's trie
+    /// ([`Matcher::apply_trie`]); for grammars with token elements, stack by stack where
+    /// only the tokens whose first code point the stack's top accepts are followed further
+    /// (the table groups tokens by first code point) and a token another stack already
+    /// accepted is not looked at again; inside an unfinished character, token by token.
     pub fn apply(&mut self, logits: &mut [f32]) {
         let allow_eog = self.can_end();
         let table = Arc::clone(&self.rules.tokens);
         if self.partial.is_pending() {
             return self.apply_each(logits, &table, allow_eog);
+        }
+        if !self.rules.has_tokens && self.apply_trie(logits, &table, allow_eog) {
+            return;
         }
         let n = logits.len();
         let mut accepted = std::mem::take(&mut self.accepted);
@@ -496,6 +612,62 @@ impl Matcher {
             }
         }
         self.accepted = accepted;
+    }
+
+    /// [`Matcher::apply`] over the vocabulary's trie: the stacks are advanced once per trie
+    /// edge instead of once per token and code point, and the stack sets reached are
+    /// remembered by (set, which stacks took the code point). A token is allowed when the
+    /// walk reaches its node with some stack left (and, for a piece ending inside a
+    /// character, a stack whose class a completion could match): the existential llama.cpp's
+    /// stack-by-stack rejection computes. Grammars with token elements, and more than 64
+    /// stacks at a node, take the other path (false).
+    fn apply_trie(&mut self, logits: &mut [f32], table: &TokenTable, allow_eog: bool) -> bool {
+        if self.stacks.len() > 64 {
+            return false;
+        }
+        let n = logits.len();
+        let mut accepted = std::mem::take(&mut self.accepted);
+        accepted.clear();
+        accepted.resize(n, false);
+        let mut walk = TrieWalk {
+            rules: &self.rules,
+            table,
+            sets: vec![Rc::new(self.stacks.clone())],
+            ids: FxHashMap::default(),
+            next: vec![Vec::new()],
+            memo: Memo::default(),
+            accepted: &mut accepted,
+            overflow: false,
+        };
+        walk.ids.insert(self.stacks.clone(), 0);
+        // Pieces without a whole code point: only a completion of their character counts.
+        for &id in table.without_code_points() {
+            let (_, _, tail) = table.span(id);
+            let ok = tail.n_remain > 0
+                && self.stacks.iter().any(|s| {
+                    s.last()
+                        .is_some_and(|&top| self.rules.match_partial(top, tail))
+                });
+            if ok {
+                if let Some(a) = walk.accepted.get_mut(id as usize) {
+                    *a = true;
+                }
+            }
+        }
+        walk.visit(0, 0, 0);
+        if walk.overflow {
+            self.accepted = accepted;
+            return false;
+        }
+        for (id, l) in logits.iter_mut().enumerate() {
+            match table.kind(id as TokenId) {
+                Kind::Eog if allow_eog => {}
+                Kind::Text if accepted[id] => {}
+                _ => *l = f32::NEG_INFINITY,
+            }
+        }
+        self.accepted = accepted;
+        true
     }
 
     /// [`Matcher::apply`] token by token, as llama.cpp does it (used inside a character).

@@ -1,6 +1,7 @@
 //! Grammar-constrained sampling as llama.cpp does it: GBNF grammars ([`parse`]), matched
 //! over code points with pushdown stacks ([`matcher`]), against a vocabulary decoded once
-//! ([`tokens`]), and JSON schemas turned into GBNF ([`json_schema`]).
+//! into a trie of code points ([`tokens`]), and JSON schemas turned into GBNF
+//! ([`json_schema`]).
 //!
 //! Where it acts: [`crate::generate::Decoding`] samples without the grammar, and only when
 //! the chosen token is rejected samples again with the rejected tokens' logits at `-inf`

@@ -35,6 +35,26 @@ pub struct TokenTable {
     groups: Vec<(u32, u32, u32)>,
     /// Text tokens without a whole code point (a piece inside one character, or invalid).
     no_code_point: Vec<TokenId>,
+    /// The Text tokens' code points as a trie (node 0 is the root).
+    trie: Vec<TrieNode>,
+    /// Trie edges `(code point, child)`, each node's run sorted by code point.
+    edges: Vec<(u32, u32)>,
+    /// Tokens ending at trie nodes, each node's run contiguous.
+    ending: Vec<TokenId>,
+}
+
+/// A trie node: its edges `edges[edge_start..edge_end]` and the tokens whose code points end
+/// here `ending[end_start..end_end]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrieNode {
+    /// First edge.
+    pub edge_start: u32,
+    /// One past the last edge.
+    pub edge_end: u32,
+    /// First token ending here.
+    pub end_start: u32,
+    /// One past the last token ending here.
+    pub end_end: u32,
 }
 
 impl TokenTable {
@@ -83,6 +103,9 @@ impl TokenTable {
             by_first: Vec::new(),
             groups: Vec::new(),
             no_code_point: Vec::new(),
+            trie: Vec::new(),
+            edges: Vec::new(),
+            ending: Vec::new(),
         };
         for (piece, eog) in pieces {
             let kind = if eog {
@@ -122,7 +145,91 @@ impl TokenTable {
             }
             t.by_first.push(id);
         }
+        t.build_trie();
         t
+    }
+
+    /// Builds the trie of the Text tokens with at least one code point (sorted by code
+    /// points, so each node's edges and tokens come out contiguous and ordered).
+    fn build_trie(&mut self) {
+        let mut ids: Vec<TokenId> = (0..self.kinds.len() as TokenId)
+            .filter(|&id| self.kind(id) == Kind::Text)
+            .filter(|&id| {
+                let (a, b, _) = self.span(id);
+                a < b
+            })
+            .collect();
+        let cps = &self.cps;
+        let ends = &self.ends;
+        let seq = |id: TokenId| -> &[u32] {
+            let i = id as usize;
+            let b = ends[i] as usize;
+            let a = if i == 0 { 0 } else { ends[i - 1] as usize };
+            &cps[a..b]
+        };
+        ids.sort_by(|&x, &y| seq(x).cmp(seq(y)).then(x.cmp(&y)));
+        // Nodes are created depth-first along the sorted tokens; children of a node are
+        // linked afterwards.
+        #[derive(Default)]
+        struct Tmp {
+            children: Vec<(u32, u32)>,
+            ending: Vec<TokenId>,
+        }
+        let mut tmp: Vec<Tmp> = vec![Tmp::default()];
+        let mut path: Vec<u32> = vec![0];
+        let mut prev: &[u32] = &[];
+        for &id in &ids {
+            let s = seq(id);
+            let common = prev.iter().zip(s).take_while(|(a, b)| a == b).count();
+            path.truncate(common + 1);
+            for &c in &s[common..] {
+                let parent = *path.last().unwrap_or(&0);
+                let node = tmp.len() as u32;
+                tmp.push(Tmp::default());
+                tmp[parent as usize].children.push((c, node));
+                path.push(node);
+            }
+            let at = *path.last().unwrap_or(&0);
+            tmp[at as usize].ending.push(id);
+            prev = s;
+        }
+        let mut trie = Vec::with_capacity(tmp.len());
+        let mut edges = Vec::new();
+        let mut ending = Vec::new();
+        for n in tmp {
+            let e0 = edges.len() as u32;
+            edges.extend(n.children);
+            let t0 = ending.len() as u32;
+            ending.extend(n.ending);
+            trie.push(TrieNode {
+                edge_start: e0,
+                edge_end: edges.len() as u32,
+                end_start: t0,
+                end_end: ending.len() as u32,
+            });
+        }
+        self.trie = trie;
+        self.edges = edges;
+        self.ending = ending;
+    }
+
+    /// Trie node `n` (the root is 0).
+    pub fn node(&self, n: u32) -> TrieNode {
+        self.trie.get(n as usize).copied().unwrap_or_default()
+    }
+
+    /// The edges `(code point, child)` of `node`.
+    pub fn edges(&self, node: TrieNode) -> &[(u32, u32)] {
+        self.edges
+            .get(node.edge_start as usize..node.edge_end as usize)
+            .unwrap_or(&[])
+    }
+
+    /// The tokens whose code points end at `node`.
+    pub fn ending(&self, node: TrieNode) -> &[TokenId] {
+        self.ending
+            .get(node.end_start as usize..node.end_end as usize)
+            .unwrap_or(&[])
     }
 
     /// Text tokens grouped by first code point: `(code point, tokens)`, ascending.
