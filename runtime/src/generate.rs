@@ -13,6 +13,7 @@
 //! the server ([`crate::server::slots`]) drives one per slot, evaluating all slots' tokens in
 //! one batch.
 
+use crate::grammar::Matcher;
 use crate::kv_cache::SeqId;
 use crate::sampler::{Sampler, SamplerParams};
 use crate::session::Session;
@@ -56,6 +57,9 @@ pub struct GenerateOptions {
     /// the rest instead of stopping (llama.cpp's context shift: `--context-shift`, `--keep`);
     /// `None` stops with `context`.
     pub context_shift: Option<usize>,
+    /// Constrain the generated text to this grammar (`--grammar`, `--json-schema`,
+    /// llama-server's `grammar` / `json_schema` / `response_format`; [`crate::grammar`]).
+    pub grammar: Option<Arc<crate::grammar::Rules>>,
 }
 
 impl Default for GenerateOptions {
@@ -73,6 +77,7 @@ impl Default for GenerateOptions {
             cache_prompt: true,
             cancel: None,
             context_shift: None,
+            grammar: None,
         }
     }
 }
@@ -211,6 +216,8 @@ pub enum Fed {
 pub struct Decoding {
     opts: GenerateOptions,
     sampler: Sampler,
+    /// The grammar's state, when generation is constrained.
+    grammar: Option<Matcher>,
     decoder: StreamDecoder,
     tokens: Vec<TokenId>,
     prompt: Vec<TokenId>,
@@ -240,6 +247,7 @@ impl Decoding {
         }
         Decoding {
             sampler,
+            grammar: opts.grammar.clone().map(Matcher::new),
             decoder: StreamDecoder::new(false),
             tokens: Vec::new(),
             prompt: prompt.to_vec(),
@@ -358,7 +366,7 @@ impl Decoding {
                     return Ok(Fed::Stopped);
                 }
             },
-            None => self.sampler.sample(logits),
+            None => self.sample(logits),
         };
         if let Some(p) = self.probs.as_mut() {
             let entry = if self.opts.post_sampling_probs && self.opts.forced.is_none() {
@@ -391,6 +399,13 @@ impl Decoding {
             };
             p.push(entry);
         }
+        if self.opts.forced.is_none() {
+            if let Some(g) = self.grammar.as_mut() {
+                if let Err(e) = g.accept(token) {
+                    anyhow::bail!("grammar: {e}");
+                }
+            }
+        }
         self.sampler.accept(token);
         self.tokens.push(token);
         if vocab.is_eog(token) && !self.opts.ignore_eos {
@@ -412,6 +427,23 @@ impl Decoding {
             return Ok(Fed::Stopped);
         }
         Ok(Fed::Continue(token))
+    }
+
+    /// llama.cpp's `common_sampler_sample` (`common/sampling.cpp`, `grammar_first = false`):
+    /// the chain samples from the logits as they are; when a grammar rejects that token, the
+    /// chain samples again (a second draw) from the logits with every rejected token at
+    /// `-inf`.
+    fn sample(&mut self, logits: &[f32]) -> TokenId {
+        let token = self.sampler.sample(logits);
+        let Some(g) = self.grammar.as_mut() else {
+            return token;
+        };
+        if g.allows(token) {
+            return token;
+        }
+        let mut masked = logits.to_vec();
+        g.apply(&mut masked);
+        self.sampler.sample(&masked)
     }
 
     /// The text that became final since the last call: while generating, what can no longer

@@ -12,6 +12,7 @@ pub mod cpu_engine;
 pub mod engine;
 pub mod engine_weights;
 pub mod generate;
+pub mod grammar;
 pub mod interp_engine;
 pub mod kl_divergence;
 pub mod kv_cache;

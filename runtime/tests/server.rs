@@ -805,3 +805,137 @@ fn prompt_progress() {
         assert_eq!(tokens.count(), 2);
     }
 }
+
+/// Grammars on every completion endpoint (llama-server's `grammar`, `json_schema`,
+/// `response_format`): the text follows them, a greedy `/completion` with a grammar gives
+/// `modelc run --grammar`'s text, and bad grammars or schemas are 400s naming the problem.
+/// The server's own `--grammar` constrains requests that bring none.
+#[test]
+fn serve_grammar() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let words = r#"root ::= (" " [A-Z] [a-z]+ (", " | " and")?)+ ".""#;
+    let cli = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("run")
+        .arg(&model)
+        .args([
+            "-p",
+            "My three favourite fruits are",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+        ])
+        .args(["-c", "256", "-t", "1", "--grammar", words])
+        .output()
+        .expect("modelc run");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let cli_text = String::from_utf8_lossy(&cli.stdout).trim_end().to_string();
+    let srv = start(
+        &model,
+        &[
+            "-np",
+            "2",
+            "-c",
+            "512",
+            "--grammar",
+            "root ::= [a-z ]{1,40}",
+        ],
+    );
+    let port = srv.port;
+    // /completion with a grammar: as `modelc run --grammar`.
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "My three favourite fruits are", "n_predict": 24, "temperature": 0, "grammar": words}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["content"].as_str().unwrap().trim_end(), cli_text);
+    // The server's --grammar when the request has none.
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "Hello", "n_predict": 12, "temperature": 0}),
+    );
+    let c = r.json()["content"].as_str().unwrap().to_string();
+    assert!(
+        c.chars().all(|ch| ch.is_ascii_lowercase() || ch == ' '),
+        "{c:?}"
+    );
+    // json_schema on /v1/completions.
+    let r = post(
+        port,
+        "/v1/completions",
+        &json!({"prompt": "The answer:", "max_tokens": 8, "temperature": 0, "json_schema": {"const": "42"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["choices"][0]["text"], "\"42\"");
+    // Chat with response_format json_schema: the reply is JSON of that shape.
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+        "legs": {"type": "integer", "minimum": 0, "maximum": 8}}, "required": ["name", "legs"],
+        "additionalProperties": false});
+    let messages = json!([{"role": "user", "content": "Describe a cat as JSON."}]);
+    let r = post(
+        port,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 60, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let obj: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(
+        obj["name"].is_string() && obj["legs"].as_u64().is_some_and(|l| l <= 8),
+        "{obj}"
+    );
+    // {"type": "json_object"}: some JSON object.
+    let r = post(
+        port,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 6, "temperature": 0, "response_format": {"type": "json_object"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let text = r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.starts_with('{'), "{text:?}");
+    // Refusals: one clear line each, llama-server's error object.
+    let bad = [
+        json!({"messages": messages, "grammar": "root ::= this is (not valid GBNF"}),
+        json!({"messages": messages, "grammar": "root ::= \"a\"", "json_schema": {}}),
+        json!({"messages": messages, "response_format": {"type": "sound"}}),
+        json!({"messages": messages, "response_format": {"type": "json_object", "schema": 123}}),
+        json!({"messages": messages, "response_format": {"type": "json_object", "schema": {"type": "hiccup"}}}),
+        json!({"messages": messages, "grammar": 7}),
+    ];
+    for b in &bad {
+        let r = post(port, "/v1/chat/completions", b);
+        assert_error(&r, 400, "invalid_request_error");
+        assert!(
+            !r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains('\n'),
+            "{}",
+            r.body
+        );
+    }
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "x", "grammar": "root ::= \"a\" b"}),
+    );
+    assert_error(&r, 400, "invalid_request_error");
+    assert!(
+        r.body.contains("line 1, column 14: undefined rule 'b'"),
+        "{}",
+        r.body
+    );
+}

@@ -115,6 +115,24 @@ pub struct GenArgs {
     /// still reported.
     #[arg(long = "forced-tokens")]
     pub forced_tokens: Option<String>,
+    /// Constrain generation to this GBNF grammar (llama.cpp's `--grammar`).
+    #[arg(long = "grammar", value_name = "GBNF", conflicts_with_all = ["grammar_file", "json_schema", "json_schema_file"])]
+    pub grammar: Option<String>,
+    /// Read the GBNF grammar from this file (llama.cpp's `--grammar-file`).
+    #[arg(long = "grammar-file", value_name = "FILE", conflicts_with_all = ["json_schema", "json_schema_file"])]
+    pub grammar_file: Option<PathBuf>,
+    /// Constrain generation to JSON that this JSON schema accepts (llama.cpp's
+    /// `-j/--json-schema`; `{}` is any JSON object).
+    #[arg(
+        short = 'j',
+        long = "json-schema",
+        value_name = "SCHEMA",
+        conflicts_with = "json_schema_file"
+    )]
+    pub json_schema: Option<String>,
+    /// Read the JSON schema from this file (llama.cpp's `--json-schema-file`).
+    #[arg(long = "json-schema-file", value_name = "FILE")]
+    pub json_schema_file: Option<PathBuf>,
 }
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED` (`-s -1`): draw a random seed.
@@ -297,8 +315,55 @@ impl GenArgs {
             ignore_eos: self.ignore_eos,
             n_batch: self.n_batch,
             stop: self.stop.clone(),
+            grammar: self.grammar_rules(vocab)?,
             ..GenerateOptions::default()
         })
+    }
+
+    /// The GBNF text of `--grammar`, `--grammar-file`, `--json-schema` or
+    /// `--json-schema-file` (a schema converted as llama.cpp's `json_schema_to_grammar`),
+    /// or `None`.
+    ///
+    /// # Errors
+    /// A file that cannot be read, a schema that is not JSON or cannot be converted.
+    pub fn grammar_text(&self) -> anyhow::Result<Option<String>> {
+        let read = |p: &PathBuf| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let schema = match (&self.json_schema, &self.json_schema_file) {
+            (Some(s), _) => Some(("--json-schema", s.clone())),
+            (None, Some(p)) => Some(("--json-schema-file", read(p)?)),
+            (None, None) => None,
+        };
+        if let Some((flag, text)) = schema {
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{flag}: not JSON: {e}"))?;
+            let gbnf = crate::grammar::json_schema::to_grammar(&v)
+                .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+            return Ok(Some(gbnf));
+        }
+        match (&self.grammar, &self.grammar_file) {
+            (Some(g), _) => Ok(Some(g.clone())),
+            (None, Some(p)) => Ok(Some(read(p)?)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The grammar of [`GenArgs::grammar_text`], read against `vocab`.
+    ///
+    /// # Errors
+    /// As [`GenArgs::grammar_text`], and a grammar that does not parse (its line and column).
+    pub fn grammar_rules(
+        &self,
+        vocab: &Vocab,
+    ) -> anyhow::Result<Option<std::sync::Arc<crate::grammar::Rules>>> {
+        let Some(text) = self.grammar_text()?.filter(|g| !g.is_empty()) else {
+            return Ok(None);
+        };
+        let table = crate::grammar::TokenTable::shared(vocab);
+        crate::grammar::compile(&text, vocab, table)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     fn forced(&self, vocab: &Vocab) -> anyhow::Result<Option<Vec<TokenId>>> {

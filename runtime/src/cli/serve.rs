@@ -42,7 +42,9 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         ..GenerateOptions::default()
     };
     let seed = gen.seed.filter(|&s| s != SEED_RANDOM);
-    Ok(Config::new(server, defaults, seed))
+    let mut cfg = Config::new(server, defaults, seed);
+    cfg.grammar = gen.grammar_text()?.filter(|g| !g.is_empty());
+    Ok(cfg)
 }
 
 /// The context of each of `n_parallel` slots in a total context of `n_ctx`, as llama-server

@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod error;
+pub mod grammar;
 pub mod metrics;
 pub mod params;
 pub mod slots;
@@ -127,6 +128,9 @@ pub struct Config {
     pub seed: Option<u64>,
     /// When the server started (Unix seconds; `/metrics`' `Process-Start-Time-Unix`).
     pub started: u64,
+    /// The command line's grammar (`--grammar`, `--json-schema`, ...) as GBNF: requests
+    /// without one of their own are constrained by it.
+    pub grammar: Option<String>,
 }
 
 impl Config {
@@ -136,6 +140,7 @@ impl Config {
             args: args.clone(),
             defaults,
             seed,
+            grammar: None,
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

@@ -190,7 +190,8 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         }
     }
     let response_fields = body.strings("response_fields")?.unwrap_or_default();
-    let opts = st.cfg.options(&body, api, vocab)?;
+    let mut opts = st.cfg.options(&body, api, vocab)?;
+    opts.grammar = crate::server::grammar::request_grammar(&body, api, ready, &st.cfg)?;
     let stream = body.bool("stream")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
         None => false,
