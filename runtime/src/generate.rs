@@ -537,22 +537,29 @@ impl Decoding {
         Some(out)
     }
 
-    /// The result (once stopped, or when stopped early by the caller: `stop_type` `none`).
-    pub fn finish(self) -> Completion {
+    /// The timings so far: the prompt's, and the tokens generated until now with the
+    /// milliseconds since the prompt was done (llama-server's `timings_per_token`).
+    pub fn timings_now(&self) -> Timings {
         let predicted_ms = ms(self.t_gen);
         let n = self.tokens.len();
+        Timings {
+            predicted_n: n,
+            predicted_ms,
+            predicted_per_second: per_second(n, predicted_ms),
+            ..self.timings
+        }
+    }
+
+    /// The result (once stopped, or when stopped early by the caller: `stop_type` `none`).
+    pub fn finish(self) -> Completion {
+        let timings = self.timings_now();
         Completion {
             content: self.content,
             prompt_tokens: self.prompt,
             stop_type: self.stop_type.unwrap_or("none"),
             stopping_word: self.stopping_word,
             n_discarded: self.n_discarded,
-            timings: Timings {
-                predicted_n: n,
-                predicted_ms,
-                predicted_per_second: per_second(n, predicted_ms),
-                ..self.timings
-            },
+            timings,
             tokens: self.tokens,
             probs: self.probs,
         }
@@ -627,15 +634,12 @@ impl<'s, 'w> Generation<'s, 'w> {
             Fed::Continue(t) => t,
             Fed::Stopped => return Ok(self.state.take_text()),
         };
-        // llama-completion shifts before the decode that would fill the context's last cell
-        // (`n_past + 1 >= n_ctx`); without a shift the last cell is used.
+        // llama-completion shifts, or without a shift stops, before the decode that would
+        // fill the context's last cell (`n_past + 1 >= n_ctx`; the token is emitted, not
+        // evaluated).
         let n_past = self.session.n_past(self.seq);
         let shift = self.state.options().context_shift;
-        let full = match shift {
-            Some(_) => n_past + 1 >= self.session.n_ctx(),
-            None => n_past + 1 > self.session.n_ctx(),
-        };
-        if full {
+        if n_past + 1 >= self.session.n_ctx() {
             match shift {
                 Some(n_keep) if self.shift(n_keep)? => {}
                 _ => {

@@ -511,8 +511,10 @@ fn serve_smollm2() {
     .json();
     assert_eq!(r["truncated"], true, "{r}");
     assert_eq!(r["stop_type"], "limit");
-    // The last cell is used, as `modelc run` uses it: 8 evaluated + 1 sampled.
-    assert_eq!(r["tokens_predicted"], 9, "{r}");
+    // As llama-server: stops before the decode that would fill the last cell, 7 evaluated
+    // + 1 sampled.
+    assert_eq!(r["tokens_predicted"], 8, "{r}");
+    assert_eq!(r["tokens_cached"], n_ctx - 1, "{r}");
     check();
     assert_error(
         &request(
@@ -798,11 +800,20 @@ fn prompt_progress() {
         let last = timings.last().unwrap();
         assert_eq!(last["prompt_n"].as_u64(), Some(total - cache));
         assert!(last["prompt_ms"].as_f64() > Some(0.0), "{last}");
-        // The tokens follow the progress events.
-        let tokens = events
+        // The tokens follow the progress events, each with the timings so far.
+        let tokens: Vec<&Value> = events
             .iter()
-            .filter(|e| e["stop"] == false && e.get("prompt_progress").is_none());
-        assert_eq!(tokens.count(), 2);
+            .filter(|e| e["stop"] == false && e.get("prompt_progress").is_none())
+            .collect();
+        assert_eq!(tokens.len(), 2);
+        for (i, t) in tokens.iter().enumerate() {
+            assert_eq!(t["timings"]["predicted_n"], i + 1, "{t}");
+            assert_eq!(
+                t["timings"]["prompt_n"].as_u64(),
+                Some(total - cache),
+                "{t}"
+            );
+        }
     }
 }
 

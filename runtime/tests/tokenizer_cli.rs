@@ -213,3 +213,24 @@ fn unfinished_utf8_tail_is_written_raw() {
     let v: serde_json::Value = serde_json::from_slice(&modelc(&json, None).stdout).unwrap();
     assert_eq!(v["content"], "x\u{FFFD}");
 }
+
+/// llama.cpp's command-line rules: a flag given twice takes its last value, and a prompt
+/// may begin with `-`.
+#[test]
+fn repeated_flags_take_the_last_value() {
+    let Some(m) = fixture() else { return };
+    let m = m.to_str().unwrap();
+    let once = modelc(&["tokenize", m, "-p", "-line two"], None);
+    let twice = modelc(&["tokenize", m, "-p", "line one", "-p", "-line two"], None);
+    assert!(
+        once.status.success(),
+        "{}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    assert!(
+        twice.status.success(),
+        "{}",
+        String::from_utf8_lossy(&twice.stderr)
+    );
+    assert_eq!(stdout(&once), stdout(&twice));
+}

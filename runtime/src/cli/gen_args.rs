@@ -16,7 +16,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone)]
 pub struct GenArgs {
     /// The prompt. Special-token texts in it (`<|im_start|>`) are parsed as special tokens.
-    #[arg(short = 'p', long = "prompt")]
+    #[arg(short = 'p', long = "prompt", allow_hyphen_values = true)]
     pub prompt: Option<String>,
     /// Read the prompt from this file instead.
     #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
@@ -253,12 +253,19 @@ impl GenArgs {
     }
 
     /// The prompt's bytes from `-p` or `-f` (a file need not be UTF-8: it is tokenized byte
-    /// for byte as llama.cpp does, [`Vocab::tokenize_bytes`]).
+    /// for byte as llama.cpp does, [`Vocab::tokenize_bytes`]; one trailing newline of a file
+    /// is dropped, as llama.cpp's `-f` drops it).
     pub fn prompt_bytes(&self) -> anyhow::Result<Vec<u8>> {
         match (&self.prompt, &self.file) {
             (Some(p), _) => Ok(p.clone().into_bytes()),
             (None, Some(f)) => {
-                std::fs::read(f).with_context(|| format!("reading the prompt file {}", f.display()))
+                let mut b = std::fs::read(f)
+                    .with_context(|| format!("reading the prompt file {}", f.display()))?;
+                // llama.cpp's `-f` drops one trailing newline (common/arg.cpp).
+                if b.last() == Some(&b'\n') {
+                    b.pop();
+                }
+                Ok(b)
             }
             (None, None) => anyhow::bail!("no prompt: give one with -p TEXT or -f FILE"),
         }

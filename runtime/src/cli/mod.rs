@@ -179,6 +179,22 @@ pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// Parses `args` as `P` with llama.cpp's rule for a flag given twice: the last value wins
+/// (clap refuses a repeat by default; flags that collect values, such as `--stop`, still
+/// collect them).
+///
+/// # Errors
+/// What clap reports (usage errors, `--help`, `--version`).
+pub(crate) fn parse_last_wins<P: clap::Parser>(
+    args: Vec<std::ffi::OsString>,
+) -> Result<P, clap::Error> {
+    fn last_wins(c: clap::Command) -> clap::Command {
+        c.args_override_self(true).mut_subcommands(last_wins)
+    }
+    let matches = last_wins(P::command()).try_get_matches_from(args)?;
+    P::from_arg_matches(&matches)
+}
+
 /// Parses the command line, runs the subcommand, and maps errors to exit status 1. An
 /// executable that carries a compiled artifact runs as that model's runner instead.
 pub fn main() -> ExitCode {
@@ -188,7 +204,7 @@ pub fn main() -> ExitCode {
         _ => {}
     }
     let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(normalize_args(typed.iter().cloned())) {
+    let cli = match parse_last_wins::<Cli>(normalize_args(typed.iter().cloned())) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, &typed),
     };

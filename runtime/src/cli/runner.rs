@@ -233,7 +233,7 @@ fn n_ctx_train(gguf: &GgufFile) -> anyhow::Result<usize> {
 /// Runs as the runner for `artifact` with the process's arguments.
 pub fn main(artifact: Artifact) -> std::process::ExitCode {
     let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match RunnerCli::try_parse_from(super::normalize_args(typed.iter().cloned())) {
+    match super::parse_last_wins::<RunnerCli>(super::normalize_args(typed.iter().cloned())) {
         Ok(cli) => super::report(run(artifact, cli)),
         Err(e) => super::usage_error(e, &typed),
     }

@@ -31,7 +31,12 @@ pub struct TokenizeArgs {
     /// The GGUF file whose tokenizer to use (only its metadata is read).
     pub model: PathBuf,
     /// The text to tokenize (default: read standard input).
-    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    #[arg(
+        short = 'p',
+        long = "prompt",
+        conflicts_with = "file",
+        allow_hyphen_values = true
+    )]
     pub prompt: Option<String>,
     /// Read the text from this file.
     #[arg(short = 'f', long = "file")]

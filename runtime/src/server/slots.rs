@@ -52,6 +52,8 @@ pub enum Event {
         token: TokenId,
         /// Its probabilities, when asked for.
         probs: Option<PositionProbs>,
+        /// The request's timings so far.
+        timings: crate::generate::Timings,
     },
     /// How far the prompt has been read (llama-server's `prompt_progress`): sent when the
     /// request starts and after each step that read some of its prompt, when asked for.
@@ -261,10 +263,11 @@ pub fn run(
             for (i, slot) in slots.iter_mut().enumerate() {
                 if let Some(a) = slot.active.take() {
                     let e = ApiError::server("Context size has been exceeded.");
-                    let _ = a.events.send(Event::Error(e));
+                    outbox.push((a.events, Event::Error(e)));
                     session.clear_seq(i as u32);
                 }
             }
+            // Sent once /slots shows the slots free.
             publish(session, &slots, shared);
             for (tx, ev) in outbox {
                 let _ = tx.send(ev);
@@ -323,11 +326,14 @@ pub fn run(
                 // and starts over from an empty cache.
                 for (i, slot) in slots.iter_mut().enumerate() {
                     if let Some(a) = slot.active.take() {
-                        let _ = a
-                            .events
-                            .send(Event::Error(ApiError::server(format!("decode: {e:#}"))));
+                        let e = ApiError::server(format!("decode: {e:#}"));
+                        outbox.push((a.events, Event::Error(e)));
                         session.clear_seq(i as u32);
                     }
+                }
+                publish(session, &slots, shared);
+                for (tx, ev) in outbox {
+                    let _ = tx.send(ev);
                 }
                 continue;
             }
@@ -366,9 +372,10 @@ pub fn run(
             let before = a.state.tokens().len();
             match a.state.feed(vocab, row) {
                 Ok(Fed::Continue(t)) => {
-                    // llama-server stops a slot whose context is full (no context shift):
-                    // `stop_type` limit, `truncated`.
-                    if n_past + 1 > n_ctx {
+                    // llama-server stops a slot whose context is full (no context shift)
+                    // before the decode that would fill its last cell
+                    // (`prompt.n_tokens() + 1 >= n_ctx`): `stop_type` limit, `truncated`.
+                    if n_past + 1 >= n_ctx {
                         a.state.stop("context");
                         a.truncated = true;
                     } else {
@@ -392,6 +399,7 @@ pub fn run(
                     content,
                     token,
                     probs,
+                    timings: a.state.timings_now(),
                 });
             }
             if a.state.is_done() {

@@ -426,6 +426,8 @@ fn stream(
     tokio::spawn(async move {
         let send = |v: Value| SseEvent::default().data(v.to_string());
         let mut n_decoded = 0usize;
+        // llama-server ends an OpenAI stream with `[DONE]` unless it ended with an error.
+        let mut failed = false;
         if api == Api::OaiChat {
             let first = chat_chunk(
                 &ready,
@@ -443,9 +445,10 @@ fn stream(
                     content,
                     token,
                     probs,
+                    timings,
                 } => {
                     n_decoded += 1;
-                    vec![partial_json(
+                    let mut v = partial_json(
                         &ready,
                         &req,
                         api,
@@ -453,10 +456,17 @@ fn stream(
                         token,
                         probs.as_ref(),
                         n_decoded,
-                    )]
+                    );
+                    if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
+                        o.insert("timings".into(), timings_json(&timings));
+                    }
+                    vec![v]
                 }
                 Event::Progress(p) => vec![progress_json(&ready, &req, api, &p)],
-                Event::Error(e) => vec![json!({ "error": e.object() })],
+                Event::Error(e) => {
+                    failed = true;
+                    vec![json!({ "error": e.object() })]
+                }
                 Event::Done(f) => final_stream_json(&ready, &req, api, &f),
             };
             for v in events {
@@ -466,7 +476,7 @@ fn stream(
                 }
             }
         }
-        if api != Api::Llama {
+        if api != Api::Llama && !failed {
             let _ = out_tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
         }
     });
@@ -697,9 +707,15 @@ fn llama_final(ready: &Ready, req: &Request, f: &Finished, content: &str) -> Val
         "truncated": f.truncated,
         "stop_type": stop_type(f),
         "stopping_word": c.stopping_word.clone().unwrap_or_default(),
-        "tokens_cached": c.prompt_tokens.len() + c.tokens.len(),
+        "tokens_cached": tokens_cached(c),
         "timings": timings_json(&c.timings),
     })
+}
+
+/// llama-server's `tokens_cached`: the tokens the slot's cache holds, the prompt and every
+/// generated token but the last (sampled, never evaluated).
+fn tokens_cached(c: &crate::generate::Completion) -> usize {
+    c.prompt_tokens.len() + c.tokens.len().saturating_sub(1)
 }
 
 /// One streamed token in the shape of `api`.
