@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 17] = [
+const DESCRIBED: [GgmlType; 19] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -54,6 +54,8 @@ const DESCRIBED: [GgmlType; 17] = [
     GgmlType::Q8_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -237,7 +239,7 @@ fn descriptions_are_consistent_with_the_type_table() {
                     )
                 }
                 FieldKind::BlockSums => assert_eq!(f.size, 2 * fmt.block_size / 16),
-                FieldKind::SubScales(_) => {}
+                FieldKind::SubScales(_) | FieldKind::Ternary { .. } => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -250,6 +252,21 @@ fn descriptions_are_consistent_with_the_type_table() {
                 continue;
             }
             Decode::Quantized(r) => r,
+            Decode::Routine => {
+                // Ternary digits: the fields hold exactly one digit per value.
+                let digits: usize = fmt
+                    .fields
+                    .iter()
+                    .map(|f| match f.kind {
+                        FieldKind::Ternary { per_byte } => f.size * per_byte as usize,
+                        _ => 0,
+                    })
+                    .sum();
+                if digits > 0 {
+                    assert_eq!(digits, fmt.block_size, "{ty} digits");
+                }
+                continue;
+            }
         };
         assert!(
             matches!(fmt.field(r.d).map(|f| f.kind), Some(FieldKind::Scale(_))),
@@ -554,6 +571,8 @@ fn vec_dot_types_are_llama_cpp_s() {
         (Q5_K, Q8_K),
         (Q6_K, Q8_K),
         (IQ4_XS, Q8_K),
+        (TQ1_0, Q8_K),
+        (TQ2_0, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

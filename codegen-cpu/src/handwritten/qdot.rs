@@ -5,8 +5,8 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
-//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-//! and IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+//! IQ4_XS, TQ1_0 and TQ2_0 (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -39,6 +39,8 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
+            GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
+            GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
             _ => None,
         };
     }
@@ -1056,6 +1058,119 @@ pub(super) mod x86 {
         }
         hsum(acc)
     }
+
+    /// Bytes of a `block_tq1_0`: `qs[48]` (five base-3 digits a byte), `qh[4]` (four), f16 `d`.
+    const TQ1_0_BYTES: usize = 48 + 4 + 2;
+    /// Bytes of a `block_tq2_0`: `qs[64]` (four 2-bit digits a byte), f16 `d`.
+    const TQ2_0_BYTES: usize = 64 + 2;
+
+    /// Digit `n` of every byte `q` of a TQ1_0 vector, `((q · 3^n mod 256) · 3) >> 8` (0..2),
+    /// with `3^n` given per i16 lane in `pow` (the two bytes of a lane share it): the even
+    /// byte's `q · 3^n` by `mullo` (its low byte), moved to the top of the lane; the odd
+    /// byte's already there after masking; `mulhi` by 3 of `m << 8` is `(m · 3) >> 8`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn ternary_digits(q: __m256i, pow: __m256i) -> __m256i {
+        let three = _mm256_set1_epi16(3);
+        let even = _mm256_slli_epi16(_mm256_mullo_epi16(q, pow), 8);
+        let odd = _mm256_mullo_epi16(_mm256_and_si256(q, _mm256_set1_epi16(-256)), pow);
+        _mm256_or_si256(
+            _mm256_mulhi_epu16(even, three),
+            _mm256_slli_epi16(_mm256_mulhi_epu16(odd, three), 8),
+        )
+    }
+
+    /// `ggml_vec_dot_tq1_0_q8_K` (AVX2). Per super-block: the unsigned digits (0..2) times
+    /// the Q8_K bytes by `maddubs`, value `v` (activation byte `v`) in i16 lane `(v % 32) / 2`,
+    /// summed in i16; the Q8_K `bsums` subtracted (the `- 1` of every digit), wrapping; i16
+    /// lanes added in pairs into 8 i32 lanes; `acc = fma(d_y·d_x, f32(lane), acc)`;
+    /// `hsum_float_8` at the end (`ir::ggml::vec_dot_avx2`'s TQ1_0 order).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole TQ1_0 blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tq1_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / TQ1_0_BYTES).min(a.len() / Q8_K_BYTES);
+        const POW3: [i16; 5] = [1, 3, 9, 27, 81];
+        let pows = POW3.map(|p| _mm256_set1_epi16(p));
+        // Two digits of qs[32..48] per vector: 3^(2k) in the low half, 3^(2k+1) in the high.
+        let pow01 = _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+        let pow23 = _mm256_setr_epi16(9, 9, 9, 9, 9, 9, 9, 9, 27, 27, 27, 27, 27, 27, 27, 27);
+        // Digit 4 of qs[32..48] in the low half; in the high half qh repeated four times,
+        // bytes 4n..4n+4 (i16 lanes 2n, 2n+1) taking digit n.
+        let pow45 = _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * TQ1_0_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f32_at(y) * f16_at(x.add(52));
+            let q8 = y.add(4);
+            let q = load32(x);
+            let mut s16 = _mm256_setzero_si256();
+            for (n, pow) in pows.iter().enumerate() {
+                let p = _mm256_maddubs_epi16(ternary_digits(q, *pow), load32(q8.add(32 * n)));
+                s16 = _mm256_add_epi16(s16, p);
+            }
+            let tail = _mm_loadu_si128(x.add(32) as *const __m128i);
+            let both = _mm256_broadcastsi128_si256(tail);
+            let with_qh = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(tail),
+                _mm_set1_epi32(u32_at(x.add(48)) as i32),
+                1,
+            );
+            for (k, (v, pow)) in [(both, pow01), (both, pow23), (with_qh, pow45)]
+                .into_iter()
+                .enumerate()
+            {
+                let p = _mm256_maddubs_epi16(ternary_digits(v, pow), load32(q8.add(160 + 32 * k)));
+                s16 = _mm256_add_epi16(s16, p);
+            }
+            s16 = _mm256_sub_epi16(s16, load32(y.add(260)));
+            acc = fma_lanes(d, pairs(s16), acc);
+        }
+        hsum(acc)
+    }
+
+    /// `ggml_vec_dot_tq2_0_q8_K` (AVX2): as [`tq1_0_q8_k`], the digits being the 2-bit
+    /// fields of TQ2_0 (bits `2l..2l+2` of byte `32h + m` are value `128h + 32l + m`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole TQ2_0 blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / TQ2_0_BYTES).min(a.len() / Q8_K_BYTES);
+        let m3 = _mm256_set1_epi8(3);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * TQ2_0_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f32_at(y) * f16_at(x.add(64));
+            let q8 = y.add(4);
+            let mut s16 = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q = load32(x.add(32 * h));
+                let q8h = q8.add(128 * h);
+                let d0 = _mm256_and_si256(q, m3);
+                let d1 = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+                let d2 = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+                let d3 = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+                let p01 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(d0, load32(q8h)),
+                    _mm256_maddubs_epi16(d1, load32(q8h.add(32))),
+                );
+                let p23 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(d2, load32(q8h.add(64))),
+                    _mm256_maddubs_epi16(d3, load32(q8h.add(96))),
+                );
+                s16 = _mm256_add_epi16(s16, _mm256_add_epi16(p01, p23));
+            }
+            s16 = _mm256_sub_epi16(s16, load32(y.add(260)));
+            acc = fma_lanes(d, pairs(s16), acc);
+        }
+        hsum(acc)
+    }
 }
 
 #[cfg(test)]
@@ -1074,7 +1189,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 10] = [
+    const TYPES: [(GgmlType, &[usize]); 12] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1085,6 +1200,8 @@ mod tests {
         (GgmlType::Q5_K, &[0, 2]),
         (GgmlType::Q6_K, &[208]),
         (GgmlType::IQ4_XS, &[0]),
+        (GgmlType::TQ1_0, &[52]),
+        (GgmlType::TQ2_0, &[64]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

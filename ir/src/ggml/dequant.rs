@@ -19,7 +19,8 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS. (ggml itself has no `to_float` for Q8_1; here it is `d * q`.)
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0. (ggml itself has no `to_float` for Q8_1; here
+/// it is `d * q`.)
 ///
 /// # Errors
 /// [`BlockDataError::Unsupported`] naming the type for any other type;
@@ -61,6 +62,8 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::Q6_K => blocks.zip(outs).for_each(|(b, y)| q6_k(b, y)),
         GgmlType::IQ4_NL => blocks.zip(outs).for_each(|(b, y)| iq4_nl(b, y)),
         GgmlType::IQ4_XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
+        GgmlType::TQ1_0 => blocks.zip(outs).for_each(|(b, y)| tq1_0(b, y)),
+        GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "dequantize",
@@ -307,5 +310,53 @@ fn iq4_xs(b: &[u8], y: &mut [f32]) {
             o[j] = dl * KVALUES_IQ4NL[(q & 0x0f) as usize] as f32;
             o[j + 16] = dl * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
         }
+    }
+}
+
+/// Digit `n` (0..5) of a base-3 packed TQ1_0 byte `q`, as ggml extracts it: the byte times
+/// `3^n` modulo 256, then the top of that times 3 (`((q * 3^n mod 256) * 3) >> 8`, 0..2).
+#[inline]
+pub(super) fn ternary_digit(q: u8, n: u32) -> u8 {
+    let shifted = q.wrapping_mul(3u8.wrapping_pow(n));
+    ((shifted as u16 * 3) >> 8) as u8
+}
+
+/// The 256 ternary digits (0..2, before the `- 1`) of a TQ1_0 block in value order
+/// (`dequantize_row_tq1_0`, ggml-quants.c): `qs[0..32]` digits 0..5 give values 0..160
+/// (digit `n` of byte `m` is value `32n + m`), `qs[32..48]` digits 0..5 values 160..240
+/// (`160 + 16n + m`), `qh[0..4]` digits 0..4 values 240..256 (`240 + 4n + j`).
+pub(super) fn tq1_0_digits(b: &[u8]) -> [u8; QK_K] {
+    let mut out = [0u8; QK_K];
+    for n in 0..5 {
+        for m in 0..32 {
+            out[32 * n + m] = ternary_digit(b[m], n as u32);
+        }
+        for m in 0..16 {
+            out[160 + 16 * n + m] = ternary_digit(b[32 + m], n as u32);
+        }
+    }
+    for n in 0..4 {
+        for j in 0..4 {
+            out[240 + 4 * n + j] = ternary_digit(b[48 + j], n as u32);
+        }
+    }
+    out
+}
+
+/// TQ1_0: `qs[48]` @0, `qh[4]` @48, `d` @52. `y = (digit - 1) * d` ([`tq1_0_digits`]).
+fn tq1_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 52);
+    for (o, q) in y.iter_mut().zip(tq1_0_digits(b)) {
+        *o = (q as i32 - 1) as f32 * d;
+    }
+}
+
+/// TQ2_0: `qs[64]` @0, `d` @64. Value `128h + 32l + m` is bits `2l..2l+2` of
+/// `qs[32h + m]`; `y = (q - 1) * d` (`dequantize_row_tq2_0`).
+fn tq2_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 64);
+    for (v, o) in y.iter_mut().enumerate() {
+        let q = (b[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3;
+        *o = (q as i32 - 1) as f32 * d;
     }
 }

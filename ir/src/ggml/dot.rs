@@ -19,6 +19,8 @@
 //!   of Q4_K / Q5_K are subtracted from a separate f32 sum (`sum -= (dmin * dy) * summs`);
 //!   the lanes are added to that sum in order 0..8 at the end.
 //! - IQ4_XS: per 32 values `sum += (dx * dy * (ls - 32)) * sumi`.
+//! - TQ1_0: per super-block `sum += sumi * (dx * dy)`; TQ2_0: `sum += sumi * (dy * dx)`
+//!   (`sumi` the exact i32 sum of `(digit - 1) * y`).
 //! - F32, F16, BF16: each product in f32, summed in f64, rounded to f32 at the end.
 //!
 //! llama.cpp's SIMD kernels (AVX2, NEON) and llamafile's sgemm compute the same integer
@@ -39,8 +41,8 @@ use super::{GgmlType, QK_K};
 /// weights of type `t` (`vec_dot_type` in ggml-cpu's type traits), or `None` if `t` has no
 /// CPU dot product here.
 ///
-/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS → Q8_K;
-/// F32 → F32; F16 → F16; BF16 → BF16.
+/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0
+/// → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match t {
@@ -49,7 +51,7 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         BF16 => BF16,
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 => Q8_K,
         _ => return None,
     })
 }
@@ -90,6 +92,8 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::Q5_K => q45_k_q8_k(w, a, true),
         GgmlType::Q6_K => q6_k_q8_k(w, a),
         GgmlType::IQ4_XS => iq4_xs_q8_k(w, a),
+        GgmlType::TQ1_0 => tq1_0_q8_k(w, a),
+        GgmlType::TQ2_0 => tq2_0_q8_k(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -326,6 +330,8 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::Q5_K => dot_x86::q5_k_q8_k,
         GgmlType::Q6_K => dot_x86::q6_k_q8_k,
         GgmlType::IQ4_XS => dot_x86::iq4_xs_q8_k,
+        GgmlType::TQ1_0 => dot_x86::tq1_0_q8_k,
+        GgmlType::TQ2_0 => dot_x86::tq2_0_q8_k,
         _ => return None,
     })
 }
@@ -724,4 +730,36 @@ mod tests {
         assert!(vec_dot_avx2(GgmlType::Q6_K, &[0; 210], &[0; 291]).is_err());
         assert!(vec_dot_avx2(GgmlType::Q8_1, &[0; 36], &[0; 36]).is_err());
     }
+}
+
+/// TQ1_0 · Q8_K (`ggml_vec_dot_tq1_0_q8_K_generic`): per super-block the exact sum of
+/// `(digit - 1) * y`, then `sumf += sumi * (dx * dy)`.
+fn tq1_0_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let digits = super::dequant::tq1_0_digits(x);
+        let sumi: i32 = digits
+            .iter()
+            .zip(i8s(&y[4..260]))
+            .map(|(&q, v)| (q as i32 - 1) * v)
+            .sum();
+        sumf += sumi as f32 * (f16_at(x, 52) * f32_at(y, 0));
+    }
+    sumf
+}
+
+/// TQ2_0 · Q8_K (`ggml_vec_dot_tq2_0_q8_K_generic`): per super-block the exact sum of
+/// `(q - 1) * y`, then `sumf += sumi * (dy * dx)`.
+fn tq2_0_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let yq = &y[4..260];
+        let mut sumi = 0i32;
+        for (v, &yv) in yq.iter().enumerate() {
+            let q = (x[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3;
+            sumi += (q as i32 - 1) * (yv as i8 as i32);
+        }
+        sumf += sumi as f32 * (f32_at(y, 0) * f16_at(x, 64));
+    }
+    sumf
 }

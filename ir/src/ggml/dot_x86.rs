@@ -483,6 +483,53 @@ pub(super) fn iq4_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
+/// The eight i32 lanes of a ternary (TQ1_0 / TQ2_0) super-block with a Q8_K block, as
+/// `ggml_vec_dot_tq1_0_q8_K` / `ggml_vec_dot_tq2_0_q8_K` (AVX2) build them: the unsigned
+/// digits (0..3) times the activation bytes by `maddubs` (never saturating: at most
+/// `2 * 3 * 128` a pair), added in i16 lanes, the Q8_K `bsums` subtracted in i16 (wrapping:
+/// the `- 1` of every digit folded through the activation sums), then neighbouring i16
+/// lanes added into i32 (`madd` by 1). Both kernels put value `v` of the super-block (its
+/// activation byte `v`) in i16 lane `(v % 32) / 2`; integer adds wrap, so their order does
+/// not matter.
+fn ternary_lanes(digits: &[u8; QK_K], y: &[u8]) -> [i32; 8] {
+    let mut l16 = [0i32; 16];
+    for (v, &q) in digits.iter().enumerate() {
+        l16[(v % 32) / 2] += q as i32 * (y[4 + v] as i8 as i32);
+    }
+    let ys = bsums(y);
+    let l16: [i16; 16] = std::array::from_fn(|p| (l16[p] as i16).wrapping_sub(ys[p]));
+    std::array::from_fn(|l| l16[2 * l] as i32 + l16[2 * l + 1] as i32)
+}
+
+/// `ggml_vec_dot_tq1_0_q8_K` (AVX2): the lanes of [`ternary_lanes`] per super-block (digits
+/// as `dequantize_row_tq1_0` extracts them, which the kernel's `avg_epu8` arithmetic equals
+/// for every byte), `acc = fma(f32(lane), dy * dx, acc)` (GCC fuses the kernel's
+/// `add(mul(..), acc)`), `hsum_float_8` at the end.
+pub(super) fn tq1_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(54).zip(a.chunks_exact(292)) {
+        let d = f32_at(y, 0) * f16_at(x, 52);
+        fma_lanes(
+            &mut acc,
+            d,
+            &ternary_lanes(&super::dequant::tq1_0_digits(x), y),
+        );
+    }
+    hsum8(&acc)
+}
+
+/// `ggml_vec_dot_tq2_0_q8_K` (AVX2): as [`tq1_0_q8_k`] with the 2-bit digits of TQ2_0.
+pub(super) fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(66).zip(a.chunks_exact(292)) {
+        let d = f32_at(y, 0) * f16_at(x, 64);
+        let digits: [u8; QK_K] =
+            std::array::from_fn(|v| (x[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3);
+        fma_lanes(&mut acc, d, &ternary_lanes(&digits, y));
+    }
+    hsum8(&acc)
+}
+
 /// The sum of the eight i32 lanes (wrapping, as the registers add).
 #[inline(always)]
 fn lanes_sum(v: &[i32; 8]) -> i32 {

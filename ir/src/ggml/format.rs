@@ -102,6 +102,13 @@ pub enum FieldKind {
     SubScales(SubScalePacking),
     /// Q8_K `bsums`: i16 sum of the quants of each 16 values.
     BlockSums,
+    /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
+    /// `qh`: 4). Digit `n` of byte `q` is `((q * 3^n mod 256) * 3) >> 8`, as ggml's
+    /// `dequantize_row_tq1_0` extracts it.
+    Ternary {
+        /// Digits stored in each byte.
+        per_byte: u8,
+    },
 }
 
 /// One named field of a block: `size` bytes at byte `offset` of the block.
@@ -238,6 +245,12 @@ pub enum Decode {
     Scalar(ScalarKind),
     /// A quantized block.
     Quantized(Recipe),
+    /// A quantized block whose values no [`Recipe`] expresses (base-3 digits, lattice grids
+    /// with sign masks): decoded by the type's routine in the reference dequantizer
+    /// ([`super::dequantize`], which reproduces ggml's `dequantize_row_<type>`); the fields and
+    /// the `formula` still describe the block. Backends that generate dequantization from a
+    /// recipe do not take these formats.
+    Routine,
 }
 
 /// The description of one GGML block format.
@@ -294,7 +307,19 @@ impl BlockFormat {
                     }
                 })
             }
+            Decode::Routine => {
+                let mut y = vec![0f32; self.block_size];
+                super::dequantize(self.ty, block, &mut y).ok()?;
+                y.get(i).copied()
+            }
         }
+    }
+
+    /// Whether the values follow a [`Recipe`] or are plain scalars (what backends that
+    /// generate their dequantization from the description can take), rather than a
+    /// [`Decode::Routine`].
+    pub fn has_recipe(&self) -> bool {
+        !matches!(self.decode, Decode::Routine)
     }
 
     /// Reads the f16/f32 scalar field `name`.
@@ -333,10 +358,11 @@ impl BlockFormat {
 }
 
 /// The description of type `t`, or `None` for the types not described yet (the I*/F64
-/// integer types, IQ1/IQ2/IQ3, TQ*, MXFP4).
+/// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0 (and the types of the second list as they are
+/// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)
 }

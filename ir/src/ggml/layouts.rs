@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 19] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -481,5 +481,38 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
         fields: &[field!("value", 0, 2, FieldKind::Value(ScalarKind::BF16))],
         decode: Decode::Scalar(ScalarKind::BF16),
         formula: "y = f32(value << 16)",
+    },
+    BlockFormat {
+        ty: GgmlType::TQ1_0,
+        block_size: QK_K,
+        type_size: 54,
+        fields: &[
+            field!("qs", 0, 48, FieldKind::Ternary { per_byte: 5 }),
+            field!("qh", 48, 4, FieldKind::Ternary { per_byte: 4 }),
+            field!("d", 52, 2, FieldKind::Scale(F16)),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (digit(i) - 1) * d, digit n of byte q = ((q * 3^n mod 256) * 3) >> 8; \
+                  values 0..160: qs[0..32] digits 0..5, 160..240: qs[32..48] digits 0..5, \
+                  240..256: qh[0..4] digits 0..4 (dequantize_row_tq1_0)",
+    },
+    BlockFormat {
+        ty: GgmlType::TQ2_0,
+        block_size: QK_K,
+        type_size: 66,
+        fields: &[
+            field!("qs", 0, 64, FieldKind::Quants { bits: 2 }),
+            field!("d", 64, 2, FieldKind::Scale(F16)),
+        ],
+        decode: Decode::Quantized(Recipe {
+            d: "d",
+            sub_scale: None,
+            quant: IntCode {
+                pieces: &[CRUMBS_256],
+                map: IntMap::Offset(-1),
+            },
+            min: MinTerm::None,
+        }),
+        formula: "y[i] = d * (q2(i) - 1)   (q2 in Q2_K's crumb order)",
     },
 ];
