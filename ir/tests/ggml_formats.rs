@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 19] = [
+const DESCRIBED: [GgmlType; 20] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -56,6 +56,7 @@ const DESCRIBED: [GgmlType; 19] = [
     GgmlType::IQ4_XS,
     GgmlType::TQ1_0,
     GgmlType::TQ2_0,
+    GgmlType::IQ3_XXS,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -239,7 +240,10 @@ fn descriptions_are_consistent_with_the_type_table() {
                     )
                 }
                 FieldKind::BlockSums => assert_eq!(f.size, 2 * fmt.block_size / 16),
-                FieldKind::SubScales(_) | FieldKind::Ternary { .. } => {}
+                FieldKind::SubScales(_)
+                | FieldKind::Ternary { .. }
+                | FieldKind::GridIndex { .. }
+                | FieldKind::ScalesAndSigns => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -573,6 +577,7 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ4_XS, Q8_K),
         (TQ1_0, Q8_K),
         (TQ2_0, Q8_K),
+        (IQ3_XXS, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

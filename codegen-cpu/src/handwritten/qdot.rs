@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0 and TQ2_0 (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0 and IQ3_XXS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -41,6 +41,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
             GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
             GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
             _ => None,
         };
     }
@@ -105,6 +106,7 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
+    use ir::ggml::grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1059,6 +1061,80 @@ pub(super) mod x86 {
         hsum(acc)
     }
 
+    /// Bytes of a `block_iq3_xxs`: f16 `d`, grid indices `qs[64]`, `scales_and_signs[32]`.
+    const IQ3_XXS_BYTES: usize = 2 + 64 + 32;
+
+    /// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2). Per 32-value block: the eight `iq3xxs_grid`
+    /// entries (unsigned magnitudes) times the Q8_K bytes with the block's signs applied to
+    /// the activation (`_mm256_sign_epi8`, as ggml: `-(-128)` stays `-128`) by `maddubs`,
+    /// times `2 ls + 1` by `madd`, summed in 8 i32 lanes; `acc = fma(d_x·d_y, f32(lane),
+    /// acc)` per super-block; `0.25 · hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ3_XXS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq3_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ3_XXS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ3_XXS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            let mut sumi = _mm256_setzero_si256();
+            for ib in 0..8 {
+                let aux = u32_at(x.add(66 + 4 * ib));
+                let mag = iq3_xxs_magnitudes(x.add(2 + 8 * ib));
+                let sy = _mm256_sign_epi8(load32(y.add(4 + 32 * ib)), sign_bytes(aux));
+                let scale = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), scale);
+                sumi = _mm256_add_epi32(sumi, p);
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        0.25 * hsum(acc)
+    }
+
+    /// The 32 grid magnitudes of an IQ3_XXS 32-value block: `iq3xxs_grid` of the eight
+    /// index bytes at `q3`, each entry's 4 bytes in order.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `q3` valid for 8 bytes.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_xxs_magnitudes(q3: *const u8) -> __m256i {
+        let g = |k: usize| IQ3XXS_GRID[*q3.add(k) as usize] as i32;
+        _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7))
+    }
+
+    /// Per value of a 32-value block, `-1` (0xFF) where the value is negative and `1`
+    /// otherwise, from the four 7-bit `ksigns_iq2xs` indices in bits 0..28 of `aux` (index
+    /// `l` for values `8l .. 8l + 8`): a `_mm256_sign_epi8` operand.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn sign_bytes(aux: u32) -> __m256i {
+        let s = |l: u32| SIGNS64[((aux >> (7 * l)) & 127) as usize] as i64;
+        _mm256_setr_epi64x(s(0), s(1), s(2), s(3))
+    }
+
+    /// [`ir::ggml::grids::KSIGNS_IQ2XS`] as 8 bytes each, `0xFF` for a set bit and `0x01`
+    /// for a clear one.
+    static SIGNS64: [u64; 128] = {
+        let mut t = [0u64; 128];
+        let mut k = 0;
+        while k < 128 {
+            let s = KSIGNS_IQ2XS[k];
+            let mut j = 0;
+            while j < 8 {
+                let byte: u64 = if s & (1 << j) != 0 { 0xff } else { 0x01 };
+                t[k] |= byte << (8 * j);
+                j += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
     /// Bytes of a `block_tq1_0`: `qs[48]` (five base-3 digits a byte), `qh[4]` (four), f16 `d`.
     const TQ1_0_BYTES: usize = 48 + 4 + 2;
     /// Bytes of a `block_tq2_0`: `qs[64]` (four 2-bit digits a byte), f16 `d`.
@@ -1189,7 +1265,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 12] = [
+    const TYPES: [(GgmlType, &[usize]); 13] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1202,6 +1278,7 @@ mod tests {
         (GgmlType::IQ4_XS, &[0]),
         (GgmlType::TQ1_0, &[52]),
         (GgmlType::TQ2_0, &[64]),
+        (GgmlType::IQ3_XXS, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

@@ -56,6 +56,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -82,6 +83,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled4),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled4),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -112,6 +114,8 @@ mod x86 {
     const Q6_K_BYTES: usize = 210;
     /// `block_iq4_xs`: f16 `d` @0, u16 `scales_h` @2, `scales_l[4]` @4, `qs[128]` @8.
     const IQ4_XS_BYTES: usize = 136;
+    /// `block_iq3_xxs`: f16 `d` @0, grid indices `qs[64]` @2, `scales_and_signs[32]` @66.
+    const IQ3_XXS_BYTES: usize = 98;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
     const IQ4_NL_BYTES: usize = 18;
 
@@ -442,6 +446,7 @@ mod x86 {
     entry_points!(q2_k_q8_k_tiled, q2_k_q8_k_tiled4, q2_k_tiled);
     entry_points!(q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled);
     entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
+    entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -758,6 +763,52 @@ mod x86 {
         out
     }
 
+    /// IQ3_XXS × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled, AVX2
+    /// microkernel with `BIAS = 128`, `ACTBIAS`): per super-block the exact
+    /// `s1 = Σ_b (2 ls_b + 1) · (w · y)` over the eight 32-value blocks, `w` the signed grid
+    /// values; computed as ggml does, `maddubs(y + 128, w)` (never saturating: `|w| <= 62`)
+    /// minus `128 · Σ_b (2 ls_b + 1) · Σ w` (so a `-128` activation byte counts as itself);
+    /// `out = fma((d · 0.25) · s1, yd, out)`.
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ3_XXS blocks.
+    #[inline(always)]
+    unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        use crate::handwritten::qdot::x86::{iq3_xxs_magnitudes, sign_bytes};
+        let nb = blocks(w, IQ3_XXS_BYTES, a, Q8_K_BYTES);
+        let bias = _mm256_set1_epi8(-128);
+        let ones = _mm256_set1_epi8(1);
+        let mut out = [0f32; C];
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * IQ3_XXS_BYTES);
+            let mut v = [_mm256_setzero_si256(); 8];
+            let mut s = [_mm256_setzero_si256(); 8];
+            let mut corr = _mm256_setzero_si256();
+            for b in 0..8 {
+                let aux = u32_at(x.add(66 + 4 * b));
+                v[b] = _mm256_sign_epi8(iq3_xxs_magnitudes(x.add(2 + 8 * b)), sign_bytes(aux));
+                s[b] = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
+                let wsum = _mm256_maddubs_epi16(ones, v[b]);
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
+            }
+            let corr = hsum_i32(corr).wrapping_mul(128);
+            let d = f16_at(x) * 0.25;
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            for c in 0..C {
+                let q8 = y[c].add(4);
+                let mut acc = _mm256_setzero_si256();
+                for b in 0..8 {
+                    let yb = _mm256_xor_si256(load256(q8.add(32 * b)), bias);
+                    let prod = _mm256_maddubs_epi16(yb, v[b]);
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s[b]));
+                }
+                let s1 = hsum_i32(acc).wrapping_sub(corr);
+                out[c] = tiled_step(out[c], d, s1, f32_at(y[c]));
+            }
+        }
+        out
+    }
+
     // ---- tinyBLAS ----------------------------------------------------------------------
 
     /// IQ4_NL × Q8_0 as llamafile's `tinyBLAS_Q0_AVX<block_iq4_nl, block_q8_0>` (sgemm.cpp)
@@ -817,7 +868,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 7] = [
+    const TYPES: [GgmlType; 8] = [
+        GgmlType::IQ3_XXS,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q5_K,

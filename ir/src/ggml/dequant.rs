@@ -9,6 +9,7 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
+use super::grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -19,7 +20,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -63,6 +64,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ4_NL => blocks.zip(outs).for_each(|(b, y)| iq4_nl(b, y)),
         GgmlType::IQ4_XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
         GgmlType::TQ1_0 => blocks.zip(outs).for_each(|(b, y)| tq1_0(b, y)),
+        GgmlType::IQ3_XXS => blocks.zip(outs).for_each(|(b, y)| iq3_xxs(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
             return Err(BlockDataError::Unsupported {
@@ -358,5 +360,59 @@ fn tq2_0(b: &[u8], y: &mut [f32]) {
     for (v, o) in y.iter_mut().enumerate() {
         let q = (b[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3;
         *o = (q as i32 - 1) as f32 * d;
+    }
+}
+
+/// An IQ3_XXS super-block unpacked: per value the grid magnitude and whether it is
+/// negative, and the eight 4-bit scales `ls` (one per 32 values).
+pub(super) struct Iq3Xxs {
+    /// `iq3xxs_grid[qs[v / 4]]` byte `v % 4`.
+    pub mag: [u8; QK_K],
+    /// Bit `v % 8` of `ksigns_iq2xs[sign index of v / 8]`.
+    pub neg: [bool; QK_K],
+    /// `aux32 >> 28` of each 32 values.
+    pub ls: [u8; 8],
+}
+
+/// Unpacks an IQ3_XXS block: `d` @0, grid indices `qs[64]` @2, `scales_and_signs` (eight
+/// u32) @66 (the layout `dequantize_row_iq3_xxs` reads).
+pub(super) fn iq3_xxs_unpack(b: &[u8]) -> Iq3Xxs {
+    let mut out = Iq3Xxs {
+        mag: [0; QK_K],
+        neg: [false; QK_K],
+        ls: [0; 8],
+    };
+    for ib in 0..8 {
+        let aux = u32::from_le_bytes([
+            b[66 + 4 * ib],
+            b[67 + 4 * ib],
+            b[68 + 4 * ib],
+            b[69 + 4 * ib],
+        ]);
+        out.ls[ib] = (aux >> 28) as u8;
+        for l in 0..4 {
+            let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+            for h in 0..2 {
+                let g = IQ3XXS_GRID[b[2 + 8 * ib + 2 * l + h] as usize].to_le_bytes();
+                for j in 0..4 {
+                    let v = 32 * ib + 8 * l + 4 * h + j;
+                    out.mag[v] = g[j];
+                    out.neg[v] = signs & (1 << (4 * h + j)) != 0;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// IQ3_XXS (`dequantize_row_iq3_xxs`): per 32 values `db = (d * (0.5 + ls)) * 0.5`, then
+/// `y = (db * grid) * (±1)`.
+fn iq3_xxs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq3_xxs_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let db = d * (0.5 + u.ls[v / 32] as f32) * 0.5;
+        let m = db * u.mag[v] as f32;
+        *o = if u.neg[v] { -m } else { m };
     }
 }

@@ -530,6 +530,63 @@ pub(super) fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
+/// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2). Per 32-value block: the grid magnitudes (unsigned
+/// bytes, at most 62) times the Q8_K bytes with the block's signs applied to the activation
+/// (`_mm256_sign_epi8`: `-(-128)` stays `-128`) by `maddubs`, times `2 ls + 1` by `madd`,
+/// into 8 i32 lanes (value `v` in lane `(v % 32) / 4`; even and odd blocks in two sets that
+/// are added, which is exact); per super-block `acc = fma(dx · dy, f32(lane), acc)`; at the
+/// end `0.25 · hsum_float_8(acc)`.
+pub(super) fn iq3_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(98).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq3_xxs_unpack(x);
+        let mut lanes = [0i32; 8];
+        for ib in 0..8 {
+            let mag: [u8; 32] = std::array::from_fn(|b| u.mag[32 * ib + b]);
+            let sy: [i8; 32] = std::array::from_fn(|b| {
+                let v = y[4 + 32 * ib + b] as i8;
+                if u.neg[32 * ib + b] {
+                    v.wrapping_neg()
+                } else {
+                    v
+                }
+            });
+            let scale = 2 * u.ls[ib] as i16 + 1;
+            let s: [i16; 16] = [scale; 16];
+            add_i32(&mut lanes, &madd(&maddubs(&mag, &sy), &s));
+        }
+        fma_lanes(&mut acc, d, &lanes);
+    }
+    0.25 * hsum8(&acc)
+}
+
+/// One IQ3_XXS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq3_xxs`):
+/// the weight's scale `d · 0.25` (f32), `s1 = Σ (2 ls + 1) · Σ w · y` with the signed grid
+/// values `w` (exact: the kernel's +128 activation bias is taken out again in integers).
+pub(super) fn tiled_iq3_xxs(x: &[u8], y: &[u8]) -> TiledBlock {
+    let u = super::dequant::iq3_xxs_unpack(x);
+    let mut s1 = 0i32;
+    for ib in 0..8 {
+        let mut sumi = 0i32;
+        for v in 32 * ib..32 * ib + 32 {
+            let wv = if u.neg[v] {
+                -(u.mag[v] as i32)
+            } else {
+                u.mag[v] as i32
+            };
+            sumi += wv * (y[4 + v] as i8 as i32);
+        }
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
+    }
+    TiledBlock {
+        d: f16_at(x, 0) * 0.25,
+        dmin: 0.0,
+        s1,
+        s2: None,
+    }
+}
+
 /// The sum of the eight i32 lanes (wrapping, as the registers add).
 #[inline(always)]
 fn lanes_sum(v: &[i32; 8]) -> i32 {

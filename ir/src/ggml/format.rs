@@ -102,6 +102,17 @@ pub enum FieldKind {
     SubScales(SubScalePacking),
     /// Q8_K `bsums`: i16 sum of the quants of each 16 values.
     BlockSums,
+    /// Indices into a lattice grid ([`super::grids`]), `bits` each (the low 8 bits where
+    /// more come from a high-bits field), each selecting the magnitudes of 4 or 8 values.
+    GridIndex {
+        /// Bits of each index stored in this field.
+        bits: u8,
+    },
+    /// IQ3_XXS `scales_and_signs`: per 32 values a little-endian u32 holding four 7-bit
+    /// [`super::grids::KSIGNS_IQ2XS`] indices (bits `7l..7l + 7`, the signs of values
+    /// `8l .. 8l + 8`) and the 4-bit scale `ls` (bits 28..32; the values' scale is
+    /// `d * (0.5 + ls) * 0.5`).
+    ScalesAndSigns,
     /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
     /// `qh`: 4). Digit `n` of byte `q` is `((q * 3^n mod 256) * 3) >> 8`, as ggml's
     /// `dequantize_row_tq1_0` extracts it.
@@ -361,7 +372,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0 (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

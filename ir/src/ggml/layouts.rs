@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 19] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 20] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -414,6 +414,19 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 19] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = d * (int8)qs[i]   (d is f32; bsums[j] = sum of qs[16j..16j+16])",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ3_XXS,
+        block_size: QK_K,
+        type_size: 98,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndex { bits: 8 }),
+            field!("scales_and_signs", 66, 32, FieldKind::ScalesAndSigns),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.5) * iq3xxs_grid[qs[i/4]][i%4] * sign(i) \
+                  (dequantize_row_iq3_xxs)",
     },
     BlockFormat {
         ty: GgmlType::IQ4_NL,
