@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 20] = [
+const DESCRIBED: [GgmlType; 21] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -57,6 +57,7 @@ const DESCRIBED: [GgmlType; 20] = [
     GgmlType::TQ1_0,
     GgmlType::TQ2_0,
     GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -243,7 +244,8 @@ fn descriptions_are_consistent_with_the_type_table() {
                 FieldKind::SubScales(_)
                 | FieldKind::Ternary { .. }
                 | FieldKind::GridIndex { .. }
-                | FieldKind::ScalesAndSigns => {}
+                | FieldKind::ScalesAndSigns
+                | FieldKind::SignBits => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -578,6 +580,7 @@ fn vec_dot_types_are_llama_cpp_s() {
         (TQ1_0, Q8_K),
         (TQ2_0, Q8_K),
         (IQ3_XXS, Q8_K),
+        (IQ3_S, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

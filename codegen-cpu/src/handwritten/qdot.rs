@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0 and IQ3_XXS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS and IQ3_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -42,6 +42,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
             GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
             _ => None,
         };
     }
@@ -106,7 +107,7 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
-    use ir::ggml::grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
+    use ir::ggml::grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1064,11 +1065,73 @@ pub(super) mod x86 {
     /// Bytes of a `block_iq3_xxs`: f16 `d`, grid indices `qs[64]`, `scales_and_signs[32]`.
     const IQ3_XXS_BYTES: usize = 2 + 64 + 32;
 
-    /// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2). Per 32-value block: the eight `iq3xxs_grid`
-    /// entries (unsigned magnitudes) times the Q8_K bytes with the block's signs applied to
-    /// the activation (`_mm256_sign_epi8`, as ggml: `-(-128)` stays `-128`) by `maddubs`,
-    /// times `2 ls + 1` by `madd`, summed in 8 i32 lanes; `acc = fma(d_x·d_y, f32(lane),
-    /// acc)` per super-block; `0.25 · hsum_float_8(acc)` at the end.
+    /// Bytes of a `block_iq3_s`: f16 `d`, `qs[64]`, `qh[8]`, `signs[32]`, `scales[4]`.
+    const IQ3_S_BYTES: usize = 2 + 64 + 8 + 32 + 4;
+
+    /// 32-value block `ib` of an IQ3_XXS block at `x`: the grid magnitudes, the sign operand
+    /// ([`sign_bytes`]) and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ3_XXS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_xxs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, i16) {
+        let aux = u32_at(x.add(66 + 4 * ib));
+        let mag = iq3_xxs_magnitudes(x.add(2 + 8 * ib));
+        (mag, sign_bytes(aux), (2 * (aux >> 28) + 1) as i16)
+    }
+
+    /// 32-value block `ib` of an IQ3_S block at `x`: the `iq3s_grid` magnitudes (indices
+    /// `qs[8 ib + k] | (bit k of qh[ib]) << 8`), the sign operand (`-1` where bit `v % 8` of
+    /// `signs[4 ib + v / 8]` is set, else `1`) and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ3_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, i16) {
+        let qs = x.add(2 + 8 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g = |k: usize| IQ3S_GRID[*qs.add(k) as usize | ((qh >> k) & 1) << 8] as i32;
+        let mag = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
+        let signs = _mm256_or_si256(
+            bytes_from_bits(u32_at(x.add(74 + 4 * ib))),
+            _mm256_set1_epi8(1),
+        );
+        let ls = (*x.add(106 + ib / 2) >> (4 * (ib % 2))) & 0x0f;
+        (mag, signs, 2 * ls as i16 + 1)
+    }
+
+    /// The lanes of one IQ3_XXS / IQ3_S super-block with one Q8_K block as their AVX2
+    /// `vec_dot` kernels build them: per 32-value block the magnitudes times the activation
+    /// with the signs applied (`_mm256_sign_epi8`: `-(-128)` stays `-128`, as ggml's
+    /// `sign_epi8` and `(y ^ s) - s` give) by `maddubs`, times `2 ls + 1` by `madd`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole block of the type
+    /// `parts` reads, `q8` the 256 activation bytes.
+    #[inline(always)]
+    unsafe fn grid_lanes(
+        x: *const u8,
+        q8: *const u8,
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, i16),
+    ) -> __m256i {
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let (mag, signs, scale) = parts(x, ib);
+            let sy = _mm256_sign_epi8(load32(q8.add(32 * ib)), signs);
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), _mm256_set1_epi16(scale));
+            sumi = _mm256_add_epi32(sumi, p);
+        }
+        sumi
+    }
+
+    /// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `0.25 · hsum_float_8(acc)` at the end.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `w` whole IQ3_XXS blocks, `a` as many Q8_K blocks.
@@ -1080,18 +1143,27 @@ pub(super) mod x86 {
             let x = w.as_ptr().add(b * IQ3_XXS_BYTES);
             let y = a.as_ptr().add(b * Q8_K_BYTES);
             let d = f16_at(x) * f32_at(y);
-            let mut sumi = _mm256_setzero_si256();
-            for ib in 0..8 {
-                let aux = u32_at(x.add(66 + 4 * ib));
-                let mag = iq3_xxs_magnitudes(x.add(2 + 8 * ib));
-                let sy = _mm256_sign_epi8(load32(y.add(4 + 32 * ib)), sign_bytes(aux));
-                let scale = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), scale);
-                sumi = _mm256_add_epi32(sumi, p);
-            }
-            acc = fma_lanes(d, sumi, acc);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq3_xxs_parts), acc);
         }
         0.25 * hsum(acc)
+    }
+
+    /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ3_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ3_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ3_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq3_s_parts), acc);
+        }
+        hsum(acc)
     }
 
     /// The 32 grid magnitudes of an IQ3_XXS 32-value block: `iq3xxs_grid` of the eight
@@ -1265,7 +1337,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 13] = [
+    const TYPES: [(GgmlType, &[usize]); 14] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1279,6 +1351,7 @@ mod tests {
         (GgmlType::TQ1_0, &[52]),
         (GgmlType::TQ2_0, &[64]),
         (GgmlType::IQ3_XXS, &[0]),
+        (GgmlType::IQ3_S, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

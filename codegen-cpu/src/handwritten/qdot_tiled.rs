@@ -57,6 +57,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -84,6 +85,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled4),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -96,6 +98,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use crate::handwritten::qdot::x86::{iq3_s_parts, iq3_xxs_parts};
     use ir::ggml::KVALUES_IQ4NL;
 
     /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs` @4, 16 × i16 `bsums` @260.
@@ -116,6 +119,8 @@ mod x86 {
     const IQ4_XS_BYTES: usize = 136;
     /// `block_iq3_xxs`: f16 `d` @0, grid indices `qs[64]` @2, `scales_and_signs[32]` @66.
     const IQ3_XXS_BYTES: usize = 98;
+    /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
+    const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
     const IQ4_NL_BYTES: usize = 18;
 
@@ -447,6 +452,7 @@ mod x86 {
     entry_points!(q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled);
     entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
     entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
+    entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -763,36 +769,41 @@ mod x86 {
         out
     }
 
-    /// IQ3_XXS × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled, AVX2
+    /// IQ3_XXS / IQ3_S × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled, AVX2
     /// microkernel with `BIAS = 128`, `ACTBIAS`): per super-block the exact
     /// `s1 = Σ_b (2 ls_b + 1) · (w · y)` over the eight 32-value blocks, `w` the signed grid
     /// values; computed as ggml does, `maddubs(y + 128, w)` (never saturating: `|w| <= 62`)
     /// minus `128 · Σ_b (2 ls_b + 1) · Σ w` (so a `-128` activation byte counts as itself);
-    /// `out = fma((d · 0.25) · s1, yd, out)`.
+    /// `out = fma((d · d_scale) · s1, yd, out)` (`d_scale` 0.25 for IQ3_XXS, 1 for IQ3_S).
     ///
     /// # Safety
-    /// As [`q4_k_tiled`], with IQ3_XXS blocks.
+    /// As [`q4_k_tiled`], with blocks of `block_bytes` bytes that `parts` reads.
     #[inline(always)]
-    unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        use crate::handwritten::qdot::x86::{iq3_xxs_magnitudes, sign_bytes};
-        let nb = blocks(w, IQ3_XXS_BYTES, a, Q8_K_BYTES);
+    unsafe fn grid_tiled<const C: usize>(
+        w: &[u8],
+        a: &[&[u8]; C],
+        block_bytes: usize,
+        d_scale: f32,
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, i16),
+    ) -> [f32; C] {
+        let nb = blocks(w, block_bytes, a, Q8_K_BYTES);
         let bias = _mm256_set1_epi8(-128);
         let ones = _mm256_set1_epi8(1);
         let mut out = [0f32; C];
         for i in 0..nb {
-            let x = w.as_ptr().add(i * IQ3_XXS_BYTES);
+            let x = w.as_ptr().add(i * block_bytes);
             let mut v = [_mm256_setzero_si256(); 8];
             let mut s = [_mm256_setzero_si256(); 8];
             let mut corr = _mm256_setzero_si256();
             for b in 0..8 {
-                let aux = u32_at(x.add(66 + 4 * b));
-                v[b] = _mm256_sign_epi8(iq3_xxs_magnitudes(x.add(2 + 8 * b)), sign_bytes(aux));
-                s[b] = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
+                let (mag, signs, scale) = parts(x, b);
+                v[b] = _mm256_sign_epi8(mag, signs);
+                s[b] = _mm256_set1_epi16(scale);
                 let wsum = _mm256_maddubs_epi16(ones, v[b]);
                 corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
             }
             let corr = hsum_i32(corr).wrapping_mul(128);
-            let d = f16_at(x) * 0.25;
+            let d = f16_at(x) * d_scale;
             let y = col_blocks(a, i, Q8_K_BYTES);
             for c in 0..C {
                 let q8 = y[c].add(4);
@@ -807,6 +818,24 @@ mod x86 {
             }
         }
         out
+    }
+
+    /// IQ3_XXS in the tiled kernel's order ([`grid_tiled`]).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ3_XXS blocks.
+    #[inline(always)]
+    unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, iq3_xxs_parts)
+    }
+
+    /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ3_S blocks.
+    #[inline(always)]
+    unsafe fn iq3_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ3_S_BYTES, 1.0, iq3_s_parts)
     }
 
     // ---- tinyBLAS ----------------------------------------------------------------------
@@ -868,8 +897,9 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 8] = [
+    const TYPES: [GgmlType; 9] = [
         GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q5_K,

@@ -9,7 +9,7 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
-use super::grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -20,7 +20,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -65,6 +65,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ4_XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
         GgmlType::TQ1_0 => blocks.zip(outs).for_each(|(b, y)| tq1_0(b, y)),
         GgmlType::IQ3_XXS => blocks.zip(outs).for_each(|(b, y)| iq3_xxs(b, y)),
+        GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
             return Err(BlockDataError::Unsupported {
@@ -363,9 +364,9 @@ fn tq2_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// An IQ3_XXS super-block unpacked: per value the grid magnitude and whether it is
+/// An IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
 /// negative, and the eight 4-bit scales `ls` (one per 32 values).
-pub(super) struct Iq3Xxs {
+pub(super) struct GridValues {
     /// `iq3xxs_grid[qs[v / 4]]` byte `v % 4`.
     pub mag: [u8; QK_K],
     /// Bit `v % 8` of `ksigns_iq2xs[sign index of v / 8]`.
@@ -376,8 +377,8 @@ pub(super) struct Iq3Xxs {
 
 /// Unpacks an IQ3_XXS block: `d` @0, grid indices `qs[64]` @2, `scales_and_signs` (eight
 /// u32) @66 (the layout `dequantize_row_iq3_xxs` reads).
-pub(super) fn iq3_xxs_unpack(b: &[u8]) -> Iq3Xxs {
-    let mut out = Iq3Xxs {
+pub(super) fn iq3_xxs_unpack(b: &[u8]) -> GridValues {
+    let mut out = GridValues {
         mag: [0; QK_K],
         neg: [false; QK_K],
         ls: [0; 8],
@@ -412,6 +413,45 @@ fn iq3_xxs(b: &[u8], y: &mut [f32]) {
     let u = iq3_xxs_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
         let db = d * (0.5 + u.ls[v / 32] as f32) * 0.5;
+        let m = db * u.mag[v] as f32;
+        *o = if u.neg[v] { -m } else { m };
+    }
+}
+
+/// Unpacks an IQ3_S block: `d` @0, `qs[64]` @2 (low 8 bits of the grid indices), `qh[8]` @66
+/// (bit `k` of `qh[b]` is bit 8 of index `k` of 32-value block `b`), `signs[32]` @74 (bit
+/// `v % 8` of byte `v / 8` set for a negative value `v`), `scales[4]` @106 (the 4-bit `ls`
+/// of blocks `2j`, `2j + 1` in the low and high nibble of byte `j`); the layout
+/// `dequantize_row_iq3_s` reads.
+pub(super) fn iq3_s_unpack(b: &[u8]) -> GridValues {
+    let mut out = GridValues {
+        mag: [0; QK_K],
+        neg: [false; QK_K],
+        ls: [0; 8],
+    };
+    for ib in 0..8 {
+        out.ls[ib] = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        let qh = b[66 + ib] as usize;
+        for k in 0..8 {
+            let index = b[2 + 8 * ib + k] as usize | (((qh >> k) & 1) << 8);
+            let g = IQ3S_GRID[index].to_le_bytes();
+            for j in 0..4 {
+                let v = 32 * ib + 4 * k + j;
+                out.mag[v] = g[j];
+                out.neg[v] = b[74 + v / 8] & (1 << (v % 8)) != 0;
+            }
+        }
+    }
+    out
+}
+
+/// IQ3_S (`dequantize_row_iq3_s`): per 32 values `db = d * (1 + 2 ls)`, then
+/// `y = (db * grid) * (±1)`.
+fn iq3_s(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq3_s_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let db = d * (1 + 2 * u.ls[v / 32] as i32) as f32;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
     }

@@ -530,59 +530,94 @@ pub(super) fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
-/// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2). Per 32-value block: the grid magnitudes (unsigned
-/// bytes, at most 62) times the Q8_K bytes with the block's signs applied to the activation
-/// (`_mm256_sign_epi8`: `-(-128)` stays `-128`) by `maddubs`, times `2 ls + 1` by `madd`,
-/// into 8 i32 lanes (value `v` in lane `(v % 32) / 4`; even and odd blocks in two sets that
-/// are added, which is exact); per super-block `acc = fma(dx · dy, f32(lane), acc)`; at the
-/// end `0.25 · hsum_float_8(acc)`.
+/// The 8 i32 lanes of one IQ3_XXS / IQ3_S super-block with a Q8_K block, as their AVX2
+/// `vec_dot` kernels build them: per 32-value block the grid magnitudes (unsigned bytes, at
+/// most 62) times the Q8_K bytes with the block's signs applied to the activation
+/// (`_mm256_sign_epi8` in IQ3_XXS, `(y ^ s) - s` in IQ3_S: both leave `-(-128)` at `-128`)
+/// by `maddubs`, times `2 ls + 1` by `madd`; value `v` in lane `(v % 32) / 4` (the kernels'
+/// even and odd blocks in two sets that are added, which is exact).
+fn grid_lanes(u: &super::dequant::GridValues, y: &[u8]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for ib in 0..8 {
+        let mag: [u8; 32] = std::array::from_fn(|b| u.mag[32 * ib + b]);
+        let sy: [i8; 32] = std::array::from_fn(|b| {
+            let v = y[4 + 32 * ib + b] as i8;
+            if u.neg[32 * ib + b] {
+                v.wrapping_neg()
+            } else {
+                v
+            }
+        });
+        let scale = 2 * u.ls[ib] as i16 + 1;
+        add_i32(&mut lanes, &madd(&maddubs(&mag, &sy), &[scale; 16]));
+    }
+    lanes
+}
+
+/// The tiled kernel's exact `s1 = Σ_b (2 ls_b + 1) · Σ w · y` of an IQ3_XXS / IQ3_S
+/// super-block, `w` the signed grid values (the kernel's +128 activation bias is taken out
+/// again in integers, so a `-128` activation counts as itself).
+fn grid_tiled_s1(u: &super::dequant::GridValues, y: &[u8]) -> i32 {
+    let mut s1 = 0i32;
+    for ib in 0..8 {
+        let mut sumi = 0i32;
+        for v in 32 * ib..32 * ib + 32 {
+            let p = u.mag[v] as i32 * (y[4 + v] as i8 as i32);
+            sumi += if u.neg[v] { -p } else { p };
+        }
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
+    }
+    s1
+}
+
+/// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
+/// `acc = fma(dx · dy, f32(lane), acc)`; at the end `0.25 · hsum_float_8(acc)`.
 pub(super) fn iq3_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (x, y) in w.chunks_exact(98).zip(a.chunks_exact(292)) {
         let d = f16_at(x, 0) * f32_at(y, 0);
-        let u = super::dequant::iq3_xxs_unpack(x);
-        let mut lanes = [0i32; 8];
-        for ib in 0..8 {
-            let mag: [u8; 32] = std::array::from_fn(|b| u.mag[32 * ib + b]);
-            let sy: [i8; 32] = std::array::from_fn(|b| {
-                let v = y[4 + 32 * ib + b] as i8;
-                if u.neg[32 * ib + b] {
-                    v.wrapping_neg()
-                } else {
-                    v
-                }
-            });
-            let scale = 2 * u.ls[ib] as i16 + 1;
-            let s: [i16; 16] = [scale; 16];
-            add_i32(&mut lanes, &madd(&maddubs(&mag, &sy), &s));
-        }
-        fma_lanes(&mut acc, d, &lanes);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq3_xxs_unpack(x), y),
+        );
     }
     0.25 * hsum8(&acc)
 }
 
 /// One IQ3_XXS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq3_xxs`):
-/// the weight's scale `d · 0.25` (f32), `s1 = Σ (2 ls + 1) · Σ w · y` with the signed grid
-/// values `w` (exact: the kernel's +128 activation bias is taken out again in integers).
+/// the weight's scale `d · 0.25` (f32) and [`grid_tiled_s1`].
 pub(super) fn tiled_iq3_xxs(x: &[u8], y: &[u8]) -> TiledBlock {
-    let u = super::dequant::iq3_xxs_unpack(x);
-    let mut s1 = 0i32;
-    for ib in 0..8 {
-        let mut sumi = 0i32;
-        for v in 32 * ib..32 * ib + 32 {
-            let wv = if u.neg[v] {
-                -(u.mag[v] as i32)
-            } else {
-                u.mag[v] as i32
-            };
-            sumi += wv * (y[4 + v] as i8 as i32);
-        }
-        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
-    }
     TiledBlock {
         d: f16_at(x, 0) * 0.25,
         dmin: 0.0,
-        s1,
+        s1: grid_tiled_s1(&super::dequant::iq3_xxs_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq3_s_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
+/// `acc = fma(dx · dy, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
+pub(super) fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq3_s_unpack(x), y),
+        );
+    }
+    hsum8(&acc)
+}
+
+/// One IQ3_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq3_s`): the
+/// weight's `d` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq3_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0),
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq3_s_unpack(x), y),
         s2: None,
     }
 }

@@ -73,6 +73,8 @@ pub enum SubScalePacking {
     High2,
     /// IQ4_XS `scales_l[4]`: the low 4 bits of the 6-bit scale of each 32 values.
     Low4,
+    /// IQ3_S `scales[4]`: the 4-bit scale of each 32 values, two a byte, low nibble first.
+    Nibbles,
 }
 
 /// What one field of a block holds.
@@ -102,8 +104,9 @@ pub enum FieldKind {
     SubScales(SubScalePacking),
     /// Q8_K `bsums`: i16 sum of the quants of each 16 values.
     BlockSums,
-    /// Indices into a lattice grid ([`super::grids`]), `bits` each (the low 8 bits where
-    /// more come from a high-bits field), each selecting the magnitudes of 4 or 8 values.
+    /// Indices into a lattice grid ([`super::grids`]), `bits` of each index stored here (the
+    /// low 8 bits, or the high bits kept apart: IQ3_S `qh` holds bit 8), each index
+    /// selecting the magnitudes of 4 or 8 values.
     GridIndex {
         /// Bits of each index stored in this field.
         bits: u8,
@@ -113,6 +116,8 @@ pub enum FieldKind {
     /// `8l .. 8l + 8`) and the 4-bit scale `ls` (bits 28..32; the values' scale is
     /// `d * (0.5 + ls) * 0.5`).
     ScalesAndSigns,
+    /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`).
+    SignBits,
     /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
     /// `qh`: 4). Digit `n` of byte `q` is `((q * 3^n mod 256) * 3) >> 8`, as ggml's
     /// `dequantize_row_tq1_0` extracts it.
@@ -372,7 +377,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 20] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 21] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -446,6 +446,27 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 20] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = d * kvalues_iq4nl[nibble(i)]",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ3_S,
+        block_size: QK_K,
+        type_size: 110,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 66, 8, FieldKind::GridIndex { bits: 1 }),
+            field!("signs", 74, 32, FieldKind::SignBits),
+            field!(
+                "scales",
+                106,
+                4,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula:
+            "y[i] = (d * (1 + 2 * ls(i/32))) * iq3s_grid[qs[i/4] | qh bit << 8][i%4] * sign(i) \
+                  (dequantize_row_iq3_s)",
     },
     BlockFormat {
         ty: GgmlType::IQ4_XS,
