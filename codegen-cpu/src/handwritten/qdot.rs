@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS and IQ3_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S and IQ2_XXS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -43,6 +43,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
             _ => None,
         };
     }
@@ -107,7 +108,7 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
-    use ir::ggml::grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+    use ir::ggml::grids::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1148,6 +1149,46 @@ pub(super) mod x86 {
         0.25 * hsum(acc)
     }
 
+    /// Bytes of a `block_iq2_xxs`: f16 `d`, `qs[64]` (per 32 values four grid indices and a
+    /// u32 of signs and scale).
+    const IQ2_XXS_BYTES: usize = 2 + 64;
+
+    /// 32-value block `ib` of an IQ2_XXS block at `x`: the `iq2xxs_grid` magnitudes of its
+    /// four index bytes, the sign operand ([`sign_bytes`] of the u32 after them) and the
+    /// multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_XXS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_xxs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, i16) {
+        let q = x.add(2 + 8 * ib);
+        let aux = u32_at(q.add(4));
+        let g = |k: usize| IQ2XXS_GRID[*q.add(k) as usize] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        (mag, sign_bytes(aux), (2 * (aux >> 28) + 1) as i16)
+    }
+
+    /// `ggml_vec_dot_iq2_xxs_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_XXS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_XXS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_XXS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_xxs_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
     /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): [`grid_lanes`] per super-block,
     /// `acc = fma(d_x·d_y, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
     ///
@@ -1337,7 +1378,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 14] = [
+    const TYPES: [(GgmlType, &[usize]); 15] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1352,6 +1393,7 @@ mod tests {
         (GgmlType::TQ2_0, &[64]),
         (GgmlType::IQ3_XXS, &[0]),
         (GgmlType::IQ3_S, &[0]),
+        (GgmlType::IQ2_XXS, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

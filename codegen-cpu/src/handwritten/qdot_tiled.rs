@@ -58,6 +58,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -86,6 +87,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -98,7 +100,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::handwritten::qdot::x86::{iq3_s_parts, iq3_xxs_parts};
+    use crate::handwritten::qdot::x86::{iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts};
     use ir::ggml::KVALUES_IQ4NL;
 
     /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs` @4, 16 × i16 `bsums` @260.
@@ -119,6 +121,8 @@ mod x86 {
     const IQ4_XS_BYTES: usize = 136;
     /// `block_iq3_xxs`: f16 `d` @0, grid indices `qs[64]` @2, `scales_and_signs[32]` @66.
     const IQ3_XXS_BYTES: usize = 98;
+    /// `block_iq2_xxs`: f16 `d` @0, `qs[64]` @2.
+    const IQ2_XXS_BYTES: usize = 66;
     /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
     const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
@@ -453,6 +457,7 @@ mod x86 {
     entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
     entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
     entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
+    entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -829,6 +834,15 @@ mod x86 {
         grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, iq3_xxs_parts)
     }
 
+    /// IQ2_XXS in the tiled kernel's order ([`grid_tiled`]; magnitudes at most 43).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_XXS blocks.
+    #[inline(always)]
+    unsafe fn iq2_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, iq2_xxs_parts)
+    }
+
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
     ///
     /// # Safety
@@ -897,7 +911,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 9] = [
+    const TYPES: [GgmlType; 10] = [
+        GgmlType::IQ2_XXS,
         GgmlType::IQ3_XXS,
         GgmlType::IQ3_S,
         GgmlType::Q4_K,

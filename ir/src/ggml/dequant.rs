@@ -9,7 +9,7 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
-use super::grids::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -20,7 +20,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -65,6 +65,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ4_XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
         GgmlType::TQ1_0 => blocks.zip(outs).for_each(|(b, y)| tq1_0(b, y)),
         GgmlType::IQ3_XXS => blocks.zip(outs).for_each(|(b, y)| iq3_xxs(b, y)),
+        GgmlType::IQ2_XXS => blocks.zip(outs).for_each(|(b, y)| iq2_xxs(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
@@ -364,7 +365,7 @@ fn tq2_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// An IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
+/// An IQ2_XXS / IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
 /// negative, and the eight 4-bit scales `ls` (one per 32 values).
 pub(super) struct GridValues {
     /// `iq3xxs_grid[qs[v / 4]]` byte `v % 4`.
@@ -452,6 +453,44 @@ fn iq3_s(b: &[u8], y: &mut [f32]) {
     let u = iq3_s_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
         let db = d * (1 + 2 * u.ls[v / 32] as i32) as f32;
+        let m = db * u.mag[v] as f32;
+        *o = if u.neg[v] { -m } else { m };
+    }
+}
+
+/// Unpacks an IQ2_XXS block: `d` @0, then per 32 values 8 bytes @`2 + 8 ib`: four
+/// `iq2xxs_grid` indices (each the magnitudes of 8 values) and a u32 with four 7-bit
+/// `ksigns_iq2xs` indices and the 4-bit `ls` in bits 28..32 (`dequantize_row_iq2_xxs`).
+pub(super) fn iq2_xxs_unpack(b: &[u8]) -> GridValues {
+    let mut out = GridValues {
+        mag: [0; QK_K],
+        neg: [false; QK_K],
+        ls: [0; 8],
+    };
+    for ib in 0..8 {
+        let q = &b[2 + 8 * ib..10 + 8 * ib];
+        let aux = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
+        out.ls[ib] = (aux >> 28) as u8;
+        for l in 0..4 {
+            let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+            let g = IQ2XXS_GRID[q[l] as usize].to_le_bytes();
+            for j in 0..8 {
+                let v = 32 * ib + 8 * l + j;
+                out.mag[v] = g[j];
+                out.neg[v] = signs & (1 << j) != 0;
+            }
+        }
+    }
+    out
+}
+
+/// IQ2_XXS (`dequantize_row_iq2_xxs`): per 32 values `db = (d * (0.5 + ls)) * 0.25`, then
+/// `y = (db * grid) * (±1)`.
+fn iq2_xxs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq2_xxs_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let db = d * (0.5 + u.ls[v / 32] as f32) * 0.25;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
     }

@@ -116,6 +116,10 @@ pub enum FieldKind {
     /// `8l .. 8l + 8`) and the 4-bit scale `ls` (bits 28..32; the values' scale is
     /// `d * (0.5 + ls) * 0.5`).
     ScalesAndSigns,
+    /// IQ2_XXS `qs` (as u16 in ggml's struct): per 32 values 8 bytes, four
+    /// [`super::grids::IQ2XXS_GRID`] indices then a u32 laid out as
+    /// [`FieldKind::ScalesAndSigns`] (the values' scale is `d * (0.5 + ls) * 0.25`).
+    GridIndexScalesSigns,
     /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`).
     SignBits,
     /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
@@ -377,7 +381,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

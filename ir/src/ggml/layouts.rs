@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 21] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 22] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -414,6 +414,18 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 21] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = d * (int8)qs[i]   (d is f32; bsums[j] = sum of qs[16j..16j+16])",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ2_XXS,
+        block_size: QK_K,
+        type_size: 66,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndexScalesSigns),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.25) * iq2xxs_grid[index(i/8)][i%8] * sign(i) \
+                  (dequantize_row_iq2_xxs)",
     },
     BlockFormat {
         ty: GgmlType::IQ3_XXS,
