@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 22] = [
+const DESCRIBED: [GgmlType; 23] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -59,6 +59,7 @@ const DESCRIBED: [GgmlType; 22] = [
     GgmlType::IQ3_XXS,
     GgmlType::IQ3_S,
     GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -247,7 +248,8 @@ fn descriptions_are_consistent_with_the_type_table() {
                 | FieldKind::GridIndex { .. }
                 | FieldKind::ScalesAndSigns
                 | FieldKind::SignBits
-                | FieldKind::GridIndexScalesSigns => {}
+                | FieldKind::GridIndexScalesSigns
+                | FieldKind::GridIndexSigns => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -584,6 +586,7 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ3_XXS, Q8_K),
         (IQ3_S, Q8_K),
         (IQ2_XXS, Q8_K),
+        (IQ2_XS, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

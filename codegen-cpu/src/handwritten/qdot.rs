@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S and IQ2_XXS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS and IQ2_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -44,6 +44,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
             _ => None,
         };
     }
@@ -108,7 +109,7 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
-    use ir::ggml::grids::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+    use ir::ggml::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1078,10 +1079,14 @@ pub(super) mod x86 {
     pub(in crate::handwritten) unsafe fn iq3_xxs_parts(
         x: *const u8,
         ib: usize,
-    ) -> (__m256i, __m256i, i16) {
+    ) -> (__m256i, __m256i, __m256i) {
         let aux = u32_at(x.add(66 + 4 * ib));
         let mag = iq3_xxs_magnitudes(x.add(2 + 8 * ib));
-        (mag, sign_bytes(aux), (2 * (aux >> 28) + 1) as i16)
+        (
+            mag,
+            sign_bytes(aux),
+            _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+        )
     }
 
     /// 32-value block `ib` of an IQ3_S block at `x`: the `iq3s_grid` magnitudes (indices
@@ -1094,7 +1099,7 @@ pub(super) mod x86 {
     pub(in crate::handwritten) unsafe fn iq3_s_parts(
         x: *const u8,
         ib: usize,
-    ) -> (__m256i, __m256i, i16) {
+    ) -> (__m256i, __m256i, __m256i) {
         let qs = x.add(2 + 8 * ib);
         let qh = *x.add(66 + ib) as usize;
         let g = |k: usize| IQ3S_GRID[*qs.add(k) as usize | ((qh >> k) & 1) << 8] as i32;
@@ -1104,7 +1109,7 @@ pub(super) mod x86 {
             _mm256_set1_epi8(1),
         );
         let ls = (*x.add(106 + ib / 2) >> (4 * (ib % 2))) & 0x0f;
-        (mag, signs, 2 * ls as i16 + 1)
+        (mag, signs, _mm256_set1_epi16(2 * ls as i16 + 1))
     }
 
     /// The lanes of one IQ3_XXS / IQ3_S super-block with one Q8_K block as their AVX2
@@ -1119,13 +1124,13 @@ pub(super) mod x86 {
     unsafe fn grid_lanes(
         x: *const u8,
         q8: *const u8,
-        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, i16),
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
     ) -> __m256i {
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
             let (mag, signs, scale) = parts(x, ib);
             let sy = _mm256_sign_epi8(load32(q8.add(32 * ib)), signs);
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), _mm256_set1_epi16(scale));
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), scale);
             sumi = _mm256_add_epi32(sumi, p);
         }
         sumi
@@ -1163,13 +1168,61 @@ pub(super) mod x86 {
     pub(in crate::handwritten) unsafe fn iq2_xxs_parts(
         x: *const u8,
         ib: usize,
-    ) -> (__m256i, __m256i, i16) {
+    ) -> (__m256i, __m256i, __m256i) {
         let q = x.add(2 + 8 * ib);
         let aux = u32_at(q.add(4));
         let g = |k: usize| IQ2XXS_GRID[*q.add(k) as usize] as i64;
         let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
-        (mag, sign_bytes(aux), (2 * (aux >> 28) + 1) as i16)
+        (
+            mag,
+            sign_bytes(aux),
+            _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+        )
     }
+
+    /// 32-value block `ib` of an IQ2_XS block at `x`: the `iq2xs_grid` magnitudes of its
+    /// four u16 (`q & 511`), the sign operand (`ksigns_iq2xs[q >> 9]` per 8 values) and the
+    /// multipliers `2 ls + 1` of its first 16 values (i16 lanes 0..8) and last 16 (8..16).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_XS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_xs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let q = x.add(2 + 8 * ib);
+        let u = |k: usize| u16::from_le_bytes([*q.add(2 * k), *q.add(2 * k + 1)]) as usize;
+        let g = |k: usize| IQ2XS_GRID[u(k) & 511] as i64;
+        let s = |k: usize| SIGNS64[u(k) >> 9] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        let signs = _mm256_setr_epi64x(s(0), s(1), s(2), s(3));
+        let sc = *x.add(66 + ib);
+        let lo = _mm_set1_epi16(2 * (sc & 0x0f) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * (sc >> 4) as i16 + 1);
+        (mag, signs, _mm256_set_m128i(hi, lo))
+    }
+
+    /// `ggml_vec_dot_iq2_xs_q8_K` (AVX2): [`grid_lanes`] per super-block (each 16 values
+    /// their own scale), `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_XS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_XS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_XS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_xs_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
+    /// Bytes of a `block_iq2_xs`: f16 `d`, `qs[32]` (u16), `scales[8]`.
+    const IQ2_XS_BYTES: usize = 2 + 64 + 8;
 
     /// `ggml_vec_dot_iq2_xxs_q8_K` (AVX2): [`grid_lanes`] per super-block,
     /// `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)` at the end.
@@ -1378,7 +1431,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 15] = [
+    const TYPES: [(GgmlType, &[usize]); 16] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1394,6 +1447,7 @@ mod tests {
         (GgmlType::IQ3_XXS, &[0]),
         (GgmlType::IQ3_S, &[0]),
         (GgmlType::IQ2_XXS, &[0]),
+        (GgmlType::IQ2_XS, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

@@ -59,6 +59,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -88,6 +89,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -100,7 +102,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::handwritten::qdot::x86::{iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts};
+    use crate::handwritten::qdot::x86::{iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts};
     use ir::ggml::KVALUES_IQ4NL;
 
     /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs` @4, 16 × i16 `bsums` @260.
@@ -123,6 +125,8 @@ mod x86 {
     const IQ3_XXS_BYTES: usize = 98;
     /// `block_iq2_xxs`: f16 `d` @0, `qs[64]` @2.
     const IQ2_XXS_BYTES: usize = 66;
+    /// `block_iq2_xs`: f16 `d` @0, `qs[32]` (u16) @2, `scales[8]` @66.
+    const IQ2_XS_BYTES: usize = 74;
     /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
     const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
@@ -458,6 +462,7 @@ mod x86 {
     entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
     entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
     entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
+    entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -789,7 +794,7 @@ mod x86 {
         a: &[&[u8]; C],
         block_bytes: usize,
         d_scale: f32,
-        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, i16),
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
     ) -> [f32; C] {
         let nb = blocks(w, block_bytes, a, Q8_K_BYTES);
         let bias = _mm256_set1_epi8(-128);
@@ -803,7 +808,7 @@ mod x86 {
             for b in 0..8 {
                 let (mag, signs, scale) = parts(x, b);
                 v[b] = _mm256_sign_epi8(mag, signs);
-                s[b] = _mm256_set1_epi16(scale);
+                s[b] = scale;
                 let wsum = _mm256_maddubs_epi16(ones, v[b]);
                 corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
             }
@@ -841,6 +846,15 @@ mod x86 {
     #[inline(always)]
     unsafe fn iq2_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, iq2_xxs_parts)
+    }
+
+    /// IQ2_XS in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_XS blocks.
+    #[inline(always)]
+    unsafe fn iq2_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_XS_BYTES, 0.125, iq2_xs_parts)
     }
 
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
@@ -911,7 +925,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 10] = [
+    const TYPES: [GgmlType; 11] = [
+        GgmlType::IQ2_XS,
         GgmlType::IQ2_XXS,
         GgmlType::IQ3_XXS,
         GgmlType::IQ3_S,

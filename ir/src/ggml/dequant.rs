@@ -9,7 +9,7 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
-use super::grids::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -20,7 +20,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -66,6 +66,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::TQ1_0 => blocks.zip(outs).for_each(|(b, y)| tq1_0(b, y)),
         GgmlType::IQ3_XXS => blocks.zip(outs).for_each(|(b, y)| iq3_xxs(b, y)),
         GgmlType::IQ2_XXS => blocks.zip(outs).for_each(|(b, y)| iq2_xxs(b, y)),
+        GgmlType::IQ2_XS => blocks.zip(outs).for_each(|(b, y)| iq2_xs(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
@@ -365,15 +366,16 @@ fn tq2_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// An IQ2_XXS / IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
-/// negative, and the eight 4-bit scales `ls` (one per 32 values).
+/// An IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
+/// negative, and the 4-bit scales `ls`.
 pub(super) struct GridValues {
     /// `iq3xxs_grid[qs[v / 4]]` byte `v % 4`.
     pub mag: [u8; QK_K],
     /// Bit `v % 8` of `ksigns_iq2xs[sign index of v / 8]`.
     pub neg: [bool; QK_K],
-    /// `aux32 >> 28` of each 32 values.
-    pub ls: [u8; 8],
+    /// The 4-bit scale `ls` of each 16 values (IQ2_XS has one per 16; the others one per
+    /// 32, stored twice).
+    pub ls: [u8; 16],
 }
 
 /// Unpacks an IQ3_XXS block: `d` @0, grid indices `qs[64]` @2, `scales_and_signs` (eight
@@ -382,7 +384,7 @@ pub(super) fn iq3_xxs_unpack(b: &[u8]) -> GridValues {
     let mut out = GridValues {
         mag: [0; QK_K],
         neg: [false; QK_K],
-        ls: [0; 8],
+        ls: [0; 16],
     };
     for ib in 0..8 {
         let aux = u32::from_le_bytes([
@@ -391,7 +393,8 @@ pub(super) fn iq3_xxs_unpack(b: &[u8]) -> GridValues {
             b[68 + 4 * ib],
             b[69 + 4 * ib],
         ]);
-        out.ls[ib] = (aux >> 28) as u8;
+        out.ls[2 * ib] = (aux >> 28) as u8;
+        out.ls[2 * ib + 1] = out.ls[2 * ib];
         for l in 0..4 {
             let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
             for h in 0..2 {
@@ -413,7 +416,7 @@ fn iq3_xxs(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let u = iq3_xxs_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
-        let db = d * (0.5 + u.ls[v / 32] as f32) * 0.5;
+        let db = d * (0.5 + u.ls[v / 16] as f32) * 0.5;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
     }
@@ -428,10 +431,11 @@ pub(super) fn iq3_s_unpack(b: &[u8]) -> GridValues {
     let mut out = GridValues {
         mag: [0; QK_K],
         neg: [false; QK_K],
-        ls: [0; 8],
+        ls: [0; 16],
     };
     for ib in 0..8 {
-        out.ls[ib] = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        out.ls[2 * ib] = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        out.ls[2 * ib + 1] = out.ls[2 * ib];
         let qh = b[66 + ib] as usize;
         for k in 0..8 {
             let index = b[2 + 8 * ib + k] as usize | (((qh >> k) & 1) << 8);
@@ -452,7 +456,7 @@ fn iq3_s(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let u = iq3_s_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
-        let db = d * (1 + 2 * u.ls[v / 32] as i32) as f32;
+        let db = d * (1 + 2 * u.ls[v / 16] as i32) as f32;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
     }
@@ -465,12 +469,13 @@ pub(super) fn iq2_xxs_unpack(b: &[u8]) -> GridValues {
     let mut out = GridValues {
         mag: [0; QK_K],
         neg: [false; QK_K],
-        ls: [0; 8],
+        ls: [0; 16],
     };
     for ib in 0..8 {
         let q = &b[2 + 8 * ib..10 + 8 * ib];
         let aux = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
-        out.ls[ib] = (aux >> 28) as u8;
+        out.ls[2 * ib] = (aux >> 28) as u8;
+        out.ls[2 * ib + 1] = out.ls[2 * ib];
         for l in 0..4 {
             let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
             let g = IQ2XXS_GRID[q[l] as usize].to_le_bytes();
@@ -490,7 +495,45 @@ fn iq2_xxs(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let u = iq2_xxs_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
-        let db = d * (0.5 + u.ls[v / 32] as f32) * 0.25;
+        let db = d * (0.5 + u.ls[v / 16] as f32) * 0.25;
+        let m = db * u.mag[v] as f32;
+        *o = if u.neg[v] { -m } else { m };
+    }
+}
+
+/// Unpacks an IQ2_XS block: `d` @0, `qs[32]` (u16) @2, each the `iq2xs_grid` index (bits
+/// 0..9) and the `ksigns_iq2xs` index (bits 9..16) of 8 values, `scales[8]` @66, the 4-bit
+/// `ls` of values `32 ib .. 32 ib + 16` in the low nibble of byte `ib`, of the next 16 in the
+/// high nibble (`dequantize_row_iq2_xs`).
+pub(super) fn iq2_xs_unpack(b: &[u8]) -> GridValues {
+    let mut out = GridValues {
+        mag: [0; QK_K],
+        neg: [false; QK_K],
+        ls: [0; 16],
+    };
+    for ib in 0..8 {
+        out.ls[2 * ib] = b[66 + ib] & 0x0f;
+        out.ls[2 * ib + 1] = b[66 + ib] >> 4;
+    }
+    for k in 0..32 {
+        let q = u16_at(b, 2 + 2 * k) as usize;
+        let signs = KSIGNS_IQ2XS[q >> 9];
+        let g = IQ2XS_GRID[q & 511].to_le_bytes();
+        for j in 0..8 {
+            out.mag[8 * k + j] = g[j];
+            out.neg[8 * k + j] = signs & (1 << j) != 0;
+        }
+    }
+    out
+}
+
+/// IQ2_XS (`dequantize_row_iq2_xs`): per 16 values `db = (d * (0.5 + ls)) * 0.25`, then
+/// `y = (db * grid) * (±1)`.
+fn iq2_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq2_xs_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let db = d * (0.5 + u.ls[v / 16] as f32) * 0.25;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
     }

@@ -534,7 +534,8 @@ pub(super) fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
 /// `vec_dot` kernels build them: per 32-value block the grid magnitudes (unsigned bytes, at
 /// most 62) times the Q8_K bytes with the block's signs applied to the activation
 /// (`_mm256_sign_epi8` in IQ3_XXS, `(y ^ s) - s` in IQ3_S: both leave `-(-128)` at `-128`)
-/// by `maddubs`, times `2 ls + 1` by `madd`; value `v` in lane `(v % 32) / 4` (the kernels'
+/// by `maddubs`, times `2 ls + 1` by `madd` (IQ2_XS: the scale of values 0..16 of the block in
+/// i16 lanes 0..8, of 16..32 in 8..16); value `v` in lane `(v % 32) / 4` (the kernels'
 /// even and odd blocks in two sets that are added, which is exact).
 fn grid_lanes(u: &super::dequant::GridValues, y: &[u8]) -> [i32; 8] {
     let mut lanes = [0i32; 8];
@@ -548,8 +549,9 @@ fn grid_lanes(u: &super::dequant::GridValues, y: &[u8]) -> [i32; 8] {
                 v
             }
         });
-        let scale = 2 * u.ls[ib] as i16 + 1;
-        add_i32(&mut lanes, &madd(&maddubs(&mag, &sy), &[scale; 16]));
+        let lo = 2 * u.ls[2 * ib] as i16 + 1;
+        let hi = 2 * u.ls[2 * ib + 1] as i16 + 1;
+        add_i32(&mut lanes, &madd_halves(&maddubs(&mag, &sy), lo, hi));
     }
     lanes
 }
@@ -559,13 +561,13 @@ fn grid_lanes(u: &super::dequant::GridValues, y: &[u8]) -> [i32; 8] {
 /// again in integers, so a `-128` activation counts as itself).
 fn grid_tiled_s1(u: &super::dequant::GridValues, y: &[u8]) -> i32 {
     let mut s1 = 0i32;
-    for ib in 0..8 {
+    for h in 0..16 {
         let mut sumi = 0i32;
-        for v in 32 * ib..32 * ib + 32 {
+        for v in 16 * h..16 * h + 16 {
             let p = u.mag[v] as i32 * (y[4 + v] as i8 as i32);
             sumi += if u.neg[v] { -p } else { p };
         }
-        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[h] as i32 + 1));
     }
     s1
 }
@@ -619,6 +621,32 @@ pub(super) fn tiled_iq2_xxs(x: &[u8], y: &[u8]) -> TiledBlock {
         d: f16_at(x, 0) * 0.125,
         dmin: 0.0,
         s1: grid_tiled_s1(&super::dequant::iq2_xxs_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq2_xs_q8_K` (AVX2): as [`iq2_xxs_q8_k`] (its sign bytes completed by
+/// parity are `ksigns_iq2xs`; its scale shuffle gives each 16 values their own scale).
+pub(super) fn iq2_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(74).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq2_xs_unpack(x), y),
+        );
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// One IQ2_XS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq2_xs`,
+/// 16-value sub-blocks): `d · 0.125` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq2_xs(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq2_xs_unpack(x), y),
         s2: None,
     }
 }

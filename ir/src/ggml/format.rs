@@ -73,7 +73,8 @@ pub enum SubScalePacking {
     High2,
     /// IQ4_XS `scales_l[4]`: the low 4 bits of the 6-bit scale of each 32 values.
     Low4,
-    /// IQ3_S `scales[4]`: the 4-bit scale of each 32 values, two a byte, low nibble first.
+    /// IQ3_S `scales[4]` / IQ2_XS `scales[8]`: the 4-bit scale of each 32 (IQ3_S) or 16
+    /// (IQ2_XS) values, two a byte, low nibble first.
     Nibbles,
 }
 
@@ -120,6 +121,9 @@ pub enum FieldKind {
     /// [`super::grids::IQ2XXS_GRID`] indices then a u32 laid out as
     /// [`FieldKind::ScalesAndSigns`] (the values' scale is `d * (0.5 + ls) * 0.25`).
     GridIndexScalesSigns,
+    /// IQ2_XS `qs` (u16 each): a 9-bit [`super::grids::IQ2XS_GRID`] index (bits 0..9) and a
+    /// 7-bit [`super::grids::KSIGNS_IQ2XS`] index (bits 9..16), for 8 values each.
+    GridIndexSigns,
     /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`).
     SignBits,
     /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
@@ -381,7 +385,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 22] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 23] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -426,6 +426,25 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 22] = [
         decode: Decode::Routine,
         formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.25) * iq2xxs_grid[index(i/8)][i%8] * sign(i) \
                   (dequantize_row_iq2_xxs)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ2_XS,
+        block_size: QK_K,
+        type_size: 74,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndexSigns),
+            field!(
+                "scales",
+                66,
+                8,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula:
+            "y[i] = ((d * (0.5 + ls(i/16))) * 0.25) * iq2xs_grid[qs[i/8] & 511][i%8] * sign(i) \
+                  (dequantize_row_iq2_xs)",
     },
     BlockFormat {
         ty: GgmlType::IQ3_XXS,
