@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 23] = [
+const DESCRIBED: [GgmlType; 24] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -60,6 +60,7 @@ const DESCRIBED: [GgmlType; 23] = [
     GgmlType::IQ3_S,
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -587,6 +588,7 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ3_S, Q8_K),
         (IQ2_XXS, Q8_K),
         (IQ2_XS, Q8_K),
+        (IQ2_S, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

@@ -123,7 +123,9 @@ fn second_list_types_match_llama_cpp_bit_for_bit() {
     for (t, counts) in &seen {
         assert!(counts.iter().all(|&c| c > 0), "{t}: {counts:?}");
     }
-    for t in ["TQ1_0", "TQ2_0", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS"] {
+    for t in [
+        "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+    ] {
         assert!(seen.contains_key(t), "{t} missing");
     }
 }

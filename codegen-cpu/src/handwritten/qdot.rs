@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS and IQ2_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS and IQ2_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -45,6 +45,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
             _ => None,
         };
     }
@@ -109,7 +110,9 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
-    use ir::ggml::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+    use ir::ggml::grids::{
+        IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    };
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1221,6 +1224,53 @@ pub(super) mod x86 {
         0.125 * hsum(acc)
     }
 
+    /// 32-value block `ib` of an IQ2_S block at `x`: the `iq2s_grid` magnitudes (indices
+    /// `qs[4 ib + l] | (bits 2l..2l+2 of qh[ib]) << 8`), the sign operand (bit `j` of sign
+    /// byte `qs[32 + 4 ib + l]` for value `8l + j`) and the per-16 multipliers `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let qs = x.add(2 + 4 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g = |l: usize| IQ2S_GRID[*qs.add(l) as usize | ((qh >> (2 * l)) & 3) << 8] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        let signs = _mm256_or_si256(
+            bytes_from_bits(u32_at(x.add(34 + 4 * ib))),
+            _mm256_set1_epi8(1),
+        );
+        let sc = *x.add(74 + ib);
+        let lo = _mm_set1_epi16(2 * (sc & 0x0f) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * (sc >> 4) as i16 + 1);
+        (mag, signs, _mm256_set_m128i(hi, lo))
+    }
+
+    /// Bytes of a `block_iq2_s`: f16 `d`, `qs[64]` (indices, then signs), `qh[8]`,
+    /// `scales[8]`.
+    const IQ2_S_BYTES: usize = 2 + 64 + 8 + 8;
+
+    /// `ggml_vec_dot_iq2_s_q8_K` (AVX2): [`grid_lanes`] per super-block (each 16 values
+    /// their own scale), `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_s_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
     /// Bytes of a `block_iq2_xs`: f16 `d`, `qs[32]` (u16), `scales[8]`.
     const IQ2_XS_BYTES: usize = 2 + 64 + 8;
 
@@ -1431,7 +1481,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 16] = [
+    const TYPES: [(GgmlType, &[usize]); 17] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1448,6 +1498,7 @@ mod tests {
         (GgmlType::IQ3_S, &[0]),
         (GgmlType::IQ2_XXS, &[0]),
         (GgmlType::IQ2_XS, &[0]),
+        (GgmlType::IQ2_S, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

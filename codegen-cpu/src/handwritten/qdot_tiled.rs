@@ -60,6 +60,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -90,6 +91,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -102,7 +104,9 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::handwritten::qdot::x86::{iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts};
+    use crate::handwritten::qdot::x86::{
+        iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts,
+    };
     use ir::ggml::KVALUES_IQ4NL;
 
     /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs` @4, 16 × i16 `bsums` @260.
@@ -127,6 +131,9 @@ mod x86 {
     const IQ2_XXS_BYTES: usize = 66;
     /// `block_iq2_xs`: f16 `d` @0, `qs[32]` (u16) @2, `scales[8]` @66.
     const IQ2_XS_BYTES: usize = 74;
+    /// `block_iq2_s`: f16 `d` @0, `qs[64]` @2 (indices, then signs), `qh[8]` @66,
+    /// `scales[8]` @74.
+    const IQ2_S_BYTES: usize = 82;
     /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
     const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
@@ -463,6 +470,7 @@ mod x86 {
     entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
     entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
     entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
+    entry_points!(iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -857,6 +865,15 @@ mod x86 {
         grid_tiled(w, a, IQ2_XS_BYTES, 0.125, iq2_xs_parts)
     }
 
+    /// IQ2_S in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_S blocks.
+    #[inline(always)]
+    unsafe fn iq2_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_S_BYTES, 0.125, iq2_s_parts)
+    }
+
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
     ///
     /// # Safety
@@ -925,7 +942,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 11] = [
+    const TYPES: [GgmlType; 12] = [
+        GgmlType::IQ2_S,
         GgmlType::IQ2_XS,
         GgmlType::IQ2_XXS,
         GgmlType::IQ3_XXS,

@@ -9,7 +9,7 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
-use super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -20,7 +20,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -67,6 +67,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ3_XXS => blocks.zip(outs).for_each(|(b, y)| iq3_xxs(b, y)),
         GgmlType::IQ2_XXS => blocks.zip(outs).for_each(|(b, y)| iq2_xxs(b, y)),
         GgmlType::IQ2_XS => blocks.zip(outs).for_each(|(b, y)| iq2_xs(b, y)),
+        GgmlType::IQ2_S => blocks.zip(outs).for_each(|(b, y)| iq2_s(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
@@ -366,7 +367,7 @@ fn tq2_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// An IQ2_XXS / IQ2_XS / IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
+/// An IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S super-block unpacked: per value the grid magnitude and whether it is
 /// negative, and the 4-bit scales `ls`.
 pub(super) struct GridValues {
     /// `iq3xxs_grid[qs[v / 4]]` byte `v % 4`.
@@ -532,6 +533,46 @@ pub(super) fn iq2_xs_unpack(b: &[u8]) -> GridValues {
 fn iq2_xs(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let u = iq2_xs_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let db = d * (0.5 + u.ls[v / 16] as f32) * 0.25;
+        let m = db * u.mag[v] as f32;
+        *o = if u.neg[v] { -m } else { m };
+    }
+}
+
+/// Unpacks an IQ2_S block: `d` @0, `qs[64]` @2 (bytes 0..32 the low 8 bits of the 32
+/// `iq2s_grid` indices, bytes 32..64 one sign byte per 8 values, bit `j` for value `j`),
+/// `qh[8]` @66 (bits `2l..2l + 2` of `qh[ib]` are bits 8..10 of index `4 ib + l`),
+/// `scales[8]` @74 (as IQ2_XS) (`dequantize_row_iq2_s`).
+pub(super) fn iq2_s_unpack(b: &[u8]) -> GridValues {
+    let mut out = GridValues {
+        mag: [0; QK_K],
+        neg: [false; QK_K],
+        ls: [0; 16],
+    };
+    for ib in 0..8 {
+        out.ls[2 * ib] = b[74 + ib] & 0x0f;
+        out.ls[2 * ib + 1] = b[74 + ib] >> 4;
+        let qh = b[66 + ib] as usize;
+        for l in 0..4 {
+            let k = 4 * ib + l;
+            let index = b[2 + k] as usize | ((qh >> (2 * l)) & 3) << 8;
+            let g = IQ2S_GRID[index].to_le_bytes();
+            let signs = b[34 + k];
+            for j in 0..8 {
+                out.mag[8 * k + j] = g[j];
+                out.neg[8 * k + j] = signs & (1 << j) != 0;
+            }
+        }
+    }
+    out
+}
+
+/// IQ2_S (`dequantize_row_iq2_s`): per 16 values `db = (d * (0.5 + ls)) * 0.25`, then
+/// `y = (db * grid) * (±1)`.
+fn iq2_s(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq2_s_unpack(b);
     for (v, o) in y.iter_mut().enumerate() {
         let db = d * (0.5 + u.ls[v / 16] as f32) * 0.25;
         let m = db * u.mag[v] as f32;

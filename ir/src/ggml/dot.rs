@@ -21,8 +21,8 @@
 //! - IQ4_XS: per 32 values `sum += (dx * dy * (ls - 32)) * sumi`.
 //! - IQ3_XXS: per super-block `sum += d * bsum` (`d = dx * dy`, `bsum` the exact sum of
 //!   `(2 * ls + 1) * sumi` over its 32-value blocks), then `0.25 * sum`.
-//! - IQ3_S: as IQ3_XXS without the final `0.25`; IQ2_XXS, IQ2_XS: with `0.125` instead
-//!   (IQ2_XS scales cover 16 values).
+//! - IQ3_S: as IQ3_XXS without the final `0.25`; IQ2_XXS, IQ2_XS, IQ2_S: with `0.125`
+//!   instead (IQ2_XS / IQ2_S scales cover 16 values).
 //! - TQ1_0: per super-block `sum += sumi * (dx * dy)`; TQ2_0: `sum += sumi * (dy * dx)`
 //!   (`sumi` the exact i32 sum of `(digit - 1) * y`).
 //! - F32, F16, BF16: each product in f32, summed in f64, rounded to f32 at the end.
@@ -46,7 +46,7 @@ use super::{GgmlType, QK_K};
 /// CPU dot product here.
 ///
 /// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
-/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
+/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match t {
@@ -56,7 +56,7 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 | IQ3_XXS | IQ3_S | IQ2_XXS
-        | IQ2_XS => Q8_K,
+        | IQ2_XS | IQ2_S => Q8_K,
         _ => return None,
     })
 }
@@ -103,6 +103,7 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::IQ3_S => iq3_s_q8_k(w, a),
         GgmlType::IQ2_XXS => iq2_xxs_q8_k(w, a),
         GgmlType::IQ2_XS => iq2_xs_q8_k(w, a),
+        GgmlType::IQ2_S => iq2_s_q8_k(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -249,8 +250,8 @@ pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32
 /// `mul_mat` (`ggml_compute_forward_mul_mat`, AVX2 build with llamafile on) for a product
 /// with `n_cols` activation columns (`ne[1]` of the activations):
 ///
-/// - from 8 columns on, for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS and
-///   IQ2_XS, ggml-cpu's tiled
+/// - from 8 columns on, for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS,
+///   IQ2_XS and IQ2_S, ggml-cpu's tiled
 ///   K-quant kernel (ggml-cpu/tiled, on unless `GGML_CPU_TILED_MM=0`): per super-block an
 ///   exact integer dot product, scaled by the weight's `d` (and its mins subtracted with
 ///   `dmin`, fused), then fused into the output with the activation's `d`;
@@ -288,6 +289,7 @@ pub fn vec_dot_avx2_mul_mat(
             GgmlType::IQ3_S => Some(dot_x86::tiled_iq3_s as dot_x86::TiledFn),
             GgmlType::IQ2_XXS => Some(dot_x86::tiled_iq2_xxs as dot_x86::TiledFn),
             GgmlType::IQ2_XS => Some(dot_x86::tiled_iq2_xs as dot_x86::TiledFn),
+            GgmlType::IQ2_S => Some(dot_x86::tiled_iq2_s as dot_x86::TiledFn),
             _ => None,
         };
         if let Some(block) = tiled {
@@ -314,8 +316,8 @@ pub enum X86MulMatKernel {
     /// llamafile's tinyBLAS with quantized activations (Q4_0, Q5_0, Q8_0, IQ4_NL from two
     /// columns; the same numbers as `vec_dot` except for IQ4_NL).
     TinyBlas,
-    /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS
-    /// from eight columns).
+    /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
+    /// IQ2_S from eight columns).
     Tiled,
 }
 
@@ -324,7 +326,7 @@ pub enum X86MulMatKernel {
 pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
     use GgmlType::*;
     match wtype {
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS | IQ2_S
             if n_cols >= 8 =>
         {
             X86MulMatKernel::Tiled
@@ -355,6 +357,7 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ3_S => dot_x86::iq3_s_q8_k,
         GgmlType::IQ2_XXS => dot_x86::iq2_xxs_q8_k,
         GgmlType::IQ2_XS => dot_x86::iq2_xs_q8_k,
+        GgmlType::IQ2_S => dot_x86::iq2_s_q8_k,
         _ => return None,
     })
 }
@@ -846,6 +849,17 @@ fn iq2_xs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
     for (x, y) in w.zip(a.chunks_exact(292)) {
         let d = f16_at(x, 0) * f32_at(y, 0);
         let u = super::dequant::iq2_xs_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ2_S · Q8_K (`ggml_vec_dot_iq2_s_q8_K_generic`): as IQ2_XS.
+fn iq2_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq2_s_unpack(x);
         sumf += d * grid_bsum(&u, y) as f32;
     }
     0.125 * sumf

@@ -651,6 +651,32 @@ pub(super) fn tiled_iq2_xs(x: &[u8], y: &[u8]) -> TiledBlock {
     }
 }
 
+/// `ggml_vec_dot_iq2_s_q8_K` (AVX2): as [`iq2_xs_q8_k`] (IQ2_S's sign bytes are stored
+/// whole; its scale shuffle also gives each 16 values their own scale).
+pub(super) fn iq2_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(82).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq2_s_unpack(x), y),
+        );
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// One IQ2_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq2_s`,
+/// 16-value sub-blocks): `d · 0.125` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq2_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq2_s_unpack(x), y),
+        s2: None,
+    }
+}
+
 /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
 /// `acc = fma(dx · dy, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
 pub(super) fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {

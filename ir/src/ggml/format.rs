@@ -106,7 +106,8 @@ pub enum FieldKind {
     /// Q8_K `bsums`: i16 sum of the quants of each 16 values.
     BlockSums,
     /// Indices into a lattice grid ([`super::grids`]), `bits` of each index stored here (the
-    /// low 8 bits, or the high bits kept apart: IQ3_S `qh` holds bit 8), each index
+    /// low 8 bits, or the high bits kept apart: IQ3_S `qh` holds bit 8, IQ2_S `qh` bits 8 and
+    /// 9), each index
     /// selecting the magnitudes of 4 or 8 values.
     GridIndex {
         /// Bits of each index stored in this field.
@@ -124,7 +125,8 @@ pub enum FieldKind {
     /// IQ2_XS `qs` (u16 each): a 9-bit [`super::grids::IQ2XS_GRID`] index (bits 0..9) and a
     /// 7-bit [`super::grids::KSIGNS_IQ2XS`] index (bits 9..16), for 8 values each.
     GridIndexSigns,
-    /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`).
+    /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`; IQ2_S: the
+    /// second half of `qs`).
     SignBits,
     /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
     /// `qh`: 4). Digit `n` of byte `q` is `((q * 3^n mod 256) * 3) >> 8`, as ggml's
@@ -385,7 +387,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 23] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 24] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -498,6 +498,26 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 23] = [
         formula:
             "y[i] = (d * (1 + 2 * ls(i/32))) * iq3s_grid[qs[i/4] | qh bit << 8][i%4] * sign(i) \
                   (dequantize_row_iq3_s)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ2_S,
+        block_size: QK_K,
+        type_size: 82,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("signs", 34, 32, FieldKind::SignBits),
+            field!("qh", 66, 8, FieldKind::GridIndex { bits: 2 }),
+            field!(
+                "scales",
+                74,
+                8,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/16))) * 0.25) * iq2s_grid[qs[i/8] | qh bits << 8][i%8] * sign(i) \
+                  (dequantize_row_iq2_s; ggml's struct has signs as the second half of qs)",
     },
     BlockFormat {
         ty: GgmlType::IQ4_XS,
