@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 24] = [
+const DESCRIBED: [GgmlType; 25] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -61,6 +61,7 @@ const DESCRIBED: [GgmlType; 24] = [
     GgmlType::IQ2_XXS,
     GgmlType::IQ2_XS,
     GgmlType::IQ2_S,
+    GgmlType::IQ1_S,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -250,7 +251,8 @@ fn descriptions_are_consistent_with_the_type_table() {
                 | FieldKind::ScalesAndSigns
                 | FieldKind::SignBits
                 | FieldKind::GridIndexScalesSigns
-                | FieldKind::GridIndexSigns => {}
+                | FieldKind::GridIndexSigns
+                | FieldKind::GridHighScaleDelta => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -589,6 +591,7 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ2_XXS, Q8_K),
         (IQ2_XS, Q8_K),
         (IQ2_S, Q8_K),
+        (IQ1_S, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");

@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS and IQ2_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -46,6 +46,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
             _ => None,
         };
     }
@@ -111,7 +112,7 @@ pub(super) mod x86 {
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
     use ir::ggml::grids::{
-        IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+        IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
     };
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
@@ -1271,6 +1272,82 @@ pub(super) mod x86 {
         0.125 * hsum(acc)
     }
 
+    /// Bytes of a `block_iq1_s`: f16 `d`, `qs[32]`, `qh[8]` (u16).
+    const IQ1_S_BYTES: usize = 2 + 32 + 16;
+
+    /// The `iq1s_grid` values (-1, 0, 1 as bytes) of 32-value block `ib` of an IQ1_S block
+    /// at `x` (indices `qs[4 ib + l] | (bits 3l..3l+3 of qh[ib]) << 8`), and `qh[ib]`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_S block, `ib < 8`.
+    #[inline(always)]
+    unsafe fn iq1_s_grid(x: *const u8, ib: usize) -> (__m256i, u32) {
+        let qs = x.add(2 + 4 * ib);
+        let qh = u16::from_le_bytes([*x.add(34 + 2 * ib), *x.add(35 + 2 * ib)]) as usize;
+        let g = |l: usize| IQ1S_GRID[*qs.add(l) as usize | ((qh >> (3 * l)) & 7) << 8] as i64;
+        (_mm256_setr_epi64x(g(0), g(1), g(2), g(3)), qh as u32)
+    }
+
+    /// 32-value block `ib` of an IQ1_S block at `x` as the tiled kernel codes it: the weights
+    /// `8 · grid + delta` (delta `-1` where bit 15 of `qh[ib]` is set, else `1`), a sign
+    /// operand of ones, and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let (g, qh) = iq1_s_grid(x, ib);
+        let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+        let w = _mm256_add_epi8(
+            _mm256_sign_epi8(_mm256_set1_epi8(8), g),
+            _mm256_set1_epi8(delta),
+        );
+        let ls = (2 * ((qh >> 12) & 7) + 1) as i16;
+        (w, _mm256_set1_epi8(1), _mm256_set1_epi16(ls))
+    }
+
+    /// `ggml_vec_dot_iq1_s_q8_K` (AVX2). Per 32-value block the grid values times the Q8_K
+    /// bytes by the sign trick, times `2 ls + 1` (`madd`), into 8 i32 lanes; apart, the exact
+    /// `sumi1 = Σ (2 ls + 1) · (±1) · (bsums[2 ib] + bsums[2 ib + 1])`. Per super-block
+    /// `d = d_y·d_x`, `acc = fma(d, f32(lane), acc)`, `acc1 = fma(d, f32(sumi1), acc1)`; at the
+    /// end `hsum_float_8(acc) + 0.125 · acc1`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ1_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq1_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ1_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        let mut acc1 = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ1_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let mut sumi = _mm256_setzero_si256();
+            let mut sumi1 = 0i32;
+            for ib in 0..8 {
+                let (g, qh) = iq1_s_grid(x, ib);
+                let ls = (2 * ((qh >> 12) & 7) + 1) as i16;
+                let p = _mm256_madd_epi16(
+                    maddubs_signed(g, load32(y.add(4 + 32 * ib))),
+                    _mm256_set1_epi16(ls),
+                );
+                sumi = _mm256_add_epi32(sumi, p);
+                let bs = |j: usize| {
+                    i16::from_le_bytes([*y.add(260 + 2 * j), *y.add(261 + 2 * j)]) as i32
+                };
+                let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+                sumi1 += (bs(2 * ib) + bs(2 * ib + 1)) * delta * ls as i32;
+            }
+            let d = f32_at(y) * f16_at(x);
+            acc = fma_lanes(d, sumi, acc);
+            acc1 = d.mul_add(sumi1 as f32, acc1);
+        }
+        hsum(acc) + 0.125 * acc1
+    }
+
     /// Bytes of a `block_iq2_xs`: f16 `d`, `qs[32]` (u16), `scales[8]`.
     const IQ2_XS_BYTES: usize = 2 + 64 + 8;
 
@@ -1481,7 +1558,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 17] = [
+    const TYPES: [(GgmlType, &[usize]); 18] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1499,6 +1576,7 @@ mod tests {
         (GgmlType::IQ2_XXS, &[0]),
         (GgmlType::IQ2_XS, &[0]),
         (GgmlType::IQ2_S, &[0]),
+        (GgmlType::IQ1_S, &[0]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.

@@ -61,6 +61,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -92,6 +93,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled4),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -105,7 +107,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use crate::handwritten::qdot::x86::{
-        iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts,
+        iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts,
     };
     use ir::ggml::KVALUES_IQ4NL;
 
@@ -134,6 +136,8 @@ mod x86 {
     /// `block_iq2_s`: f16 `d` @0, `qs[64]` @2 (indices, then signs), `qh[8]` @66,
     /// `scales[8]` @74.
     const IQ2_S_BYTES: usize = 82;
+    /// `block_iq1_s`: f16 `d` @0, `qs[32]` @2, `qh[8]` (u16) @34.
+    const IQ1_S_BYTES: usize = 50;
     /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
     const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
@@ -471,6 +475,7 @@ mod x86 {
     entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
     entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
     entry_points!(iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled);
+    entry_points!(iq1_s_q8_k_tiled, iq1_s_q8_k_tiled4, iq1_s_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -874,6 +879,16 @@ mod x86 {
         grid_tiled(w, a, IQ2_S_BYTES, 0.125, iq2_s_parts)
     }
 
+    /// IQ1_S in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
+    /// with `d · 0.125`).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ1_S blocks.
+    #[inline(always)]
+    unsafe fn iq1_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ1_S_BYTES, 0.125, iq1_s_parts)
+    }
+
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
     ///
     /// # Safety
@@ -942,7 +957,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 12] = [
+    const TYPES: [GgmlType; 13] = [
+        GgmlType::IQ1_S,
         GgmlType::IQ2_S,
         GgmlType::IQ2_XS,
         GgmlType::IQ2_XXS,

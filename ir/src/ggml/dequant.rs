@@ -9,7 +9,9 @@
 
 use super::error::{check_lengths, BlockDataError};
 use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
-use super::grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
 
@@ -20,7 +22,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -68,6 +70,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ2_XXS => blocks.zip(outs).for_each(|(b, y)| iq2_xxs(b, y)),
         GgmlType::IQ2_XS => blocks.zip(outs).for_each(|(b, y)| iq2_xs(b, y)),
         GgmlType::IQ2_S => blocks.zip(outs).for_each(|(b, y)| iq2_s(b, y)),
+        GgmlType::IQ1_S => blocks.zip(outs).for_each(|(b, y)| iq1_s(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
@@ -577,5 +580,53 @@ fn iq2_s(b: &[u8], y: &mut [f32]) {
         let db = d * (0.5 + u.ls[v / 16] as f32) * 0.25;
         let m = db * u.mag[v] as f32;
         *o = if u.neg[v] { -m } else { m };
+    }
+}
+
+/// An IQ1_S super-block unpacked: the `iq1s_grid` values (-1, 0, 1) of every value, and per
+/// 32 values the 3-bit scale `ls` and whether the delta is negative.
+pub(super) struct Iq1s {
+    /// Grid value of each value.
+    pub grid: [i8; QK_K],
+    /// `(qh[ib] >> 12) & 7`.
+    pub ls: [u8; 8],
+    /// Bit 15 of `qh[ib]`: the delta is `-IQ1S_DELTA` (else `+IQ1S_DELTA`).
+    pub delta_neg: [bool; 8],
+}
+
+/// Unpacks an IQ1_S block: `d` @0, `qs[32]` @2 (low 8 bits of the 11-bit grid indices),
+/// `qh[8]` (u16) @34: bits `3l..3l + 3` the high bits of index `4 ib + l`, bits 12..15 the
+/// scale, bit 15 the delta's sign (`dequantize_row_iq1_s`).
+pub(super) fn iq1_s_unpack(b: &[u8]) -> Iq1s {
+    let mut out = Iq1s {
+        grid: [0; QK_K],
+        ls: [0; 8],
+        delta_neg: [false; 8],
+    };
+    for ib in 0..8 {
+        let qh = u16_at(b, 34 + 2 * ib) as usize;
+        out.ls[ib] = ((qh >> 12) & 7) as u8;
+        out.delta_neg[ib] = qh & 0x8000 != 0;
+        for l in 0..4 {
+            let index = b[2 + 4 * ib + l] as usize | ((qh >> (3 * l)) & 7) << 8;
+            let g = IQ1S_GRID[index].to_le_bytes();
+            for j in 0..8 {
+                out.grid[32 * ib + 8 * l + j] = g[j] as i8;
+            }
+        }
+    }
+    out
+}
+
+/// IQ1_S (`dequantize_row_iq1_s`): per 32 values `dl = d * (2 ls + 1)`, `delta = ±0.125`,
+/// `y = dl * (grid + delta)`.
+fn iq1_s(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let u = iq1_s_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let ib = v / 32;
+        let dl = d * (2 * u.ls[ib] as i32 + 1) as f32;
+        let delta = if u.delta_neg[ib] { -0.125f32 } else { 0.125 };
+        *o = dl * (u.grid[v] as f32 + delta);
     }
 }

@@ -46,7 +46,7 @@ use super::{GgmlType, QK_K};
 /// CPU dot product here.
 ///
 /// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
-/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
+/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match t {
@@ -56,7 +56,7 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 | IQ3_XXS | IQ3_S | IQ2_XXS
-        | IQ2_XS | IQ2_S => Q8_K,
+        | IQ2_XS | IQ2_S | IQ1_S => Q8_K,
         _ => return None,
     })
 }
@@ -104,6 +104,7 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::IQ2_XXS => iq2_xxs_q8_k(w, a),
         GgmlType::IQ2_XS => iq2_xs_q8_k(w, a),
         GgmlType::IQ2_S => iq2_s_q8_k(w, a),
+        GgmlType::IQ1_S => iq1_s_q8_k(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -290,6 +291,7 @@ pub fn vec_dot_avx2_mul_mat(
             GgmlType::IQ2_XXS => Some(dot_x86::tiled_iq2_xxs as dot_x86::TiledFn),
             GgmlType::IQ2_XS => Some(dot_x86::tiled_iq2_xs as dot_x86::TiledFn),
             GgmlType::IQ2_S => Some(dot_x86::tiled_iq2_s as dot_x86::TiledFn),
+            GgmlType::IQ1_S => Some(dot_x86::tiled_iq1_s as dot_x86::TiledFn),
             _ => None,
         };
         if let Some(block) = tiled {
@@ -327,6 +329,7 @@ pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
     use GgmlType::*;
     match wtype {
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS | IQ2_S
+        | IQ1_S
             if n_cols >= 8 =>
         {
             X86MulMatKernel::Tiled
@@ -358,6 +361,7 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ2_XXS => dot_x86::iq2_xxs_q8_k,
         GgmlType::IQ2_XS => dot_x86::iq2_xs_q8_k,
         GgmlType::IQ2_S => dot_x86::iq2_s_q8_k,
+        GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
         _ => return None,
     })
 }
@@ -863,4 +867,27 @@ fn iq2_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
         sumf += d * grid_bsum(&u, y) as f32;
     }
     0.125 * sumf
+}
+
+/// IQ1_S · Q8_K (`ggml_vec_dot_iq1_s_q8_K_generic`): per super-block the exact
+/// `sumi = Σ (2 ls + 1) · Σ grid · y` and `sumi1 = Σ (2 ls + 1) · (±1) · bsums`, then
+/// `sumf += (dx · dy) · (sumi + 0.125 · sumi1)`.
+fn iq1_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_s_unpack(x);
+        let (mut sumi, mut sumi1) = (0i32, 0i32);
+        for ib in 0..8 {
+            let ls = 2 * u.ls[ib] as i32 + 1;
+            let lsum: i32 = (32 * ib..32 * ib + 32)
+                .map(|v| u.grid[v] as i32 * (y[4 + v] as i8 as i32))
+                .sum();
+            sumi += ls * lsum;
+            let bs = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+            let delta = if u.delta_neg[ib] { -1 } else { 1 };
+            sumi1 += ls * delta * (bs(2 * ib) + bs(2 * ib + 1));
+        }
+        sumf += f16_at(x, 0) * f32_at(y, 0) * (sumi as f32 + 0.125 * sumi1 as f32);
+    }
+    sumf
 }

@@ -677,6 +677,56 @@ pub(super) fn tiled_iq2_s(x: &[u8], y: &[u8]) -> TiledBlock {
     }
 }
 
+/// `ggml_vec_dot_iq1_s_q8_K` (AVX2). Per 32-value block the grid values (-1, 0, 1) times
+/// the Q8_K bytes by the sign trick (`mul_add_epi8`), times `2 ls + 1` (`madd`), into 8 i32
+/// lanes; the delta's integer part `sumi1 = Σ (2 ls + 1) · (±1) · (bsums[2 ib] +
+/// bsums[2 ib + 1])` apart. Per super-block `d = dy · dx`, `acc = fma(d, f32(lane), acc)`,
+/// `acc1 = fma(d, f32(sumi1), acc1)` (as GCC fuses `accum1 += d * sumi1`); at the end
+/// `hsum_float_8(acc) + 0.125 · acc1` (product, then sum).
+pub(super) fn iq1_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut acc1 = 0f32;
+    for (x, y) in w.chunks_exact(50).zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_s_unpack(x);
+        let ys = bsums(y);
+        let mut lanes = [0i32; 8];
+        let mut sumi1 = 0i32;
+        for ib in 0..8 {
+            let g: [i8; 32] = std::array::from_fn(|b| u.grid[32 * ib + b]);
+            let ls = 2 * u.ls[ib] as i16 + 1;
+            let p = maddubs_signed(&g, &i8x32(&y[4 + 32 * ib..]));
+            add_i32(&mut lanes, &madd(&p, &[ls; 16]));
+            let delta = if u.delta_neg[ib] { -1 } else { 1 };
+            sumi1 += (ys[2 * ib] as i32 + ys[2 * ib + 1] as i32) * delta * ls as i32;
+        }
+        let d = f32_at(y, 0) * f16_at(x, 0);
+        fma_lanes(&mut acc, d, &lanes);
+        acc1 = d.mul_add(sumi1 as f32, acc1);
+    }
+    hsum8(&acc) + 0.125 * acc1
+}
+
+/// One IQ1_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq1_s`): the
+/// weights as the codes `8 · grid + delta` (delta ±1), `d · 0.125`, and the exact
+/// `s1 = Σ (2 ls + 1) · Σ (8 grid + delta) · y`.
+pub(super) fn tiled_iq1_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    let u = super::dequant::iq1_s_unpack(x);
+    let mut s1 = 0i32;
+    for ib in 0..8 {
+        let delta = if u.delta_neg[ib] { -1 } else { 1 };
+        let sumi: i32 = (32 * ib..32 * ib + 32)
+            .map(|v| (8 * u.grid[v] as i32 + delta) * (y[4 + v] as i8 as i32))
+            .sum();
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
+    }
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1,
+        s2: None,
+    }
+}
+
 /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
 /// `acc = fma(dx · dy, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
 pub(super) fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {

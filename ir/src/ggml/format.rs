@@ -125,6 +125,9 @@ pub enum FieldKind {
     /// IQ2_XS `qs` (u16 each): a 9-bit [`super::grids::IQ2XS_GRID`] index (bits 0..9) and a
     /// 7-bit [`super::grids::KSIGNS_IQ2XS`] index (bits 9..16), for 8 values each.
     GridIndexSigns,
+    /// IQ1_S `qh` (u16 per 32 values): bits `3l..3l + 3` the high bits of grid index `l`,
+    /// bits 12..15 the 3-bit scale, bit 15 the sign of the `±0.125` delta.
+    GridHighScaleDelta,
     /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`; IQ2_S: the
     /// second half of `qs`).
     SignBits,
@@ -387,7 +390,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 24] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 25] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -458,6 +458,19 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 24] = [
         decode: Decode::Routine,
         formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.5) * iq3xxs_grid[qs[i/4]][i%4] * sign(i) \
                   (dequantize_row_iq3_xxs)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ1_S,
+        block_size: QK_K,
+        type_size: 50,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 34, 16, FieldKind::GridHighScaleDelta),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (d * (2 * ls(i/32) + 1)) * (iq1s_grid[index(i/8)][i%8] + delta(i/32)) \
+                  (dequantize_row_iq1_s)",
     },
     BlockFormat {
         ty: GgmlType::IQ4_NL,
