@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 25] = [
+const DESCRIBED: [GgmlType; 26] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -62,6 +62,7 @@ const DESCRIBED: [GgmlType; 25] = [
     GgmlType::IQ2_XS,
     GgmlType::IQ2_S,
     GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
@@ -252,7 +253,9 @@ fn descriptions_are_consistent_with_the_type_table() {
                 | FieldKind::SignBits
                 | FieldKind::GridIndexScalesSigns
                 | FieldKind::GridIndexSigns
-                | FieldKind::GridHighScaleDelta => {}
+                | FieldKind::GridHighScaleDelta
+                | FieldKind::GridHighDelta
+                | FieldKind::ScalesAndScale => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -592,11 +595,12 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ2_XS, Q8_K),
         (IQ2_S, Q8_K),
         (IQ1_S, Q8_K),
+        (IQ1_M, Q8_K),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");
     }
-    assert_eq!(vec_dot_type(IQ1_M), None);
+    assert_eq!(vec_dot_type(MXFP4), None);
     assert_eq!(vec_dot_type(Q8_K), None);
 }
 

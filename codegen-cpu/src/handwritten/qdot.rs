@@ -6,7 +6,7 @@
 //! tests compare these with.
 //!
 //! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -47,6 +47,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
             GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
             _ => None,
         };
     }
@@ -1348,6 +1349,107 @@ pub(super) mod x86 {
         hsum(acc) + 0.125 * acc1
     }
 
+    /// Bytes of a `block_iq1_m`: `qs[32]`, `qh[16]`, `scales[8]` (no `d` field).
+    const IQ1_M_BYTES: usize = 32 + 16 + 8;
+
+    /// IQ1_M's super-block scale: the f16 assembled from the top nibbles of the four u16
+    /// scales at `x + 48` (first u16 lowest).
+    ///
+    /// # Safety
+    /// `x` a whole IQ1_M block.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_m_d(x: *const u8) -> f32 {
+        let sc = |k: usize| u16::from_le_bytes([*x.add(48 + 2 * k), *x.add(49 + 2 * k)]);
+        let bits =
+            (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
+        f16_to_f32(bits)
+    }
+
+    /// 32-value block `ib` of an IQ1_M block at `x`: the `iq1s_grid` values, the delta signs
+    /// (`-1` bytes for the 8 values whose `qh` nibble has bit 3 set, else `1`) and the
+    /// multipliers `2 ls + 1` of its first 16 values (i16 lanes 0..8) and last 16.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_M block, `ib < 8`.
+    #[inline(always)]
+    unsafe fn iq1_m_grid(x: *const u8, ib: usize) -> (__m256i, __m256i, __m256i) {
+        let nib = |k: usize| ((*x.add(32 + k / 2) >> (4 * (k % 2))) & 0x0f) as usize;
+        let g = |l: usize| {
+            let k = 4 * ib + l;
+            IQ1S_GRID[*x.add(k) as usize | (nib(k) & 7) << 8] as i64
+        };
+        let dl = |l: usize| {
+            if nib(4 * ib + l) & 8 != 0 {
+                -1i64
+            } else {
+                0x0101_0101_0101_0101
+            }
+        };
+        let sc = u16::from_le_bytes([*x.add(48 + 2 * (ib / 2)), *x.add(49 + 2 * (ib / 2))]);
+        let sh = 6 * (ib % 2);
+        let lo = _mm_set1_epi16(2 * ((sc >> sh) & 7) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * ((sc >> (sh + 3)) & 7) as i16 + 1);
+        (
+            _mm256_setr_epi64x(g(0), g(1), g(2), g(3)),
+            _mm256_setr_epi64x(dl(0), dl(1), dl(2), dl(3)),
+            _mm256_set_m128i(hi, lo),
+        )
+    }
+
+    /// 32-value block `ib` of an IQ1_M block at `x` as the tiled kernel codes it: the weights
+    /// `8 · grid + delta` (delta ±1 per 8 values), a sign operand of ones, and the per-16
+    /// multipliers `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_M block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_m_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let (g, delta, scales) = iq1_m_grid(x, ib);
+        let w = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), delta);
+        (w, _mm256_set1_epi8(1), scales)
+    }
+
+    /// `ggml_vec_dot_iq1_m_q8_K` (AVX2). Per 32-value block: the grid values times the Q8_K
+    /// bytes by the sign trick, and the activation bytes with each 8 values' delta sign
+    /// applied (`_mm256_sign_epi8`) added in pairs, each times its 16 values' `2 ls + 1`
+    /// (`madd`), into two sets of 8 i32 lanes; per super-block `d = d_y·d`,
+    /// `acc1 = fma(d, f32(lane1), acc1)`, `acc2 = fma(d, f32(lane2), acc2)`; at the end
+    /// `fma(hsum_float_8(acc2), 0.125, hsum_float_8(acc1))`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ1_M blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq1_m_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ1_M_BYTES).min(a.len() / Q8_K_BYTES);
+        let ones = _mm256_set1_epi8(1);
+        let mut acc1 = _mm256_setzero_ps();
+        let mut acc2 = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ1_M_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let mut s1 = _mm256_setzero_si256();
+            let mut s2 = _mm256_setzero_si256();
+            for ib in 0..8 {
+                let (g, delta, scales) = iq1_m_grid(x, ib);
+                let yv = load32(y.add(4 + 32 * ib));
+                let p1 = _mm256_madd_epi16(maddubs_signed(g, yv), scales);
+                let p2 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ones, _mm256_sign_epi8(yv, delta)),
+                    scales,
+                );
+                s1 = _mm256_add_epi32(s1, p1);
+                s2 = _mm256_add_epi32(s2, p2);
+            }
+            let d = f32_at(y) * iq1_m_d(x);
+            acc1 = fma_lanes(d, s1, acc1);
+            acc2 = fma_lanes(d, s2, acc2);
+        }
+        hsum(acc2).mul_add(0.125, hsum(acc1))
+    }
+
     /// Bytes of a `block_iq2_xs`: f16 `d`, `qs[32]` (u16), `scales[8]`.
     const IQ2_XS_BYTES: usize = 2 + 64 + 8;
 
@@ -1558,7 +1660,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 18] = [
+    const TYPES: [(GgmlType, &[usize]); 19] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q8_0, &[0]),
         (GgmlType::Q5_1, &[0, 2]),
@@ -1577,6 +1679,7 @@ mod tests {
         (GgmlType::IQ2_XS, &[0]),
         (GgmlType::IQ2_S, &[0]),
         (GgmlType::IQ1_S, &[0]),
+        (GgmlType::IQ1_M, &[]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.
@@ -1602,6 +1705,17 @@ mod tests {
                 };
                 let v = half::f16::from_f32(sign * ((rng(seed) % 1000) as f32 / 20000.0 + 1e-3));
                 row[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        if t == GgmlType::IQ1_M {
+            for blk in row.chunks_exact_mut(t.type_size()) {
+                let v = half::f16::from_f32((rng(seed) % 1000) as f32 / 20000.0 + 1e-3);
+                for k in 0..4 {
+                    let at = 48 + 2 * k;
+                    let sc = u16::from_le_bytes([blk[at], blk[at + 1]]);
+                    let sc = (sc & 0x0fff) | (((v.to_bits() >> (4 * k)) & 0x0f) << 12);
+                    blk[at..at + 2].copy_from_slice(&sc.to_le_bytes());
+                }
             }
         }
         row

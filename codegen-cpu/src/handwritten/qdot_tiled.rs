@@ -62,6 +62,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled),
             GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -94,6 +95,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
             GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled4),
             GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled4),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -107,7 +109,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use crate::handwritten::qdot::x86::{
-        iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts,
+        iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts,
+        iq3_xxs_parts,
     };
     use ir::ggml::KVALUES_IQ4NL;
 
@@ -138,6 +141,8 @@ mod x86 {
     const IQ2_S_BYTES: usize = 82;
     /// `block_iq1_s`: f16 `d` @0, `qs[32]` @2, `qh[8]` (u16) @34.
     const IQ1_S_BYTES: usize = 50;
+    /// `block_iq1_m`: `qs[32]` @0, `qh[16]` @32, `scales[8]` @48.
+    const IQ1_M_BYTES: usize = 56;
     /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
     const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
@@ -476,6 +481,7 @@ mod x86 {
     entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
     entry_points!(iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled);
     entry_points!(iq1_s_q8_k_tiled, iq1_s_q8_k_tiled4, iq1_s_tiled);
+    entry_points!(iq1_m_q8_k_tiled, iq1_m_q8_k_tiled4, iq1_m_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -797,7 +803,8 @@ mod x86 {
     /// `s1 = Σ_b (2 ls_b + 1) · (w · y)` over the eight 32-value blocks, `w` the signed grid
     /// values; computed as ggml does, `maddubs(y + 128, w)` (never saturating: `|w| <= 62`)
     /// minus `128 · Σ_b (2 ls_b + 1) · Σ w` (so a `-128` activation byte counts as itself);
-    /// `out = fma((d · d_scale) · s1, yd, out)` (`d_scale` 0.25 for IQ3_XXS, 1 for IQ3_S).
+    /// `out = fma((d · d_scale) · s1, yd, out)` (`d_scale` 0.25 for IQ3_XXS, 1 for IQ3_S;
+    /// `d` the f16 at the block's start, or IQ1_M's assembled scale when `iq1m`).
     ///
     /// # Safety
     /// As [`q4_k_tiled`], with blocks of `block_bytes` bytes that `parts` reads.
@@ -807,6 +814,7 @@ mod x86 {
         a: &[&[u8]; C],
         block_bytes: usize,
         d_scale: f32,
+        iq1m: bool,
         parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
     ) -> [f32; C] {
         let nb = blocks(w, block_bytes, a, Q8_K_BYTES);
@@ -826,7 +834,7 @@ mod x86 {
                 corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
             }
             let corr = hsum_i32(corr).wrapping_mul(128);
-            let d = f16_at(x) * d_scale;
+            let d = if iq1m { iq1_m_d(x) } else { f16_at(x) } * d_scale;
             let y = col_blocks(a, i, Q8_K_BYTES);
             for c in 0..C {
                 let q8 = y[c].add(4);
@@ -849,7 +857,7 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ3_XXS blocks.
     #[inline(always)]
     unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, iq3_xxs_parts)
+        grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, false, iq3_xxs_parts)
     }
 
     /// IQ2_XXS in the tiled kernel's order ([`grid_tiled`]; magnitudes at most 43).
@@ -858,7 +866,7 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ2_XXS blocks.
     #[inline(always)]
     unsafe fn iq2_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, iq2_xxs_parts)
+        grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, false, iq2_xxs_parts)
     }
 
     /// IQ2_XS in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
@@ -867,7 +875,7 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ2_XS blocks.
     #[inline(always)]
     unsafe fn iq2_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_XS_BYTES, 0.125, iq2_xs_parts)
+        grid_tiled(w, a, IQ2_XS_BYTES, 0.125, false, iq2_xs_parts)
     }
 
     /// IQ2_S in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
@@ -876,7 +884,7 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ2_S blocks.
     #[inline(always)]
     unsafe fn iq2_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_S_BYTES, 0.125, iq2_s_parts)
+        grid_tiled(w, a, IQ2_S_BYTES, 0.125, false, iq2_s_parts)
     }
 
     /// IQ1_S in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
@@ -886,7 +894,17 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ1_S blocks.
     #[inline(always)]
     unsafe fn iq1_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ1_S_BYTES, 0.125, iq1_s_parts)
+        grid_tiled(w, a, IQ1_S_BYTES, 0.125, false, iq1_s_parts)
+    }
+
+    /// IQ1_M in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
+    /// 16-value sub-blocks, with `d · 0.125`).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ1_M blocks.
+    #[inline(always)]
+    unsafe fn iq1_m_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ1_M_BYTES, 0.125, true, iq1_m_parts)
     }
 
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
@@ -895,7 +913,7 @@ mod x86 {
     /// As [`q4_k_tiled`], with IQ3_S blocks.
     #[inline(always)]
     unsafe fn iq3_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ3_S_BYTES, 1.0, iq3_s_parts)
+        grid_tiled(w, a, IQ3_S_BYTES, 1.0, false, iq3_s_parts)
     }
 
     // ---- tinyBLAS ----------------------------------------------------------------------
@@ -957,7 +975,8 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 13] = [
+    const TYPES: [GgmlType; 14] = [
+        GgmlType::IQ1_M,
         GgmlType::IQ1_S,
         GgmlType::IQ2_S,
         GgmlType::IQ2_XS,
@@ -986,16 +1005,30 @@ mod tests {
         lo + (hi - lo) * ((next(s) >> 40) as f32 / (1u64 << 24) as f32)
     }
 
+    /// Stores the f16 `h` as an IQ1_M block's scale (top nibbles of its four u16 scales).
+    pub(crate) fn set_iq1_m_d(blk: &mut [u8], h: u16) {
+        for k in 0..4 {
+            let at = 48 + 2 * k;
+            let sc = u16::from_le_bytes([blk[at], blk[at + 1]]);
+            let sc = (sc & 0x0fff) | (((h >> (4 * k)) & 0x0f) << 12);
+            blk[at..at + 2].copy_from_slice(&sc.to_le_bytes());
+        }
+    }
+
     /// `n` random weight blocks of `t` with random quants and sane f16 `d` (and `dmin`).
     fn random_weights(t: GgmlType, n_values: usize, s: &mut u64) -> Vec<u8> {
         let f = block_format(t).unwrap();
-        let d = f.field("d").unwrap().offset;
+        let d = f.field("d").map(|fl| fl.offset);
         let dmin = f.field("dmin").map(|fl| fl.offset);
         let mut w = vec![0u8; n_values / t.block_size() * t.type_size()];
         w.iter_mut().for_each(|b| *b = next(s) as u8);
         for blk in w.chunks_exact_mut(t.type_size()) {
             let dv = uniform(s, -0.02, 0.02);
-            blk[d..d + 2].copy_from_slice(&f32_to_f16(dv).to_le_bytes());
+            match d {
+                Some(d) => blk[d..d + 2].copy_from_slice(&f32_to_f16(dv).to_le_bytes()),
+                // IQ1_M: the f16 d in the top nibbles of the four u16 scales at 48.
+                None => set_iq1_m_d(blk, f32_to_f16(dv)),
+            }
             if let Some(m) = dmin {
                 let mv = uniform(s, 0.0, 0.01);
                 blk[m..m + 2].copy_from_slice(&f32_to_f16(mv).to_le_bytes());

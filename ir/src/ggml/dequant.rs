@@ -22,7 +22,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -71,6 +71,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ2_XS => blocks.zip(outs).for_each(|(b, y)| iq2_xs(b, y)),
         GgmlType::IQ2_S => blocks.zip(outs).for_each(|(b, y)| iq2_s(b, y)),
         GgmlType::IQ1_S => blocks.zip(outs).for_each(|(b, y)| iq1_s(b, y)),
+        GgmlType::IQ1_M => blocks.zip(outs).for_each(|(b, y)| iq1_m(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
         _ => {
@@ -627,6 +628,62 @@ fn iq1_s(b: &[u8], y: &mut [f32]) {
         let ib = v / 32;
         let dl = d * (2 * u.ls[ib] as i32 + 1) as f32;
         let delta = if u.delta_neg[ib] { -0.125f32 } else { 0.125 };
+        *o = dl * (u.grid[v] as f32 + delta);
+    }
+}
+
+/// An IQ1_M super-block unpacked: the `iq1s_grid` values of every value, the delta sign of
+/// each 8 values, the 3-bit scale of each 16 values and the f16 scale `d` (as f32).
+pub(super) struct Iq1m {
+    /// Grid value of each value.
+    pub grid: [i8; QK_K],
+    /// Whether the delta of values `8k .. 8k + 8` is negative.
+    pub delta_neg: [bool; 32],
+    /// The 3-bit scale of values `16h .. 16h + 16`.
+    pub ls: [u8; 16],
+    /// The super-block scale, assembled from the top nibbles of the four u16 scales.
+    pub d: f32,
+}
+
+/// Unpacks an IQ1_M block: `qs[32]` @0 (low 8 bits of the grid indices), `qh[16]` @32 (per
+/// 8 values a nibble, low nibble first: bits 0..3 the high index bits, bit 3 the delta
+/// sign), `scales[8]` @48 (four u16: bits `6 (ib % 2) + 3t ..` the scale of values
+/// `32 ib + 16 t ..` for `ib / 2` the u16, the top nibbles the f16 `d`)
+/// (`dequantize_row_iq1_m`).
+pub(super) fn iq1_m_unpack(b: &[u8]) -> Iq1m {
+    let sc: [u16; 4] = std::array::from_fn(|k| u16_at(b, 48 + 2 * k));
+    let dbits =
+        (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    let mut out = Iq1m {
+        grid: [0; QK_K],
+        delta_neg: [false; 32],
+        ls: [0; 16],
+        d: super::fp::f16_to_f32(dbits),
+    };
+    for ib in 0..8 {
+        for t in 0..2 {
+            out.ls[2 * ib + t] = ((sc[ib / 2] >> (6 * (ib % 2) + 3 * t)) & 7) as u8;
+        }
+    }
+    for k in 0..32 {
+        let nib = (b[32 + k / 2] >> (4 * (k % 2))) as usize & 0x0f;
+        let index = b[k] as usize | (nib & 7) << 8;
+        out.delta_neg[k] = nib & 8 != 0;
+        let g = IQ1S_GRID[index].to_le_bytes();
+        for j in 0..8 {
+            out.grid[8 * k + j] = g[j] as i8;
+        }
+    }
+    out
+}
+
+/// IQ1_M (`dequantize_row_iq1_m`): per 16 values `dl = d * (2 ls + 1)`, per 8 values
+/// `delta = ±0.125`, `y = dl * (grid + delta)`.
+fn iq1_m(b: &[u8], y: &mut [f32]) {
+    let u = iq1_m_unpack(b);
+    for (v, o) in y.iter_mut().enumerate() {
+        let dl = u.d * (2 * u.ls[v / 16] as i32 + 1) as f32;
+        let delta = if u.delta_neg[v / 8] { -0.125f32 } else { 0.125 };
         *o = dl * (u.grid[v] as f32 + delta);
     }
 }

@@ -46,7 +46,7 @@ use super::{GgmlType, QK_K};
 /// CPU dot product here.
 ///
 /// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
-/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
+/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match t {
@@ -56,7 +56,7 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 | IQ3_XXS | IQ3_S | IQ2_XXS
-        | IQ2_XS | IQ2_S | IQ1_S => Q8_K,
+        | IQ2_XS | IQ2_S | IQ1_S | IQ1_M => Q8_K,
         _ => return None,
     })
 }
@@ -105,6 +105,7 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::IQ2_XS => iq2_xs_q8_k(w, a),
         GgmlType::IQ2_S => iq2_s_q8_k(w, a),
         GgmlType::IQ1_S => iq1_s_q8_k(w, a),
+        GgmlType::IQ1_M => iq1_m_q8_k(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -292,6 +293,7 @@ pub fn vec_dot_avx2_mul_mat(
             GgmlType::IQ2_XS => Some(dot_x86::tiled_iq2_xs as dot_x86::TiledFn),
             GgmlType::IQ2_S => Some(dot_x86::tiled_iq2_s as dot_x86::TiledFn),
             GgmlType::IQ1_S => Some(dot_x86::tiled_iq1_s as dot_x86::TiledFn),
+            GgmlType::IQ1_M => Some(dot_x86::tiled_iq1_m as dot_x86::TiledFn),
             _ => None,
         };
         if let Some(block) = tiled {
@@ -329,7 +331,7 @@ pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
     use GgmlType::*;
     match wtype {
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS | IQ2_S
-        | IQ1_S
+        | IQ1_S | IQ1_M
             if n_cols >= 8 =>
         {
             X86MulMatKernel::Tiled
@@ -362,6 +364,7 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ2_XS => dot_x86::iq2_xs_q8_k,
         GgmlType::IQ2_S => dot_x86::iq2_s_q8_k,
         GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
+        GgmlType::IQ1_M => dot_x86::iq1_m_q8_k,
         _ => return None,
     })
 }
@@ -888,6 +891,30 @@ fn iq1_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
             sumi1 += ls * delta * (bs(2 * ib) + bs(2 * ib + 1));
         }
         sumf += f16_at(x, 0) * f32_at(y, 0) * (sumi as f32 + 0.125 * sumi1 as f32);
+    }
+    sumf
+}
+
+/// IQ1_M · Q8_K (`ggml_vec_dot_iq1_m_q8_K_generic`): per super-block the exact
+/// `sumi1 = Σ (2 ls + 1) · Σ grid · y` and `sumi2 = Σ (2 ls + 1) · Σ (±1) · y`, then
+/// `sumf += (d · dy) · (sumi1 + 0.125 · sumi2)`.
+fn iq1_m_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_m_unpack(x);
+        let (mut sumi1, mut sumi2) = (0i32, 0i32);
+        for h in 0..16 {
+            let ls = 2 * u.ls[h] as i32 + 1;
+            let (mut a1, mut a2) = (0i32, 0i32);
+            for v in 16 * h..16 * h + 16 {
+                let q = y[4 + v] as i8 as i32;
+                a1 += u.grid[v] as i32 * q;
+                a2 += if u.delta_neg[v / 8] { -q } else { q };
+            }
+            sumi1 += ls * a1;
+            sumi2 += ls * a2;
+        }
+        sumf += u.d * f32_at(y, 0) * (sumi1 as f32 + 0.125 * sumi2 as f32);
     }
     sumf
 }

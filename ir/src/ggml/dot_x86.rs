@@ -727,6 +727,65 @@ pub(super) fn tiled_iq1_s(x: &[u8], y: &[u8]) -> TiledBlock {
     }
 }
 
+/// `ggml_vec_dot_iq1_m_q8_K` (AVX2). Per 32-value block the grid values times the Q8_K
+/// bytes by the sign trick into i16 pairs, and the activation bytes with each 8 values'
+/// delta sign applied (`_mm256_sign_epi8`: `-(-128)` stays `-128`) added in pairs; each
+/// times its 16 values' `2 ls + 1` (`madd`, lanes 0..8 the first 16 values), into two sets of
+/// 8 i32 lanes. Per super-block `d = dy · d`, `acc1 = fma(d, f32(lane1), acc1)`,
+/// `acc2 = fma(d, f32(lane2), acc2)`; at the end
+/// `fma(hsum_float_8(acc2), 0.125, hsum_float_8(acc1))` (as GCC fuses it).
+pub(super) fn iq1_m_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc1 = [0f32; 8];
+    let mut acc2 = [0f32; 8];
+    for (x, y) in w.chunks_exact(56).zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_m_unpack(x);
+        let mut l1 = [0i32; 8];
+        let mut l2 = [0i32; 8];
+        for ib in 0..8 {
+            let g: [i8; 32] = std::array::from_fn(|b| u.grid[32 * ib + b]);
+            let yv = i8x32(&y[4 + 32 * ib..]);
+            let lo = 2 * u.ls[2 * ib] as i16 + 1;
+            let hi = 2 * u.ls[2 * ib + 1] as i16 + 1;
+            add_i32(&mut l1, &madd_halves(&maddubs_signed(&g, &yv), lo, hi));
+            let sy: [i8; 32] = std::array::from_fn(|b| {
+                if u.delta_neg[4 * ib + b / 8] {
+                    yv[b].wrapping_neg()
+                } else {
+                    yv[b]
+                }
+            });
+            add_i32(&mut l2, &madd_halves(&maddubs(&[1u8; 32], &sy), lo, hi));
+        }
+        let d = f32_at(y, 0) * u.d;
+        fma_lanes(&mut acc1, d, &l1);
+        fma_lanes(&mut acc2, d, &l2);
+    }
+    hsum8(&acc2).mul_add(0.125, hsum8(&acc1))
+}
+
+/// One IQ1_M super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq1_m`,
+/// 16-value sub-blocks): codes `8 · grid + delta` (delta ±1 per 8 values), `d · 0.125`, and
+/// the exact `s1 = Σ (2 ls + 1) · Σ (8 grid + delta) · y`.
+pub(super) fn tiled_iq1_m(x: &[u8], y: &[u8]) -> TiledBlock {
+    let u = super::dequant::iq1_m_unpack(x);
+    let mut s1 = 0i32;
+    for h in 0..16 {
+        let sumi: i32 = (16 * h..16 * h + 16)
+            .map(|v| {
+                let delta = if u.delta_neg[v / 8] { -1 } else { 1 };
+                (8 * u.grid[v] as i32 + delta) * (y[4 + v] as i8 as i32)
+            })
+            .sum();
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[h] as i32 + 1));
+    }
+    TiledBlock {
+        d: u.d * 0.125,
+        dmin: 0.0,
+        s1,
+        s2: None,
+    }
+}
+
 /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
 /// `acc = fma(dx · dy, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
 pub(super) fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {

@@ -128,6 +128,12 @@ pub enum FieldKind {
     /// IQ1_S `qh` (u16 per 32 values): bits `3l..3l + 3` the high bits of grid index `l`,
     /// bits 12..15 the 3-bit scale, bit 15 the sign of the `±0.125` delta.
     GridHighScaleDelta,
+    /// IQ1_M `qh`: per 8 values a nibble (low first): bits 0..3 the high bits of the grid
+    /// index, bit 3 the sign of the `±0.125` delta.
+    GridHighDelta,
+    /// IQ1_M `scales` (four u16): the 3-bit scale of each 16 values (bits 0..12 of each), the
+    /// f16 super-block scale `d` in their top nibbles (first u16 lowest).
+    ScalesAndScale,
     /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`; IQ2_S: the
     /// second half of `qs`).
     SignBits,
@@ -390,7 +396,7 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S (and the types of the second list as they are
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (and the types of the second list as they are
 /// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)

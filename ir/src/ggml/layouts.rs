@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 25] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 26] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -571,6 +571,19 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 25] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = (d * (ls(i/32) - 32)) * kvalues_iq4nl[q4(i)]",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ1_M,
+        block_size: QK_K,
+        type_size: 56,
+        fields: &[
+            field!("qs", 0, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 32, 16, FieldKind::GridHighDelta),
+            field!("scales", 48, 8, FieldKind::ScalesAndScale),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (d * (2 * ls(i/16) + 1)) * (iq1s_grid[index(i/8)][i%8] + delta(i/8)) \
+                  (dequantize_row_iq1_m; d is spread over the scales' top nibbles)",
     },
     BlockFormat {
         ty: GgmlType::BF16,
