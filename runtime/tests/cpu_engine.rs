@@ -222,23 +222,42 @@ fixture! {
     phi3_q4_k => "phi3-Q4_K",
 }
 
+/// End-to-end check of weight types CI cannot make files of (llama-quantize makes them):
+/// with `MODELC_EXTRA_FIXTURES=ROOT` holding `fixtures/models/NAME.gguf` and
+/// `fixtures/reference/NAME.json` / `.batch.f32` / `.step.f32` (the logits made by
+/// `scripts/llama-logits.c`, the json giving `prompt` and the tolerance), and
+/// `MODELC_EXTRA_NAMES=NAME,...`, each model is checked as the fixtures are. Without the
+/// variables it has nothing to check and passes.
+#[test]
+#[ignore]
+fn extra_fixtures() {
+    let Some(root) = std::env::var_os("MODELC_EXTRA_FIXTURES") else {
+        return;
+    };
+    let names = std::env::var("MODELC_EXTRA_NAMES").unwrap_or_default();
+    for name in names.split(',').filter(|s| !s.is_empty()) {
+        check_model(Path::new(&root), name);
+    }
+}
+
 #[test]
 fn llama_tied_f32() {
     let Some(shared) = shared_dir() else { return };
     check_model(&shared, "llama-tied-F32");
 }
 
-/// A weight type without a CPU kernel is refused, naming the type (the I-quants below
-/// IQ4 have no dot product yet); every type `ir::ggml` computes a dot product for has one.
+/// A weight type without a CPU kernel is refused, naming the type (MXFP4 has no dot product
+/// yet); every type `ir::ggml` computes a dot product for has one.
 #[test]
 fn unsupported_weight_type_is_refused() {
     use ir::ggml::GgmlType;
-    let err = codegen_cpu::rows::RowsMatmul::new(GgmlType::IQ2_XXS, 256, 8, 1)
-        .expect_err("IQ2_XXS has no CPU kernel yet");
-    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+    let err = codegen_cpu::rows::RowsMatmul::new(GgmlType::MXFP4, 256, 8, 1)
+        .expect_err("MXFP4 has no CPU kernel yet");
+    assert!(err.to_string().contains("MXFP4"), "{err}");
     use GgmlType::*;
     for t in [
         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+        TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
     ] {
         assert!(
             codegen_cpu::matmul_supports(t),

@@ -5,8 +5,9 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
-//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q4_1 and Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-//! and IQ4_XS (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
+//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q4_1 and Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K,
+//! Q6_K, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M
+//! (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
 //! What "the same lanes" means for the K-quants: ggml's AVX2 kernels keep eight i32 lanes per
 //! super-block, lane `j` holding the products at bytes `4j..4j+4` of every 32-value vector
@@ -40,6 +41,15 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
+            GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
+            GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
             _ => None,
         };
     }
@@ -131,6 +141,9 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
+    use ir::ggml::grids::{
+        IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    };
     use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
@@ -1200,6 +1213,580 @@ pub(super) mod x86 {
         }
         hsum(acc)
     }
+
+    /// Bytes of a `block_iq3_xxs`: f16 `d`, grid indices `qs[64]`, `scales_and_signs[32]`.
+    const IQ3_XXS_BYTES: usize = 2 + 64 + 32;
+
+    /// Bytes of a `block_iq3_s`: f16 `d`, `qs[64]`, `qh[8]`, `signs[32]`, `scales[4]`.
+    const IQ3_S_BYTES: usize = 2 + 64 + 8 + 32 + 4;
+
+    /// 32-value block `ib` of an IQ3_XXS block at `x`: the grid magnitudes, the sign operand
+    /// ([`sign_bytes`]) and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ3_XXS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_xxs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let aux = u32_at(x.add(66 + 4 * ib));
+        let mag = iq3_xxs_magnitudes(x.add(2 + 8 * ib));
+        (
+            mag,
+            sign_bytes(aux),
+            _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+        )
+    }
+
+    /// 32-value block `ib` of an IQ3_S block at `x`: the `iq3s_grid` magnitudes (indices
+    /// `qs[8 ib + k] | (bit k of qh[ib]) << 8`), the sign operand (`-1` where bit `v % 8` of
+    /// `signs[4 ib + v / 8]` is set, else `1`) and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ3_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let qs = x.add(2 + 8 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g = |k: usize| IQ3S_GRID[*qs.add(k) as usize | ((qh >> k) & 1) << 8] as i32;
+        let mag = _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7));
+        let signs = _mm256_or_si256(
+            bytes_from_bits(u32_at(x.add(74 + 4 * ib))),
+            _mm256_set1_epi8(1),
+        );
+        let ls = (*x.add(106 + ib / 2) >> (4 * (ib % 2))) & 0x0f;
+        (mag, signs, _mm256_set1_epi16(2 * ls as i16 + 1))
+    }
+
+    /// The lanes of one IQ3_XXS / IQ3_S super-block with one Q8_K block as their AVX2
+    /// `vec_dot` kernels build them: per 32-value block the magnitudes times the activation
+    /// with the signs applied (`_mm256_sign_epi8`: `-(-128)` stays `-128`, as ggml's
+    /// `sign_epi8` and `(y ^ s) - s` give) by `maddubs`, times `2 ls + 1` by `madd`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole block of the type
+    /// `parts` reads, `q8` the 256 activation bytes.
+    #[inline(always)]
+    unsafe fn grid_lanes(
+        x: *const u8,
+        q8: *const u8,
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
+    ) -> __m256i {
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let (mag, signs, scale) = parts(x, ib);
+            let sy = _mm256_sign_epi8(load32(q8.add(32 * ib)), signs);
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, sy), scale);
+            sumi = _mm256_add_epi32(sumi, p);
+        }
+        sumi
+    }
+
+    /// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `0.25 · hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ3_XXS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq3_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ3_XXS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ3_XXS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq3_xxs_parts), acc);
+        }
+        0.25 * hsum(acc)
+    }
+
+    /// Bytes of a `block_iq2_xxs`: f16 `d`, `qs[64]` (per 32 values four grid indices and a
+    /// u32 of signs and scale).
+    const IQ2_XXS_BYTES: usize = 2 + 64;
+
+    /// 32-value block `ib` of an IQ2_XXS block at `x`: the `iq2xxs_grid` magnitudes of its
+    /// four index bytes, the sign operand ([`sign_bytes`] of the u32 after them) and the
+    /// multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_XXS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_xxs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let q = x.add(2 + 8 * ib);
+        let aux = u32_at(q.add(4));
+        let g = |k: usize| IQ2XXS_GRID[*q.add(k) as usize] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        (
+            mag,
+            sign_bytes(aux),
+            _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+        )
+    }
+
+    /// 32-value block `ib` of an IQ2_XS block at `x`: the `iq2xs_grid` magnitudes of its
+    /// four u16 (`q & 511`), the sign operand (`ksigns_iq2xs[q >> 9]` per 8 values) and the
+    /// multipliers `2 ls + 1` of its first 16 values (i16 lanes 0..8) and last 16 (8..16).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_XS block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_xs_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let q = x.add(2 + 8 * ib);
+        let u = |k: usize| u16::from_le_bytes([*q.add(2 * k), *q.add(2 * k + 1)]) as usize;
+        let g = |k: usize| IQ2XS_GRID[u(k) & 511] as i64;
+        let s = |k: usize| SIGNS64[u(k) >> 9] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        let signs = _mm256_setr_epi64x(s(0), s(1), s(2), s(3));
+        let sc = *x.add(66 + ib);
+        let lo = _mm_set1_epi16(2 * (sc & 0x0f) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * (sc >> 4) as i16 + 1);
+        (mag, signs, _mm256_set_m128i(hi, lo))
+    }
+
+    /// `ggml_vec_dot_iq2_xs_q8_K` (AVX2): [`grid_lanes`] per super-block (each 16 values
+    /// their own scale), `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_XS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_XS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_XS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_xs_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
+    /// 32-value block `ib` of an IQ2_S block at `x`: the `iq2s_grid` magnitudes (indices
+    /// `qs[4 ib + l] | (bits 2l..2l+2 of qh[ib]) << 8`), the sign operand (bit `j` of sign
+    /// byte `qs[32 + 4 ib + l]` for value `8l + j`) and the per-16 multipliers `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ2_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq2_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let qs = x.add(2 + 4 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g = |l: usize| IQ2S_GRID[*qs.add(l) as usize | ((qh >> (2 * l)) & 3) << 8] as i64;
+        let mag = _mm256_setr_epi64x(g(0), g(1), g(2), g(3));
+        let signs = _mm256_or_si256(
+            bytes_from_bits(u32_at(x.add(34 + 4 * ib))),
+            _mm256_set1_epi8(1),
+        );
+        let sc = *x.add(74 + ib);
+        let lo = _mm_set1_epi16(2 * (sc & 0x0f) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * (sc >> 4) as i16 + 1);
+        (mag, signs, _mm256_set_m128i(hi, lo))
+    }
+
+    /// Bytes of a `block_iq2_s`: f16 `d`, `qs[64]` (indices, then signs), `qh[8]`,
+    /// `scales[8]`.
+    const IQ2_S_BYTES: usize = 2 + 64 + 8 + 8;
+
+    /// `ggml_vec_dot_iq2_s_q8_K` (AVX2): [`grid_lanes`] per super-block (each 16 values
+    /// their own scale), `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_s_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
+    /// Bytes of a `block_iq1_s`: f16 `d`, `qs[32]`, `qh[8]` (u16).
+    const IQ1_S_BYTES: usize = 2 + 32 + 16;
+
+    /// The `iq1s_grid` values (-1, 0, 1 as bytes) of 32-value block `ib` of an IQ1_S block
+    /// at `x` (indices `qs[4 ib + l] | (bits 3l..3l+3 of qh[ib]) << 8`), and `qh[ib]`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_S block, `ib < 8`.
+    #[inline(always)]
+    unsafe fn iq1_s_grid(x: *const u8, ib: usize) -> (__m256i, u32) {
+        let qs = x.add(2 + 4 * ib);
+        let qh = u16::from_le_bytes([*x.add(34 + 2 * ib), *x.add(35 + 2 * ib)]) as usize;
+        let g = |l: usize| IQ1S_GRID[*qs.add(l) as usize | ((qh >> (3 * l)) & 7) << 8] as i64;
+        (_mm256_setr_epi64x(g(0), g(1), g(2), g(3)), qh as u32)
+    }
+
+    /// 32-value block `ib` of an IQ1_S block at `x` as the tiled kernel codes it: the weights
+    /// `8 · grid + delta` (delta `-1` where bit 15 of `qh[ib]` is set, else `1`), a sign
+    /// operand of ones, and the multiplier `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_S block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_s_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let (g, qh) = iq1_s_grid(x, ib);
+        let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+        let w = _mm256_add_epi8(
+            _mm256_sign_epi8(_mm256_set1_epi8(8), g),
+            _mm256_set1_epi8(delta),
+        );
+        let ls = (2 * ((qh >> 12) & 7) + 1) as i16;
+        (w, _mm256_set1_epi8(1), _mm256_set1_epi16(ls))
+    }
+
+    /// `ggml_vec_dot_iq1_s_q8_K` (AVX2). Per 32-value block the grid values times the Q8_K
+    /// bytes by the sign trick, times `2 ls + 1` (`madd`), into 8 i32 lanes; apart, the exact
+    /// `sumi1 = Σ (2 ls + 1) · (±1) · (bsums[2 ib] + bsums[2 ib + 1])`. Per super-block
+    /// `d = d_y·d_x`, `acc = fma(d, f32(lane), acc)`, `acc1 = fma(d, f32(sumi1), acc1)`; at the
+    /// end `hsum_float_8(acc) + 0.125 · acc1`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ1_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq1_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ1_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        let mut acc1 = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ1_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let mut sumi = _mm256_setzero_si256();
+            let mut sumi1 = 0i32;
+            for ib in 0..8 {
+                let (g, qh) = iq1_s_grid(x, ib);
+                let ls = (2 * ((qh >> 12) & 7) + 1) as i16;
+                let p = _mm256_madd_epi16(
+                    maddubs_signed(g, load32(y.add(4 + 32 * ib))),
+                    _mm256_set1_epi16(ls),
+                );
+                sumi = _mm256_add_epi32(sumi, p);
+                let bs = |j: usize| {
+                    i16::from_le_bytes([*y.add(260 + 2 * j), *y.add(261 + 2 * j)]) as i32
+                };
+                let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+                sumi1 += (bs(2 * ib) + bs(2 * ib + 1)) * delta * ls as i32;
+            }
+            let d = f32_at(y) * f16_at(x);
+            acc = fma_lanes(d, sumi, acc);
+            acc1 = d.mul_add(sumi1 as f32, acc1);
+        }
+        hsum(acc) + 0.125 * acc1
+    }
+
+    /// Bytes of a `block_iq1_m`: `qs[32]`, `qh[16]`, `scales[8]` (no `d` field).
+    const IQ1_M_BYTES: usize = 32 + 16 + 8;
+
+    /// IQ1_M's super-block scale: the f16 assembled from the top nibbles of the four u16
+    /// scales at `x + 48` (first u16 lowest).
+    ///
+    /// # Safety
+    /// `x` a whole IQ1_M block.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_m_d(x: *const u8) -> f32 {
+        let sc = |k: usize| u16::from_le_bytes([*x.add(48 + 2 * k), *x.add(49 + 2 * k)]);
+        let bits =
+            (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
+        f16_to_f32(bits)
+    }
+
+    /// 32-value block `ib` of an IQ1_M block at `x`: the `iq1s_grid` values, the delta signs
+    /// (`-1` bytes for the 8 values whose `qh` nibble has bit 3 set, else `1`) and the
+    /// multipliers `2 ls + 1` of its first 16 values (i16 lanes 0..8) and last 16.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_M block, `ib < 8`.
+    #[inline(always)]
+    unsafe fn iq1_m_grid(x: *const u8, ib: usize) -> (__m256i, __m256i, __m256i) {
+        let nib = |k: usize| ((*x.add(32 + k / 2) >> (4 * (k % 2))) & 0x0f) as usize;
+        let g = |l: usize| {
+            let k = 4 * ib + l;
+            IQ1S_GRID[*x.add(k) as usize | (nib(k) & 7) << 8] as i64
+        };
+        let dl = |l: usize| {
+            if nib(4 * ib + l) & 8 != 0 {
+                -1i64
+            } else {
+                0x0101_0101_0101_0101
+            }
+        };
+        let sc = u16::from_le_bytes([*x.add(48 + 2 * (ib / 2)), *x.add(49 + 2 * (ib / 2))]);
+        let sh = 6 * (ib % 2);
+        let lo = _mm_set1_epi16(2 * ((sc >> sh) & 7) as i16 + 1);
+        let hi = _mm_set1_epi16(2 * ((sc >> (sh + 3)) & 7) as i16 + 1);
+        (
+            _mm256_setr_epi64x(g(0), g(1), g(2), g(3)),
+            _mm256_setr_epi64x(dl(0), dl(1), dl(2), dl(3)),
+            _mm256_set_m128i(hi, lo),
+        )
+    }
+
+    /// 32-value block `ib` of an IQ1_M block at `x` as the tiled kernel codes it: the weights
+    /// `8 · grid + delta` (delta ±1 per 8 values), a sign operand of ones, and the per-16
+    /// multipliers `2 ls + 1`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `x` a whole IQ1_M block, `ib < 8`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq1_m_parts(
+        x: *const u8,
+        ib: usize,
+    ) -> (__m256i, __m256i, __m256i) {
+        let (g, delta, scales) = iq1_m_grid(x, ib);
+        let w = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), delta);
+        (w, _mm256_set1_epi8(1), scales)
+    }
+
+    /// `ggml_vec_dot_iq1_m_q8_K` (AVX2). Per 32-value block: the grid values times the Q8_K
+    /// bytes by the sign trick, and the activation bytes with each 8 values' delta sign
+    /// applied (`_mm256_sign_epi8`) added in pairs, each times its 16 values' `2 ls + 1`
+    /// (`madd`), into two sets of 8 i32 lanes; per super-block `d = d_y·d`,
+    /// `acc1 = fma(d, f32(lane1), acc1)`, `acc2 = fma(d, f32(lane2), acc2)`; at the end
+    /// `fma(hsum_float_8(acc2), 0.125, hsum_float_8(acc1))`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ1_M blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq1_m_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ1_M_BYTES).min(a.len() / Q8_K_BYTES);
+        let ones = _mm256_set1_epi8(1);
+        let mut acc1 = _mm256_setzero_ps();
+        let mut acc2 = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ1_M_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let mut s1 = _mm256_setzero_si256();
+            let mut s2 = _mm256_setzero_si256();
+            for ib in 0..8 {
+                let (g, delta, scales) = iq1_m_grid(x, ib);
+                let yv = load32(y.add(4 + 32 * ib));
+                let p1 = _mm256_madd_epi16(maddubs_signed(g, yv), scales);
+                let p2 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ones, _mm256_sign_epi8(yv, delta)),
+                    scales,
+                );
+                s1 = _mm256_add_epi32(s1, p1);
+                s2 = _mm256_add_epi32(s2, p2);
+            }
+            let d = f32_at(y) * iq1_m_d(x);
+            acc1 = fma_lanes(d, s1, acc1);
+            acc2 = fma_lanes(d, s2, acc2);
+        }
+        hsum(acc2).mul_add(0.125, hsum(acc1))
+    }
+
+    /// Bytes of a `block_iq2_xs`: f16 `d`, `qs[32]` (u16), `scales[8]`.
+    const IQ2_XS_BYTES: usize = 2 + 64 + 8;
+
+    /// `ggml_vec_dot_iq2_xxs_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `0.125 · hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ2_XXS blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq2_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ2_XXS_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ2_XXS_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq2_xxs_parts), acc);
+        }
+        0.125 * hsum(acc)
+    }
+
+    /// `ggml_vec_dot_iq3_s_q8_K` (AVX2): [`grid_lanes`] per super-block,
+    /// `acc = fma(d_x·d_y, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole IQ3_S blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / IQ3_S_BYTES).min(a.len() / Q8_K_BYTES);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * IQ3_S_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f16_at(x) * f32_at(y);
+            acc = fma_lanes(d, grid_lanes(x, y.add(4), iq3_s_parts), acc);
+        }
+        hsum(acc)
+    }
+
+    /// The 32 grid magnitudes of an IQ3_XXS 32-value block: `iq3xxs_grid` of the eight
+    /// index bytes at `q3`, each entry's 4 bytes in order.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines; `q3` valid for 8 bytes.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn iq3_xxs_magnitudes(q3: *const u8) -> __m256i {
+        let g = |k: usize| IQ3XXS_GRID[*q3.add(k) as usize] as i32;
+        _mm256_setr_epi32(g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7))
+    }
+
+    /// Per value of a 32-value block, `-1` (0xFF) where the value is negative and `1`
+    /// otherwise, from the four 7-bit `ksigns_iq2xs` indices in bits 0..28 of `aux` (index
+    /// `l` for values `8l .. 8l + 8`): a `_mm256_sign_epi8` operand.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn sign_bytes(aux: u32) -> __m256i {
+        let s = |l: u32| SIGNS64[((aux >> (7 * l)) & 127) as usize] as i64;
+        _mm256_setr_epi64x(s(0), s(1), s(2), s(3))
+    }
+
+    /// [`ir::ggml::grids::KSIGNS_IQ2XS`] as 8 bytes each, `0xFF` for a set bit and `0x01`
+    /// for a clear one.
+    static SIGNS64: [u64; 128] = {
+        let mut t = [0u64; 128];
+        let mut k = 0;
+        while k < 128 {
+            let s = KSIGNS_IQ2XS[k];
+            let mut j = 0;
+            while j < 8 {
+                let byte: u64 = if s & (1 << j) != 0 { 0xff } else { 0x01 };
+                t[k] |= byte << (8 * j);
+                j += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
+    /// Bytes of a `block_tq1_0`: `qs[48]` (five base-3 digits a byte), `qh[4]` (four), f16 `d`.
+    const TQ1_0_BYTES: usize = 48 + 4 + 2;
+    /// Bytes of a `block_tq2_0`: `qs[64]` (four 2-bit digits a byte), f16 `d`.
+    const TQ2_0_BYTES: usize = 64 + 2;
+
+    /// Digit `n` of every byte `q` of a TQ1_0 vector, `((q · 3^n mod 256) · 3) >> 8` (0..2),
+    /// with `3^n` given per i16 lane in `pow` (the two bytes of a lane share it): the even
+    /// byte's `q · 3^n` by `mullo` (its low byte), moved to the top of the lane; the odd
+    /// byte's already there after masking; `mulhi` by 3 of `m << 8` is `(m · 3) >> 8`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn ternary_digits(q: __m256i, pow: __m256i) -> __m256i {
+        let three = _mm256_set1_epi16(3);
+        let even = _mm256_slli_epi16(_mm256_mullo_epi16(q, pow), 8);
+        let odd = _mm256_mullo_epi16(_mm256_and_si256(q, _mm256_set1_epi16(-256)), pow);
+        _mm256_or_si256(
+            _mm256_mulhi_epu16(even, three),
+            _mm256_slli_epi16(_mm256_mulhi_epu16(odd, three), 8),
+        )
+    }
+
+    /// `ggml_vec_dot_tq1_0_q8_K` (AVX2). Per super-block: the unsigned digits (0..2) times
+    /// the Q8_K bytes by `maddubs`, value `v` (activation byte `v`) in i16 lane `(v % 32) / 2`,
+    /// summed in i16; the Q8_K `bsums` subtracted (the `- 1` of every digit), wrapping; i16
+    /// lanes added in pairs into 8 i32 lanes; `acc = fma(d_y·d_x, f32(lane), acc)`;
+    /// `hsum_float_8` at the end (`ir::ggml::vec_dot_avx2`'s TQ1_0 order).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole TQ1_0 blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tq1_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / TQ1_0_BYTES).min(a.len() / Q8_K_BYTES);
+        const POW3: [i16; 5] = [1, 3, 9, 27, 81];
+        let pows = POW3.map(|p| _mm256_set1_epi16(p));
+        // Two digits of qs[32..48] per vector: 3^(2k) in the low half, 3^(2k+1) in the high.
+        let pow01 = _mm256_setr_epi16(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+        let pow23 = _mm256_setr_epi16(9, 9, 9, 9, 9, 9, 9, 9, 27, 27, 27, 27, 27, 27, 27, 27);
+        // Digit 4 of qs[32..48] in the low half; in the high half qh repeated four times,
+        // bytes 4n..4n+4 (i16 lanes 2n, 2n+1) taking digit n.
+        let pow45 = _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * TQ1_0_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f32_at(y) * f16_at(x.add(52));
+            let q8 = y.add(4);
+            let q = load32(x);
+            let mut s16 = _mm256_setzero_si256();
+            for (n, pow) in pows.iter().enumerate() {
+                let p = _mm256_maddubs_epi16(ternary_digits(q, *pow), load32(q8.add(32 * n)));
+                s16 = _mm256_add_epi16(s16, p);
+            }
+            let tail = _mm_loadu_si128(x.add(32) as *const __m128i);
+            let both = _mm256_broadcastsi128_si256(tail);
+            let with_qh = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(tail),
+                _mm_set1_epi32(u32_at(x.add(48)) as i32),
+                1,
+            );
+            for (k, (v, pow)) in [(both, pow01), (both, pow23), (with_qh, pow45)]
+                .into_iter()
+                .enumerate()
+            {
+                let p = _mm256_maddubs_epi16(ternary_digits(v, pow), load32(q8.add(160 + 32 * k)));
+                s16 = _mm256_add_epi16(s16, p);
+            }
+            s16 = _mm256_sub_epi16(s16, load32(y.add(260)));
+            acc = fma_lanes(d, pairs(s16), acc);
+        }
+        hsum(acc)
+    }
+
+    /// `ggml_vec_dot_tq2_0_q8_K` (AVX2): as [`tq1_0_q8_k`], the digits being the 2-bit
+    /// fields of TQ2_0 (bits `2l..2l+2` of byte `32h + m` are value `128h + 32l + m`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole TQ2_0 blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+        let nb = (w.len() / TQ2_0_BYTES).min(a.len() / Q8_K_BYTES);
+        let m3 = _mm256_set1_epi8(3);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * TQ2_0_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let d = f32_at(y) * f16_at(x.add(64));
+            let q8 = y.add(4);
+            let mut s16 = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q = load32(x.add(32 * h));
+                let q8h = q8.add(128 * h);
+                let d0 = _mm256_and_si256(q, m3);
+                let d1 = _mm256_and_si256(_mm256_srli_epi16(q, 2), m3);
+                let d2 = _mm256_and_si256(_mm256_srli_epi16(q, 4), m3);
+                let d3 = _mm256_and_si256(_mm256_srli_epi16(q, 6), m3);
+                let p01 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(d0, load32(q8h)),
+                    _mm256_maddubs_epi16(d1, load32(q8h.add(32))),
+                );
+                let p23 = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(d2, load32(q8h.add(64))),
+                    _mm256_maddubs_epi16(d3, load32(q8h.add(96))),
+                );
+                s16 = _mm256_add_epi16(s16, _mm256_add_epi16(p01, p23));
+            }
+            s16 = _mm256_sub_epi16(s16, load32(y.add(260)));
+            acc = fma_lanes(d, pairs(s16), acc);
+        }
+        hsum(acc)
+    }
 }
 
 #[cfg(test)]
@@ -1218,7 +1805,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 11] = [
+    const TYPES: [(GgmlType, &[usize]); 20] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q4_1, &[0, 2]),
         (GgmlType::Q8_0, &[0]),
@@ -1230,6 +1817,15 @@ mod tests {
         (GgmlType::Q5_K, &[0, 2]),
         (GgmlType::Q6_K, &[208]),
         (GgmlType::IQ4_XS, &[0]),
+        (GgmlType::TQ1_0, &[52]),
+        (GgmlType::TQ2_0, &[64]),
+        (GgmlType::IQ3_XXS, &[0]),
+        (GgmlType::IQ3_S, &[0]),
+        (GgmlType::IQ2_XXS, &[0]),
+        (GgmlType::IQ2_XS, &[0]),
+        (GgmlType::IQ2_S, &[0]),
+        (GgmlType::IQ1_S, &[0]),
+        (GgmlType::IQ1_M, &[]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.
@@ -1255,6 +1851,17 @@ mod tests {
                 };
                 let v = half::f16::from_f32(sign * ((rng(seed) % 1000) as f32 / 20000.0 + 1e-3));
                 row[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        if t == GgmlType::IQ1_M {
+            for blk in row.chunks_exact_mut(t.type_size()) {
+                let v = half::f16::from_f32((rng(seed) % 1000) as f32 / 20000.0 + 1e-3);
+                for k in 0..4 {
+                    let at = 48 + 2 * k;
+                    let sc = u16::from_le_bytes([blk[at], blk[at + 1]]);
+                    let sc = (sc & 0x0fff) | (((v.to_bits() >> (4 * k)) & 0x0f) << 12);
+                    blk[at..at + 2].copy_from_slice(&sc.to_le_bytes());
+                }
             }
         }
         row

@@ -56,6 +56,13 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
             _ => None,
         };
@@ -82,6 +89,13 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled4),
             GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled4),
             GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
+            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
+            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
+            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
+            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
+            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled4),
+            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled4),
+            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
             _ => None,
         };
@@ -94,6 +108,10 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use crate::handwritten::qdot::x86::{
+        iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts,
+        iq3_xxs_parts,
+    };
     use ir::ggml::KVALUES_IQ4NL;
 
     /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs` @4, 16 × i16 `bsums` @260.
@@ -112,6 +130,21 @@ mod x86 {
     const Q6_K_BYTES: usize = 210;
     /// `block_iq4_xs`: f16 `d` @0, u16 `scales_h` @2, `scales_l[4]` @4, `qs[128]` @8.
     const IQ4_XS_BYTES: usize = 136;
+    /// `block_iq3_xxs`: f16 `d` @0, grid indices `qs[64]` @2, `scales_and_signs[32]` @66.
+    const IQ3_XXS_BYTES: usize = 98;
+    /// `block_iq2_xxs`: f16 `d` @0, `qs[64]` @2.
+    const IQ2_XXS_BYTES: usize = 66;
+    /// `block_iq2_xs`: f16 `d` @0, `qs[32]` (u16) @2, `scales[8]` @66.
+    const IQ2_XS_BYTES: usize = 74;
+    /// `block_iq2_s`: f16 `d` @0, `qs[64]` @2 (indices, then signs), `qh[8]` @66,
+    /// `scales[8]` @74.
+    const IQ2_S_BYTES: usize = 82;
+    /// `block_iq1_s`: f16 `d` @0, `qs[32]` @2, `qh[8]` (u16) @34.
+    const IQ1_S_BYTES: usize = 50;
+    /// `block_iq1_m`: `qs[32]` @0, `qh[16]` @32, `scales[8]` @48.
+    const IQ1_M_BYTES: usize = 56;
+    /// `block_iq3_s`: f16 `d` @0, `qs[64]` @2, `qh[8]` @66, `signs[32]` @74, `scales[4]` @106.
+    const IQ3_S_BYTES: usize = 110;
     /// `block_iq4_nl`: f16 `d` @0, `qs[16]` @2.
     const IQ4_NL_BYTES: usize = 18;
 
@@ -442,6 +475,13 @@ mod x86 {
     entry_points!(q2_k_q8_k_tiled, q2_k_q8_k_tiled4, q2_k_tiled);
     entry_points!(q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled);
     entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
+    entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
+    entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
+    entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
+    entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
+    entry_points!(iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled);
+    entry_points!(iq1_s_q8_k_tiled, iq1_s_q8_k_tiled4, iq1_s_tiled);
+    entry_points!(iq1_m_q8_k_tiled, iq1_m_q8_k_tiled4, iq1_m_tiled);
     entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
@@ -758,6 +798,124 @@ mod x86 {
         out
     }
 
+    /// IQ3_XXS / IQ3_S × Q8_K in the order of llama.cpp's tiled kernel (ggml-cpu/tiled, AVX2
+    /// microkernel with `BIAS = 128`, `ACTBIAS`): per super-block the exact
+    /// `s1 = Σ_b (2 ls_b + 1) · (w · y)` over the eight 32-value blocks, `w` the signed grid
+    /// values; computed as ggml does, `maddubs(y + 128, w)` (never saturating: `|w| <= 62`)
+    /// minus `128 · Σ_b (2 ls_b + 1) · Σ w` (so a `-128` activation byte counts as itself);
+    /// `out = fma((d · d_scale) · s1, yd, out)` (`d_scale` 0.25 for IQ3_XXS, 1 for IQ3_S;
+    /// `d` the f16 at the block's start, or IQ1_M's assembled scale when `iq1m`).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with blocks of `block_bytes` bytes that `parts` reads.
+    #[inline(always)]
+    unsafe fn grid_tiled<const C: usize>(
+        w: &[u8],
+        a: &[&[u8]; C],
+        block_bytes: usize,
+        d_scale: f32,
+        iq1m: bool,
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
+    ) -> [f32; C] {
+        let nb = blocks(w, block_bytes, a, Q8_K_BYTES);
+        let bias = _mm256_set1_epi8(-128);
+        let ones = _mm256_set1_epi8(1);
+        let mut out = [0f32; C];
+        for i in 0..nb {
+            let x = w.as_ptr().add(i * block_bytes);
+            let mut v = [_mm256_setzero_si256(); 8];
+            let mut s = [_mm256_setzero_si256(); 8];
+            let mut corr = _mm256_setzero_si256();
+            for b in 0..8 {
+                let (mag, signs, scale) = parts(x, b);
+                v[b] = _mm256_sign_epi8(mag, signs);
+                s[b] = scale;
+                let wsum = _mm256_maddubs_epi16(ones, v[b]);
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
+            }
+            let corr = hsum_i32(corr).wrapping_mul(128);
+            let d = if iq1m { iq1_m_d(x) } else { f16_at(x) } * d_scale;
+            let y = col_blocks(a, i, Q8_K_BYTES);
+            for c in 0..C {
+                let q8 = y[c].add(4);
+                let mut acc = _mm256_setzero_si256();
+                for b in 0..8 {
+                    let yb = _mm256_xor_si256(load256(q8.add(32 * b)), bias);
+                    let prod = _mm256_maddubs_epi16(yb, v[b]);
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s[b]));
+                }
+                let s1 = hsum_i32(acc).wrapping_sub(corr);
+                out[c] = tiled_step(out[c], d, s1, f32_at(y[c]));
+            }
+        }
+        out
+    }
+
+    /// IQ3_XXS in the tiled kernel's order ([`grid_tiled`]).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ3_XXS blocks.
+    #[inline(always)]
+    unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, false, iq3_xxs_parts)
+    }
+
+    /// IQ2_XXS in the tiled kernel's order ([`grid_tiled`]; magnitudes at most 43).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_XXS blocks.
+    #[inline(always)]
+    unsafe fn iq2_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, false, iq2_xxs_parts)
+    }
+
+    /// IQ2_XS in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_XS blocks.
+    #[inline(always)]
+    unsafe fn iq2_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_XS_BYTES, 0.125, false, iq2_xs_parts)
+    }
+
+    /// IQ2_S in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ2_S blocks.
+    #[inline(always)]
+    unsafe fn iq2_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ2_S_BYTES, 0.125, false, iq2_s_parts)
+    }
+
+    /// IQ1_S in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
+    /// with `d · 0.125`).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ1_S blocks.
+    #[inline(always)]
+    unsafe fn iq1_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ1_S_BYTES, 0.125, false, iq1_s_parts)
+    }
+
+    /// IQ1_M in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
+    /// 16-value sub-blocks, with `d · 0.125`).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ1_M blocks.
+    #[inline(always)]
+    unsafe fn iq1_m_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ1_M_BYTES, 0.125, true, iq1_m_parts)
+    }
+
+    /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
+    ///
+    /// # Safety
+    /// As [`q4_k_tiled`], with IQ3_S blocks.
+    #[inline(always)]
+    unsafe fn iq3_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled(w, a, IQ3_S_BYTES, 1.0, false, iq3_s_parts)
+    }
+
     // ---- tinyBLAS ----------------------------------------------------------------------
 
     /// IQ4_NL × Q8_0 as llamafile's `tinyBLAS_Q0_AVX<block_iq4_nl, block_q8_0>` (sgemm.cpp)
@@ -817,7 +975,14 @@ mod tests {
         Q8Flavor,
     };
 
-    const TYPES: [GgmlType; 7] = [
+    const TYPES: [GgmlType; 14] = [
+        GgmlType::IQ1_M,
+        GgmlType::IQ1_S,
+        GgmlType::IQ2_S,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q5_K,
@@ -840,16 +1005,30 @@ mod tests {
         lo + (hi - lo) * ((next(s) >> 40) as f32 / (1u64 << 24) as f32)
     }
 
+    /// Stores the f16 `h` as an IQ1_M block's scale (top nibbles of its four u16 scales).
+    pub(crate) fn set_iq1_m_d(blk: &mut [u8], h: u16) {
+        for k in 0..4 {
+            let at = 48 + 2 * k;
+            let sc = u16::from_le_bytes([blk[at], blk[at + 1]]);
+            let sc = (sc & 0x0fff) | (((h >> (4 * k)) & 0x0f) << 12);
+            blk[at..at + 2].copy_from_slice(&sc.to_le_bytes());
+        }
+    }
+
     /// `n` random weight blocks of `t` with random quants and sane f16 `d` (and `dmin`).
     fn random_weights(t: GgmlType, n_values: usize, s: &mut u64) -> Vec<u8> {
         let f = block_format(t).unwrap();
-        let d = f.field("d").unwrap().offset;
+        let d = f.field("d").map(|fl| fl.offset);
         let dmin = f.field("dmin").map(|fl| fl.offset);
         let mut w = vec![0u8; n_values / t.block_size() * t.type_size()];
         w.iter_mut().for_each(|b| *b = next(s) as u8);
         for blk in w.chunks_exact_mut(t.type_size()) {
             let dv = uniform(s, -0.02, 0.02);
-            blk[d..d + 2].copy_from_slice(&f32_to_f16(dv).to_le_bytes());
+            match d {
+                Some(d) => blk[d..d + 2].copy_from_slice(&f32_to_f16(dv).to_le_bytes()),
+                // IQ1_M: the f16 d in the top nibbles of the four u16 scales at 48.
+                None => set_iq1_m_d(blk, f32_to_f16(dv)),
+            }
             if let Some(m) = dmin {
                 let mv = uniform(s, 0.0, 0.01);
                 blk[m..m + 2].copy_from_slice(&f32_to_f16(mv).to_le_bytes());

@@ -125,6 +125,12 @@ pub fn print(f: &BlockFormat) -> Result<String, String> {
     )
     .ok();
     let body = match f.decode {
+        Decode::Routine => {
+            return Err(format!(
+                "{}: no recipe to print a dequantizer from",
+                f.ty.name()
+            ))
+        }
         Decode::Scalar(kind) => {
             let stride = kind.size();
             match kind {

@@ -19,6 +19,12 @@
 //!   of Q4_K / Q5_K are subtracted from a separate f32 sum (`sum -= (dmin * dy) * summs`);
 //!   the lanes are added to that sum in order 0..8 at the end.
 //! - IQ4_XS: per 32 values `sum += (dx * dy * (ls - 32)) * sumi`.
+//! - IQ3_XXS: per super-block `sum += d * bsum` (`d = dx * dy`, `bsum` the exact sum of
+//!   `(2 * ls + 1) * sumi` over its 32-value blocks), then `0.25 * sum`.
+//! - IQ3_S: as IQ3_XXS without the final `0.25`; IQ2_XXS, IQ2_XS, IQ2_S: with `0.125`
+//!   instead (IQ2_XS / IQ2_S scales cover 16 values).
+//! - TQ1_0: per super-block `sum += sumi * (dx * dy)`; TQ2_0: `sum += sumi * (dy * dx)`
+//!   (`sumi` the exact i32 sum of `(digit - 1) * y`).
 //! - F32, F16, BF16: each product in f32, summed in f64, rounded to f32 at the end.
 //!
 //! llama.cpp's SIMD kernels (AVX2, NEON) and llamafile's sgemm compute the same integer
@@ -39,8 +45,8 @@ use super::{GgmlType, QK_K};
 /// weights of type `t` (`vec_dot_type` in ggml-cpu's type traits), or `None` if `t` has no
 /// CPU dot product here.
 ///
-/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS → Q8_K;
-/// F32 → F32; F16 → F16; BF16 → BF16.
+/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
+/// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match t {
@@ -49,7 +55,8 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         BF16 => BF16,
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 | IQ3_XXS | IQ3_S | IQ2_XXS
+        | IQ2_XS | IQ2_S | IQ1_S | IQ1_M => Q8_K,
         _ => return None,
     })
 }
@@ -90,6 +97,15 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::Q5_K => q45_k_q8_k(w, a, true),
         GgmlType::Q6_K => q6_k_q8_k(w, a),
         GgmlType::IQ4_XS => iq4_xs_q8_k(w, a),
+        GgmlType::TQ1_0 => tq1_0_q8_k(w, a),
+        GgmlType::TQ2_0 => tq2_0_q8_k(w, a),
+        GgmlType::IQ3_XXS => iq3_xxs_q8_k(w, a),
+        GgmlType::IQ3_S => iq3_s_q8_k(w, a),
+        GgmlType::IQ2_XXS => iq2_xxs_q8_k(w, a),
+        GgmlType::IQ2_XS => iq2_xs_q8_k(w, a),
+        GgmlType::IQ2_S => iq2_s_q8_k(w, a),
+        GgmlType::IQ1_S => iq1_s_q8_k(w, a),
+        GgmlType::IQ1_M => iq1_m_q8_k(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -236,7 +252,8 @@ pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32
 /// `mul_mat` (`ggml_compute_forward_mul_mat`, AVX2 build with llamafile on) for a product
 /// with `n_cols` activation columns (`ne[1]` of the activations):
 ///
-/// - from 8 columns on, for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS, ggml-cpu's tiled
+/// - from 8 columns on, for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS,
+///   IQ2_XS and IQ2_S, ggml-cpu's tiled
 ///   K-quant kernel (ggml-cpu/tiled, on unless `GGML_CPU_TILED_MM=0`): per super-block an
 ///   exact integer dot product, scaled by the weight's `d` (and its mins subtracted with
 ///   `dmin`, fused), then fused into the output with the activation's `d`;
@@ -270,6 +287,13 @@ pub fn vec_dot_avx2_mul_mat(
             GgmlType::Q5_K => Some(dot_x86::tiled_q5_k as dot_x86::TiledFn),
             GgmlType::Q6_K => Some(dot_x86::tiled_q6_k as dot_x86::TiledFn),
             GgmlType::IQ4_XS => Some(dot_x86::tiled_iq4_xs as dot_x86::TiledFn),
+            GgmlType::IQ3_XXS => Some(dot_x86::tiled_iq3_xxs as dot_x86::TiledFn),
+            GgmlType::IQ3_S => Some(dot_x86::tiled_iq3_s as dot_x86::TiledFn),
+            GgmlType::IQ2_XXS => Some(dot_x86::tiled_iq2_xxs as dot_x86::TiledFn),
+            GgmlType::IQ2_XS => Some(dot_x86::tiled_iq2_xs as dot_x86::TiledFn),
+            GgmlType::IQ2_S => Some(dot_x86::tiled_iq2_s as dot_x86::TiledFn),
+            GgmlType::IQ1_S => Some(dot_x86::tiled_iq1_s as dot_x86::TiledFn),
+            GgmlType::IQ1_M => Some(dot_x86::tiled_iq1_m as dot_x86::TiledFn),
             _ => None,
         };
         if let Some(block) = tiled {
@@ -296,7 +320,8 @@ pub enum X86MulMatKernel {
     /// llamafile's tinyBLAS with quantized activations (Q4_0, Q5_0, Q8_0, IQ4_NL from two
     /// columns; the same numbers as `vec_dot` except for IQ4_NL).
     TinyBlas,
-    /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS from eight columns).
+    /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
+    /// IQ2_S from eight columns).
     Tiled,
 }
 
@@ -305,7 +330,12 @@ pub enum X86MulMatKernel {
 pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
     use GgmlType::*;
     match wtype {
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS if n_cols >= 8 => X86MulMatKernel::Tiled,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | IQ3_XXS | IQ3_S | IQ2_XXS | IQ2_XS | IQ2_S
+        | IQ1_S | IQ1_M
+            if n_cols >= 8 =>
+        {
+            X86MulMatKernel::Tiled
+        }
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL if n_cols >= 2 => X86MulMatKernel::TinyBlas,
         _ => X86MulMatKernel::VecDot,
     }
@@ -326,6 +356,15 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::Q5_K => dot_x86::q5_k_q8_k,
         GgmlType::Q6_K => dot_x86::q6_k_q8_k,
         GgmlType::IQ4_XS => dot_x86::iq4_xs_q8_k,
+        GgmlType::TQ1_0 => dot_x86::tq1_0_q8_k,
+        GgmlType::TQ2_0 => dot_x86::tq2_0_q8_k,
+        GgmlType::IQ3_XXS => dot_x86::iq3_xxs_q8_k,
+        GgmlType::IQ3_S => dot_x86::iq3_s_q8_k,
+        GgmlType::IQ2_XXS => dot_x86::iq2_xxs_q8_k,
+        GgmlType::IQ2_XS => dot_x86::iq2_xs_q8_k,
+        GgmlType::IQ2_S => dot_x86::iq2_s_q8_k,
+        GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
+        GgmlType::IQ1_M => dot_x86::iq1_m_q8_k,
         _ => return None,
     })
 }
@@ -724,4 +763,158 @@ mod tests {
         assert!(vec_dot_avx2(GgmlType::Q6_K, &[0; 210], &[0; 291]).is_err());
         assert!(vec_dot_avx2(GgmlType::Q8_1, &[0; 36], &[0; 36]).is_err());
     }
+}
+
+/// TQ1_0 · Q8_K (`ggml_vec_dot_tq1_0_q8_K_generic`): per super-block the exact sum of
+/// `(digit - 1) * y`, then `sumf += sumi * (dx * dy)`.
+fn tq1_0_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let digits = super::dequant::tq1_0_digits(x);
+        let sumi: i32 = digits
+            .iter()
+            .zip(i8s(&y[4..260]))
+            .map(|(&q, v)| (q as i32 - 1) * v)
+            .sum();
+        sumf += sumi as f32 * (f16_at(x, 52) * f32_at(y, 0));
+    }
+    sumf
+}
+
+/// TQ2_0 · Q8_K (`ggml_vec_dot_tq2_0_q8_K_generic`): per super-block the exact sum of
+/// `(q - 1) * y`, then `sumf += sumi * (dy * dx)`.
+fn tq2_0_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let yq = &y[4..260];
+        let mut sumi = 0i32;
+        for (v, &yv) in yq.iter().enumerate() {
+            let q = (x[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3;
+            sumi += (q as i32 - 1) * (yv as i8 as i32);
+        }
+        sumf += sumi as f32 * (f32_at(y, 0) * f16_at(x, 64));
+    }
+    sumf
+}
+
+/// IQ3_XXS · Q8_K (`ggml_vec_dot_iq3_xxs_q8_K_generic`): per super-block the exact
+/// `bsum = Σ (2 ls + 1) · Σ ±grid · y`, `sumf += (dx · dy) · bsum`; `0.25 · sumf` at the end.
+fn iq3_xxs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq3_xxs_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    0.25 * sumf
+}
+
+/// IQ3_S · Q8_K (`ggml_vec_dot_iq3_s_q8_K_generic`): per super-block the exact
+/// `bsum = Σ (2 ls + 1) · Σ ±grid · y`, `sumf += (dx · dy) · bsum`.
+fn iq3_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq3_s_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    sumf
+}
+
+/// IQ2_XXS · Q8_K (`ggml_vec_dot_iq2_xxs_q8_K_generic`): per super-block the exact
+/// `bsum = Σ (2 ls + 1) · Σ ±grid · y`, `sumf += (dx · dy) · bsum`; `0.125 · sumf` at the end.
+fn iq2_xxs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq2_xxs_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    0.125 * sumf
+}
+
+/// `Σ_h (2 ls_h + 1) · Σ ±grid · y` over the scale groups `h` of an unpacked grid block
+/// with one Q8_K block: exact, so the same integer as ggml's per-32 or per-16 sums.
+fn grid_bsum(u: &super::dequant::GridValues, y: &[u8]) -> i32 {
+    let mut bsum = 0i32;
+    for h in 0..16 {
+        let mut sumi = 0i32;
+        for v in 16 * h..16 * h + 16 {
+            let p = u.mag[v] as i32 * (y[4 + v] as i8 as i32);
+            sumi += if u.neg[v] { -p } else { p };
+        }
+        bsum += sumi * (2 * u.ls[h] as i32 + 1);
+    }
+    bsum
+}
+
+/// IQ2_XS · Q8_K (`ggml_vec_dot_iq2_xs_q8_K_generic`): per super-block the exact
+/// `bsum = Σ (2 ls + 1) · Σ ±grid · y` (scales per 16 values), `sumf += (dx · dy) · bsum`;
+/// `0.125 · sumf` at the end.
+fn iq2_xs_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq2_xs_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ2_S · Q8_K (`ggml_vec_dot_iq2_s_q8_K_generic`): as IQ2_XS.
+fn iq2_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        let u = super::dequant::iq2_s_unpack(x);
+        sumf += d * grid_bsum(&u, y) as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ1_S · Q8_K (`ggml_vec_dot_iq1_s_q8_K_generic`): per super-block the exact
+/// `sumi = Σ (2 ls + 1) · Σ grid · y` and `sumi1 = Σ (2 ls + 1) · (±1) · bsums`, then
+/// `sumf += (dx · dy) · (sumi + 0.125 · sumi1)`.
+fn iq1_s_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_s_unpack(x);
+        let (mut sumi, mut sumi1) = (0i32, 0i32);
+        for ib in 0..8 {
+            let ls = 2 * u.ls[ib] as i32 + 1;
+            let lsum: i32 = (32 * ib..32 * ib + 32)
+                .map(|v| u.grid[v] as i32 * (y[4 + v] as i8 as i32))
+                .sum();
+            sumi += ls * lsum;
+            let bs = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+            let delta = if u.delta_neg[ib] { -1 } else { 1 };
+            sumi1 += ls * delta * (bs(2 * ib) + bs(2 * ib + 1));
+        }
+        sumf += f16_at(x, 0) * f32_at(y, 0) * (sumi as f32 + 0.125 * sumi1 as f32);
+    }
+    sumf
+}
+
+/// IQ1_M · Q8_K (`ggml_vec_dot_iq1_m_q8_K_generic`): per super-block the exact
+/// `sumi1 = Σ (2 ls + 1) · Σ grid · y` and `sumi2 = Σ (2 ls + 1) · Σ (±1) · y`, then
+/// `sumf += (d · dy) · (sumi1 + 0.125 · sumi2)`.
+fn iq1_m_q8_k<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_m_unpack(x);
+        let (mut sumi1, mut sumi2) = (0i32, 0i32);
+        for h in 0..16 {
+            let ls = 2 * u.ls[h] as i32 + 1;
+            let (mut a1, mut a2) = (0i32, 0i32);
+            for v in 16 * h..16 * h + 16 {
+                let q = y[4 + v] as i8 as i32;
+                a1 += u.grid[v] as i32 * q;
+                a2 += if u.delta_neg[v / 8] { -q } else { q };
+            }
+            sumi1 += ls * a1;
+            sumi2 += ls * a2;
+        }
+        sumf += u.d * f32_at(y, 0) * (sumi1 as f32 + 0.125 * sumi2 as f32);
+    }
+    sumf
 }

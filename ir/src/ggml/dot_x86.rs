@@ -483,6 +483,335 @@ pub(super) fn iq4_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
+/// The eight i32 lanes of a ternary (TQ1_0 / TQ2_0) super-block with a Q8_K block, as
+/// `ggml_vec_dot_tq1_0_q8_K` / `ggml_vec_dot_tq2_0_q8_K` (AVX2) build them: the unsigned
+/// digits (0..3) times the activation bytes by `maddubs` (never saturating: at most
+/// `2 * 3 * 128` a pair), added in i16 lanes, the Q8_K `bsums` subtracted in i16 (wrapping:
+/// the `- 1` of every digit folded through the activation sums), then neighbouring i16
+/// lanes added into i32 (`madd` by 1). Both kernels put value `v` of the super-block (its
+/// activation byte `v`) in i16 lane `(v % 32) / 2`; integer adds wrap, so their order does
+/// not matter.
+fn ternary_lanes(digits: &[u8; QK_K], y: &[u8]) -> [i32; 8] {
+    let mut l16 = [0i32; 16];
+    for (v, &q) in digits.iter().enumerate() {
+        l16[(v % 32) / 2] += q as i32 * (y[4 + v] as i8 as i32);
+    }
+    let ys = bsums(y);
+    let l16: [i16; 16] = std::array::from_fn(|p| (l16[p] as i16).wrapping_sub(ys[p]));
+    std::array::from_fn(|l| l16[2 * l] as i32 + l16[2 * l + 1] as i32)
+}
+
+/// `ggml_vec_dot_tq1_0_q8_K` (AVX2): the lanes of [`ternary_lanes`] per super-block (digits
+/// as `dequantize_row_tq1_0` extracts them, which the kernel's `avg_epu8` arithmetic equals
+/// for every byte), `acc = fma(f32(lane), dy * dx, acc)` (GCC fuses the kernel's
+/// `add(mul(..), acc)`), `hsum_float_8` at the end.
+pub(super) fn tq1_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(54).zip(a.chunks_exact(292)) {
+        let d = f32_at(y, 0) * f16_at(x, 52);
+        fma_lanes(
+            &mut acc,
+            d,
+            &ternary_lanes(&super::dequant::tq1_0_digits(x), y),
+        );
+    }
+    hsum8(&acc)
+}
+
+/// `ggml_vec_dot_tq2_0_q8_K` (AVX2): as [`tq1_0_q8_k`] with the 2-bit digits of TQ2_0.
+pub(super) fn tq2_0_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(66).zip(a.chunks_exact(292)) {
+        let d = f32_at(y, 0) * f16_at(x, 64);
+        let digits: [u8; QK_K] =
+            std::array::from_fn(|v| (x[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3);
+        fma_lanes(&mut acc, d, &ternary_lanes(&digits, y));
+    }
+    hsum8(&acc)
+}
+
+/// The 8 i32 lanes of one IQ3_XXS / IQ3_S super-block with a Q8_K block, as their AVX2
+/// `vec_dot` kernels build them: per 32-value block the grid magnitudes (unsigned bytes, at
+/// most 62) times the Q8_K bytes with the block's signs applied to the activation
+/// (`_mm256_sign_epi8` in IQ3_XXS, `(y ^ s) - s` in IQ3_S: both leave `-(-128)` at `-128`)
+/// by `maddubs`, times `2 ls + 1` by `madd` (IQ2_XS: the scale of values 0..16 of the block in
+/// i16 lanes 0..8, of 16..32 in 8..16); value `v` in lane `(v % 32) / 4` (the kernels'
+/// even and odd blocks in two sets that are added, which is exact).
+fn grid_lanes(u: &super::dequant::GridValues, y: &[u8]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for ib in 0..8 {
+        let mag: [u8; 32] = std::array::from_fn(|b| u.mag[32 * ib + b]);
+        let sy: [i8; 32] = std::array::from_fn(|b| {
+            let v = y[4 + 32 * ib + b] as i8;
+            if u.neg[32 * ib + b] {
+                v.wrapping_neg()
+            } else {
+                v
+            }
+        });
+        let lo = 2 * u.ls[2 * ib] as i16 + 1;
+        let hi = 2 * u.ls[2 * ib + 1] as i16 + 1;
+        add_i32(&mut lanes, &madd_halves(&maddubs(&mag, &sy), lo, hi));
+    }
+    lanes
+}
+
+/// The tiled kernel's exact `s1 = Σ_b (2 ls_b + 1) · Σ w · y` of an IQ3_XXS / IQ3_S
+/// super-block, `w` the signed grid values (the kernel's +128 activation bias is taken out
+/// again in integers, so a `-128` activation counts as itself).
+fn grid_tiled_s1(u: &super::dequant::GridValues, y: &[u8]) -> i32 {
+    let mut s1 = 0i32;
+    for h in 0..16 {
+        let mut sumi = 0i32;
+        for v in 16 * h..16 * h + 16 {
+            let p = u.mag[v] as i32 * (y[4 + v] as i8 as i32);
+            sumi += if u.neg[v] { -p } else { p };
+        }
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[h] as i32 + 1));
+    }
+    s1
+}
+
+/// `ggml_vec_dot_iq3_xxs_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
+/// `acc = fma(dx · dy, f32(lane), acc)`; at the end `0.25 · hsum_float_8(acc)`.
+pub(super) fn iq3_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(98).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq3_xxs_unpack(x), y),
+        );
+    }
+    0.25 * hsum8(&acc)
+}
+
+/// One IQ3_XXS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq3_xxs`):
+/// the weight's scale `d · 0.25` (f32) and [`grid_tiled_s1`].
+pub(super) fn tiled_iq3_xxs(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.25,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq3_xxs_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq2_xxs_q8_K` (AVX2): the lanes of [`grid_lanes`] (magnitudes at most 43)
+/// per super-block, `acc = fma(dx · dy, f32(lane), acc)`; `0.125 · hsum_float_8(acc)` at
+/// the end.
+pub(super) fn iq2_xxs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(66).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq2_xxs_unpack(x), y),
+        );
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// One IQ2_XXS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq2_xxs`):
+/// the weight's scale `d · 0.125` (f32) and [`grid_tiled_s1`].
+pub(super) fn tiled_iq2_xxs(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq2_xxs_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq2_xs_q8_K` (AVX2): as [`iq2_xxs_q8_k`] (its sign bytes completed by
+/// parity are `ksigns_iq2xs`; its scale shuffle gives each 16 values their own scale).
+pub(super) fn iq2_xs_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(74).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq2_xs_unpack(x), y),
+        );
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// One IQ2_XS super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq2_xs`,
+/// 16-value sub-blocks): `d · 0.125` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq2_xs(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq2_xs_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq2_s_q8_K` (AVX2): as [`iq2_xs_q8_k`] (IQ2_S's sign bytes are stored
+/// whole; its scale shuffle also gives each 16 values their own scale).
+pub(super) fn iq2_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(82).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq2_s_unpack(x), y),
+        );
+    }
+    0.125 * hsum8(&acc)
+}
+
+/// One IQ2_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq2_s`,
+/// 16-value sub-blocks): `d · 0.125` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq2_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq2_s_unpack(x), y),
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq1_s_q8_K` (AVX2). Per 32-value block the grid values (-1, 0, 1) times
+/// the Q8_K bytes by the sign trick (`mul_add_epi8`), times `2 ls + 1` (`madd`), into 8 i32
+/// lanes; the delta's integer part `sumi1 = Σ (2 ls + 1) · (±1) · (bsums[2 ib] +
+/// bsums[2 ib + 1])` apart. Per super-block `d = dy · dx`, `acc = fma(d, f32(lane), acc)`,
+/// `acc1 = fma(d, f32(sumi1), acc1)` (as GCC fuses `accum1 += d * sumi1`); at the end
+/// `hsum_float_8(acc) + 0.125 · acc1` (product, then sum).
+pub(super) fn iq1_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut acc1 = 0f32;
+    for (x, y) in w.chunks_exact(50).zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_s_unpack(x);
+        let ys = bsums(y);
+        let mut lanes = [0i32; 8];
+        let mut sumi1 = 0i32;
+        for ib in 0..8 {
+            let g: [i8; 32] = std::array::from_fn(|b| u.grid[32 * ib + b]);
+            let ls = 2 * u.ls[ib] as i16 + 1;
+            let p = maddubs_signed(&g, &i8x32(&y[4 + 32 * ib..]));
+            add_i32(&mut lanes, &madd(&p, &[ls; 16]));
+            let delta = if u.delta_neg[ib] { -1 } else { 1 };
+            sumi1 += (ys[2 * ib] as i32 + ys[2 * ib + 1] as i32) * delta * ls as i32;
+        }
+        let d = f32_at(y, 0) * f16_at(x, 0);
+        fma_lanes(&mut acc, d, &lanes);
+        acc1 = d.mul_add(sumi1 as f32, acc1);
+    }
+    hsum8(&acc) + 0.125 * acc1
+}
+
+/// One IQ1_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq1_s`): the
+/// weights as the codes `8 · grid + delta` (delta ±1), `d · 0.125`, and the exact
+/// `s1 = Σ (2 ls + 1) · Σ (8 grid + delta) · y`.
+pub(super) fn tiled_iq1_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    let u = super::dequant::iq1_s_unpack(x);
+    let mut s1 = 0i32;
+    for ib in 0..8 {
+        let delta = if u.delta_neg[ib] { -1 } else { 1 };
+        let sumi: i32 = (32 * ib..32 * ib + 32)
+            .map(|v| (8 * u.grid[v] as i32 + delta) * (y[4 + v] as i8 as i32))
+            .sum();
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[ib] as i32 + 1));
+    }
+    TiledBlock {
+        d: f16_at(x, 0) * 0.125,
+        dmin: 0.0,
+        s1,
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq1_m_q8_K` (AVX2). Per 32-value block the grid values times the Q8_K
+/// bytes by the sign trick into i16 pairs, and the activation bytes with each 8 values'
+/// delta sign applied (`_mm256_sign_epi8`: `-(-128)` stays `-128`) added in pairs; each
+/// times its 16 values' `2 ls + 1` (`madd`, lanes 0..8 the first 16 values), into two sets of
+/// 8 i32 lanes. Per super-block `d = dy · d`, `acc1 = fma(d, f32(lane1), acc1)`,
+/// `acc2 = fma(d, f32(lane2), acc2)`; at the end
+/// `fma(hsum_float_8(acc2), 0.125, hsum_float_8(acc1))` (as GCC fuses it).
+pub(super) fn iq1_m_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc1 = [0f32; 8];
+    let mut acc2 = [0f32; 8];
+    for (x, y) in w.chunks_exact(56).zip(a.chunks_exact(292)) {
+        let u = super::dequant::iq1_m_unpack(x);
+        let mut l1 = [0i32; 8];
+        let mut l2 = [0i32; 8];
+        for ib in 0..8 {
+            let g: [i8; 32] = std::array::from_fn(|b| u.grid[32 * ib + b]);
+            let yv = i8x32(&y[4 + 32 * ib..]);
+            let lo = 2 * u.ls[2 * ib] as i16 + 1;
+            let hi = 2 * u.ls[2 * ib + 1] as i16 + 1;
+            add_i32(&mut l1, &madd_halves(&maddubs_signed(&g, &yv), lo, hi));
+            let sy: [i8; 32] = std::array::from_fn(|b| {
+                if u.delta_neg[4 * ib + b / 8] {
+                    yv[b].wrapping_neg()
+                } else {
+                    yv[b]
+                }
+            });
+            add_i32(&mut l2, &madd_halves(&maddubs(&[1u8; 32], &sy), lo, hi));
+        }
+        let d = f32_at(y, 0) * u.d;
+        fma_lanes(&mut acc1, d, &l1);
+        fma_lanes(&mut acc2, d, &l2);
+    }
+    hsum8(&acc2).mul_add(0.125, hsum8(&acc1))
+}
+
+/// One IQ1_M super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq1_m`,
+/// 16-value sub-blocks): codes `8 · grid + delta` (delta ±1 per 8 values), `d · 0.125`, and
+/// the exact `s1 = Σ (2 ls + 1) · Σ (8 grid + delta) · y`.
+pub(super) fn tiled_iq1_m(x: &[u8], y: &[u8]) -> TiledBlock {
+    let u = super::dequant::iq1_m_unpack(x);
+    let mut s1 = 0i32;
+    for h in 0..16 {
+        let sumi: i32 = (16 * h..16 * h + 16)
+            .map(|v| {
+                let delta = if u.delta_neg[v / 8] { -1 } else { 1 };
+                (8 * u.grid[v] as i32 + delta) * (y[4 + v] as i8 as i32)
+            })
+            .sum();
+        s1 = s1.wrapping_add(sumi * (2 * u.ls[h] as i32 + 1));
+    }
+    TiledBlock {
+        d: u.d * 0.125,
+        dmin: 0.0,
+        s1,
+        s2: None,
+    }
+}
+
+/// `ggml_vec_dot_iq3_s_q8_K` (AVX2): the lanes of [`grid_lanes`] per super-block,
+/// `acc = fma(dx · dy, f32(lane), acc)`; `hsum_float_8(acc)` at the end.
+pub(super) fn iq3_s_q8_k(w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (x, y) in w.chunks_exact(110).zip(a.chunks_exact(292)) {
+        let d = f16_at(x, 0) * f32_at(y, 0);
+        fma_lanes(
+            &mut acc,
+            d,
+            &grid_lanes(&super::dequant::iq3_s_unpack(x), y),
+        );
+    }
+    hsum8(&acc)
+}
+
+/// One IQ3_S super-block of the tiled kernel (`tiled_unpack_src0` for `block_iq3_s`): the
+/// weight's `d` and [`grid_tiled_s1`].
+pub(super) fn tiled_iq3_s(x: &[u8], y: &[u8]) -> TiledBlock {
+    TiledBlock {
+        d: f16_at(x, 0),
+        dmin: 0.0,
+        s1: grid_tiled_s1(&super::dequant::iq3_s_unpack(x), y),
+        s2: None,
+    }
+}
+
 /// The sum of the eight i32 lanes (wrapping, as the registers add).
 #[inline(always)]
 fn lanes_sum(v: &[i32; 8]) -> i32 {

@@ -73,6 +73,9 @@ pub enum SubScalePacking {
     High2,
     /// IQ4_XS `scales_l[4]`: the low 4 bits of the 6-bit scale of each 32 values.
     Low4,
+    /// IQ3_S `scales[4]` / IQ2_XS `scales[8]`: the 4-bit scale of each 32 (IQ3_S) or 16
+    /// (IQ2_XS) values, two a byte, low nibble first.
+    Nibbles,
 }
 
 /// What one field of a block holds.
@@ -102,6 +105,45 @@ pub enum FieldKind {
     SubScales(SubScalePacking),
     /// Q8_K `bsums`: i16 sum of the quants of each 16 values.
     BlockSums,
+    /// Indices into a lattice grid ([`super::grids`]), `bits` of each index stored here (the
+    /// low 8 bits, or the high bits kept apart: IQ3_S `qh` holds bit 8, IQ2_S `qh` bits 8 and
+    /// 9), each index
+    /// selecting the magnitudes of 4 or 8 values.
+    GridIndex {
+        /// Bits of each index stored in this field.
+        bits: u8,
+    },
+    /// IQ3_XXS `scales_and_signs`: per 32 values a little-endian u32 holding four 7-bit
+    /// [`super::grids::KSIGNS_IQ2XS`] indices (bits `7l..7l + 7`, the signs of values
+    /// `8l .. 8l + 8`) and the 4-bit scale `ls` (bits 28..32; the values' scale is
+    /// `d * (0.5 + ls) * 0.5`).
+    ScalesAndSigns,
+    /// IQ2_XXS `qs` (as u16 in ggml's struct): per 32 values 8 bytes, four
+    /// [`super::grids::IQ2XXS_GRID`] indices then a u32 laid out as
+    /// [`FieldKind::ScalesAndSigns`] (the values' scale is `d * (0.5 + ls) * 0.25`).
+    GridIndexScalesSigns,
+    /// IQ2_XS `qs` (u16 each): a 9-bit [`super::grids::IQ2XS_GRID`] index (bits 0..9) and a
+    /// 7-bit [`super::grids::KSIGNS_IQ2XS`] index (bits 9..16), for 8 values each.
+    GridIndexSigns,
+    /// IQ1_S `qh` (u16 per 32 values): bits `3l..3l + 3` the high bits of grid index `l`,
+    /// bits 12..15 the 3-bit scale, bit 15 the sign of the `±0.125` delta.
+    GridHighScaleDelta,
+    /// IQ1_M `qh`: per 8 values a nibble (low first): bits 0..3 the high bits of the grid
+    /// index, bit 3 the sign of the `±0.125` delta.
+    GridHighDelta,
+    /// IQ1_M `scales` (four u16): the 3-bit scale of each 16 values (bits 0..12 of each), the
+    /// f16 super-block scale `d` in their top nibbles (first u16 lowest).
+    ScalesAndScale,
+    /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`; IQ2_S: the
+    /// second half of `qs`).
+    SignBits,
+    /// Ternary quants packed as base-3 numbers, `per_byte` digits in a byte (TQ1_0 `qs`: 5,
+    /// `qh`: 4). Digit `n` of byte `q` is `((q * 3^n mod 256) * 3) >> 8`, as ggml's
+    /// `dequantize_row_tq1_0` extracts it.
+    Ternary {
+        /// Digits stored in each byte.
+        per_byte: u8,
+    },
 }
 
 /// One named field of a block: `size` bytes at byte `offset` of the block.
@@ -238,6 +280,12 @@ pub enum Decode {
     Scalar(ScalarKind),
     /// A quantized block.
     Quantized(Recipe),
+    /// A quantized block whose values no [`Recipe`] expresses (base-3 digits, lattice grids
+    /// with sign masks): decoded by the type's routine in the reference dequantizer
+    /// ([`super::dequantize`], which reproduces ggml's `dequantize_row_<type>`); the fields and
+    /// the `formula` still describe the block. Backends that generate dequantization from a
+    /// recipe do not take these formats.
+    Routine,
 }
 
 /// The description of one GGML block format.
@@ -294,7 +342,19 @@ impl BlockFormat {
                     }
                 })
             }
+            Decode::Routine => {
+                let mut y = vec![0f32; self.block_size];
+                super::dequantize(self.ty, block, &mut y).ok()?;
+                y.get(i).copied()
+            }
         }
+    }
+
+    /// Whether the values follow a [`Recipe`] or are plain scalars (what backends that
+    /// generate their dequantization from the description can take), rather than a
+    /// [`Decode::Routine`].
+    pub fn has_recipe(&self) -> bool {
+        !matches!(self.decode, Decode::Routine)
     }
 
     /// Reads the f16/f32 scalar field `name`.
@@ -333,10 +393,11 @@ impl BlockFormat {
 }
 
 /// The description of type `t`, or `None` for the types not described yet (the I*/F64
-/// integer types, IQ1/IQ2/IQ3, TQ*, MXFP4).
+/// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS.
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (and the types of the second list as they are
+/// added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)
 }

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 26] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -416,6 +416,63 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
         formula: "y[i] = d * (int8)qs[i]   (d is f32; bsums[j] = sum of qs[16j..16j+16])",
     },
     BlockFormat {
+        ty: GgmlType::IQ2_XXS,
+        block_size: QK_K,
+        type_size: 66,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndexScalesSigns),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.25) * iq2xxs_grid[index(i/8)][i%8] * sign(i) \
+                  (dequantize_row_iq2_xxs)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ2_XS,
+        block_size: QK_K,
+        type_size: 74,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndexSigns),
+            field!(
+                "scales",
+                66,
+                8,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula:
+            "y[i] = ((d * (0.5 + ls(i/16))) * 0.25) * iq2xs_grid[qs[i/8] & 511][i%8] * sign(i) \
+                  (dequantize_row_iq2_xs)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ3_XXS,
+        block_size: QK_K,
+        type_size: 98,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndex { bits: 8 }),
+            field!("scales_and_signs", 66, 32, FieldKind::ScalesAndSigns),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/32))) * 0.5) * iq3xxs_grid[qs[i/4]][i%4] * sign(i) \
+                  (dequantize_row_iq3_xxs)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ1_S,
+        block_size: QK_K,
+        type_size: 50,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 34, 16, FieldKind::GridHighScaleDelta),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (d * (2 * ls(i/32) + 1)) * (iq1s_grid[index(i/8)][i%8] + delta(i/32)) \
+                  (dequantize_row_iq1_s)",
+    },
+    BlockFormat {
         ty: GgmlType::IQ4_NL,
         block_size: 32,
         type_size: 18,
@@ -433,6 +490,47 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = d * kvalues_iq4nl[nibble(i)]",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ3_S,
+        block_size: QK_K,
+        type_size: 110,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 64, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 66, 8, FieldKind::GridIndex { bits: 1 }),
+            field!("signs", 74, 32, FieldKind::SignBits),
+            field!(
+                "scales",
+                106,
+                4,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula:
+            "y[i] = (d * (1 + 2 * ls(i/32))) * iq3s_grid[qs[i/4] | qh bit << 8][i%4] * sign(i) \
+                  (dequantize_row_iq3_s)",
+    },
+    BlockFormat {
+        ty: GgmlType::IQ2_S,
+        block_size: QK_K,
+        type_size: 82,
+        fields: &[
+            field!("d", 0, 2, FieldKind::Scale(F16)),
+            field!("qs", 2, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("signs", 34, 32, FieldKind::SignBits),
+            field!("qh", 66, 8, FieldKind::GridIndex { bits: 2 }),
+            field!(
+                "scales",
+                74,
+                8,
+                FieldKind::SubScales(SubScalePacking::Nibbles)
+            ),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = ((d * (0.5 + ls(i/16))) * 0.25) * iq2s_grid[qs[i/8] | qh bits << 8][i%8] * sign(i) \
+                  (dequantize_row_iq2_s; ggml's struct has signs as the second half of qs)",
     },
     BlockFormat {
         ty: GgmlType::IQ4_XS,
@@ -475,11 +573,57 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 17] = [
         formula: "y[i] = (d * (ls(i/32) - 32)) * kvalues_iq4nl[q4(i)]",
     },
     BlockFormat {
+        ty: GgmlType::IQ1_M,
+        block_size: QK_K,
+        type_size: 56,
+        fields: &[
+            field!("qs", 0, 32, FieldKind::GridIndex { bits: 8 }),
+            field!("qh", 32, 16, FieldKind::GridHighDelta),
+            field!("scales", 48, 8, FieldKind::ScalesAndScale),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (d * (2 * ls(i/16) + 1)) * (iq1s_grid[index(i/8)][i%8] + delta(i/8)) \
+                  (dequantize_row_iq1_m; d is spread over the scales' top nibbles)",
+    },
+    BlockFormat {
         ty: GgmlType::BF16,
         block_size: 1,
         type_size: 2,
         fields: &[field!("value", 0, 2, FieldKind::Value(ScalarKind::BF16))],
         decode: Decode::Scalar(ScalarKind::BF16),
         formula: "y = f32(value << 16)",
+    },
+    BlockFormat {
+        ty: GgmlType::TQ1_0,
+        block_size: QK_K,
+        type_size: 54,
+        fields: &[
+            field!("qs", 0, 48, FieldKind::Ternary { per_byte: 5 }),
+            field!("qh", 48, 4, FieldKind::Ternary { per_byte: 4 }),
+            field!("d", 52, 2, FieldKind::Scale(F16)),
+        ],
+        decode: Decode::Routine,
+        formula: "y[i] = (digit(i) - 1) * d, digit n of byte q = ((q * 3^n mod 256) * 3) >> 8; \
+                  values 0..160: qs[0..32] digits 0..5, 160..240: qs[32..48] digits 0..5, \
+                  240..256: qh[0..4] digits 0..4 (dequantize_row_tq1_0)",
+    },
+    BlockFormat {
+        ty: GgmlType::TQ2_0,
+        block_size: QK_K,
+        type_size: 66,
+        fields: &[
+            field!("qs", 0, 64, FieldKind::Quants { bits: 2 }),
+            field!("d", 64, 2, FieldKind::Scale(F16)),
+        ],
+        decode: Decode::Quantized(Recipe {
+            d: "d",
+            sub_scale: None,
+            quant: IntCode {
+                pieces: &[CRUMBS_256],
+                map: IntMap::Offset(-1),
+            },
+            min: MinTerm::None,
+        }),
+        formula: "y[i] = d * (q2(i) - 1)   (q2 in Q2_K's crumb order)",
     },
 ];
