@@ -177,11 +177,10 @@ fn memory_report_counts_the_kv_cache() {
     // SmolLM2: 30 layers × (K + V) × 64 cells × 192 values × 2 bytes (F16) per sequence.
     assert_eq!(m.kv_per_seq, 30 * 2 * 64 * 192 * 2);
     assert_eq!(m.kv, 3 * m.kv_per_seq);
-    assert!(
-        m.engine.weights > 50 << 20,
-        "repacked weights: {:?}",
-        m.engine
-    );
+    // SmolLM2 Q4_1's weights (Q4_1, and Q8_0 for the tied output) are read in place from
+    // the mapped file in the exact order: the engine holds no repacked copy.
+    assert_eq!(m.engine.weights, 0, "repacked weights: {:?}", m.engine);
+    assert!(m.engine.work > 0, "{:?}", m.engine);
     assert_eq!(m.kv_cells_written, 0);
     s.eval(1, &PROMPT_A, false).expect("prompt");
     // A 12-token prompt runs as one padded 16-token step: 16 cells written.
