@@ -710,10 +710,10 @@ fn kv_unified_pool() {
 
     // Two requests of 48 tokens each need about 110 cells of the 64: the second arrives
     // while the first streams.
-    let body = json!({"prompt": PROMPT, "n_predict": n, "temperature": 0, "cache_prompt": false});
+    let body = json!({"prompt": PROMPT, "n_predict": n, "temperature": 0, "ignore_eos": true, "cache_prompt": false});
     let mut first = open_stream(
         srv.port,
-        &json!({"prompt": PROMPT, "n_predict": n, "stream": true}),
+        &json!({"prompt": PROMPT, "n_predict": n, "stream": true, "temperature": 0, "ignore_eos": true}),
     );
     let second = post(srv.port, "/completion", &body);
     // The stream ends with a final event (`"stop":true`) or an error event.

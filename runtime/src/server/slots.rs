@@ -237,7 +237,7 @@ pub fn run(
         let stopping = shared.shutdown.load(Ordering::Relaxed);
         // Results of finished requests, sent once the slots' state is published (a client
         // that reads /slots after its answer sees its slot idle).
-        let mut outbox = Vec::new();
+        let mut outbox: Outbox = Vec::new();
         let mut batch: Vec<BatchToken> = Vec::new();
         let mut takers: Vec<(usize, bool)> = Vec::new();
         // Slots that read part of their prompt in this step.
@@ -259,19 +259,14 @@ pub fn run(
         };
         if room == 0 {
             // llama-server: a batch of one token that finds no cell fails every running
-            // request, whose slots start over from an empty cache.
-            for (i, slot) in slots.iter_mut().enumerate() {
-                if let Some(a) = slot.active.take() {
-                    let e = ApiError::server("Context size has been exceeded.");
-                    outbox.push((a.events, Event::Error(e)));
-                    session.clear_seq(i as u32);
-                }
-            }
-            // Sent once /slots shows the slots free.
-            publish(session, &slots, shared);
-            for (tx, ev) in outbox {
-                let _ = tx.send(ev);
-            }
+            // request.
+            fail_all(
+                session,
+                &mut slots,
+                shared,
+                outbox,
+                "Context size has been exceeded.",
+            );
             continue;
         }
         for (i, slot) in slots.iter_mut().enumerate() {
@@ -324,17 +319,13 @@ pub fn run(
             Err(e) => {
                 // Which slot failed is not known: every slot of the batch gets the error
                 // and starts over from an empty cache.
-                for (i, slot) in slots.iter_mut().enumerate() {
-                    if let Some(a) = slot.active.take() {
-                        let e = ApiError::server(format!("decode: {e:#}"));
-                        outbox.push((a.events, Event::Error(e)));
-                        session.clear_seq(i as u32);
-                    }
-                }
-                publish(session, &slots, shared);
-                for (tx, ev) in outbox {
-                    let _ = tx.send(ev);
-                }
+                fail_all(
+                    session,
+                    &mut slots,
+                    shared,
+                    outbox,
+                    &format!("decode: {e:#}"),
+                );
                 continue;
             }
         };
@@ -410,6 +401,30 @@ pub fn run(
         for (tx, ev) in outbox {
             let _ = tx.send(ev);
         }
+    }
+}
+
+/// Results on their way to requests: sent once the slots' state is published.
+type Outbox = Vec<(mpsc::UnboundedSender<Event>, Event)>;
+
+/// Fails every running request with a 500 `message`; their slots start over from an empty
+/// cache. The errors go out (with `outbox`) once `/slots` shows the slots free.
+fn fail_all(
+    session: &mut Session<'_>,
+    slots: &mut [Slot],
+    shared: &Shared,
+    mut outbox: Outbox,
+    message: &str,
+) {
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if let Some(a) = slot.active.take() {
+            outbox.push((a.events, Event::Error(ApiError::server(message))));
+            session.clear_seq(i as u32);
+        }
+    }
+    publish(session, slots, shared);
+    for (tx, ev) in outbox {
+        let _ = tx.send(ev);
     }
 }
 
