@@ -604,13 +604,7 @@ impl Matcher {
                 }
             }
         }
-        for (id, l) in logits.iter_mut().enumerate() {
-            match table.kind(id as TokenId) {
-                Kind::Eog if allow_eog => {}
-                Kind::Text if accepted[id] => {}
-                _ => *l = f32::NEG_INFINITY,
-            }
-        }
+        mask(logits, &table, &accepted, allow_eog);
         self.accepted = accepted;
     }
 
@@ -659,13 +653,7 @@ impl Matcher {
             self.accepted = accepted;
             return false;
         }
-        for (id, l) in logits.iter_mut().enumerate() {
-            match table.kind(id as TokenId) {
-                Kind::Eog if allow_eog => {}
-                Kind::Text if accepted[id] => {}
-                _ => *l = f32::NEG_INFINITY,
-            }
-        }
+        mask(logits, table, &accepted, allow_eog);
         self.accepted = accepted;
         true
     }
@@ -830,5 +818,17 @@ impl Matcher {
             }
         }
         out
+    }
+}
+
+/// Sets to -inf the logits of the tokens a mask pass did not accept: text tokens not in
+/// `accepted`, end-of-generation tokens unless `allow_eog`, and every other kind.
+fn mask(logits: &mut [f32], table: &TokenTable, accepted: &[bool], allow_eog: bool) {
+    for (id, l) in logits.iter_mut().enumerate() {
+        match table.kind(id as TokenId) {
+            Kind::Eog if allow_eog => {}
+            Kind::Text if accepted.get(id) == Some(&true) => {}
+            _ => *l = f32::NEG_INFINITY,
+        }
     }
 }
