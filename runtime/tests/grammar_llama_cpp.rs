@@ -14,48 +14,12 @@ use ir::gguf::GgufFile;
 use runtime::grammar::{compile, json_schema, Matcher, TokenTable};
 use runtime::tokenizer::Vocab;
 use serde_json::Value;
-use std::path::Path;
 use std::time::Instant;
 
 #[test]
 fn constrained_samples_equal_llama_cpp() {
     let Some(m) = model() else { return };
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/grammar_llama_cpp.json");
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(p).expect("reference data")).expect("json");
-    let mut bad = Vec::new();
-    for c in r["cases"].as_array().expect("cases") {
-        let args: Vec<&str> = c["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .map(|a| a.as_str().expect("arg"))
-            .collect();
-        let out = modelc()
-            .arg("run")
-            .arg(&m)
-            .args([
-                "-p",
-                c["prompt"].as_str().expect("prompt"),
-                "-t",
-                "2",
-                "-c",
-                "2048",
-            ])
-            .args(&args)
-            .output()
-            .expect("runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = String::from_utf8_lossy(&out.stdout);
-        let want = c["content"].as_str().expect("content");
-        if got.trim_end() != want.trim_end() {
-            bad.push(format!("{args:?}:\n  got  {got:?}\n  want {want:?}"));
-        }
-    }
+    let bad = common::cases_differing_from_llama_cpp(&m, "grammar_llama_cpp.json");
     assert!(
         bad.is_empty(),
         "constrained text differs from llama.cpp's:\n{}",

@@ -28,3 +28,42 @@ pub fn json_output(cmd: &mut Command) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
+
+/// Runs `modelc run` on `model` for each case of `tests/data/NAME` (`{"cases": [{"prompt",
+/// "args", "content"}]}`, texts llama-completion wrote with the same flags) with `-t 2 -c
+/// 2048`, and returns a line per case whose text differs (trailing whitespace aside).
+pub fn cases_differing_from_llama_cpp(model: &std::path::Path, name: &str) -> Vec<String> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p).expect("reference data")).expect("json");
+    let mut bad = Vec::new();
+    for c in r["cases"].as_array().expect("cases") {
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg"))
+            .collect();
+        let out = modelc()
+            .arg("run")
+            .arg(model)
+            .args(["-p", c["prompt"].as_str().expect("prompt")])
+            .args(["-t", "2", "-c", "2048"])
+            .args(&args)
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8_lossy(&out.stdout);
+        let want = c["content"].as_str().expect("content");
+        if got.trim_end() != want.trim_end() {
+            bad.push(format!("{args:?}:\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    bad
+}
