@@ -589,9 +589,18 @@ fn smollm2_bench() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(3);
+    // `MODELC_BENCH_UBATCH` (default 64): the prompt step size, e.g. 8 for the step a
+    // server with eight busy slots runs.
+    let ub: usize = std::env::var("MODELC_BENCH_UBATCH")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(64);
+    // `MODELC_BENCH_ALL_LOGITS=1`: every token of a prompt step gets its logits row (a
+    // batched decode step does).
+    let all_logits = std::env::var_os("MODELC_BENCH_ALL_LOGITS").is_some();
     let t0 = std::time::Instant::now();
-    let plan =
-        build_plan(&model, &[1, 64], 1024, KvTypes::F16, LogitRows::Last).expect("plan builds");
+    let plan = build_plan(&model, &[1, ub as u32], 1024, KvTypes::F16, LogitRows::Both)
+        .expect("plan builds");
     eprintln!("passes: {:.3} s", t0.elapsed().as_secs_f64());
     {
         let e = CpuEngine::new(&gguf, plan.clone(), 2).expect("compiles");
@@ -619,7 +628,7 @@ fn smollm2_bench() {
         backend: "CPU (modelc)",
         weight_bytes: runtime::bench::decode_weight_bytes(&gguf),
         remeasure: false,
-        step_tokens: 64,
+        step_tokens: ub,
         extra: Vec::new(),
     };
     print_table(&report, &rows);
@@ -630,13 +639,13 @@ fn smollm2_bench() {
             e.compiled_mut().reset_profile();
             let mut s = session(&mut e);
             let (n, ub) = match test {
-                Test::Pp(n) => (n, 64),
+                Test::Pp(n) => (n, ub),
                 Test::Tg(n) => (n, 1),
             };
             let toks: Vec<u32> = (0..n as u32).map(|i| 1 + i * 7919 % 40000).collect();
             let t0 = std::time::Instant::now();
             for (i, c) in toks.chunks(ub).enumerate() {
-                s.decode(c, i * ub, false).expect("decode");
+                s.decode(c, i * ub, all_logits).expect("decode");
             }
             let total = t0.elapsed().as_secs_f64();
             drop(s);

@@ -52,3 +52,21 @@ pub(crate) fn has_avx2() -> bool {
             && std::is_x86_feature_detected!("f16c")
     })
 }
+
+/// Whether the host also has AVX-512 VNNI and AVX-512VL: `vpdpbusd` on 256-bit vectors
+/// (four u8 × i8 products summed into each i32 lane in one instruction, where AVX2 needs
+/// `maddubs` then `madd`) and 32 vector registers instead of 16. The integers are the same;
+/// the row-dot tiles use it where no i16 pair of AVX2's `maddubs` can saturate
+/// (`qdot::x86::Lanes`). `MODELC_NO_AVX512=1` in the environment turns it off (to compare
+/// the two builds; the numbers are the same).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_vnni() -> bool {
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(|| {
+        has_avx2()
+            && std::env::var_os("MODELC_NO_AVX512").is_none()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    })
+}

@@ -18,6 +18,58 @@
 
 use ir::ggml::GgmlType;
 
+/// Which build of the tile routines runs (`x86::avx2` or `x86::vnni`): the same numbers,
+/// chosen by the host's features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX2, FMA and F16C: ggml's own instructions.
+    Avx2,
+    /// AVX-512 VNNI and VL on 256-bit vectors as well ([`super::has_vnni`]).
+    Vnni,
+}
+
+/// The best [`Isa`] of this host; `None` without AVX2 (or off x86-64), where the plain
+/// lane-faithful routines run.
+pub(crate) fn host_isa() -> Option<Isa> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::has_vnni() {
+            return Some(Isa::Vnni);
+        }
+        if super::has_avx2() {
+            return Some(Isa::Avx2);
+        }
+    }
+    None
+}
+
+/// Every [`Isa`] this host can run (the tests check each build).
+#[cfg(test)]
+pub(crate) fn host_isas() -> Vec<Isa> {
+    match host_isa() {
+        Some(Isa::Vnni) => vec![Isa::Avx2, Isa::Vnni],
+        Some(Isa::Avx2) => vec![Isa::Avx2],
+        None => Vec::new(),
+    }
+}
+
+/// `$body` with `$m` naming the module of `$isa`'s tile routines.
+#[cfg(target_arch = "x86_64")]
+macro_rules! on_isa {
+    ($isa:expr, |$m:ident| $body:expr) => {
+        match $isa {
+            Isa::Avx2 => {
+                use x86::avx2 as $m;
+                $body
+            }
+            Isa::Vnni => {
+                use x86::vnni as $m;
+                $body
+            }
+        }
+    };
+}
+
 /// A dot product of two whole rows of the same number of values.
 ///
 /// # Safety
@@ -27,34 +79,40 @@ pub(crate) type DotFn = unsafe fn(&[u8], &[u8]) -> f32;
 
 /// The hand-written routine for weights of type `wtype` on this host, if there is one.
 pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
+    dot_fn_on(wtype, host_isa()?)
+}
+
+/// [`dot_fn`] from `isa`'s build (which the host must have).
+pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        return match wtype {
-            GgmlType::Q5_0 => Some(x86::q5_0_q8_0),
-            GgmlType::Q4_1 => Some(x86::q4_1_q8_1),
-            GgmlType::Q5_1 => Some(x86::q5_1_q8_1),
-            GgmlType::Q8_0 => Some(x86::q8_0_q8_0),
-            GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0),
-            GgmlType::Q2_K => Some(x86::q2_k_q8_k),
-            GgmlType::Q3_K => Some(x86::q3_k_q8_k),
-            GgmlType::Q4_K => Some(x86::q4_k_q8_k),
-            GgmlType::Q5_K => Some(x86::q5_k_q8_k),
-            GgmlType::Q6_K => Some(x86::q6_k_q8_k),
-            GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
-            GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
-            GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
-            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
-            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
-            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
-            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
-            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
-            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
-            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
-            _ => None,
-        };
+    return on_isa!(isa, |m| match wtype {
+        GgmlType::Q5_0 => Some(x86::q5_0_q8_0),
+        GgmlType::Q4_1 => Some(m::q4_1_q8_1),
+        GgmlType::Q5_1 => Some(x86::q5_1_q8_1),
+        GgmlType::Q8_0 => Some(m::q8_0_q8_0),
+        GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0),
+        GgmlType::Q2_K => Some(x86::q2_k_q8_k),
+        GgmlType::Q3_K => Some(x86::q3_k_q8_k),
+        GgmlType::Q4_K => Some(x86::q4_k_q8_k),
+        GgmlType::Q5_K => Some(x86::q5_k_q8_k),
+        GgmlType::Q6_K => Some(x86::q6_k_q8_k),
+        GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k),
+        GgmlType::TQ1_0 => Some(x86::tq1_0_q8_k),
+        GgmlType::TQ2_0 => Some(x86::tq2_0_q8_k),
+        GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k),
+        GgmlType::IQ3_S => Some(x86::iq3_s_q8_k),
+        GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k),
+        GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k),
+        GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
+        GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
+        GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
+        _ => None,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (wtype, isa);
+        None
     }
-    let _ = wtype;
-    None
 }
 
 /// Four columns at once: `out[c]` is what the [`DotFn`] of the type gives for the weight
@@ -69,18 +127,24 @@ pub(crate) type Dot4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 /// through tinyBLAS, which gives the same numbers, Q4_1 and Q5_1); the K-quants switch to the
 /// tiled kernel there (`super::qdot_tiled`).
 pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<Dot4Fn> {
+    dot4_fn_on(wtype, host_isa()?)
+}
+
+/// [`dot4_fn`] from `isa`'s build (which the host must have).
+pub(crate) fn dot4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        return match wtype {
-            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_x4),
-            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_x4),
-            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_x4),
-            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_x4),
-            _ => None,
-        };
+    return on_isa!(isa, |m| match wtype {
+        GgmlType::Q5_0 => Some(x86::q5_0_q8_0_x4),
+        GgmlType::Q4_1 => Some(m::q4_1_q8_1_x4),
+        GgmlType::Q5_1 => Some(m::q5_1_q8_1_x4),
+        GgmlType::Q8_0 => Some(m::q8_0_q8_0_x4),
+        _ => None,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (wtype, isa);
+        None
     }
-    let _ = wtype;
-    None
 }
 
 /// A tile of four weight rows × four activation rows: `out[c][r]` is what the [`DotFn`] of
@@ -93,18 +157,24 @@ pub(crate) type Dot4x4Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 4]) -> [[f32; 4]; 4];
 
 /// The 4 × 4 tile form of [`dot4_fn`]'s routine for `wtype` on this host, if there is one.
 pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<Dot4x4Fn> {
+    dot4x4_fn_on(wtype, host_isa()?)
+}
+
+/// [`dot4x4_fn`] from `isa`'s build (which the host must have).
+pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        return match wtype {
-            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4x4),
-            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4x4),
-            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_4x4),
-            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_4x4),
-            _ => None,
-        };
+    return on_isa!(isa, |m| match wtype {
+        GgmlType::Q5_0 => Some(m::q5_0_q8_0_4x4),
+        GgmlType::Q8_0 => Some(m::q8_0_q8_0_4x4),
+        GgmlType::Q4_1 => Some(m::q4_1_q8_1_4x4),
+        GgmlType::Q5_1 => Some(m::q5_1_q8_1_4x4),
+        _ => None,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (wtype, isa);
+        None
     }
-    let _ = wtype;
-    None
 }
 
 /// Four weight rows × one activation row: `out[r]` is what the [`DotFn`] of the type gives
@@ -117,18 +187,24 @@ pub(crate) type Dot4RowsFn = unsafe fn(&[&[u8]; 4], &[u8]) -> [f32; 4];
 
 /// The four-row form of [`dot_fn`]'s routine for `wtype` on this host, if there is one.
 pub(crate) fn dot4rows_fn(wtype: GgmlType) -> Option<Dot4RowsFn> {
+    dot4rows_fn_on(wtype, host_isa()?)
+}
+
+/// [`dot4rows_fn`] from `isa`'s build (which the host must have).
+pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        return match wtype {
-            GgmlType::Q4_1 => Some(x86::q4_1_q8_1_4rows),
-            GgmlType::Q5_1 => Some(x86::q5_1_q8_1_4rows),
-            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4rows),
-            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4rows),
-            _ => None,
-        };
+    return on_isa!(isa, |m| match wtype {
+        GgmlType::Q4_1 => Some(m::q4_1_q8_1_4rows),
+        GgmlType::Q5_1 => Some(m::q5_1_q8_1_4rows),
+        GgmlType::Q5_0 => Some(m::q5_0_q8_0_4rows),
+        GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
+        _ => None,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (wtype, isa);
+        None
     }
-    let _ = wtype;
-    None
 }
 
 /// Bytes of a `block_q8_K`: f32 `d`, 256 × i8 `qs`, 16 × i16 `bsums`.
@@ -407,6 +483,65 @@ pub(super) mod x86 {
         _mm256_madd_epi16(p, _mm256_set1_epi16(1))
     }
 
+    /// How a routine forms the eight i32 lanes of 32 unsigned × signed byte products, lane
+    /// `l` the sum of the products `4l..4l + 4`: the same integers either way wherever no
+    /// i16 pair of AVX2's `maddubs` saturates — which holds for every caller here (4- and
+    /// 5-bit unsigned weights; the sign trick's `|x| ≤ 128` times `-128..=127`, whose pairs
+    /// stay within `-32768..=32512`).
+    pub(in crate::handwritten) trait Lanes {
+        /// Whether [`Lanes::lanes_from`] adds to a start in the same instruction, so that
+        /// signed × signed products can be formed as `(x + 128)·y` from a start of
+        /// `-128·Σy` (one instruction a pair, where the sign trick takes two).
+        const OFFSET: bool;
+
+        /// The lanes of `u` (unsigned bytes) times `s` (signed bytes).
+        ///
+        /// # Safety
+        /// Only from a routine compiled with the implementation's features.
+        unsafe fn lanes(u: __m256i, s: __m256i) -> __m256i;
+
+        /// `start` plus [`Lanes::lanes`] of `u` and `s`.
+        ///
+        /// # Safety
+        /// As [`Lanes::lanes`].
+        unsafe fn lanes_from(start: __m256i, u: __m256i, s: __m256i) -> __m256i;
+    }
+
+    /// ggml's instructions: `maddubs` into i16 pairs, then `madd` by ones.
+    pub(in crate::handwritten) struct Avx2;
+
+    impl Lanes for Avx2 {
+        const OFFSET: bool = false;
+
+        #[inline(always)]
+        unsafe fn lanes(u: __m256i, s: __m256i) -> __m256i {
+            pairs(_mm256_maddubs_epi16(u, s))
+        }
+
+        #[inline(always)]
+        unsafe fn lanes_from(start: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            _mm256_add_epi32(start, Self::lanes(u, s))
+        }
+    }
+
+    /// AVX-512 VNNI on 256-bit vectors: `vpdpbusd` sums the four products of each lane in
+    /// one instruction ([`super::super::has_vnni`]).
+    pub(in crate::handwritten) struct Vnni;
+
+    impl Lanes for Vnni {
+        const OFFSET: bool = true;
+
+        #[inline(always)]
+        unsafe fn lanes(u: __m256i, s: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+        }
+
+        #[inline(always)]
+        unsafe fn lanes_from(start: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(start, u, s)
+        }
+    }
+
     /// `acc = fma(d, f32(lanes), acc)`.
     ///
     /// # Safety
@@ -593,35 +728,50 @@ pub(super) mod x86 {
     /// `hsum_float_8`. `out[c][r]`. Each block's quants are built once per row, each
     /// activation block loaded once per tile.
     ///
+    /// With `exact_products` (Q8_0) and a [`Lanes`] with [`Lanes::OFFSET`], the lanes are
+    /// the plain sums of products `x·y` instead: the sign trick's whenever no activation
+    /// byte is `-128` with a negative weight byte beside it, which ggml's quantizer never
+    /// writes (its Q8_0 bytes are `-127..=127`); `ir::ggml`'s Q8_0 reference multiplies
+    /// exactly too.
+    ///
     /// # Safety
     /// AVX2, FMA and F16C (inlined into a `target_feature` caller); whole rows of equal
     /// block counts.
     #[inline(always)]
-    unsafe fn tile32<const R: usize, const C: usize>(
+    unsafe fn tile32<L: Lanes, const R: usize, const C: usize>(
         w: &[&[u8]; R],
         a: &[&[u8]; C],
         block_bytes: usize,
+        exact_products: bool,
         quants: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; R]; C] {
         const { assert!(R <= 8, "one vector of row scales") };
+        let offset = exact_products && L::OFFSET;
         let rows = w
             .iter()
             .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
         let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
         for b in 0..nb {
+            // `ux`: |x| for the sign trick, or x + 128 (unsigned) for the offset form.
             let mut qx = [_mm256_setzero_si256(); R];
-            let mut ax = [_mm256_setzero_si256(); R];
+            let mut ux = [_mm256_setzero_si256(); R];
             let mut dx = [0f32; 8];
             for r in 0..R {
                 let x = w[r].as_ptr().add(b * block_bytes);
                 qx[r] = quants(x);
-                ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+                ux[r] = if offset {
+                    _mm256_xor_si256(qx[r], bias)
+                } else {
+                    _mm256_sign_epi8(qx[r], qx[r])
+                };
                 dx[r] = f16_at(x);
             }
-            // Every d_x·d_y of the tile, stored to be broadcast from memory (a load, off the
-            // vector ALU ports the products need). Products of two f16 values are exact in
-            // f32, as `f16x2_product` computes them.
+            // Every d_x·d_y of the tile, stored and read back as broadcasts from memory (a
+            // load, which AVX-512 folds into the fused multiply-add, off the vector ALU
+            // ports the products need). Products of two f16 values are exact in f32, as
+            // `f16x2_product` computes them.
             let mut d = [[0f32; 8]; C];
             let dxv = _mm256_loadu_ps(dx.as_ptr());
             for (c, dc) in d.iter_mut().enumerate() {
@@ -631,13 +781,24 @@ pub(super) mod x86 {
                     _mm256_mul_ps(dxv, _mm256_set1_ps(f16_at(y))),
                 );
             }
+            let d = std::hint::black_box(&d);
             for c in 0..C {
                 let y = a[c].as_ptr().add(b * Q8_0_BYTES);
                 let qy = load32(y.add(2));
+                // The offset form starts each lane at -128·Σy of its four activations.
+                let start = if offset {
+                    _mm256_sub_epi32(_mm256_setzero_si256(), L::lanes(bias, qy))
+                } else {
+                    _mm256_setzero_si256()
+                };
                 for r in 0..R {
-                    let p = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qy, qx[r]));
+                    let p = if offset {
+                        L::lanes_from(start, ux[r], qy)
+                    } else {
+                        L::lanes(ux[r], _mm256_sign_epi8(qy, qx[r]))
+                    };
                     let dcr = _mm256_broadcast_ss(&d[c][r]);
-                    acc[c][r] = _mm256_fmadd_ps(dcr, _mm256_cvtepi32_ps(pairs(p)), acc[c][r]);
+                    acc[c][r] = _mm256_fmadd_ps(dcr, _mm256_cvtepi32_ps(p), acc[c][r]);
                 }
             }
         }
@@ -663,66 +824,20 @@ pub(super) mod x86 {
 
     /// [`tile32`] for Q5_0.
     #[inline(always)]
-    unsafe fn q5_0_tile<const R: usize, const C: usize>(
+    unsafe fn q5_0_tile<L: Lanes, const R: usize, const C: usize>(
         w: &[&[u8]; R],
         a: &[&[u8]; C],
     ) -> [[f32; R]; C] {
-        tile32(w, a, Q5_0_BYTES, |x| q5_0_quants(x))
+        tile32::<L, R, C>(w, a, Q5_0_BYTES, false, |x| q5_0_quants(x))
     }
 
     /// [`tile32`] for Q8_0 (the int8 quants as they are).
     #[inline(always)]
-    unsafe fn q8_0_tile<const R: usize, const C: usize>(
+    unsafe fn q8_0_tile<L: Lanes, const R: usize, const C: usize>(
         w: &[&[u8]; R],
         a: &[&[u8]; C],
     ) -> [[f32; R]; C] {
-        tile32(w, a, Q8_0_BYTES, |x| load32(x.add(2)))
-    }
-
-    /// `ggml_vec_dot_q8_0_q8_0` (AVX2): [`tile32`]'s order for one row and one column.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q8_0 blocks, `a` as many Q8_0 blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
-        q8_0_tile::<1, 1>(&[w], &[a])[0][0]
-    }
-
-    /// [`q8_0_q8_0`] for four activation rows ([`super::Dot4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_q8_0_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        q8_0_tile::<1, 4>(&[w], a).map(|c| c[0])
-    }
-
-    /// [`q8_0_q8_0`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_q8_0_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-        q8_0_tile::<4, 4>(w, a)
-    }
-
-    /// [`q5_0_tile`] of any shape, for the speed test of tile shapes.
-    #[cfg(test)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_0_tile_speed_probe<const R: usize, const C: usize>(
-        w: &[&[u8]; R],
-        a: &[&[u8]; C],
-    ) -> [[f32; R]; C] {
-        q5_0_tile::<R, C>(w, a)
-    }
-
-    /// [`q5_0_tile`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_0_q8_0_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-        q5_0_tile::<4, 4>(w, a)
+        tile32::<L, R, C>(w, a, Q8_0_BYTES, true, |x| load32(x.add(2)))
     }
 
     /// A tile of `R` weight rows × `C` activation rows of a 32-value block type with f16 `d`
@@ -737,42 +852,60 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C (inlined into a `target_feature` caller); whole rows of equal
     /// block counts.
     #[inline(always)]
-    unsafe fn tile32_min<const R: usize, const C: usize>(
+    unsafe fn tile32_min<L: Lanes, const R: usize, const C: usize>(
         w: &[&[u8]; R],
         a: &[&[u8]; C],
         block_bytes: usize,
         quants: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; R]; C] {
+        const { assert!(R <= 4, "one vector of row scales") };
         let rows = w
             .iter()
             .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_1_BYTES));
         let mut acc = [[_mm256_setzero_ps(); R]; C];
-        let mut summs = [[0f32; R]; C];
+        // Lane 2r + 1 of `summs[c]` is row r's `summs` for column c (the even lanes gather
+        // the d products and are never read).
+        let mut summs = [_mm256_setzero_ps(); C];
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); R];
-            let mut dm = [(0f32, 0f32); R];
+            let mut dm = [0u32; 4];
             for r in 0..R {
                 let x = w[r].as_ptr().add(b * block_bytes);
                 qx[r] = quants(x);
-                dm[r] = f16_pair(x);
+                dm[r] = u32_at(x);
             }
+            // [d_0, m_0, d_1, m_1, …]: the rows' f16 pairs, converted at once.
+            let dmx = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
+            // Per column, [d_y, s_y] in every pair of lanes times `dmx`: d_x·d_y (even
+            // lanes) and m_x·s_y (odd lanes), each a product of two f16 values, exact in
+            // f32. Stored, and read back as broadcasts from memory (a load, which AVX-512
+            // folds into the fused multiply-add, off the vector ALU ports that shuffles
+            // would take).
+            let mut pd = [[0f32; 8]; C];
             for c in 0..C {
                 let y = a[c].as_ptr().add(b * Q8_1_BYTES);
-                let (dy, sy) = f16_pair(y);
-                let qy = load32(y.add(4));
+                let dsy = _mm256_cvtph_ps(_mm_set1_epi32(u32_at(y) as i32));
+                let p = _mm256_mul_ps(dmx, dsy);
+                summs[c] = _mm256_add_ps(summs[c], p);
+                _mm256_storeu_ps(pd[c].as_mut_ptr(), p);
+            }
+            let pd = std::hint::black_box(&pd);
+            for c in 0..C {
+                let qy = load32(a[c].as_ptr().add(b * Q8_1_BYTES + 4));
                 for r in 0..R {
-                    let (dx, mx) = dm[r];
-                    summs[c][r] += mx * sy;
-                    let lanes = pairs(_mm256_maddubs_epi16(qx[r], qy));
-                    acc[c][r] = fma_lanes(dx * dy, lanes, acc[c][r]);
+                    let lanes = _mm256_cvtepi32_ps(L::lanes(qx[r], qy));
+                    let d = _mm256_broadcast_ss(&pd[c][2 * r]);
+                    acc[c][r] = _mm256_fmadd_ps(d, lanes, acc[c][r]);
                 }
             }
         }
         let mut out = [[0f32; R]; C];
         for c in 0..C {
+            let mut m = [0f32; 8];
+            _mm256_storeu_ps(m.as_mut_ptr(), summs[c]);
             for r in 0..R {
-                out[c][r] = hsum(acc[c][r]) + summs[c][r];
+                out[c][r] = hsum(acc[c][r]) + m[2 * r + 1];
             }
         }
         out
@@ -788,88 +921,165 @@ pub(super) mod x86 {
         )
     }
 
-    /// [`q5_1_q8_1`] for four activation rows ([`super::Dot4Fn`]; each block's quants built
-    /// once).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q5_1 blocks, each `a[c]` as many Q8_1 blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        tile32_min::<1, 4>(&[w], a, Q5_1_BYTES, |x| q5_1_quants(x)).map(|c| c[0])
+    /// The routines built on [`tile32`] and [`tile32_min`] for one [`Lanes`] and the
+    /// features it needs: the one-column routines of Q4_1 and Q8_0 (`ggml_vec_dot_q4_1_q8_1`,
+    /// `ggml_vec_dot_q8_0_q8_0`, AVX2), the four-column forms ([`super::Dot4Fn`]), the
+    /// four-row decode forms ([`super::Dot4RowsFn`]) and the 4 × 4 tiles
+    /// ([`super::Dot4x4Fn`]). Each output is what the one-column routine gives.
+    macro_rules! tile_routines {
+        ($isa:ident, $lanes:ty, $features:literal) => {
+            #[doc = concat!("[`Lanes`] by `", stringify!($lanes), "`, compiled with `", $features, "`.")]
+            pub(in crate::handwritten) mod $isa {
+                use super::*;
+
+                /// `ggml_vec_dot_q4_1_q8_1`: [`tile32_min`] for one row and one column.
+                ///
+                /// # Safety
+                /// The module's features; `w` whole Q4_1 blocks, `a` as many Q8_1 blocks.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q4_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
+                    tile32_min::<$lanes, 1, 1>(&[w], &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0][0]
+                }
+
+                /// `ggml_vec_dot_q8_0_q8_0`: [`tile32`] for one row and one column.
+                ///
+                /// # Safety
+                /// The module's features; `w` whole Q8_0 blocks, `a` as many Q8_0 blocks.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q8_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
+                    q8_0_tile::<$lanes, 1, 1>(&[w], &[a])[0][0]
+                }
+
+                /// Q4_1 for four activation rows.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q4_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                    tile32_min::<$lanes, 1, 4>(&[w], a, Q4_1_BYTES, |x| nibbles32(x.add(4))).map(|c| c[0])
+                }
+
+                /// Q5_1 for four activation rows.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                    tile32_min::<$lanes, 1, 4>(&[w], a, Q5_1_BYTES, |x| q5_1_quants(x)).map(|c| c[0])
+                }
+
+                /// Q8_0 for four activation rows.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q8_0_q8_0_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                    q8_0_tile::<$lanes, 1, 4>(&[w], a).map(|c| c[0])
+                }
+
+                /// Q4_1, four rows and one column.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q4_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                    tile32_min::<$lanes, 4, 1>(w, &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0]
+                }
+
+                /// Q5_1, four rows and one column.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                    tile32_min::<$lanes, 4, 1>(w, &[a], Q5_1_BYTES, |x| q5_1_quants(x))[0]
+                }
+
+                /// Q5_0, four rows and one column.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                    q5_0_tile::<$lanes, 4, 1>(w, &[a])[0]
+                }
+
+                /// Q8_0, four rows and one column.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q8_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                    q8_0_tile::<$lanes, 4, 1>(w, &[a])[0]
+                }
+
+                /// Q4_1, 4 rows × 4 columns.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q4_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                    tile32_min::<$lanes, 4, 4>(w, a, Q4_1_BYTES, |x| nibbles32(x.add(4)))
+                }
+
+                /// Q5_1, 4 rows × 4 columns.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                    tile32_min::<$lanes, 4, 4>(w, a, Q5_1_BYTES, |x| q5_1_quants(x))
+                }
+
+                /// Q5_0, 4 rows × 4 columns.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_0_q8_0_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                    q5_0_tile::<$lanes, 4, 4>(w, a)
+                }
+
+                /// Q8_0, 4 rows × 4 columns.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q8_0_q8_0_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                    q8_0_tile::<$lanes, 4, 4>(w, a)
+                }
+
+                /// [`q5_0_tile`] of any shape, for the speed test of tile shapes.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[cfg(test)]
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q5_0_tile_speed_probe<const R: usize, const C: usize>(
+                    w: &[&[u8]; R],
+                    a: &[&[u8]; C],
+                ) -> [[f32; R]; C] {
+                    q5_0_tile::<$lanes, R, C>(w, a)
+                }
+
+                /// [`tile32_min`] for Q4_1 of any shape, for the speed test of tile shapes.
+                ///
+                /// # Safety
+                /// The module's features; whole rows of equal length.
+                #[cfg(test)]
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn q4_1_tile_speed_probe<const R: usize, const C: usize>(
+                    w: &[&[u8]; R],
+                    a: &[&[u8]; C],
+                ) -> [[f32; R]; C] {
+                    tile32_min::<$lanes, R, C>(w, a, Q4_1_BYTES, |x| nibbles32(x.add(4)))
+                }
+            }
+        };
     }
 
-    /// [`q5_1_q8_1`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-        tile32_min::<4, 4>(w, a, Q5_1_BYTES, |x| q5_1_quants(x))
-    }
-
-    /// `ggml_vec_dot_q4_1_q8_1` (AVX2): [`tile32_min`]'s order for one row and one column,
-    /// the quants the block's 4-bit values (`bytes_from_nibbles_32`).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q4_1 blocks, `a` as many Q8_1 blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
-        tile32_min::<1, 1>(&[w], &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0][0]
-    }
-
-    /// [`q4_1_q8_1`] for four activation rows ([`super::Dot4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `w` whole Q4_1 blocks, each `a[c]` as many Q8_1 blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_q8_1_x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-        tile32_min::<1, 4>(&[w], a, Q4_1_BYTES, |x| nibbles32(x.add(4))).map(|c| c[0])
-    }
-
-    /// [`q5_1_q8_1`] for four rows and one column ([`super::Dot4RowsFn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        tile32_min::<4, 1>(w, &[a], Q5_1_BYTES, |x| q5_1_quants(x))[0]
-    }
-
-    /// [`q5_0_q8_0`] for four rows and one column ([`super::Dot4RowsFn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        q5_0_tile::<4, 1>(w, &[a])[0]
-    }
-
-    /// [`q8_0_q8_0`] for four rows and one column ([`super::Dot4RowsFn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_q8_0_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        q8_0_tile::<4, 1>(w, &[a])[0]
-    }
-
-    /// [`q4_1_q8_1`] for four rows and one column ([`super::Dot4RowsFn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_q8_1_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        tile32_min::<4, 1>(w, &[a], Q4_1_BYTES, |x| nibbles32(x.add(4)))[0]
-    }
-
-    /// [`q4_1_q8_1`] for 4 rows × 4 columns ([`super::Dot4x4Fn`]).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; whole rows of equal length.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4_1_q8_1_4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-        tile32_min::<4, 4>(w, a, Q4_1_BYTES, |x| nibbles32(x.add(4)))
-    }
+    tile_routines!(avx2, Avx2, "avx2,fma,f16c");
+    tile_routines!(vnni, Vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 
     /// The 8 i32 lanes of one IQ4_NL block with one Q8_0 block: table values times the Q8_0
     /// bytes by the sign trick, i16 pairs added.
@@ -1916,8 +2126,9 @@ mod tests {
     #[test]
     fn four_column_routines_match_one() {
         let mut seed = 0x5151_u64;
-        for (t, f16_at) in TYPES {
-            let (Some(f), Some(f4)) = (dot_fn(t), dot4_fn(t)) else {
+        let isas = host_isas();
+        for (t, f16_at, isa) in isas.iter().flat_map(|&isa| TYPES.map(|(t, f)| (t, f, isa))) {
+            let (Some(f), Some(f4)) = (dot_fn_on(t, isa), dot4_fn_on(t, isa)) else {
                 continue;
             };
             let act_t = vec_dot_type(t).expect("has a vec_dot_type");
@@ -1941,7 +2152,7 @@ mod tests {
                         let want = unsafe { f(&w, a[c]) };
                         assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
                     }
-                    if let Some(f4r) = dot4rows_fn(t) {
+                    if let Some(f4r) = dot4rows_fn_on(t, isa) {
                         let more: Vec<Vec<u8>> = (0..3)
                             .map(|_| random_row(t, blocks, f16_at, &mut seed))
                             .collect();
@@ -1954,7 +2165,7 @@ mod tests {
                             assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
                         }
                     }
-                    if let Some(f44) = dot4x4_fn(t) {
+                    if let Some(f44) = dot4x4_fn_on(t, isa) {
                         let more: Vec<Vec<u8>> = (0..3)
                             .map(|_| random_row(t, blocks, f16_at, &mut seed))
                             .collect();
@@ -1979,35 +2190,30 @@ mod tests {
         }
     }
 
-    /// Speed of Q5_0 tile shapes on hot data (weights 576 × 1536, 32 tokens):
-    /// `cargo test --release -p codegen-cpu --lib q5_0_tile_speed -- --ignored --nocapture`.
+    /// Speed of Q5_0 and Q4_1 tile shapes on hot data (weights 576 × 1536, 32 tokens), for
+    /// each build the host can run:
+    /// `cargo test --release -p codegen-cpu --lib tile_speed -- --ignored --nocapture`.
     #[test]
     #[ignore]
     #[cfg(target_arch = "x86_64")]
-    fn q5_0_tile_speed() {
-        if dot_fn(GgmlType::Q5_0).is_none() {
-            return;
-        }
-        let mut seed = 7u64;
-        let (k, m, n) = (576usize, 1536usize, 32usize);
-        let t = GgmlType::Q5_0;
-        let w: Vec<Vec<u8>> = (0..m)
-            .map(|_| random_row(t, k / 32, &[0], &mut seed))
-            .collect();
-        let acts: Vec<Vec<u8>> = (0..n)
-            .map(|_| raw_act(GgmlType::Q8_0, k / 32, &mut seed))
-            .collect();
-        fn run<const R: usize, const C: usize>(w: &[Vec<u8>], acts: &[Vec<u8>]) -> f64 {
+    fn tile_speed() {
+        type Probe<const R: usize, const C: usize> =
+            unsafe fn(&[&[u8]; R], &[&[u8]; C]) -> [[f32; R]; C];
+        fn run<const R: usize, const C: usize>(
+            f: Probe<R, C>,
+            w: &[Vec<u8>],
+            acts: &[Vec<u8>],
+        ) -> f64 {
             let mut best = f64::MAX;
             let mut sink = 0f32;
-            for _ in 0..20 {
+            for _ in 0..150 {
                 let t0 = std::time::Instant::now();
                 for r in (0..w.len()).step_by(R) {
                     let ws: [&[u8]; R] = std::array::from_fn(|i| &w[r + i][..]);
                     for c in (0..acts.len()).step_by(C) {
                         let a: [&[u8]; C] = std::array::from_fn(|i| &acts[c + i][..]);
-                        // SAFETY: AVX2 checked above; whole rows.
-                        let o = unsafe { x86::q5_0_tile_speed_probe::<R, C>(&ws, &a) };
+                        // SAFETY: the probe's build is one the host has; whole rows.
+                        let o = unsafe { f(&ws, &a) };
                         sink += o[0][0];
                     }
                 }
@@ -2016,26 +2222,40 @@ mod tests {
             std::hint::black_box(sink);
             (w.len() * acts.len() * 576) as f64 / best / 1e9
         }
-        eprintln!("1x4 {:.1} GMAC/s", run::<1, 4>(&w, &acts));
-        eprintln!("2x4 {:.1} GMAC/s", run::<2, 4>(&w, &acts));
-        eprintln!("4x2 {:.1} GMAC/s", run::<4, 2>(&w, &acts));
-        eprintln!("4x4 {:.1} GMAC/s", run::<4, 4>(&w, &acts));
-        eprintln!("2x8 {:.1} GMAC/s", run::<2, 8>(&w, &acts));
-        eprintln!("1x8 {:.1} GMAC/s", run::<1, 8>(&w, &acts));
-        let f4 = dot4_fn(t).unwrap();
-        let mut best = f64::MAX;
-        for _ in 0..20 {
-            let t0 = std::time::Instant::now();
-            for r in 0..m {
-                for c in (0..n).step_by(4) {
-                    let a: [&[u8]; 4] = std::array::from_fn(|i| &acts[c + i][..]);
-                    // SAFETY: as above.
-                    std::hint::black_box(unsafe { f4(&w[r], &a) });
+        let (k, m, n) = (576usize, 1536usize, 32usize);
+        for isa in host_isas() {
+            for (t, act_t, f16_at) in [
+                (GgmlType::Q5_0, GgmlType::Q8_0, &[0usize][..]),
+                (GgmlType::Q4_1, GgmlType::Q8_1, &[0, 2]),
+            ] {
+                let mut seed = 7u64;
+                let w: Vec<Vec<u8>> = (0..m)
+                    .map(|_| random_row(t, k / 32, f16_at, &mut seed))
+                    .collect();
+                let acts: Vec<Vec<u8>> =
+                    (0..n).map(|_| raw_act(act_t, k / 32, &mut seed)).collect();
+                macro_rules! shape {
+                    ($r:literal, $c:literal) => {{
+                        let f: Probe<$r, $c> = match (isa, t) {
+                            (Isa::Avx2, GgmlType::Q5_0) => x86::avx2::q5_0_tile_speed_probe,
+                            (Isa::Vnni, GgmlType::Q5_0) => x86::vnni::q5_0_tile_speed_probe,
+                            (Isa::Avx2, _) => x86::avx2::q4_1_tile_speed_probe,
+                            (Isa::Vnni, _) => x86::vnni::q4_1_tile_speed_probe,
+                        };
+                        let g = run::<$r, $c>(f, &w, &acts);
+                        eprintln!("{isa:?} {} {}x{}: {g:.1} GMAC/s", t.name(), $r, $c);
+                    }};
                 }
+                shape!(1, 1);
+                shape!(4, 1);
+                shape!(1, 4);
+                shape!(2, 4);
+                shape!(4, 2);
+                shape!(4, 4);
+                shape!(2, 8);
+                shape!(4, 8);
             }
-            best = best.min(t0.elapsed().as_secs_f64());
         }
-        eprintln!("current x4 {:.1} GMAC/s", (m * n * k) as f64 / best / 1e9);
     }
 
     /// Every routine agrees with ggml's scalar dot product of the type to rounding (same
@@ -2046,8 +2266,9 @@ mod tests {
     #[test]
     fn routines_match_the_references() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for (t, f16_at) in TYPES {
-            let Some(f) = dot_fn(t) else {
+        let isas = host_isas();
+        for (t, f16_at, isa) in isas.iter().flat_map(|&isa| TYPES.map(|(t, f)| (t, f, isa))) {
+            let Some(f) = dot_fn_on(t, isa) else {
                 eprintln!("no hand-written routine for {} on this host", t.name());
                 continue;
             };
