@@ -79,6 +79,8 @@ pub(crate) struct RowDot {
     fast_cols4: Option<qdot_tiled::Tiled4Fn>,
     fast_repack4: Option<qdot_repack::RepackDot4Fn>,
     fast_repack8x4: Option<qdot_repack::RepackDot8x4Fn>,
+    /// The eight-column form of `fast_repack8` (AVX-512 VNNI hosts).
+    fast_repack8x8: Option<qdot_repack::RepackDot8x8Fn>,
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
@@ -116,6 +118,7 @@ impl RowDot {
             fast_cols4: qdot_tiled::tiled4_fn(wtype),
             fast_repack4: None,
             fast_repack8x4: None,
+            fast_repack8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype),
@@ -142,6 +145,7 @@ impl RowDot {
             fast_cols4: None,
             fast_repack4: qdot_repack::dot4_fn(wtype),
             fast_repack8x4: qdot_repack::dot8x4_fn(wtype),
+            fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
             fast4x4: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
             fast4rows: None,
@@ -294,6 +298,14 @@ impl RowDot {
         self.fast4x4.is_some() || self.fast_repack4x4.is_some()
     }
 
+    /// [`RowDot::dot8`] for eight activation rows: `out[c][i]` for row `i` and column `c`,
+    /// where the type has that form on this host; else `None`.
+    #[inline]
+    pub fn dot8x8(&self, w: &[&[u8]; 8], a: &[&[u8]; 8]) -> Option<[[f32; 8]; 8]> {
+        // SAFETY: `dot8x8_fn` chose it for this host; whole rows of equal length.
+        self.fast_repack8x8.map(|f| unsafe { f(w, a) })
+    }
+
     /// [`RowDot::dot8`] for four activation rows: `out[c][i]` for row `i` and column `c`,
     /// where the type has that form; else `None`.
     #[inline]
@@ -385,6 +397,16 @@ unsafe fn products_chunk(
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         let mut t = 0;
+        while t + 8 <= n {
+            let a: [&[u8]; 8] = std::array::from_fn(|c| arow(t + c));
+            let Some(v) = dot.dot8x8(&ws, &a) else {
+                break;
+            };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
+            }
+            t += 8;
+        }
         while t + 4 <= n {
             let Some(v) = dot.dot8x4(&ws, &arows4(t)) else {
                 break;

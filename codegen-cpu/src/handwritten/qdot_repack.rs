@@ -120,6 +120,31 @@ pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
     None
 }
 
+/// Eight rows × eight columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
+/// column `a[c]`. Q4_0 and IQ4_NL, on hosts with AVX-512 VNNI (`super::has_vnni`): each
+/// block's exact integer sums come from `vpdpbusd` with the eight columns in the lanes (the
+/// activation blocks transposed once per block for the eight rows, each weight row's four
+/// bytes at a time broadcast against them), about half the instructions of the
+/// [`RepackDot8x4Fn`] tile, whose lanes are per row and need a horizontal sum per pair.
+///
+/// # Safety
+/// As [`RepackDot8Fn`], for each column.
+pub(crate) type RepackDot8x8Fn = unsafe fn(&[&[u8]; 8], &[&[u8]; 8]) -> [[f32; 8]; 8];
+
+/// The eight-row, eight-column routine for `wtype` on this host, if there is one.
+pub(crate) fn dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni() {
+        return match wtype {
+            GgmlType::Q4_0 => Some(x86::q4_0_x8x8),
+            GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x8),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
 pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
     RepackedRow::new(wtype, w)
@@ -232,6 +257,124 @@ mod x86 {
             _mm256_storeu_ps(out[c].as_mut_ptr(), acc[c]);
         }
         out
+    }
+
+    /// The eight activation blocks' bytes transposed by 4-byte groups: vector `k` holds
+    /// bytes `4k..4k + 4` of column `c` in lane `c` (an 8 × 8 transpose of 32-bit values).
+    #[inline(always)]
+    unsafe fn columns_by_group(y: [__m256i; 8]) -> [__m256i; 8] {
+        let t: [__m256i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (y[i & !1], y[i | 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_epi32(a, b)
+            } else {
+                _mm256_unpackhi_epi32(a, b)
+            }
+        });
+        // u[j]: groups j and j + 4 of columns 0..4 (j < 4) or 4..8 (j ≥ 4).
+        let u: [__m256i; 8] = std::array::from_fn(|j| {
+            let base = if j < 4 { 0 } else { 4 };
+            let (lo, hi) = (t[base + (j % 4) / 2], t[base + 2 + (j % 4) / 2]);
+            if j % 2 == 0 {
+                _mm256_unpacklo_epi64(lo, hi)
+            } else {
+                _mm256_unpackhi_epi64(lo, hi)
+            }
+        });
+        std::array::from_fn(|k| {
+            if k < 4 {
+                _mm256_permute2x128_si256(u[k], u[k + 4], 0x20)
+            } else {
+                _mm256_permute2x128_si256(u[k - 4], u[k], 0x31)
+            }
+        })
+    }
+
+    /// [`b32_x8`] for eight columns with AVX-512 VNNI, the columns in the lanes: per block,
+    /// `isum = Σ_k vpdpbusd(row bytes 4k..4k + 4 broadcast, column group k)` over the weight
+    /// values as unsigned bytes `u` (`unsigned(q)` builds them) whose value is `u - zero`,
+    /// started at `-zero · Σy` of each column: each the exact integer sum of the block's
+    /// products, as the repacked kernels take them; then `acc = fma(isum, dx·dy, acc)` as
+    /// [`b32`]. `out[c][i]`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512VL and VNNI (inlined into a `target_feature` caller); eight
+    /// whole rows and eight activation rows of equal block counts.
+    #[inline(always)]
+    unsafe fn b32_x8x8(
+        w: &[&[u8]; 8],
+        a: &[&[u8]; 8],
+        zero: u8,
+        unsigned: impl Fn(__m256i) -> __m256i,
+    ) -> [[f32; 8]; 8] {
+        let rows = w.iter().map(|r| r.len() / 18).min().unwrap_or(0);
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 34));
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let zeros = _mm256_set1_epi8(zero as i8);
+        for b in 0..nb {
+            let y: [*const u8; 8] = std::array::from_fn(|c| a[c].as_ptr().add(34 * b));
+            let groups = columns_by_group(std::array::from_fn(|c| {
+                _mm256_loadu_si256(y[c].add(2) as *const __m256i)
+            }));
+            // -zero · Σy per column.
+            let mut bias = _mm256_setzero_si256();
+            for g in &groups {
+                bias = _mm256_dpbusd_epi32(bias, zeros, *g);
+            }
+            let start = _mm256_sub_epi32(_mm256_setzero_si256(), bias);
+            let mut dy = [0u16; 8];
+            for (c, &yc) in y.iter().enumerate() {
+                dy[c] = u16::from_le_bytes([*yc, *yc.add(1)]);
+            }
+            let dy = _mm256_cvtph_ps(_mm_loadu_si128(dy.as_ptr() as *const __m128i));
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(18 * b);
+                if (18 * b) % 64 < 18 {
+                    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(8 * row.len()) as *const i8);
+                }
+                // The row's 32 values as unsigned bytes, read back four at a time as
+                // broadcasts (loads, off the vector ALU ports).
+                let mut ux = [0u32; 8];
+                _mm256_storeu_si256(ux.as_mut_ptr() as *mut __m256i, unsigned(nibbles(x.add(2))));
+                let ux = std::hint::black_box(&ux);
+                let mut isum = start;
+                for (k, g) in groups.iter().enumerate() {
+                    isum = _mm256_dpbusd_epi32(isum, _mm256_set1_epi32(ux[k] as i32), *g);
+                }
+                let d = _mm256_mul_ps(_mm256_set1_ps(f16_at(x)), dy);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[i]);
+            }
+        }
+        // acc[i] lane c → out[c][i].
+        let mut by_row = [[0f32; 8]; 8];
+        for i in 0..8 {
+            _mm256_storeu_ps(by_row[i].as_mut_ptr(), acc[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// Q4_0, eight rows × eight columns ([`super::RepackDot8x8Fn`]; values `q - 8`).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512VL and VNNI; eight whole rows and eight activation rows of
+    /// equal length.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_0_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        b32_x8x8(w, a, 8, |q| q)
+    }
+
+    /// IQ4_NL, eight rows × eight columns ([`super::RepackDot8x8Fn`]; table values + 128).
+    ///
+    /// # Safety
+    /// As [`q4_0_x8x8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn iq4_nl_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
+        b32_x8x8(w, a, 128, |q| {
+            _mm256_xor_si256(_mm256_shuffle_epi8(table, q), bias)
+        })
     }
 
     /// Q4_0, eight rows ([`super::RepackDot8Fn`]).
@@ -640,7 +783,7 @@ mod tests {
                 }
                 let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
                 for k in [RepackKernel::Gemv, RepackKernel::Gemm] {
-                    let acts: Vec<Vec<u8>> = (0..4)
+                    let acts: Vec<Vec<u8>> = (0..8)
                         .map(|_| {
                             let x: Vec<f32> = (0..n)
                                 .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
@@ -648,6 +791,21 @@ mod tests {
                             repack_quantize_activations(t, &x, k).expect("quantizes").1
                         })
                         .collect();
+                    let a8: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
+                    if let Some(f) = dot8x8_fn(t) {
+                        // SAFETY: chosen for this host; whole rows of equal length.
+                        let got = unsafe { f(&rows, &a8) };
+                        for c in 0..8 {
+                            for i in 0..8 {
+                                let want = dot_plain(t, rows[i], a8[c], k);
+                                assert_eq!(
+                                    got[c][i].to_bits(),
+                                    want.to_bits(),
+                                    "{t} {k:?} 8x8 row {i} col {c}"
+                                );
+                            }
+                        }
+                    }
                     let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
                     if let Some(f) = dot8x4_fn(t) {
                         // SAFETY: chosen for this host; whole rows of equal length.
