@@ -298,10 +298,21 @@ impl RowDot {
         self.fast4x4.is_some() || self.fast_repack4x4.is_some()
     }
 
-    /// [`RowDot::dot8`] for eight activation rows: `out[c][i]` for row `i` and column `c`,
-    /// where the type has that form on this host; else `None`.
+    /// [`RowDot::dot`] of eight weight rows with the eight activation rows `a` (columns
+    /// `col..col + 8` of llama.cpp's `n_cols`): `out[c][i]` for row `w[i]` and column `a[c]`,
+    /// where the type has that form on this host and the eight columns take the repacked
+    /// gemm kernel; else `None`.
     #[inline]
-    pub fn dot8x8(&self, w: &[&[u8]; 8], a: &[&[u8]; 8]) -> Option<[[f32; 8]; 8]> {
+    pub fn dot8x8(
+        &self,
+        w: &[&[u8]; 8],
+        a: &[&[u8]; 8],
+        col: usize,
+        n_cols: usize,
+    ) -> Option<[[f32; 8]; 8]> {
+        if RepackKernel::for_column(col + 7, n_cols) != RepackKernel::Gemm {
+            return None;
+        }
         // SAFETY: `dot8x8_fn` chose it for this host; whole rows of equal length.
         self.fast_repack8x8.map(|f| unsafe { f(w, a) })
     }
@@ -393,13 +404,13 @@ unsafe fn products_chunk(
     let row = |r: usize| std::slice::from_raw_parts(w.add(r * row_bytes), row_bytes);
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
     let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
+    let arows8 = |t: usize| -> [&[u8]; 8] { std::array::from_fn(|c| arow(t + c)) };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         let mut t = 0;
         while t + 8 <= n {
-            let a: [&[u8]; 8] = std::array::from_fn(|c| arow(t + c));
-            let Some(v) = dot.dot8x8(&ws, &a) else {
+            let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
                 break;
             };
             for (c, vc) in v.iter().enumerate() {
@@ -419,6 +430,45 @@ unsafe fn products_chunk(
         for t in t..n {
             if let Some(v) = dot.dot8(&ws, arow(t)) {
                 std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * out_stride + r), 8);
+            }
+        }
+        r += 8;
+    }
+    // Eight rows × eight columns where the type has that tile without the eight-row forms
+    // above (Q4_K); the columns left over go through the 4 × 4 tiles of each half.
+    while dot.fast_repack8x8.is_some() && !dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 && n >= 8
+    {
+        let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
+        if r + 8 + PREFETCH_ROWS < r1 {
+            prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
+        }
+        let mut t = 0;
+        while t + 8 <= n {
+            let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
+                break;
+            };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
+            }
+            t += 8;
+        }
+        for h in [0, 4] {
+            let w4: [&[u8]; 4] = std::array::from_fn(|i| ws[h + i]);
+            let mut u = t;
+            while u + 4 <= n {
+                let Some(v) = dot.dot4x4(&w4, &arows4(u), col0 + u, n_cols) else {
+                    break;
+                };
+                for (c, vc) in v.iter().enumerate() {
+                    let dst = out.add((u + c) * out_stride + r + h);
+                    std::ptr::copy_nonoverlapping(vc.as_ptr(), dst, 4);
+                }
+                u += 4;
+            }
+            for (i, wr) in w4.iter().enumerate() {
+                for u in u..n {
+                    *out.add(u * out_stride + r + h + i) = dot.dot(wr, arow(u), col0 + u, n_cols);
+                }
             }
         }
         r += 8;

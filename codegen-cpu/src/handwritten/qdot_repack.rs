@@ -120,15 +120,16 @@ pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
     None
 }
 
-/// Eight rows × eight columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
-/// column `a[c]`. Q4_0 and IQ4_NL, on hosts with AVX-512 VNNI (`super::has_vnni`): each
-/// block's exact integer sums come from `vpdpbusd` with the eight columns in the lanes (the
-/// activation blocks transposed once per block for the eight rows, each weight row's four
-/// bytes at a time broadcast against them), about half the instructions of the
-/// [`RepackDot8x4Fn`] tile, whose lanes are per row and need a horizontal sum per pair.
+/// Eight rows × eight columns in the gemm kernel's order: `out[c][i]` is what
+/// [`RepackDotFn`] gives for row `w[i]`, column `a[c]` and [`RepackKernel::Gemm`]. Q4_0,
+/// IQ4_NL and Q4_K, on hosts with AVX-512 VNNI (`super::has_vnni`): the exact integer sums
+/// come from `vpdpbusd` with the eight columns in the lanes (the activation blocks
+/// transposed once per block for the eight rows, each weight row's four bytes at a time
+/// broadcast against them), about half the instructions of the four-column tiles, whose
+/// lanes are per row and need a horizontal sum per pair.
 ///
 /// # Safety
-/// As [`RepackDot8Fn`], for each column.
+/// As [`RepackDotFn`], for each pair.
 pub(crate) type RepackDot8x8Fn = unsafe fn(&[&[u8]; 8], &[&[u8]; 8]) -> [[f32; 8]; 8];
 
 /// The eight-row, eight-column routine for `wtype` on this host, if there is one.
@@ -138,6 +139,7 @@ pub(crate) fn dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8x8),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x8),
+            GgmlType::Q4_K => Some(x86::q4_k_gemm_x8x8),
             _ => None,
         };
     }
@@ -375,6 +377,85 @@ mod x86 {
         b32_x8x8(w, a, 128, |q| {
             _mm256_xor_si256(_mm256_shuffle_epi8(table, q), bias)
         })
+    }
+
+    /// Q4_K (144-byte blocks) × Q8_K (292-byte blocks) in the gemm order for eight rows ×
+    /// eight columns ([`super::RepackDot8x8Fn`]), the columns in the lanes: per super-block,
+    /// each sub-block's exact `Σ q·y` by `vpdpbusd` (nibbles against the transposed
+    /// activations), the pair sums `sc·isum` and `m·bsum` as integers, then per pair of
+    /// sub-blocks `acc = fma(isum, d_x·d_y, acc)` and `acc_min = fma(imin, dmin_x·d_y,
+    /// acc_min)` as `q4_k_gemm4`; the result `acc - acc_min`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512VL and VNNI; eight whole rows and eight activation rows of
+    /// equal length.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_k_gemm_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 292));
+        let m4 = _mm256_set1_epi8(0x0f);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut acc_min = [_mm256_setzero_ps(); 8];
+        // groups[8v + k]: bytes 4k..4k + 4 of value vector v (values 32v..32v + 32) of
+        // every column, lane c for column c.
+        let mut groups = [_mm256_setzero_si256(); 64];
+        for b in 0..nb {
+            let y: [*const u8; 8] = std::array::from_fn(|c| a[c].as_ptr().add(292 * b));
+            for v in 0..8 {
+                let t = columns_by_group(std::array::from_fn(|c| {
+                    _mm256_loadu_si256(y[c].add(4 + 32 * v) as *const __m256i)
+                }));
+                groups[8 * v..8 * v + 8].copy_from_slice(&t);
+            }
+            // bsum[j] lane c: column c's i16 bsums 2j and 2j + 1 (values 32j..32j + 32).
+            let bsum = columns_by_group(std::array::from_fn(|c| {
+                _mm256_loadu_si256(y[c].add(260) as *const __m256i)
+            }));
+            let dy: [f32; 8] = std::array::from_fn(|c| std::ptr::read_unaligned(y[c] as *const f32));
+            let dy = _mm256_loadu_ps(dy.as_ptr());
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(144 * b);
+                // Sub-block j's 32 values as bytes, read back four at a time as broadcasts.
+                let mut q = [[0u32; 8]; 8];
+                for p in 0..4 {
+                    let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                    let lo = _mm256_and_si256(qs, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                    _mm256_storeu_si256(q[2 * p].as_mut_ptr() as *mut __m256i, lo);
+                    _mm256_storeu_si256(q[2 * p + 1].as_mut_ptr() as *mut __m256i, hi);
+                }
+                let q = std::hint::black_box(&q);
+                let s = std::slice::from_raw_parts(x.add(4), 12);
+                let d = _mm256_mul_ps(_mm256_set1_ps(f16_at(x)), dy);
+                let dmin = _mm256_mul_ps(_mm256_set1_ps(f16_at(x.add(2))), dy);
+                let isum = |j: usize| {
+                    let mut v = _mm256_setzero_si256();
+                    for k in 0..8 {
+                        v = _mm256_dpbusd_epi32(v, _mm256_set1_epi32(q[j][k] as i32), groups[8 * j + k]);
+                    }
+                    v
+                };
+                for p in 0..4 {
+                    let (s0, m0) = scale_min_k4(2 * p, s);
+                    let (s1, m1) = scale_min_k4(2 * p + 1, s);
+                    let sums = _mm256_add_epi32(
+                        _mm256_mullo_epi32(isum(2 * p), _mm256_set1_epi32(s0 as i32)),
+                        _mm256_mullo_epi32(isum(2 * p + 1), _mm256_set1_epi32(s1 as i32)),
+                    );
+                    let mins = _mm256_add_epi32(
+                        _mm256_madd_epi16(bsum[2 * p], _mm256_set1_epi16(m0 as i16)),
+                        _mm256_madd_epi16(bsum[2 * p + 1], _mm256_set1_epi16(m1 as i16)),
+                    );
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[i]);
+                    acc_min[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), dmin, acc_min[i]);
+                }
+            }
+        }
+        let mut by_row = [[0f32; 8]; 8];
+        for i in 0..8 {
+            _mm256_storeu_ps(by_row[i].as_mut_ptr(), _mm256_sub_ps(acc[i], acc_min[i]));
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
     /// Q4_0, eight rows ([`super::RepackDot8Fn`]).
@@ -792,7 +873,7 @@ mod tests {
                         })
                         .collect();
                     let a8: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
-                    if let Some(f) = dot8x8_fn(t) {
+                    if let (Some(f), RepackKernel::Gemm) = (dot8x8_fn(t), k) {
                         // SAFETY: chosen for this host; whole rows of equal length.
                         let got = unsafe { f(&rows, &a8) };
                         for c in 0..8 {
@@ -846,6 +927,137 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    /// Speed of the Q4_0 repacked-order tiles on hot data (576 × 1536 weights, 32 tokens):
+    /// `cargo test --release -p codegen-cpu --lib repack_tile_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn repack_tile_speed() {
+        let t = GgmlType::Q4_0;
+        let (k, m, n) = (576usize, 1536usize, 32usize);
+        let mut seed = 0x1234_5678u64;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let w: Vec<Vec<u8>> = (0..m)
+            .map(|_| {
+                let mut r: Vec<u8> = (0..k / 32 * 18).map(|_| rnd() as u8).collect();
+                for b in r.chunks_exact_mut(18) {
+                    b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                }
+                r
+            })
+            .collect();
+        let acts: Vec<Vec<u8>> = (0..n)
+            .map(|_| {
+                let mut r: Vec<u8> = (0..k / 32 * 34).map(|_| rnd() as u8 & 0x7f).collect();
+                for b in r.chunks_exact_mut(34) {
+                    b[..2].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
+                }
+                r
+            })
+            .collect();
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::MAX;
+            for _ in 0..300 {
+                let t0 = std::time::Instant::now();
+                f();
+                best = best.min(t0.elapsed().as_secs_f64());
+            }
+            (m * n * k) as f64 / best / 1e9
+        };
+        if let Some(f) = dot8x4_fn(t) {
+            let g = time(&mut || {
+                for r in (0..m).step_by(8) {
+                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
+                    for c in (0..n).step_by(4) {
+                        let a: [&[u8]; 4] = std::array::from_fn(|i| &acts[c + i][..]);
+                        // SAFETY: chosen for this host; whole rows.
+                        std::hint::black_box(unsafe { f(&ws, &a) });
+                    }
+                }
+            });
+            eprintln!("Q4_0 8x4 (AVX2): {g:.1} GMAC/s");
+        }
+        if let Some(f) = dot8x8_fn(t) {
+            let g = time(&mut || {
+                for r in (0..m).step_by(8) {
+                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
+                    for c in (0..n).step_by(8) {
+                        let a: [&[u8]; 8] = std::array::from_fn(|i| &acts[c + i][..]);
+                        // SAFETY: chosen for this host; whole rows.
+                        std::hint::black_box(unsafe { f(&ws, &a) });
+                    }
+                }
+            });
+            eprintln!("Q4_0 8x8 (VNNI): {g:.1} GMAC/s");
+        }
+        // Q4_K, K = 1536 (six super-blocks): the gemm 4 × 4 tile against the 8 × 8 one.
+        let t = GgmlType::Q4_K;
+        let k = 1536;
+        let w: Vec<Vec<u8>> = (0..m)
+            .map(|_| {
+                let mut r: Vec<u8> = (0..k / 256 * 144).map(|_| rnd() as u8).collect();
+                for b in r.chunks_exact_mut(144) {
+                    b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                    b[2..4].copy_from_slice(&half::f16::from_f32(0.001).to_le_bytes());
+                }
+                r
+            })
+            .collect();
+        let acts: Vec<Vec<u8>> = (0..n)
+            .map(|_| {
+                let mut r: Vec<u8> = (0..k / 256 * 292).map(|_| rnd() as u8 & 0x7f).collect();
+                for b in r.chunks_exact_mut(292) {
+                    b[..4].copy_from_slice(&0.02f32.to_le_bytes());
+                }
+                r
+            })
+            .collect();
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::MAX;
+            for _ in 0..100 {
+                let t0 = std::time::Instant::now();
+                f();
+                best = best.min(t0.elapsed().as_secs_f64());
+            }
+            (m * n * k) as f64 / best / 1e9
+        };
+        if let Some(f) = dot4x4_fn(t) {
+            let g = time(&mut || {
+                for r in (0..m).step_by(4) {
+                    let ws: [&[u8]; 4] = std::array::from_fn(|i| &w[r + i][..]);
+                    for c in (0..n).step_by(4) {
+                        let a: [&[u8]; 4] = std::array::from_fn(|i| &acts[c + i][..]);
+                        // SAFETY: chosen for this host; whole rows.
+                        std::hint::black_box(unsafe { f(&ws, &a, RepackKernel::Gemm) });
+                    }
+                }
+            });
+            eprintln!("Q4_K gemm 4x4 (AVX2): {g:.1} GMAC/s");
+        }
+        if let Some(f) = dot8x8_fn(t) {
+            let g = time(&mut || {
+                for r in (0..m).step_by(8) {
+                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
+                    for c in (0..n).step_by(8) {
+                        let a: [&[u8]; 8] = std::array::from_fn(|i| &acts[c + i][..]);
+                        // SAFETY: chosen for this host; whole rows.
+                        std::hint::black_box(unsafe { f(&ws, &a) });
+                    }
+                }
+            });
+            eprintln!("Q4_K gemm 8x8 (VNNI): {g:.1} GMAC/s");
         }
     }
 }
