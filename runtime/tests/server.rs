@@ -1109,3 +1109,105 @@ fn resumable_streams() {
         "not_found_error",
     );
 }
+
+/// Small things as llama-server does them: a chat stream with `return_progress` sends the
+/// progress chunks first, then the assistant's role with the first token; streamed tokens
+/// carry their ids without `return_tokens` (progress events an id 0); `n_predict` below -1
+/// is a 400 naming the field, 0 still generates one token; an empty prompt string is
+/// answered at once with nothing generated, an empty list of prompts is a 400.
+#[test]
+fn llama_server_details() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let srv = start(&model, &["-c", "256", "-b", "8"]);
+    let port = srv.port;
+    let events = |r: &Resp| -> Vec<Value> {
+        assert_eq!(r.status, 200, "{}", r.body);
+        sse_data(&r.body)
+            .iter()
+            .filter(|d| d.as_str() != "[DONE]")
+            .map(|d| serde_json::from_str(d).expect("an event"))
+            .collect()
+    };
+    let chat = post(
+        port,
+        "/v1/chat/completions",
+        &json!({"stream": true, "return_progress": true, "max_tokens": 2, "temperature": 0,
+            "messages": [{"role": "user", "content": "Name a colour."}]}),
+    );
+    let ev = events(&chat);
+    let n_progress = ev
+        .iter()
+        .filter(|e| e.get("prompt_progress").is_some())
+        .count();
+    assert!(n_progress >= 2, "{}", chat.body);
+    assert!(ev[..n_progress]
+        .iter()
+        .all(|e| e.get("prompt_progress").is_some()));
+    let role = &ev[n_progress];
+    assert_eq!(
+        role["choices"][0]["delta"],
+        json!({"role": "assistant", "content": null})
+    );
+    assert!(
+        ev[n_progress + 1]["choices"][0]["delta"]["content"].is_string(),
+        "{}",
+        chat.body
+    );
+
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 3, "stream": true, "return_progress": true}),
+    );
+    let ev = events(&r);
+    for e in &ev {
+        let tokens = e["tokens"].as_array().expect("tokens");
+        if e.get("prompt_progress").is_some() {
+            assert_eq!(tokens, &vec![json!(0)], "{e}");
+        } else if e["stop"] == false {
+            assert_eq!(tokens.len(), 1, "{e}");
+        } else {
+            assert!(tokens.is_empty(), "{e}");
+        }
+    }
+
+    for field in ["n_predict", "max_tokens"] {
+        let r = post(port, "/completion", &json!({"prompt": PROMPT, field: -2}));
+        assert_error(&r, 400, "invalid_request_error");
+        let msg = r.json()["error"]["message"].clone();
+        assert_eq!(
+            msg,
+            format!("Field '{field}': Value must be between -1 <= value <= 2147483647, but got -2")
+        );
+    }
+    let one = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 0}),
+    )
+    .json();
+    assert_eq!(one["tokens_predicted"], 1, "{one}");
+    assert_eq!(one["stop_type"], "limit", "{one}");
+
+    for stream in [false, true] {
+        let r = post(
+            port,
+            "/completion",
+            &json!({"prompt": "", "n_predict": 2, "stream": stream}),
+        );
+        let last = if stream {
+            events(&r).pop().expect("an event")
+        } else {
+            r.json()
+        };
+        assert_eq!(last["tokens_predicted"], 0, "{last}");
+        assert_eq!(last["tokens_evaluated"], 0, "{last}");
+        assert_eq!(last["stop_type"], "none", "{last}");
+        assert_eq!(last["content"], "", "{last}");
+    }
+    let r = post(port, "/completion", &json!({"prompt": [], "n_predict": 2}));
+    assert_error(&r, 400, "invalid_request_error");
+    assert_eq!(r.json()["error"]["message"], "\"prompt\" must not be empty");
+}

@@ -184,7 +184,21 @@ impl Config {
             },
         };
         if let Some(n) = n_predict {
-            o.n_predict = n.max(-1);
+            if !(-1..=i64::from(i32::MAX)).contains(&n) {
+                let name = ["n_predict", "max_tokens", "max_completion_tokens"]
+                    .into_iter()
+                    .find(|k| body.get(k).is_some_and(|v| !v.is_null()))
+                    .unwrap_or("n_predict");
+                return Err(ApiError::invalid(format!(
+                    "Field '{name}': Value must be between -1 <= value <= {}, but got {n}",
+                    i32::MAX
+                )));
+            }
+            o.n_predict = n;
+        }
+        // llama-server checks the limit after each token: `n_predict` 0 still generates one.
+        if o.n_predict == 0 {
+            o.n_predict = 1;
         }
         let s = &mut o.sampler;
         if let Some(t) = body.f32("temperature")? {

@@ -136,6 +136,13 @@ async fn run(
         .iter()
         .flat_map(|p| std::iter::repeat_n(p, req.n_choices));
     for prompt in each {
+        if prompt.is_empty() {
+            // llama-server answers an empty prompt at once: nothing generated.
+            let (tx, rx) = mpsc::unbounded_channel();
+            let _ = tx.send(Event::Done(Box::new(empty_result(req.id_slot))));
+            receivers.push(rx);
+            continue;
+        }
         let Ok(permit) = st.permits.clone().try_acquire_owned() else {
             return ApiError::unavailable(format!(
                 "the server is busy: {} requests are already waiting (--queue-size)",
@@ -215,9 +222,6 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     };
     let n_ctx = ready.n_ctx_slot;
     for prompt in &prompts {
-        if prompt.is_empty() {
-            return Err(ApiError::invalid("the prompt is empty (no tokens)"));
-        }
         if prompt.len() >= n_ctx {
             return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
         }
@@ -282,7 +286,10 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
 /// `{"prompt_string": ...}` — one prompt; or a list of such prompts, one result each.
 fn prompt_list(vocab: &Vocab, p: &Value) -> Result<Vec<Vec<TokenId>>, ApiError> {
     match p {
-        Value::Array(items) if !items.iter().any(Value::is_number) && !items.is_empty() => {
+        Value::Array(items) if items.is_empty() => {
+            Err(ApiError::invalid("\"prompt\" must not be empty"))
+        }
+        Value::Array(items) if !items.iter().any(Value::is_number) => {
             items.iter().map(|item| one_prompt(vocab, item)).collect()
         }
         _ => Ok(vec![one_prompt(vocab, p)?]),
@@ -575,6 +582,25 @@ async fn emit(
     true
 }
 
+/// llama-server's answer to an empty prompt (`update_slots` releases the slot at once):
+/// nothing evaluated, nothing generated, `stop_type` `none`.
+fn empty_result(id_slot: Option<usize>) -> Finished {
+    Finished {
+        completion: crate::generate::Completion {
+            content: String::new(),
+            tokens: Vec::new(),
+            prompt_tokens: Vec::new(),
+            stop_type: "none",
+            stopping_word: None,
+            n_discarded: 0,
+            timings: Timings::default(),
+            probs: None,
+        },
+        id_slot: id_slot.unwrap_or(0),
+        truncated: false,
+    }
+}
+
 /// The model's name in responses: `--alias`, else the model file's name.
 fn model_name(ready: &Ready) -> &str {
     &ready.model_name
@@ -828,7 +854,8 @@ fn partial_json(
             let mut v = json!({
                 "index": 0,
                 "content": content,
-                "tokens": if req.return_tokens { vec![token] } else { Vec::new() },
+                // Every streamed token carries its id, `return_tokens` or not (llama-server).
+                "tokens": [token],
                 "stop": false,
                 "id_slot": -1,
                 "tokens_predicted": n_decoded,
@@ -868,10 +895,11 @@ fn partial_json(
 /// `is_progress`: no text, `prompt_progress`, and `timings` with `timings_per_token`).
 fn progress_json(ready: &Ready, req: &Request, api: Api, p: &Progress) -> Value {
     let mut v = match api {
+        // llama-server's progress events carry a token id 0 (an empty token's).
         Api::Llama => json!({
             "index": 0,
             "content": "",
-            "tokens": [],
+            "tokens": [0],
             "stop": false,
             "id_slot": -1,
             "tokens_predicted": 0,
