@@ -1211,3 +1211,37 @@ fn llama_server_details() {
     assert_error(&r, 400, "invalid_request_error");
     assert_eq!(r.json()["error"]["message"], "\"prompt\" must not be empty");
 }
+
+/// A compiled runner's `serve` refuses a context it cannot hold before it listens: the
+/// error comes first, and nothing listens.
+#[test]
+fn runner_serve_checks_ctx_first() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("modelc-serve-runner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = dir.join("smol");
+    let out = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", "256"])
+        .output()
+        .expect("modelc compile");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&runner)
+        .args(["serve", "-c", "100000", "--port", "0"])
+        .output()
+        .expect("run the runner");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("-c 100000"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}
