@@ -333,11 +333,6 @@ impl Producer {
     pub fn start(&mut self) {
         self.started = true;
     }
-
-    /// The stream failed before sending anything of its own: no session is left.
-    pub fn fail(&mut self) {
-        self.started = false;
-    }
 }
 
 impl Drop for Producer {
