@@ -950,3 +950,298 @@ fn serve_grammar() {
         r.body
     );
 }
+
+/// Sends `method path` with `headers` (whole lines, each ending in `\r\n`) and `body`,
+/// `Connection: close`, and returns the socket to read the answer from.
+fn send_raw(port: u16, method: &str, path: &str, headers: &str, body: &str) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    s
+}
+
+/// Reads `s` until `needle` shows up in what was read (the response so far).
+fn read_until(s: &mut TcpStream, needle: &str) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 512];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let n = s.read(&mut buf).expect("read");
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen
+}
+
+/// Reads the rest of `s` after `seen` and parses the whole response.
+fn finish(mut s: TcpStream, mut seen: Vec<u8>) -> Resp {
+    s.read_to_end(&mut seen).expect("read to the end");
+    parse_response(&seen)
+}
+
+/// Resumable streams (llama-server's `X-Conversation-Id`, `GET`/`DELETE /v1/stream`): a
+/// finished stream replays byte for byte from any offset; a reader that comes while the
+/// generation runs follows it live to its end; a client that disconnects does not stop a
+/// generation with an id (its session gets all of it); a Stop cancels the generation, ends
+/// its client's stream without `[DONE]` and forgets the session (404 after, 204 always);
+/// unknown ids are 404s, requests without an id or with a bad offset 400s; a
+/// non-streamed request leaves no session.
+#[test]
+fn resumable_streams() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let srv = start(&model, &["-c", "1024", "--slots"]);
+    let port = srv.port;
+    // Slashes and colons, as a router's `conv::org/model:quant`.
+    let id = "conv-1::ggml-org/tiny-GGUF:Q8_0";
+    let qs = "conv_id=conv-1%3A%3Aggml-org%2Ftiny-GGUF%3AQ8_0";
+    let header = format!("X-Conversation-Id: {id}\r\n");
+    let chat = |n: u32| {
+        json!({"stream": true, "max_tokens": n, "temperature": 0, "ignore_eos": true,
+            "messages": [{"role": "user", "content": "Count from 1 to 1000."}]})
+        .to_string()
+    };
+
+    // A finished stream replays exactly, from the start or from a byte offset.
+    let s = send_raw(port, "POST", "/v1/chat/completions", &header, &chat(8));
+    let whole = finish(s, Vec::new());
+    assert_eq!(whole.status, 200, "{}", whole.body);
+    assert!(whole.body.ends_with("data: [DONE]\n\n"), "{}", whole.body);
+    let replay = get(port, &format!("/v1/stream?{qs}&from=0"));
+    assert_eq!(replay.status, 200, "{}", replay.body);
+    assert_eq!(replay.body, whole.body);
+    let from = get(port, &format!("/v1/stream?{qs}&from=6"));
+    assert_eq!(from.body, whole.body[6..]);
+    let found = post(
+        port,
+        "/v1/streams/lookup",
+        &json!({"conversation_ids": ["conv-1", "x"]}),
+    )
+    .json();
+    assert_eq!(found[0]["conversation_id"], id, "{found}");
+    assert_eq!(found[0]["is_done"], true);
+    assert_eq!(found[0]["total_bytes"], whole.body.len());
+    assert_eq!(found.as_array().map(Vec::len), Some(1));
+
+    // Unknown ids, no id, a bad offset.
+    assert_error(
+        &get(port, "/v1/stream?conv_id=nobody&from=0"),
+        404,
+        "not_found_error",
+    );
+    assert_error(
+        &get(port, "/v1/stream?from=0"),
+        400,
+        "invalid_request_error",
+    );
+    assert_error(
+        &get(port, &format!("/v1/stream?{qs}&from=x")),
+        400,
+        "invalid_request_error",
+    );
+    assert_eq!(
+        request(port, "DELETE", "/v1/stream?conv_id=nobody", None, b"").status,
+        204
+    );
+
+    // A reader that comes while the generation runs follows it live to the end.
+    let mut s = send_raw(port, "POST", "/v1/chat/completions", &header, &chat(48));
+    let seen = read_until(&mut s, "data: ");
+    let follower = std::thread::spawn(move || {
+        get(
+            port,
+            "/v1/stream?conv_id=conv-1%3A%3Aggml-org%2Ftiny-GGUF%3AQ8_0&from=0",
+        )
+    });
+    let whole = finish(s, seen);
+    let followed = follower.join().unwrap();
+    assert_eq!(followed.status, 200);
+    assert_eq!(followed.body, whole.body);
+    assert!(whole.body.ends_with("data: [DONE]\n\n"));
+
+    // A client that goes away: the generation runs to its end into the session.
+    let mut s = send_raw(port, "POST", "/v1/chat/completions", &header, &chat(32));
+    read_until(&mut s, "data: ");
+    drop(s);
+    wait_idle(port, Duration::from_secs(60));
+    let after = get(port, &format!("/v1/stream?{qs}&from=0"));
+    assert_eq!(after.status, 200);
+    assert!(after.body.ends_with("data: [DONE]\n\n"), "{}", after.body);
+    let contents = sse_data(&after.body)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| {
+            v["choices"][0]["delta"]
+                .get("content")
+                .is_some_and(Value::is_string)
+        })
+        .count();
+    assert!(contents > 16, "{}", after.body);
+
+    // A Stop: the generation ends at once, its client's stream without `[DONE]`; the
+    // session is gone.
+    let mut s = send_raw(port, "POST", "/v1/chat/completions", &header, &chat(900));
+    let seen = read_until(&mut s, "data: ");
+    let stop = request(port, "DELETE", &format!("/v1/stream?{qs}"), None, b"");
+    assert_eq!(stop.status, 204);
+    let cut = finish(s, seen);
+    assert!(!cut.body.contains("[DONE]"), "{}", cut.body);
+    assert!(sse_data(&cut.body).len() < 900);
+    wait_idle(port, Duration::from_secs(10));
+    assert_error(
+        &get(port, &format!("/v1/stream?{qs}&from=0")),
+        404,
+        "not_found_error",
+    );
+
+    // A non-streamed request with an id leaves no session.
+    let body = json!({"prompt": PROMPT, "n_predict": 2});
+    let s = send_raw(port, "POST", "/completion", &header, &body.to_string());
+    assert_eq!(finish(s, Vec::new()).status, 200);
+    assert_error(
+        &get(port, &format!("/v1/stream?{qs}&from=0")),
+        404,
+        "not_found_error",
+    );
+}
+
+/// Small things as llama-server does them: a chat stream with `return_progress` sends the
+/// progress chunks first, then the assistant's role with the first token; streamed tokens
+/// carry their ids without `return_tokens` (progress events an id 0); `n_predict` below -1
+/// is a 400 naming the field, 0 still generates one token; an empty prompt string is
+/// answered at once with nothing generated, an empty list of prompts is a 400.
+#[test]
+fn llama_server_details() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let srv = start(&model, &["-c", "256", "-b", "8"]);
+    let port = srv.port;
+    let events = |r: &Resp| -> Vec<Value> {
+        assert_eq!(r.status, 200, "{}", r.body);
+        sse_data(&r.body)
+            .iter()
+            .filter(|d| d.as_str() != "[DONE]")
+            .map(|d| serde_json::from_str(d).expect("an event"))
+            .collect()
+    };
+    let chat = post(
+        port,
+        "/v1/chat/completions",
+        &json!({"stream": true, "return_progress": true, "max_tokens": 2, "temperature": 0,
+            "messages": [{"role": "user", "content": "Name a colour."}]}),
+    );
+    let ev = events(&chat);
+    let n_progress = ev
+        .iter()
+        .filter(|e| e.get("prompt_progress").is_some())
+        .count();
+    assert!(n_progress >= 2, "{}", chat.body);
+    assert!(ev[..n_progress]
+        .iter()
+        .all(|e| e.get("prompt_progress").is_some()));
+    let role = &ev[n_progress];
+    assert_eq!(
+        role["choices"][0]["delta"],
+        json!({"role": "assistant", "content": null})
+    );
+    assert!(
+        ev[n_progress + 1]["choices"][0]["delta"]["content"].is_string(),
+        "{}",
+        chat.body
+    );
+
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 3, "stream": true, "return_progress": true}),
+    );
+    let ev = events(&r);
+    for e in &ev {
+        let tokens = e["tokens"].as_array().expect("tokens");
+        if e.get("prompt_progress").is_some() {
+            assert_eq!(tokens, &vec![json!(0)], "{e}");
+        } else if e["stop"] == false {
+            assert_eq!(tokens.len(), 1, "{e}");
+        } else {
+            assert!(tokens.is_empty(), "{e}");
+        }
+    }
+
+    for field in ["n_predict", "max_tokens"] {
+        let r = post(port, "/completion", &json!({"prompt": PROMPT, field: -2}));
+        assert_error(&r, 400, "invalid_request_error");
+        let msg = r.json()["error"]["message"].clone();
+        assert_eq!(
+            msg,
+            format!("Field '{field}': Value must be between -1 <= value <= 2147483647, but got -2")
+        );
+    }
+    let one = post(
+        port,
+        "/completion",
+        &json!({"prompt": PROMPT, "n_predict": 0}),
+    )
+    .json();
+    assert_eq!(one["tokens_predicted"], 1, "{one}");
+    assert_eq!(one["stop_type"], "limit", "{one}");
+
+    for stream in [false, true] {
+        let r = post(
+            port,
+            "/completion",
+            &json!({"prompt": "", "n_predict": 2, "stream": stream}),
+        );
+        let last = if stream {
+            events(&r).pop().expect("an event")
+        } else {
+            r.json()
+        };
+        assert_eq!(last["tokens_predicted"], 0, "{last}");
+        assert_eq!(last["tokens_evaluated"], 0, "{last}");
+        assert_eq!(last["stop_type"], "none", "{last}");
+        assert_eq!(last["content"], "", "{last}");
+    }
+    let r = post(port, "/completion", &json!({"prompt": [], "n_predict": 2}));
+    assert_error(&r, 400, "invalid_request_error");
+    assert_eq!(r.json()["error"]["message"], "\"prompt\" must not be empty");
+}
+
+/// A compiled runner's `serve` refuses a context it cannot hold before it listens: the
+/// error comes first, and nothing listens.
+#[test]
+fn runner_serve_checks_ctx_first() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("modelc-serve-runner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = dir.join("smol");
+    let out = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", "256"])
+        .output()
+        .expect("modelc compile");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&runner)
+        .args(["serve", "-c", "100000", "--port", "0"])
+        .output()
+        .expect("run the runner");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("-c 100000"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}

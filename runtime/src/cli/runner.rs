@@ -210,11 +210,7 @@ fn load_session_seqs<'a>(
 ) -> anyhow::Result<Session<'a>> {
     let n_ctx = shape.n_ctx;
     compiled_kv(artifact, &engine.kv)?;
-    anyhow::ensure!(
-        n_ctx >= 1 && n_ctx <= artifact.n_ctx,
-        "-c {n_ctx}: this runner was compiled for a context of at most {}; compile one with `modelc compile MODEL -c {n_ctx}`",
-        artifact.n_ctx
-    );
+    check_ctx(artifact, n_ctx)?;
     let be = backend(artifact.target, backend_args)?;
     let opts = LoadOptions {
         n_threads: threads.max(1),
@@ -223,6 +219,19 @@ fn load_session_seqs<'a>(
         logits,
     };
     crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, shape.n_seq)
+}
+
+/// Refuses a context of `n_ctx` positions (per sequence) that this runner cannot hold.
+///
+/// # Errors
+/// Zero, or more than the context it was compiled for.
+fn check_ctx(artifact: &Artifact, n_ctx: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        n_ctx >= 1 && n_ctx <= artifact.n_ctx,
+        "-c {n_ctx}: this runner was compiled for a context of at most {}; compile one with `modelc compile MODEL -c {n_ctx}`",
+        artifact.n_ctx
+    );
+    Ok(())
 }
 
 /// The model's training context, for [`warn_ctx_train`].
@@ -360,14 +369,17 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
     );
     let cfg = super::serve::config(&a.gen, &a.server)?;
     let n_parallel = cfg.args.parallel;
+    // The context is checked before the server listens: a bad `-c` is an error at once.
+    let n_ctx = match a.common.n_ctx {
+        None | Some(0) => artifact.n_ctx,
+        Some(c) => super::run::at_least_min_ctx(c),
+    };
+    let per_slot = super::serve::slot_ctx(n_ctx, n_parallel, a.server.kv_unified)?;
+    check_ctx(&artifact, per_slot)?;
+    compiled_kv(&artifact, &a.common.engine.kv)?;
     let load: crate::server::Loader = Box::new(move |run| {
         let gguf = open_checked(&artifact, a.common.model.as_ref())?;
         let vocab = Vocab::from_gguf(&gguf)?;
-        let n_ctx = match a.common.n_ctx {
-            None | Some(0) => artifact.n_ctx,
-            Some(c) => super::run::at_least_min_ctx(c),
-        };
-        let per_slot = super::serve::slot_ctx(n_ctx, n_parallel, a.server.kv_unified)?;
         warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
         let shape = SessionShape {
             n_ctx: per_slot,

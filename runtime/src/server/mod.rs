@@ -11,7 +11,8 @@
 //! - [`slots`]: the inference thread: `-np N` slots, one sequence each, batched steps,
 //!   prompt cache, cancellation of requests nobody waits for.
 //! - [`api`]: the endpoints; [`params`]: reading request fields; [`error`]: llama-server's
-//!   error object; [`metrics`]: `/metrics`.
+//!   error object; [`metrics`]: `/metrics`; [`streams`]: resumable streams
+//!   (`X-Conversation-Id`, `/v1/stream`).
 //!
 //! The listener is up while the model loads (`/health` answers 503 `Loading model`, as
 //! llama-server). SIGTERM / SIGINT stop accepting connections, cancel running requests and
@@ -23,6 +24,7 @@ pub mod grammar;
 pub mod metrics;
 pub mod params;
 pub mod slots;
+pub mod streams;
 
 use crate::chat::ChatTemplate;
 use crate::generate::GenerateOptions;
@@ -182,7 +184,21 @@ impl Config {
             },
         };
         if let Some(n) = n_predict {
-            o.n_predict = n.max(-1);
+            if !(-1..=i64::from(i32::MAX)).contains(&n) {
+                let name = ["n_predict", "max_tokens", "max_completion_tokens"]
+                    .into_iter()
+                    .find(|k| body.get(k).is_some_and(|v| !v.is_null()))
+                    .unwrap_or("n_predict");
+                return Err(ApiError::invalid(format!(
+                    "Field '{name}': Value must be between -1 <= value <= {}, but got {n}",
+                    i32::MAX
+                )));
+            }
+            o.n_predict = n;
+        }
+        // llama-server checks the limit after each token: `n_predict` 0 still generates one.
+        if o.n_predict == 0 {
+            o.n_predict = 1;
         }
         let s = &mut o.sampler;
         if let Some(t) = body.f32("temperature")? {
@@ -333,6 +349,8 @@ pub struct AppState {
     pub permits: Arc<tokio::sync::Semaphore>,
     /// What the inference thread publishes.
     pub shared: Arc<Shared>,
+    /// The resumable streams (`X-Conversation-Id`).
+    pub streams: Arc<streams::Streams>,
 }
 
 impl AppState {
@@ -423,7 +441,7 @@ async fn not_found() -> ApiError {
 
 /// The routes (module doc).
 pub fn router(st: AppState) -> Router {
-    use api::{completion, info, tokens};
+    use api::{completion, info, stream, tokens};
     let limit = st.cfg.args.max_body;
     Router::new()
         .route("/health", get(info::health))
@@ -449,6 +467,8 @@ pub fn router(st: AppState) -> Router {
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))
+        .route("/v1/stream", get(stream::get).delete(stream::delete))
+        .route("/v1/streams/lookup", post(stream::lookup))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(st.clone(), gate))
         .layer(DefaultBodyLimit::max(limit))
@@ -495,6 +515,7 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         ready: Arc::new(OnceLock::new()),
         jobs: jobs_tx,
         shared: Arc::new(Shared::default()),
+        streams: Arc::new(streams::Streams::default()),
     };
     let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
     {
@@ -658,6 +679,7 @@ mod tests {
             jobs,
             permits: Arc::new(tokio::sync::Semaphore::new(2)),
             shared: Arc::new(Shared::default()),
+            streams: Arc::new(streams::Streams::default()),
         }
     }
 

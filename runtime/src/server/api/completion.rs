@@ -9,12 +9,13 @@ use crate::generate::{GenerateOptions, PositionProbs, Timings};
 use crate::server::error::ApiError;
 use crate::server::params::{wrong_type, Body};
 use crate::server::slots::{Event, Finished, Job, Progress};
+use crate::server::streams::{self, Producer, StreamSession};
 use crate::server::{read_body, AppState, Ready};
 use crate::tokenizer::{TokenId, Vocab};
-use axum::body::Bytes;
+use axum::body::{Body as HttpBody, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use serde_json::{json, Value};
@@ -60,16 +61,21 @@ struct Request {
 const MAX_CHOICES: usize = 16;
 
 /// `POST /completion`, `/completions`.
-pub async fn llama(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    run(st, body, Api::Llama).await
+pub async fn llama(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    run(st, &headers, body, Api::Llama).await
 }
 
 /// `POST /v1/completions`.
 pub async fn oai_completion(
     State(st): State<AppState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    run(st, body, Api::OaiCompletion).await
+    run(st, &headers, body, Api::OaiCompletion).await
 }
 
 /// `POST /v1/chat/completions/input_tokens` (also without `/v1`): the number of tokens
@@ -89,11 +95,22 @@ pub async fn chat_input_tokens(
 }
 
 /// `POST /v1/chat/completions`, `/chat/completions`.
-pub async fn oai_chat(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    run(st, body, Api::OaiChat).await
+pub async fn oai_chat(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    run(st, &headers, body, Api::OaiChat).await
 }
 
-async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Response {
+/// Runs a completion request. With an `X-Conversation-Id` header its stream is kept
+/// for `GET /v1/stream` ([`crate::server::streams`]).
+async fn run(
+    st: AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    api: Api,
+) -> Response {
     let ready = match st.ready() {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -106,6 +123,12 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         return ApiError::invalid("streaming several prompts in one request is not supported")
             .into_response();
     }
+    // Dropped before the stream starts (any error below), it leaves no session.
+    let producer = headers
+        .get(streams::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty())
+        .map(|id| Producer::new(&st.streams, id));
     let mut receivers = Vec::with_capacity(req.prompts.len() * req.n_choices);
     let mut jobs = Vec::with_capacity(req.prompts.len() * req.n_choices);
     let each = req
@@ -113,6 +136,13 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
         .iter()
         .flat_map(|p| std::iter::repeat_n(p, req.n_choices));
     for prompt in each {
+        if prompt.is_empty() {
+            // llama-server answers an empty prompt at once: nothing generated.
+            let (tx, rx) = mpsc::unbounded_channel();
+            let _ = tx.send(Event::Done(Box::new(empty_result(req.id_slot))));
+            receivers.push(rx);
+            continue;
+        }
         let Ok(permit) = st.permits.clone().try_acquire_owned() else {
             return ApiError::unavailable(format!(
                 "the server is busy: {} requests are already waiting (--queue-size)",
@@ -139,7 +169,17 @@ async fn run(st: AppState, body: Result<Bytes, BytesRejection>, api: Api) -> Res
     let req = Arc::new(req);
     if req.stream {
         match receivers.pop() {
-            Some(rx) => Sse::new(stream(ready, req, api, rx)).into_response(),
+            Some(rx) => {
+                let mut resp =
+                    HttpBody::from_stream(stream(ready, req, api, rx, producer)).into_response();
+                let h = resp.headers_mut();
+                h.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                resp
+            }
             None => ApiError::invalid("no prompt").into_response(),
         }
     } else {
@@ -182,9 +222,6 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     };
     let n_ctx = ready.n_ctx_slot;
     for prompt in &prompts {
-        if prompt.is_empty() {
-            return Err(ApiError::invalid("the prompt is empty (no tokens)"));
-        }
         if prompt.len() >= n_ctx {
             return Err(ApiError::exceeds_context(prompt.len(), n_ctx));
         }
@@ -249,7 +286,10 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
 /// `{"prompt_string": ...}` — one prompt; or a list of such prompts, one result each.
 fn prompt_list(vocab: &Vocab, p: &Value) -> Result<Vec<Vec<TokenId>>, ApiError> {
     match p {
-        Value::Array(items) if !items.iter().any(Value::is_number) && !items.is_empty() => {
+        Value::Array(items) if items.is_empty() => {
+            Err(ApiError::invalid("\"prompt\" must not be empty"))
+        }
+        Value::Array(items) if !items.iter().any(Value::is_number) => {
             items.iter().map(|item| one_prompt(vocab, item)).collect()
         }
         _ => Ok(vec![one_prompt(vocab, p)?]),
@@ -416,31 +456,54 @@ async fn whole(
 }
 
 /// A streamed response: one event per generated token, then the final one(s).
+///
+/// With a `producer` (an `X-Conversation-Id`) every byte also goes to its session: a client
+/// that goes away no longer cancels the generation, which runs on into the session; a Stop
+/// (`DELETE /v1/stream`) does, and ends the client's stream there (no `[DONE]`). A request
+/// whose first event is an error leaves no session (llama-server answers it as a plain
+/// error).
 fn stream(
     ready: Arc<Ready>,
     req: Arc<Request>,
     api: Api,
     mut rx: mpsc::UnboundedReceiver<Event>,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let (out_tx, out_rx) = mpsc::channel::<Result<SseEvent, Infallible>>(16);
+    mut producer: Option<Producer>,
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    let (out_tx, out_rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
-        let send = |v: Value| SseEvent::default().data(v.to_string());
+        let session = producer.as_ref().map(|p| p.session.clone());
+        let mut client = Some(out_tx);
         let mut n_decoded = 0usize;
         // llama-server ends an OpenAI stream with `[DONE]` unless it ended with an error.
         let mut failed = false;
-        if api == Api::OaiChat {
-            let first = chat_chunk(
-                &ready,
-                &req,
-                json!({"role": "assistant", "content": null}),
-                Value::Null,
-            );
-            if out_tx.send(Ok(send(first))).await.is_err() {
-                return;
+        let mut first = true;
+        loop {
+            let ev = match &session {
+                Some(s) => tokio::select! {
+                    ev = rx.recv() => ev,
+                    () = s.cancelled() => return,
+                },
+                None => rx.recv().await,
+            };
+            let Some(ev) = ev else { break };
+            if std::mem::take(&mut first) && !matches!(ev, Event::Error(_)) {
+                if let Some(p) = producer.as_mut() {
+                    p.start();
+                }
             }
-        }
-        while let Some(ev) = rx.recv().await {
-            let events: Vec<Value> = match ev {
+            let mut events: Vec<Value> = Vec::new();
+            // llama-server's chat stream opens with the assistant's role along with the
+            // first token (after any prompt progress chunks).
+            let opens = matches!(ev, Event::Token { .. } | Event::Done(_)) && n_decoded == 0;
+            if api == Api::OaiChat && opens {
+                events.push(chat_chunk(
+                    &ready,
+                    &req,
+                    json!({"role": "assistant", "content": null}),
+                    Value::Null,
+                ));
+            }
+            match ev {
                 Event::Token {
                     content,
                     token,
@@ -460,27 +523,82 @@ fn stream(
                     if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
                         o.insert("timings".into(), timings_json(&timings));
                     }
-                    vec![v]
+                    events.push(v);
                 }
-                Event::Progress(p) => vec![progress_json(&ready, &req, api, &p)],
+                Event::Progress(p) => events.push(progress_json(&ready, &req, api, &p)),
                 Event::Error(e) => {
                     failed = true;
-                    vec![json!({ "error": e.object() })]
+                    events.push(json!({ "error": e.object() }));
                 }
-                Event::Done(f) => final_stream_json(&ready, &req, api, &f),
-            };
+                Event::Done(f) => {
+                    // Counted as opened: no second role chunk.
+                    n_decoded = n_decoded.max(1);
+                    events.extend(final_stream_json(&ready, &req, api, &f));
+                }
+            }
             for v in events {
-                if out_tx.send(Ok(send(v))).await.is_err() {
-                    // The client is gone: dropping `rx` cancels the request.
+                let bytes = Bytes::from(format!("data: {v}\n\n"));
+                if !emit(&mut client, session.as_deref(), bytes).await {
+                    // Dropping `rx` cancels the request.
                     return;
                 }
             }
         }
         if api != Api::Llama && !failed {
-            let _ = out_tx.send(Ok(SseEvent::default().data("[DONE]"))).await;
+            let done = Bytes::from_static(b"data: [DONE]\n\n");
+            let _ = emit(&mut client, session.as_deref(), done).await;
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(out_rx)
+}
+
+/// Sends `bytes` to the client (while it is there) and to the session; false when the
+/// request is to stop: its client is gone and it has no session, or a Stop came.
+async fn emit(
+    client: &mut Option<mpsc::Sender<Result<Bytes, Infallible>>>,
+    session: Option<&StreamSession>,
+    bytes: Bytes,
+) -> bool {
+    if let Some(s) = session {
+        if s.is_cancelled() {
+            return false;
+        }
+        s.append(&bytes);
+    }
+    let Some(tx) = client.as_ref() else {
+        return true;
+    };
+    let sent = match session {
+        Some(s) => tokio::select! {
+            r = tx.send(Ok(bytes)) => r.is_ok(),
+            () = s.cancelled() => return false,
+        },
+        None => tx.send(Ok(bytes)).await.is_ok(),
+    };
+    if !sent {
+        *client = None;
+        return session.is_some();
+    }
+    true
+}
+
+/// llama-server's answer to an empty prompt (`update_slots` releases the slot at once):
+/// nothing evaluated, nothing generated, `stop_type` `none`.
+fn empty_result(id_slot: Option<usize>) -> Finished {
+    Finished {
+        completion: crate::generate::Completion {
+            content: String::new(),
+            tokens: Vec::new(),
+            prompt_tokens: Vec::new(),
+            stop_type: "none",
+            stopping_word: None,
+            n_discarded: 0,
+            timings: Timings::default(),
+            probs: None,
+        },
+        id_slot: id_slot.unwrap_or(0),
+        truncated: false,
+    }
 }
 
 /// The model's name in responses: `--alias`, else the model file's name.
@@ -736,7 +854,8 @@ fn partial_json(
             let mut v = json!({
                 "index": 0,
                 "content": content,
-                "tokens": if req.return_tokens { vec![token] } else { Vec::new() },
+                // Every streamed token carries its id, `return_tokens` or not (llama-server).
+                "tokens": [token],
                 "stop": false,
                 "id_slot": -1,
                 "tokens_predicted": n_decoded,
@@ -776,10 +895,11 @@ fn partial_json(
 /// `is_progress`: no text, `prompt_progress`, and `timings` with `timings_per_token`).
 fn progress_json(ready: &Ready, req: &Request, api: Api, p: &Progress) -> Value {
     let mut v = match api {
+        // llama-server's progress events carry a token id 0 (an empty token's).
         Api::Llama => json!({
             "index": 0,
             "content": "",
-            "tokens": [],
+            "tokens": [0],
             "stop": false,
             "id_slot": -1,
             "tokens_predicted": 0,

@@ -1,7 +1,9 @@
 //! The HTTP endpoints, one module per kind: [`completion`] (`/completion`,
 //! `/v1/completions`, `/v1/chat/completions`), [`info`] (health, models, props, slots,
-//! metrics), [`tokens`] (tokenize, detokenize, apply-template).
+//! metrics), [`tokens`] (tokenize, detokenize, apply-template), [`stream`] (resumable
+//! streams: `/v1/stream`, `/v1/streams/lookup`).
 
 pub mod completion;
 pub mod info;
+pub mod stream;
 pub mod tokens;
