@@ -434,51 +434,10 @@ unsafe fn products_chunk(
         }
         r += 8;
     }
-    // Eight rows × eight columns where the type has that tile without the eight-row forms
-    // above (Q4_K); the columns left over go through the 4 × 4 tiles of each half.
-    while dot.fast_repack8x8.is_some() && !dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 && n >= 8
-    {
-        let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
-        if r + 8 + PREFETCH_ROWS < r1 {
-            prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
-        }
-        let mut t = 0;
-        while t + 8 <= n {
-            let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
-                break;
-            };
-            for (c, vc) in v.iter().enumerate() {
-                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
-            }
-            t += 8;
-        }
-        for h in [0, 4] {
-            let w4: [&[u8]; 4] = std::array::from_fn(|i| ws[h + i]);
-            let mut u = t;
-            while u + 4 <= n {
-                let Some(v) = dot.dot4x4(&w4, &arows4(u), col0 + u, n_cols) else {
-                    break;
-                };
-                for (c, vc) in v.iter().enumerate() {
-                    let dst = out.add((u + c) * out_stride + r + h);
-                    std::ptr::copy_nonoverlapping(vc.as_ptr(), dst, 4);
-                }
-                u += 4;
-            }
-            for (i, wr) in w4.iter().enumerate() {
-                for u in u..n {
-                    *out.add(u * out_stride + r + h + i) = dot.dot(wr, arow(u), col0 + u, n_cols);
-                }
-            }
-        }
-        r += 8;
-    }
-    while dot.has_tile4x4() && r + 4 <= r1 && n >= 4 {
+    // Rows r..r + 4 for tokens t0..n: 4 × 4 tiles where they apply, the rest one by one.
+    let four_rows = |r: usize, t0: usize| {
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
-        if r + 4 + PREFETCH_ROWS < r1 {
-            prefetch(w.add((r + 4 + PREFETCH_ROWS) * row_bytes), 4 * row_bytes);
-        }
-        let mut t = 0;
+        let mut t = t0;
         while t + 4 <= n {
             let Some(v) = dot.dot4x4(&ws, &arows4(t), col0 + t, n_cols) else {
                 break;
@@ -493,6 +452,33 @@ unsafe fn products_chunk(
                 *out.add(t * out_stride + r + i) = dot.dot(wr, arow(t), col0 + t, n_cols);
             }
         }
+    };
+    // Eight rows × eight columns where the type has that tile without the eight-row forms
+    // above (Q4_K); the columns left over go through the 4 × 4 tiles of each half.
+    while dot.fast_repack8x8.is_some() && !dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 && n >= 8 {
+        let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
+        if r + 8 + PREFETCH_ROWS < r1 {
+            prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
+        }
+        let mut t = 0;
+        while t + 8 <= n {
+            let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
+                break;
+            };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
+            }
+            t += 8;
+        }
+        four_rows(r, t);
+        four_rows(r + 4, t);
+        r += 8;
+    }
+    while dot.has_tile4x4() && r + 4 <= r1 && n >= 4 {
+        if r + 4 + PREFETCH_ROWS < r1 {
+            prefetch(w.add((r + 4 + PREFETCH_ROWS) * row_bytes), 4 * row_bytes);
+        }
+        four_rows(r, 0);
         r += 4;
     }
     // Decode: four rows a pass where the type has that form, the next four prefetched.

@@ -414,7 +414,8 @@ mod x86 {
             let bsum = columns_by_group(std::array::from_fn(|c| {
                 _mm256_loadu_si256(y[c].add(260) as *const __m256i)
             }));
-            let dy: [f32; 8] = std::array::from_fn(|c| std::ptr::read_unaligned(y[c] as *const f32));
+            let dy: [f32; 8] =
+                std::array::from_fn(|c| std::ptr::read_unaligned(y[c] as *const f32));
             let dy = _mm256_loadu_ps(dy.as_ptr());
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(144 * b);
@@ -437,7 +438,11 @@ mod x86 {
                     for k in (0..8).step_by(2) {
                         let g = 8 * j + k;
                         u = _mm256_dpbusd_epi32(u, _mm256_set1_epi32(q[j][k] as i32), groups[g]);
-                        v = _mm256_dpbusd_epi32(v, _mm256_set1_epi32(q[j][k + 1] as i32), groups[g + 1]);
+                        v = _mm256_dpbusd_epi32(
+                            v,
+                            _mm256_set1_epi32(q[j][k + 1] as i32),
+                            groups[g + 1],
+                        );
                     }
                     _mm256_add_epi32(u, v)
                 };
@@ -941,6 +946,32 @@ mod tests {
 mod speed {
     use super::*;
 
+    /// `macs` multiply-adds per call of `f` over its best time in `reps` calls, in GMAC/s.
+    fn gmacs(macs: usize, reps: usize, f: &mut dyn FnMut()) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..reps {
+            let t0 = std::time::Instant::now();
+            f();
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        macs as f64 / best / 1e9
+    }
+
+    /// One pass of `f` over `w` in tiles of `R` rows × `C` columns of `acts`.
+    fn sweep<const R: usize, const C: usize>(
+        w: &[Vec<u8>],
+        acts: &[Vec<u8>],
+        f: impl Fn(&[&[u8]; R], &[&[u8]; C]),
+    ) {
+        for r in (0..w.len()).step_by(R) {
+            let ws: [&[u8]; R] = std::array::from_fn(|i| &w[r + i][..]);
+            for c in (0..acts.len()).step_by(C) {
+                let a: [&[u8]; C] = std::array::from_fn(|i| &acts[c + i][..]);
+                f(&ws, &a);
+            }
+        }
+    }
+
     /// Speed of the Q4_0 repacked-order tiles on hot data (576 × 1536 weights, 32 tokens):
     /// `cargo test --release -p codegen-cpu --lib repack_tile_speed -- --ignored --nocapture`.
     #[test]
@@ -973,38 +1004,22 @@ mod speed {
                 r
             })
             .collect();
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::MAX;
-            for _ in 0..300 {
-                let t0 = std::time::Instant::now();
-                f();
-                best = best.min(t0.elapsed().as_secs_f64());
-            }
-            (m * n * k) as f64 / best / 1e9
-        };
+        let time = |f: &mut dyn FnMut()| gmacs(m * n * k, 300, f);
         if let Some(f) = dot8x4_fn(t) {
             let g = time(&mut || {
-                for r in (0..m).step_by(8) {
-                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
-                    for c in (0..n).step_by(4) {
-                        let a: [&[u8]; 4] = std::array::from_fn(|i| &acts[c + i][..]);
-                        // SAFETY: chosen for this host; whole rows.
-                        std::hint::black_box(unsafe { f(&ws, &a) });
-                    }
-                }
+                sweep::<8, 4>(&w, &acts, |ws, a| {
+                    // SAFETY: chosen for this host; whole rows.
+                    std::hint::black_box(unsafe { f(ws, a) });
+                })
             });
             eprintln!("Q4_0 8x4 (AVX2): {g:.1} GMAC/s");
         }
         if let Some(f) = dot8x8_fn(t) {
             let g = time(&mut || {
-                for r in (0..m).step_by(8) {
-                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
-                    for c in (0..n).step_by(8) {
-                        let a: [&[u8]; 8] = std::array::from_fn(|i| &acts[c + i][..]);
-                        // SAFETY: chosen for this host; whole rows.
-                        std::hint::black_box(unsafe { f(&ws, &a) });
-                    }
-                }
+                sweep::<8, 8>(&w, &acts, |ws, a| {
+                    // SAFETY: chosen for this host; whole rows.
+                    std::hint::black_box(unsafe { f(ws, a) });
+                })
             });
             eprintln!("Q4_0 8x8 (VNNI): {g:.1} GMAC/s");
         }
@@ -1030,38 +1045,22 @@ mod speed {
                 r
             })
             .collect();
-        let time = |f: &mut dyn FnMut()| {
-            let mut best = f64::MAX;
-            for _ in 0..100 {
-                let t0 = std::time::Instant::now();
-                f();
-                best = best.min(t0.elapsed().as_secs_f64());
-            }
-            (m * n * k) as f64 / best / 1e9
-        };
+        let time = |f: &mut dyn FnMut()| gmacs(m * n * k, 100, f);
         if let Some(f) = dot4x4_fn(t) {
             let g = time(&mut || {
-                for r in (0..m).step_by(4) {
-                    let ws: [&[u8]; 4] = std::array::from_fn(|i| &w[r + i][..]);
-                    for c in (0..n).step_by(4) {
-                        let a: [&[u8]; 4] = std::array::from_fn(|i| &acts[c + i][..]);
-                        // SAFETY: chosen for this host; whole rows.
-                        std::hint::black_box(unsafe { f(&ws, &a, RepackKernel::Gemm) });
-                    }
-                }
+                sweep::<4, 4>(&w, &acts, |ws, a| {
+                    // SAFETY: chosen for this host; whole rows.
+                    std::hint::black_box(unsafe { f(ws, a, RepackKernel::Gemm) });
+                })
             });
             eprintln!("Q4_K gemm 4x4 (AVX2): {g:.1} GMAC/s");
         }
         if let Some(f) = dot8x8_fn(t) {
             let g = time(&mut || {
-                for r in (0..m).step_by(8) {
-                    let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[r + i][..]);
-                    for c in (0..n).step_by(8) {
-                        let a: [&[u8]; 8] = std::array::from_fn(|i| &acts[c + i][..]);
-                        // SAFETY: chosen for this host; whole rows.
-                        std::hint::black_box(unsafe { f(&ws, &a) });
-                    }
-                }
+                sweep::<8, 8>(&w, &acts, |ws, a| {
+                    // SAFETY: chosen for this host; whole rows.
+                    std::hint::black_box(unsafe { f(ws, a) });
+                })
             });
             eprintln!("Q4_K gemm 8x8 (VNNI): {g:.1} GMAC/s");
         }
