@@ -79,8 +79,11 @@ pub(crate) struct RowDot {
     fast_cols4: Option<qdot_tiled::Tiled4Fn>,
     fast_repack4: Option<qdot_repack::RepackDot4Fn>,
     fast_repack8x4: Option<qdot_repack::RepackDot8x4Fn>,
-    /// The eight-column form of `fast_repack8` (AVX-512 VNNI hosts).
+    /// The eight-column form of `fast_repack8`, and Q4_K's gemm tile (AVX-512 VNNI hosts).
     fast_repack8x8: Option<qdot_repack::RepackDot8x8Fn>,
+    /// The block-order tile of `--kernels fast` ([`RowDot::for_weight_block`]): taken for
+    /// every eight columns, in place of llama.cpp's order.
+    block8x8: Option<qdot_repack::RepackDot8x8Fn>,
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
@@ -119,10 +122,21 @@ impl RowDot {
             fast_repack4: None,
             fast_repack8x4: None,
             fast_repack8x8: None,
+            block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype),
         })
+    }
+
+    /// The dot product of `--kernels fast` for `wtype`, where this host has a block-order
+    /// tile for it (`qdot_repack::block_dot8x8_fn`: Q4_1, Q5_0, Q5_1, Q8_0 with AVX-512
+    /// VNNI): eight columns at a time in the block order, fewer columns (decode) in
+    /// llama.cpp's; else `None` (the caller keeps its other kernels).
+    pub fn for_weight_block(wtype: GgmlType) -> Option<RowDot> {
+        let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype)?);
+        let dot = RowDot::new(wtype)?;
+        (dot.order == Order::X86 && dot.fast4rows.is_some()).then_some(RowDot { block8x8, ..dot })
     }
 
     /// The dot product for the weight `ne` (ggml order) of type `wtype`: in the repacked
@@ -146,6 +160,7 @@ impl RowDot {
             fast_repack4: qdot_repack::dot4_fn(wtype),
             fast_repack8x4: qdot_repack::dot8x4_fn(wtype),
             fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
+            block8x8: None,
             fast4x4: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
             fast4rows: None,
@@ -155,7 +170,7 @@ impl RowDot {
     /// Whether the products are llama.cpp's x86 numbers (else ggml's scalar order: within
     /// rounding of them).
     pub fn exact(&self) -> bool {
-        self.order != Order::Scalar
+        self.order != Order::Scalar && self.block8x8.is_none()
     }
 
     /// Whether a hand-written SIMD routine computes one-column products on this host.
@@ -301,7 +316,7 @@ impl RowDot {
     /// [`RowDot::dot`] of eight weight rows with the eight activation rows `a` (columns
     /// `col..col + 8` of llama.cpp's `n_cols`): `out[c][i]` for row `w[i]` and column `a[c]`,
     /// where the type has that form on this host and the eight columns take the repacked
-    /// gemm kernel; else `None`.
+    /// gemm kernel (or in the block order, [`RowDot::for_weight_block`]); else `None`.
     #[inline]
     pub fn dot8x8(
         &self,
@@ -310,6 +325,10 @@ impl RowDot {
         col: usize,
         n_cols: usize,
     ) -> Option<[[f32; 8]; 8]> {
+        if let Some(f) = self.block8x8 {
+            // SAFETY: `block_dot8x8_fn` chose it for this host; whole rows of equal length.
+            return Some(unsafe { f(w, a) });
+        }
         if RepackKernel::for_column(col + 7, n_cols) != RepackKernel::Gemm {
             return None;
         }
@@ -454,8 +473,10 @@ unsafe fn products_chunk(
         }
     };
     // Eight rows × eight columns where the type has that tile without the eight-row forms
-    // above (Q4_K); the columns left over go through the 4 × 4 tiles of each half.
-    while dot.fast_repack8x8.is_some() && !dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 && n >= 8 {
+    // above (Q4_K; the block order); the columns left over go through the 4 × 4 tiles of
+    // each half.
+    let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8()) || dot.block8x8.is_some();
+    while tile8x8 && r % 8 == 0 && r + 8 <= r1 && n >= 8 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         if r + 8 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);

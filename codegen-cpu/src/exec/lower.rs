@@ -205,7 +205,11 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     fn rows_weight(&mut self, id: WeightId, k: usize) -> Result<(Prep, MatWeight), String> {
         let w = self.plan.weights[id.index()].clone();
         let t = w.dtype.ggml_type();
-        let dot = RowDot::for_weight(t, w.shape.ne).ok_or_else(|| {
+        let block = match self.order {
+            SumOrder::Block => RowDot::for_weight_block(t),
+            SumOrder::Ggml => None,
+        };
+        let dot = block.or_else(|| RowDot::for_weight(t, w.shape.ne)).ok_or_else(|| {
             format!(
                 "weight {} is {}: no CPU matmul kernel for this type yet",
                 w.name,
@@ -817,8 +821,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             // steps (and the language-model head, one token) keep the generated kernel.
             let prompt_tiles =
                 self.order == SumOrder::Ggml && n > 1 && !lm_head && crate::rows::tiles_prompts(t);
-            // Types whose row-dot kernels decode faster too (Q4_1) take them at every size.
-            let rows_always = self.order == SumOrder::Ggml && crate::rows::decodes(t);
+            // Types whose row-dot kernels decode faster too (Q4_1) take them at every size;
+            // in the block order, where this host has the block-order tile for them.
+            let rows_always = match self.order {
+                SumOrder::Ggml => crate::rows::decodes(t),
+                SumOrder::Block => RowDot::for_weight_block(t).is_some(),
+            };
             if !supports(t) || repacked || prompt_tiles || rows_always {
                 let (prep, weight) = self.rows_weight(wid, kk)?;
                 preps.push(prep);

@@ -911,14 +911,25 @@ pub(super) mod x86 {
         out
     }
 
+    /// The unsigned 5-bit values of a Q5_0 / Q5_1 block: the 32 high bits at `bits`, the
+    /// nibbles at `nibbles`.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines and their callers in this crate
+    /// (the host has those features); `bits` valid for 4 bytes, `nibbles` for 16.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn q5_unsigned(bits: *const u8, nibbles: *const u8) -> __m256i {
+        let set = bytes_from_bits(u32_at(bits));
+        _mm256_or_si256(
+            nibbles32(nibbles),
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
+        )
+    }
+
     /// The unsigned 5-bit values of the Q5_1 block at `x`.
     #[inline(always)]
     unsafe fn q5_1_quants(x: *const u8) -> __m256i {
-        let set = bytes_from_bits(u32_at(x.add(4)));
-        _mm256_or_si256(
-            nibbles32(x.add(8)),
-            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
-        )
+        q5_unsigned(x.add(4), x.add(8))
     }
 
     /// The routines built on [`tile32`] and [`tile32_min`] for one [`Lanes`] and the

@@ -147,6 +147,27 @@ pub(crate) fn dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
     None
 }
 
+/// Eight rows × eight columns in the *block* order (`--kernels fast`, not llama.cpp's):
+/// per 32-value block the exact integer sum of products, then `acc = fma(isum, d_x·d_y,
+/// acc)` and, for Q4_1 / Q5_1, `acc = fma(m_x, s_y, acc)`; within rounding of
+/// `ggml_vec_dot_*`. Q4_1, Q5_0, Q5_1 and Q8_0 (the types whose exact decode routines the
+/// fast mode keeps for one token), on hosts with AVX-512 VNNI; the same
+/// columns-in-lanes tile as [`dot8x8_fn`].
+pub(crate) fn block_dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni() {
+        return match wtype {
+            GgmlType::Q4_1 => Some(x86::q4_1_block_x8x8),
+            GgmlType::Q5_0 => Some(x86::q5_0_block_x8x8),
+            GgmlType::Q5_1 => Some(x86::q5_1_block_x8x8),
+            GgmlType::Q8_0 => Some(x86::q8_0_block_x8x8),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
 pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
     RepackedRow::new(wtype, w)
@@ -158,7 +179,7 @@ pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKerne
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::qdot::x86::{f16_at, nibbles32 as nibbles};
+    use super::super::qdot::x86::{f16_at, nibbles32 as nibbles, q5_unsigned};
     use ir::ggml::{scale_min_k4, RepackKernel, KVALUES_IQ4NL};
 
     /// Σ of the 8 i32 lanes.
@@ -292,52 +313,71 @@ mod x86 {
         })
     }
 
-    /// [`b32_x8`] for eight columns with AVX-512 VNNI, the columns in the lanes: per block,
-    /// `isum = Σ_k vpdpbusd(row bytes 4k..4k + 4 broadcast, column group k)` over the weight
-    /// values as unsigned bytes `u` (`unsigned(q)` builds them) whose value is `u - zero`,
-    /// started at `-zero · Σy` of each column: each the exact integer sum of the block's
-    /// products, as the repacked kernels take them; then `acc = fma(isum, dx·dy, acc)` as
-    /// [`b32`]. `out[c][i]`.
+    /// How [`b32_x8x8`] reads a 32-value block type and its activation blocks.
+    #[derive(Clone, Copy)]
+    struct Block32 {
+        /// Bytes of a weight block (f16 `d` first).
+        bytes: usize,
+        /// The weight's value is its unsigned byte minus `zero`.
+        zero: u8,
+        /// An f16 `m` follows `d` (Q4_1 / Q5_1: the activations are Q8_1, with `s`).
+        min: bool,
+    }
+
+    /// Eight rows × eight columns of a 32-value block type with AVX-512 VNNI, the columns in
+    /// the lanes: per block, `isum = Σ_k vpdpbusd(row bytes 4k..4k + 4 broadcast, column
+    /// group k)` over the weight values as unsigned bytes `u` (`unsigned(block)` builds
+    /// them) whose value is `u - zero`, started at `-zero · Σy` of each column: each the
+    /// exact integer sum of the block's products; then `acc = fma(isum, d_x·d_y, acc)` (the
+    /// repacked kernels' order, [`b32`]) and, for types with a min, `acc = fma(m_x, s_y,
+    /// acc)`. `out[c][i]`.
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512VL and VNNI (inlined into a `target_feature` caller); eight
-    /// whole rows and eight activation rows of equal block counts.
+    /// whole rows and eight activation rows (Q8_0, or Q8_1 where `fmt.min`) of equal block
+    /// counts.
     #[inline(always)]
     unsafe fn b32_x8x8(
         w: &[&[u8]; 8],
         a: &[&[u8]; 8],
-        zero: u8,
-        unsigned: impl Fn(__m256i) -> __m256i,
+        fmt: Block32,
+        unsigned: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; 8]; 8] {
-        let rows = w.iter().map(|r| r.len() / 18).min().unwrap_or(0);
-        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 34));
+        // Q8_0: f16 d, 32 × i8; Q8_1: f16 d, f16 s, 32 × i8.
+        let (act_bytes, qs) = if fmt.min { (36, 4) } else { (34, 2) };
+        let rows = w.iter().map(|r| r.len() / fmt.bytes).min().unwrap_or(0);
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / act_bytes));
         let mut acc = [_mm256_setzero_ps(); 8];
-        let zeros = _mm256_set1_epi8(zero as i8);
+        let zeros = _mm256_set1_epi8(fmt.zero as i8);
         for b in 0..nb {
-            let y: [*const u8; 8] = std::array::from_fn(|c| a[c].as_ptr().add(34 * b));
+            let y: [*const u8; 8] = std::array::from_fn(|c| a[c].as_ptr().add(act_bytes * b));
             let groups = columns_by_group(std::array::from_fn(|c| {
-                _mm256_loadu_si256(y[c].add(2) as *const __m256i)
+                _mm256_loadu_si256(y[c].add(qs) as *const __m256i)
             }));
             // -zero · Σy per column.
-            let mut bias = _mm256_setzero_si256();
-            for g in &groups {
-                bias = _mm256_dpbusd_epi32(bias, zeros, *g);
+            let mut start = _mm256_setzero_si256();
+            if fmt.zero != 0 {
+                for g in &groups {
+                    start = _mm256_dpbusd_epi32(start, zeros, *g);
+                }
+                start = _mm256_sub_epi32(_mm256_setzero_si256(), start);
             }
-            let start = _mm256_sub_epi32(_mm256_setzero_si256(), bias);
-            let mut dy = [0u16; 8];
+            let (mut dy, mut sy) = ([0u16; 8], [0u16; 8]);
             for (c, &yc) in y.iter().enumerate() {
                 dy[c] = u16::from_le_bytes([*yc, *yc.add(1)]);
+                sy[c] = u16::from_le_bytes([*yc.add(2), *yc.add(3)]);
             }
             let dy = _mm256_cvtph_ps(_mm_loadu_si128(dy.as_ptr() as *const __m128i));
+            let sy = _mm256_cvtph_ps(_mm_loadu_si128(sy.as_ptr() as *const __m128i));
             for (i, row) in w.iter().enumerate() {
-                let x = row.as_ptr().add(18 * b);
-                if (18 * b) % 64 < 18 {
+                let x = row.as_ptr().add(fmt.bytes * b);
+                if (fmt.bytes * b) % 64 < fmt.bytes {
                     _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(8 * row.len()) as *const i8);
                 }
                 // The row's 32 values as unsigned bytes, read back four at a time as
                 // broadcasts (loads, off the vector ALU ports).
                 let mut ux = [0u32; 8];
-                _mm256_storeu_si256(ux.as_mut_ptr() as *mut __m256i, unsigned(nibbles(x.add(2))));
+                _mm256_storeu_si256(ux.as_mut_ptr() as *mut __m256i, unsigned(x));
                 let ux = std::hint::black_box(&ux);
                 // Two chains of four (a dependent chain of eight waits on vpdpbusd's latency).
                 let (mut u, mut v) = (start, _mm256_setzero_si256());
@@ -348,6 +388,9 @@ mod x86 {
                 let isum = _mm256_add_epi32(u, v);
                 let d = _mm256_mul_ps(_mm256_set1_ps(f16_at(x)), dy);
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[i]);
+                if fmt.min {
+                    acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(x.add(2))), sy, acc[i]);
+                }
             }
         }
         // acc[i] lane c → out[c][i].
@@ -358,6 +401,13 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// Q4_0 and IQ4_NL blocks (18 bytes: f16 `d`, 16 bytes of nibbles).
+    const Q4_0: Block32 = Block32 {
+        bytes: 18,
+        zero: 8,
+        min: false,
+    };
+
     /// Q4_0, eight rows × eight columns ([`super::RepackDot8x8Fn`]; values `q - 8`).
     ///
     /// # Safety
@@ -365,7 +415,7 @@ mod x86 {
     /// equal length.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn q4_0_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
-        b32_x8x8(w, a, 8, |q| q)
+        b32_x8x8(w, a, Q4_0, |x| nibbles(x.add(2)))
     }
 
     /// IQ4_NL, eight rows × eight columns ([`super::RepackDot8x8Fn`]; table values + 128).
@@ -377,8 +427,68 @@ mod x86 {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
         let bias = _mm256_set1_epi8(0x80u8 as i8);
-        b32_x8x8(w, a, 128, |q| {
-            _mm256_xor_si256(_mm256_shuffle_epi8(table, q), bias)
+        let fmt = Block32 { zero: 128, ..Q4_0 };
+        b32_x8x8(w, a, fmt, |x| {
+            _mm256_xor_si256(_mm256_shuffle_epi8(table, nibbles(x.add(2))), bias)
+        })
+    }
+
+    /// Q4_1 in the block order ([`super::block_dot8x8_fn`]; values `q`, plus `m`).
+    ///
+    /// # Safety
+    /// As [`q4_0_x8x8`] (Q8_1 activations).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_1_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let fmt = Block32 {
+            bytes: 20,
+            zero: 0,
+            min: true,
+        };
+        b32_x8x8(w, a, fmt, |x| nibbles(x.add(4)))
+    }
+
+    /// Q5_0 in the block order ([`super::block_dot8x8_fn`]; values `q - 16`).
+    ///
+    /// # Safety
+    /// As [`q4_0_x8x8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q5_0_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let fmt = Block32 {
+            bytes: 22,
+            zero: 16,
+            min: false,
+        };
+        b32_x8x8(w, a, fmt, |x| q5_unsigned(x.add(2), x.add(6)))
+    }
+
+    /// Q5_1 in the block order ([`super::block_dot8x8_fn`]; values `q`, plus `m`).
+    ///
+    /// # Safety
+    /// As [`q4_0_x8x8`] (Q8_1 activations).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q5_1_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let fmt = Block32 {
+            bytes: 24,
+            zero: 0,
+            min: true,
+        };
+        b32_x8x8(w, a, fmt, |x| q5_unsigned(x.add(4), x.add(8)))
+    }
+
+    /// Q8_0 in the block order ([`super::block_dot8x8_fn`]; values `u - 128`).
+    ///
+    /// # Safety
+    /// As [`q4_0_x8x8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q8_0_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
+        let fmt = Block32 {
+            bytes: 34,
+            zero: 128,
+            min: false,
+        };
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
+        b32_x8x8(w, a, fmt, |x| {
+            _mm256_xor_si256(_mm256_loadu_si256(x.add(2) as *const __m256i), bias)
         })
     }
 
@@ -774,6 +884,79 @@ mod x86 {
 mod tests {
     use super::*;
     use ir::ggml::{repack_quantize_activations, Q8Flavor};
+
+    /// The block-order tiles of `--kernels fast` agree with ggml's scalar dot product of
+    /// the type to rounding (another order of the same sums), and with the exact order's
+    /// integers: random weights and activations, every output of an 8 × 8 tile.
+    #[test]
+    fn block_order_tiles_match_the_scalar_dot() {
+        let mut seed = 0x0b10_c0de_u64;
+        for t in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
+            let Some(f) = block_dot8x8_fn(t) else {
+                eprintln!("no block-order tile for {t} on this host");
+                continue;
+            };
+            let (ts, n) = (t.type_size(), 5 * 32);
+            let nb = n / 32;
+            for _ in 0..20 {
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                let mut wf = vec![0f32; 8 * n];
+                for b in 0..8 * nb {
+                    let f16s: &[usize] = match t {
+                        GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+                        _ => &[0],
+                    };
+                    for &o in f16s {
+                        let v =
+                            half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3);
+                        w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+                    }
+                    if t == GgmlType::Q8_0 {
+                        for q in &mut w[b * ts + 2..(b + 1) * ts] {
+                            if *q == 0x80 {
+                                *q = 0x81;
+                            }
+                        }
+                    }
+                }
+                ir::ggml::dequantize(t, &w, &mut wf).expect("dequantizes");
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+                let xs: Vec<Vec<f32>> = (0..8)
+                    .map(|_| {
+                        (0..n)
+                            .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                            .collect()
+                    })
+                    .collect();
+                let acts: Vec<Vec<u8>> = xs
+                    .iter()
+                    .map(|x| {
+                        ir::ggml::quantize_activations(t, x, Q8Flavor::X86)
+                            .expect("quantizes")
+                            .1
+                    })
+                    .collect();
+                let a: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
+                // SAFETY: chosen for this host; whole rows of equal length.
+                let got = unsafe { f(&rows, &a) };
+                for c in 0..8 {
+                    for i in 0..8 {
+                        let want = ir::ggml::vec_dot(t, rows[i], a[c]).expect("scalar dot");
+                        let mag: f32 = wf[i * n..(i + 1) * n]
+                            .iter()
+                            .zip(&xs[c])
+                            .map(|(w, x)| (w * x).abs())
+                            .sum();
+                        assert!(
+                            (got[c][i] - want).abs() <= 1e-4 * mag.max(1.0),
+                            "{t} row {i} col {c}: {} vs {want}",
+                            got[c][i]
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     fn rng(s: &mut u64) -> u64 {
         *s ^= *s << 13;
