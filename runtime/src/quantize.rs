@@ -61,7 +61,7 @@ const FILE_TYPES: &[(&str, Support)] = {
         ("Q2_0", NotYet),
         ("Q4_0", Yes(2, T::Q4_0)),
         ("Q4_1", Yes(3, T::Q4_1)),
-        ("MXFP4_MOE", NotYet),
+        ("MXFP4_MOE", Yes(38, T::MXFP4)),
         ("Q5_0", Yes(8, T::Q5_0)),
         ("Q5_1", Yes(9, T::Q5_1)),
         ("IQ2_XXS", NeedsImatrix),
@@ -395,6 +395,7 @@ mod ft {
     pub const Q5_K_M: u32 = 17;
     pub const IQ4_NL: u32 = 25;
     pub const IQ4_XS: u32 = 30;
+    pub const MXFP4_MOE: u32 = 38;
 }
 
 impl MixState<'_> {
@@ -418,27 +419,41 @@ impl MixState<'_> {
     }
 
     /// `llama_tensor_get_type_impl` for the mixes modelc supports: the type of a tensor of
-    /// category `cat` whose default is `t`.
+    /// category `cat` and shape `ne` whose default is `t`.
     fn mix_type(
         &mut self,
         mut t: GgmlType,
         name: &str,
-        ne0: u64,
+        ne: &[u64],
         cat: Category,
         opts: &Options,
     ) -> anyhow::Result<GgmlType> {
         use GgmlType as T;
+        let ne0 = ne[0];
         let f = self.ftype;
         let falcon = self.hp.arch == "falcon";
         let (n_gqa, n_expert) = (self.hp.n_gqa, self.hp.n_expert);
         if cat == Category::Output || (self.has_tied_embeddings && cat == Category::TokenEmbd) {
             if let Some(o) = opts.output_tensor_type {
                 t = o;
-            } else if falcon || !ne0.is_multiple_of(t.block_size() as u64) {
+            } else if f == ft::MXFP4_MOE
+                || falcon
+                || !ne0.is_multiple_of(t.block_size() as u64)
+            {
                 t = T::Q8_0;
             } else if t != T::Q8_0 {
                 t = T::Q6_K;
             }
+        } else if f == ft::MXFP4_MOE {
+            // Expert tensors (3-D, more than one expert; on bailingmoe3 only the FFN ones)
+            // MXFP4, everything else Q8_0.
+            let ffn = matches!(cat, Category::FfnUp | Category::FfnGate | Category::FfnDown);
+            let experts = ne.get(2).is_some_and(|&n| n > 1);
+            t = if experts && (self.hp.arch != "bailingmoe3" || ffn) {
+                T::MXFP4
+            } else {
+                T::Q8_0
+            };
         } else if cat == Category::TokenEmbd {
             if let Some(e) = opts.token_embedding_type {
                 t = e;
@@ -628,7 +643,7 @@ pub fn plan_tensors(
         } else if ftype.default_type.is_quantized() {
             let mut to = ftype.default_type;
             if !opts.pure {
-                to = st.mix_type(to, &t.name, ne[0], cat, opts)?;
+                to = st.mix_type(to, &t.name, &ne, cat, opts)?;
             }
             st.fallback(to, ne[0])?
         } else {
