@@ -166,6 +166,14 @@ mod x86 {
         /// # Safety
         /// Only from this module's `avx2,fma,f16c` routines; `x` a whole block.
         unsafe fn dx(x: *const u8) -> f32;
+
+        /// The scales of eight blocks given by the first two bytes of each (little-endian
+        /// in `raw[i]`; the scale field and what follows it), lane `i` for block `i`: the
+        /// same values as [`B32::dx`].
+        ///
+        /// # Safety
+        /// Only from this module's `avx2,fma,f16c` routines.
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256;
     }
 
     /// `block_q4_0` / `block_iq4_nl`: f16 `d`, `qs[16]`.
@@ -176,6 +184,11 @@ mod x86 {
         #[inline(always)]
         unsafe fn dx(x: *const u8) -> f32 {
             f16_at(x)
+        }
+        #[inline(always)]
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256 {
+            // f16 → f32 by F16C: exact, as the scalar conversion.
+            _mm256_cvtph_ps(_mm_loadu_si128(raw.as_ptr() as *const __m128i))
         }
     }
 
@@ -188,6 +201,20 @@ mod x86 {
         #[inline(always)]
         unsafe fn dx(x: *const u8) -> f32 {
             e8m0_to_f32_half(*x)
+        }
+        #[inline(always)]
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256 {
+            // `e8m0_to_f32_half` in eight lanes: bits `0x00200000 << e` for e < 2 (the
+            // subnormals), else `(e - 1) << 23`; the high byte of each u16 is not the
+            // block's and is masked off.
+            let e = _mm256_and_si256(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(raw.as_ptr() as *const __m128i)),
+                _mm256_set1_epi32(0xff),
+            );
+            let normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+            let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
         }
     }
 
@@ -238,7 +265,7 @@ mod x86 {
         for b in 0..nb {
             let mut qx = [_mm256_setzero_si256(); 8];
             let mut ax = [_mm256_setzero_si256(); 8];
-            let mut dx = [0f32; 8];
+            let mut dx = [0u16; 8];
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(F::BYTES * b);
                 // The same bytes of the next eight rows (the caller's next call, when rows
@@ -250,9 +277,9 @@ mod x86 {
                 }
                 qx[i] = map(nibbles(x.add(F::QS)));
                 ax[i] = _mm256_sign_epi8(qx[i], qx[i]);
-                dx[i] = F::dx(x);
+                dx[i] = std::ptr::read_unaligned(x as *const u16);
             }
-            let dx = _mm256_loadu_ps(dx.as_ptr());
+            let dx = F::dx8(&dx);
             for c in 0..C {
                 let y = a[c].as_ptr().add(34 * b);
                 let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
@@ -625,9 +652,15 @@ mod tests {
         *s
     }
 
-    /// An MXFP4 E8M0 exponent for a scale of 2^-10 .. 2 (random bytes reach 2^127).
+    /// An MXFP4 E8M0 exponent for a scale of 2^-10 .. 2 (random bytes reach 2^127), one in
+    /// eight 0..4 (the subnormal scales 2^-128, 2^-127 and their neighbours).
     fn e8m0_scale(seed: &mut u64) -> u8 {
-        118 + (rng(seed) % 12) as u8
+        let r = rng(seed);
+        if r % 8 == 0 {
+            (r >> 8) as u8 % 4
+        } else {
+            118 + (r >> 8) as u8 % 12
+        }
     }
 
     /// The AVX2 routines equal `ir::ggml::RepackedRow::dot` bit for bit, both kernels.
