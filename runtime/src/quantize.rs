@@ -436,10 +436,7 @@ impl MixState<'_> {
         if cat == Category::Output || (self.has_tied_embeddings && cat == Category::TokenEmbd) {
             if let Some(o) = opts.output_tensor_type {
                 t = o;
-            } else if f == ft::MXFP4_MOE
-                || falcon
-                || !ne0.is_multiple_of(t.block_size() as u64)
-            {
+            } else if f == ft::MXFP4_MOE || falcon || !ne0.is_multiple_of(t.block_size() as u64) {
                 t = T::Q8_0;
             } else if t != T::Q8_0 {
                 t = T::Q6_K;
@@ -936,6 +933,67 @@ mod tests {
         assert!(FileType::parse("Q9_9").is_err());
         let e = FileType::parse("IQ2_XXS").unwrap_err().to_string();
         assert!(e.contains("importance matrix"), "{e}");
+    }
+
+    /// `MXFP4_MOE`: expert tensors (3-D, more than one expert) MXFP4, the other weights and
+    /// the output Q8_0, norms unchanged; `--pure` makes every weight MXFP4. (The dense case
+    /// was compared byte for byte with llama-quantize's files of llama-sep-F32 and SmolLM2.)
+    #[test]
+    fn mxfp4_moe_mix() {
+        let mut md = Metadata::default();
+        md.push("general.architecture".into(), Value::String("llama".into()));
+        md.push("llama.block_count".into(), Value::U32(1));
+        md.push("llama.expert_count".into(), Value::U32(4));
+        let info = |name: &str, ne: [u64; 4]| TensorInfo {
+            name: name.into(),
+            n_dims: ne.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1) as u32,
+            ne,
+            ggml_type: GgmlType::F32,
+            offset: 0,
+            n_bytes: ne.iter().product::<u64>() * 4,
+            shard: 0,
+        };
+        let tensors = [
+            info("token_embd.weight", [64, 100, 1, 1]),
+            info("output.weight", [64, 100, 1, 1]),
+            info("blk.0.attn_norm.weight", [64, 1, 1, 1]),
+            info("blk.0.attn_q.weight", [64, 64, 1, 1]),
+            info("blk.0.ffn_gate_inp.weight", [64, 4, 1, 1]),
+            info("blk.0.ffn_up_exps.weight", [64, 128, 4, 1]),
+            info("blk.0.ffn_down_exps.weight", [128, 64, 4, 1]),
+        ];
+        let ftype = FileType::parse("MXFP4_MOE").unwrap();
+        assert_eq!((ftype.id, ftype.default_type), (38, GgmlType::MXFP4));
+        let types = |opts: &Options| -> Vec<(String, GgmlType)> {
+            plan_tensors(&md, &tensors, ftype, opts)
+                .unwrap()
+                .tensors
+                .into_iter()
+                .map(|t| (t.name, t.to))
+                .collect()
+        };
+        let mix = types(&Options::default());
+        let want = |name: &str, t: GgmlType| assert!(mix.contains(&(name.into(), t)), "{mix:?}");
+        use GgmlType as T;
+        want("token_embd.weight", T::Q8_0);
+        want("output.weight", T::Q8_0);
+        want("blk.0.attn_norm.weight", T::F32);
+        want("blk.0.attn_q.weight", T::Q8_0);
+        want("blk.0.ffn_gate_inp.weight", T::F32);
+        want("blk.0.ffn_up_exps.weight", T::MXFP4);
+        want("blk.0.ffn_down_exps.weight", T::MXFP4);
+        let pure = types(&Options {
+            pure: true,
+            ..Options::default()
+        });
+        assert!(
+            pure.contains(&("blk.0.attn_q.weight".into(), T::MXFP4)),
+            "{pure:?}"
+        );
+        assert!(
+            pure.contains(&("output.weight".into(), T::MXFP4)),
+            "{pure:?}"
+        );
     }
 
     #[test]

@@ -142,10 +142,10 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
+    use ir::ggml::grids::KVALUES_MXFP4;
     use ir::ggml::grids::{
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
     };
-    use ir::ggml::grids::KVALUES_MXFP4;
     use ir::ggml::{e8m0_to_f32_half, f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.

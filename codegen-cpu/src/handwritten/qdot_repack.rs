@@ -159,7 +159,9 @@ mod x86 {
     /// starts, and its scale as f32 from the block's address (a generic parameter, not a
     /// function pointer, so that it inlines into the routines' target features).
     trait B32 {
+        /// Bytes of a block.
         const BYTES: usize;
+        /// Offset of `qs[16]` in the block.
         const QS: usize;
         /// The block's scale `dx`.
         ///

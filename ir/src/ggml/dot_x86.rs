@@ -258,7 +258,11 @@ fn lut4_q8_0(f: Lut4, w: &[u8], a: &[u8]) -> f32 {
     let (wp, ap) = (w.chunks_exact(2 * f.bytes), a.chunks_exact(68));
     let (w_tail, a_tail) = (wp.remainder(), ap.remainder());
     for (x2, y2) in wp.zip(ap) {
-        for (i, (x, y)) in x2.chunks_exact(f.bytes).zip(y2.chunks_exact(34)).enumerate() {
+        for (i, (x, y)) in x2
+            .chunks_exact(f.bytes)
+            .zip(y2.chunks_exact(34))
+            .enumerate()
+        {
             let d = f16_at(y, 0) * (f.d)(x);
             fma_lanes(&mut acc[i], d, &lut4_lanes(f, x, y));
         }
