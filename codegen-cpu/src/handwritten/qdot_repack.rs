@@ -658,7 +658,7 @@ mod tests {
     /// eight 0..4 (the subnormal scales 2^-128, 2^-127 and their neighbours).
     fn e8m0_scale(seed: &mut u64) -> u8 {
         let r = rng(seed);
-        if r % 8 == 0 {
+        if r.is_multiple_of(8) {
             (r >> 8) as u8 % 4
         } else {
             118 + (r >> 8) as u8 % 12
