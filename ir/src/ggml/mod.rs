@@ -5,11 +5,12 @@
 //! - [`GgmlType`]: every type id GGML defines, with block size and bytes per block;
 //! - [`BlockFormat`] / [`block_format`]: field layout and decoding of each described format
 //!   (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K … Q8_K, IQ4_NL, IQ4_XS, and
-//!   of issue 11's second list TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, and MXFP4; the grids and
-//!   the MXFP4 values in [`grids`]);
+//!   of issue 11's second list TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+//!   IQ1_M, and MXFP4; the grids and the MXFP4 values in [`grids`]);
 //! - [`dequantize`]: blocks to f32, bit-exact with ggml's `dequantize_row_*`;
 //! - [`quantize_weights`]: f32 to the weight formats `llama-quantize` writes (Q4_0 … Q8_0,
-//!   Q2_K … Q6_K, IQ4_NL, IQ4_XS, F16, BF16), bit-exact with ggml's reference quantizers;
+//!   Q2_K … Q6_K, IQ4_NL, IQ4_XS, MXFP4, F16, BF16), bit-exact with ggml's reference
+//!   quantizers;
 //! - [`quantize`] and the `quantize_*` functions: f32 to the activation formats of llama.cpp's
 //!   CPU matrix products (Q8_0, Q8_1, Q8_K, F16, BF16), bit-exact with ggml;
 //! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
