@@ -683,3 +683,69 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> crate::Result<(
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MXFP4 weights through [`RowsMatmul`], repacked by llama.cpp (`m % 8 == 0`: the
+    /// interleaved gemv / gemm order) and not (`ggml_vec_dot_mxfp4_q8_0`'s order), for 1, 5
+    /// and 9 tokens (gemv only; gemm and gemv; gemm for 8 and gemv for 1): every output is
+    /// what `ir::ggml` computes for it, which `ir/tests/ggml_vectors.rs` checks against
+    /// llama.cpp's library.
+    #[test]
+    fn mxfp4_products_are_llama_cpp_s() {
+        let t = GgmlType::MXFP4;
+        let k = 256;
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let pool = crate::ThreadPool::new(2).expect("threads");
+        let row = t.row_size(k as u64).expect("whole blocks") as usize;
+        for m in [12usize, 16] {
+            let mut w: Vec<u8> = (0..row * m).map(|_| next() as u8).collect();
+            for blk in w.chunks_exact_mut(t.type_size()) {
+                blk[0] = 118 + (next() % 12) as u8; // scales 2^-10 .. 2
+            }
+            for n in [1usize, 5, 9] {
+                let x: Vec<f32> = (0..k * n)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                let mm = RowsMatmul::new(t, k, m, n).expect("MXFP4 has row-dot kernels");
+                assert!(mm.exact() && mm.simd() == crate::handwritten::has_avx2());
+                let mut act = vec![0u8; mm.act_bytes()];
+                mm.prepare(&x, &mut act).expect("prepares");
+                let mut out = vec![0f32; m * n];
+                mm.run(&pool, &w, &act, &mut out).expect("runs");
+                for c in 0..n {
+                    let xc = &x[c * k..(c + 1) * k];
+                    for r in 0..m {
+                        let wr = &w[r * row..(r + 1) * row];
+                        let want = if m % 8 == 0 {
+                            let kernel = RepackKernel::for_column(c, n);
+                            let (_, a) = ggml::repack_quantize_activations(t, xc, kernel)
+                                .expect("quantizes");
+                            ggml::RepackedRow::new(t, wr)
+                                .and_then(|rr| rr.dot(&a, kernel))
+                                .expect("repacked product")
+                        } else {
+                            let (_, a) = ggml::quantize_activations(t, xc, Q8Flavor::X86)
+                                .expect("quantizes");
+                            ggml::vec_dot_avx2_mul_mat(t, wr, &a, n).expect("product")
+                        };
+                        let got = out[c * m + r];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "m {m}, {n} tokens, row {r} column {c}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-const DESCRIBED: [GgmlType; 26] = [
+const DESCRIBED: [GgmlType; 27] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -63,10 +63,12 @@ const DESCRIBED: [GgmlType; 26] = [
     GgmlType::IQ2_S,
     GgmlType::IQ1_S,
     GgmlType::IQ1_M,
+    GgmlType::MXFP4,
 ];
 
 /// `n_blocks` random blocks of `fmt`: random bytes, with every f16/f32 scale-like field set
-/// to a finite value of magnitude 2^-10 .. 1 (random bytes would give NaN and infinity).
+/// to a finite value of magnitude 2^-10 .. 1 (random bytes would give NaN and infinity), and
+/// every E8M0 exponent to a scale of 2^-10 .. 2.
 fn random_blocks(fmt: &BlockFormat, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
     let mut data = rng.bytes(n_blocks * fmt.type_size);
     for block in data.chunks_exact_mut(fmt.type_size) {
@@ -77,6 +79,11 @@ fn random_blocks(fmt: &BlockFormat, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
                 | FieldKind::Min(k)
                 | FieldKind::MinScale(k)
                 | FieldKind::Sum(k) => k,
+                FieldKind::E8M0Scale => {
+                    // 2^-10 .. 2^1: the values' scale stays moderate.
+                    block[f.offset] = 118 + (rng.next_u64() % 12) as u8;
+                    continue;
+                }
                 _ => continue,
             };
             let v = rng.unit() * 2f32.powi(-((rng.next_u64() % 11) as i32));
@@ -255,7 +262,8 @@ fn descriptions_are_consistent_with_the_type_table() {
                 | FieldKind::GridIndexSigns
                 | FieldKind::GridHighScaleDelta
                 | FieldKind::GridHighDelta
-                | FieldKind::ScalesAndScale => {}
+                | FieldKind::ScalesAndScale
+                | FieldKind::E8M0Scale => {}
             }
         }
         assert_eq!(at, fmt.type_size, "{ty} fields cover the block");
@@ -596,11 +604,12 @@ fn vec_dot_types_are_llama_cpp_s() {
         (IQ2_S, Q8_K),
         (IQ1_S, Q8_K),
         (IQ1_M, Q8_K),
+        (MXFP4, Q8_0),
     ];
     for (w, a) in want {
         assert_eq!(vec_dot_type(w), Some(a), "{w}");
     }
-    assert_eq!(vec_dot_type(MXFP4), None);
+    assert_eq!(vec_dot_type(Q8_1), None);
     assert_eq!(vec_dot_type(Q8_K), None);
 }
 

@@ -9,10 +9,18 @@
 //!   moderate scale otherwise), ggml's `vec_dot` result (f32);
 //! - `3, type, k, m, n, seed` (u64), `m` weight rows of `k` values, ggml's `mul_mat` result
 //!   (`n * m` f32, column after column) for the `n * k` f32 activations that splitmix64 from
-//!   `seed` gives (`unit()` below), computed by a ggml graph on one thread.
+//!   `seed` gives (`unit()` below), computed by a ggml graph on one thread;
+//! - `4, type, k, m, n, seed`, laid out as `3`, but the weight uploaded into the CPU
+//!   backend's `CPU_REPACK` buffer (as llama.cpp loads model weights): for Q4_0, IQ4_NL and
+//!   MXFP4 with `m % 8 == 0`, the interleaved gemv / gemm kernels
+//!   ([`ir::ggml::RepackedRow`]).
+//!
+//! The 32-value types also have `vec_dot` records of 3 blocks (the AVX2 kernels' scalar
+//! tail after a pair of blocks).
 
 use ir::ggml::{
-    dequantize, quantize_activations, vec_dot_avx2, vec_dot_avx2_mul_mat, GgmlType, Q8Flavor,
+    dequantize, quantize_activations, repack_quantize_activations, repacked_by_llama_cpp,
+    vec_dot_avx2, vec_dot_avx2_mul_mat, GgmlType, Q8Flavor, RepackKernel, RepackedRow,
 };
 
 struct Reader<'a> {
@@ -60,6 +68,7 @@ fn second_list_types_match_llama_cpp_bit_for_bit() {
     assert_eq!(r.bytes(4), b"MCGV");
     assert_eq!(r.u32(), 1);
     let mut seen = std::collections::BTreeMap::<&str, [usize; 3]>::new();
+    let mut repacked = std::collections::BTreeSet::<&str>::new();
     loop {
         match r.u32() {
             0 => break,
@@ -116,6 +125,34 @@ fn second_list_types_match_llama_cpp_bit_for_bit() {
                 }
                 seen.entry(t.name()).or_default()[2] += 1;
             }
+            4 => {
+                let t = r.ty();
+                let (k, m, n) = (r.u32() as usize, r.u32() as usize, r.u32() as usize);
+                let mut seed = r.u64();
+                let row = t.row_size(k as u64).expect("whole blocks") as usize;
+                let w = r.bytes(row * m);
+                let want = r.f32s(n * m);
+                assert!(repacked_by_llama_cpp(t, [k as u64, m as u64, 1, 1]), "{t}");
+                let x: Vec<f32> = (0..n * k).map(|_| unit(&mut seed)).collect();
+                for c in 0..n {
+                    let kernel = RepackKernel::for_column(c, n);
+                    let (_, act) = repack_quantize_activations(t, &x[c * k..][..k], kernel)
+                        .expect("quantizes");
+                    for j in 0..m {
+                        let got = RepackedRow::new(t, &w[j * row..][..row])
+                            .and_then(|rr| rr.dot(&act, kernel))
+                            .expect("repacked product");
+                        let e = want[c * m + j];
+                        assert_eq!(
+                            got.to_bits(),
+                            e.to_bits(),
+                            "{t} repacked mul_mat {n} columns ({kernel:?}), row {j} column {c}: \
+                             {got} vs {e}"
+                        );
+                    }
+                }
+                repacked.insert(t.name());
+            }
             other => panic!("unknown record kind {other} at byte {}", r.at - 4),
         }
     }
@@ -124,8 +161,12 @@ fn second_list_types_match_llama_cpp_bit_for_bit() {
         assert!(counts.iter().all(|&c| c > 0), "{t}: {counts:?}");
     }
     for t in [
-        "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+        "TQ1_0", "TQ2_0", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M",
+        "MXFP4",
     ] {
         assert!(seen.contains_key(t), "{t} missing");
+    }
+    for t in ["MXFP4", "IQ4_NL"] {
+        assert!(repacked.contains(t), "{t}: no repacked mul_mat");
     }
 }

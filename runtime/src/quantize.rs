@@ -61,7 +61,7 @@ const FILE_TYPES: &[(&str, Support)] = {
         ("Q2_0", NotYet),
         ("Q4_0", Yes(2, T::Q4_0)),
         ("Q4_1", Yes(3, T::Q4_1)),
-        ("MXFP4_MOE", NotYet),
+        ("MXFP4_MOE", Yes(38, T::MXFP4)),
         ("Q5_0", Yes(8, T::Q5_0)),
         ("Q5_1", Yes(9, T::Q5_1)),
         ("IQ2_XXS", NeedsImatrix),
@@ -395,6 +395,7 @@ mod ft {
     pub const Q5_K_M: u32 = 17;
     pub const IQ4_NL: u32 = 25;
     pub const IQ4_XS: u32 = 30;
+    pub const MXFP4_MOE: u32 = 38;
 }
 
 impl MixState<'_> {
@@ -418,27 +419,38 @@ impl MixState<'_> {
     }
 
     /// `llama_tensor_get_type_impl` for the mixes modelc supports: the type of a tensor of
-    /// category `cat` whose default is `t`.
+    /// category `cat` and shape `ne` whose default is `t`.
     fn mix_type(
         &mut self,
         mut t: GgmlType,
         name: &str,
-        ne0: u64,
+        ne: &[u64],
         cat: Category,
         opts: &Options,
     ) -> anyhow::Result<GgmlType> {
         use GgmlType as T;
+        let ne0 = ne[0];
         let f = self.ftype;
         let falcon = self.hp.arch == "falcon";
         let (n_gqa, n_expert) = (self.hp.n_gqa, self.hp.n_expert);
         if cat == Category::Output || (self.has_tied_embeddings && cat == Category::TokenEmbd) {
             if let Some(o) = opts.output_tensor_type {
                 t = o;
-            } else if falcon || !ne0.is_multiple_of(t.block_size() as u64) {
+            } else if f == ft::MXFP4_MOE || falcon || !ne0.is_multiple_of(t.block_size() as u64) {
                 t = T::Q8_0;
             } else if t != T::Q8_0 {
                 t = T::Q6_K;
             }
+        } else if f == ft::MXFP4_MOE {
+            // Expert tensors (3-D, more than one expert; on bailingmoe3 only the FFN ones)
+            // MXFP4, everything else Q8_0.
+            let ffn = matches!(cat, Category::FfnUp | Category::FfnGate | Category::FfnDown);
+            let experts = ne.get(2).is_some_and(|&n| n > 1);
+            t = if experts && (self.hp.arch != "bailingmoe3" || ffn) {
+                T::MXFP4
+            } else {
+                T::Q8_0
+            };
         } else if cat == Category::TokenEmbd {
             if let Some(e) = opts.token_embedding_type {
                 t = e;
@@ -628,7 +640,7 @@ pub fn plan_tensors(
         } else if ftype.default_type.is_quantized() {
             let mut to = ftype.default_type;
             if !opts.pure {
-                to = st.mix_type(to, &t.name, ne[0], cat, opts)?;
+                to = st.mix_type(to, &t.name, &ne, cat, opts)?;
             }
             st.fallback(to, ne[0])?
         } else {
@@ -921,6 +933,67 @@ mod tests {
         assert!(FileType::parse("Q9_9").is_err());
         let e = FileType::parse("IQ2_XXS").unwrap_err().to_string();
         assert!(e.contains("importance matrix"), "{e}");
+    }
+
+    /// `MXFP4_MOE`: expert tensors (3-D, more than one expert) MXFP4, the other weights and
+    /// the output Q8_0, norms unchanged; `--pure` makes every weight MXFP4. (The dense case
+    /// was compared byte for byte with llama-quantize's files of llama-sep-F32 and SmolLM2.)
+    #[test]
+    fn mxfp4_moe_mix() {
+        let mut md = Metadata::default();
+        md.push("general.architecture".into(), Value::String("llama".into()));
+        md.push("llama.block_count".into(), Value::U32(1));
+        md.push("llama.expert_count".into(), Value::U32(4));
+        let info = |name: &str, ne: [u64; 4]| TensorInfo {
+            name: name.into(),
+            n_dims: ne.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1) as u32,
+            ne,
+            ggml_type: GgmlType::F32,
+            offset: 0,
+            n_bytes: ne.iter().product::<u64>() * 4,
+            shard: 0,
+        };
+        let tensors = [
+            info("token_embd.weight", [64, 100, 1, 1]),
+            info("output.weight", [64, 100, 1, 1]),
+            info("blk.0.attn_norm.weight", [64, 1, 1, 1]),
+            info("blk.0.attn_q.weight", [64, 64, 1, 1]),
+            info("blk.0.ffn_gate_inp.weight", [64, 4, 1, 1]),
+            info("blk.0.ffn_up_exps.weight", [64, 128, 4, 1]),
+            info("blk.0.ffn_down_exps.weight", [128, 64, 4, 1]),
+        ];
+        let ftype = FileType::parse("MXFP4_MOE").unwrap();
+        assert_eq!((ftype.id, ftype.default_type), (38, GgmlType::MXFP4));
+        let types = |opts: &Options| -> Vec<(String, GgmlType)> {
+            plan_tensors(&md, &tensors, ftype, opts)
+                .unwrap()
+                .tensors
+                .into_iter()
+                .map(|t| (t.name, t.to))
+                .collect()
+        };
+        let mix = types(&Options::default());
+        let want = |name: &str, t: GgmlType| assert!(mix.contains(&(name.into(), t)), "{mix:?}");
+        use GgmlType as T;
+        want("token_embd.weight", T::Q8_0);
+        want("output.weight", T::Q8_0);
+        want("blk.0.attn_norm.weight", T::F32);
+        want("blk.0.attn_q.weight", T::Q8_0);
+        want("blk.0.ffn_gate_inp.weight", T::F32);
+        want("blk.0.ffn_up_exps.weight", T::MXFP4);
+        want("blk.0.ffn_down_exps.weight", T::MXFP4);
+        let pure = types(&Options {
+            pure: true,
+            ..Options::default()
+        });
+        assert!(
+            pure.contains(&("blk.0.attn_q.weight".into(), T::MXFP4)),
+            "{pure:?}"
+        );
+        assert!(
+            pure.contains(&("output.weight".into(), T::MXFP4)),
+            "{pure:?}"
+        );
     }
 
     #[test]

@@ -35,6 +35,8 @@ struct Args {
     tiling: Option<Tiling>,
     order: SumOrder,
     types: Vec<GgmlType>,
+    /// Whether `--types` was given (the row-dot benchmarks then take only those types).
+    types_given: bool,
     disasm: Option<MatmulSpec>,
 }
 
@@ -52,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
             GgmlType::F16,
         ],
         disasm: None,
+        types_given: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -92,7 +95,8 @@ fn parse_args() -> Result<Args, String> {
                 a.types = val()?
                     .split(',')
                     .map(|s| GgmlType::from_name(s).ok_or_else(|| format!("unknown type {s}")))
-                    .collect::<Result<_, _>>()?
+                    .collect::<Result<_, _>>()?;
+                a.types_given = true;
             }
             "--disasm" => {
                 let v = val()?;
@@ -288,6 +292,7 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
         .iter()
         .copied()
         .filter(|&t| codegen_cpu::rows::supports(t))
+        .filter(|t| !a.types_given || a.types.contains(t))
     {
         // FFN-down-like rows, 64 copies (> L3) cycled so every call reads from DRAM.
         let (k, m, copies) = (N_FF.next_multiple_of(256), N_EMBD, 64);
@@ -296,9 +301,11 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
         };
         let ws: Vec<Vec<u8>> = (0..copies)
             .map(|_| {
-                (0..kern.weight_bytes())
+                let mut w: Vec<u8> = (0..kern.weight_bytes())
                     .map(|_| rng.next() as u8 & 0x3f)
-                    .collect()
+                    .collect();
+                moderate_exponents(t, &mut w);
+                w
             })
             .collect();
         let mut act = vec![0u8; kern.act_bytes()];
@@ -335,6 +342,22 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
     }
 }
 
+/// Sets the E8M0 scale bytes of `t`'s blocks in `w` (MXFP4's `e`) to 120..128, a scale of
+/// 2^-8 .. 1 as in real weights: the masked random bytes would make the scales subnormal
+/// floats, which run far slower.
+fn moderate_exponents(t: GgmlType, w: &mut [u8]) {
+    let Some(f) = ir::ggml::block_format(t) else {
+        return;
+    };
+    for field in f.fields {
+        if field.kind == ir::ggml::FieldKind::E8M0Scale {
+            for (i, blk) in w.chunks_exact_mut(f.type_size).enumerate() {
+                blk[field.offset] = 120 + (i % 8) as u8;
+            }
+        }
+    }
+}
+
 /// The row-dot kernels at a prompt shape: one FFN-down-like weight (hot after the first
 /// call), 64 tokens, as a plan's chunk computes them; GMAC/s of multiply-adds.
 fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
@@ -347,13 +370,15 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
         .iter()
         .copied()
         .filter(|&t| codegen_cpu::rows::supports(t))
+        .filter(|t| !a.types_given || a.types.contains(t))
     {
         let Ok(kern) = RowsMatmul::new(t, k, m, n) else {
             continue;
         };
-        let w: Vec<u8> = (0..kern.weight_bytes())
+        let mut w: Vec<u8> = (0..kern.weight_bytes())
             .map(|_| rng.next() as u8 & 0x3f)
             .collect();
+        moderate_exponents(t, &mut w);
         let mut act = vec![0u8; kern.act_bytes()];
         if let Err(e) = kern.prepare(&bench_activations(k, n), &mut act) {
             panic!("prepare: {e}");

@@ -209,13 +209,15 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             SumOrder::Block => RowDot::for_weight_block(t),
             SumOrder::Ggml => None,
         };
-        let dot = block.or_else(|| RowDot::for_weight(t, w.shape.ne)).ok_or_else(|| {
-            format!(
-                "weight {} is {}: no CPU matmul kernel for this type yet",
-                w.name,
-                t.name()
-            )
-        })?;
+        let dot = block
+            .or_else(|| RowDot::for_weight(t, w.shape.ne))
+            .ok_or_else(|| {
+                format!(
+                    "weight {} is {}: no CPU matmul kernel for this type yet",
+                    w.name,
+                    t.name()
+                )
+            })?;
         if w.shape.ne[2] != 1 || w.shape.ne[3] != 1 {
             return Err(format!("weight {} {} is not a matrix", w.name, w.shape));
         }

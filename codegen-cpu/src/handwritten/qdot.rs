@@ -5,7 +5,7 @@
 //! without AVX2, takes the plain lane-faithful routine of `ir::ggml::vec_dot_avx2`, which the
 //! tests compare these with.
 //!
-//! Routines: Q5_0, Q8_0 and IQ4_NL (× Q8_0), Q4_1 and Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K,
+//! Routines: Q5_0, Q8_0, IQ4_NL and MXFP4 (× Q8_0), Q4_1 and Q5_1 (× Q8_1), Q2_K, Q3_K, Q4_K, Q5_K,
 //! Q6_K, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M
 //! (× Q8_K). They need AVX2, FMA and F16C (what `super::has_avx2` checks).
 //!
@@ -106,6 +106,7 @@ pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
         GgmlType::IQ2_S => Some(x86::iq2_s_q8_k),
         GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
         GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
+        GgmlType::MXFP4 => Some(x86::mxfp4_q8_0),
         _ => None,
     });
     #[cfg(not(target_arch = "x86_64"))]
@@ -217,10 +218,11 @@ pub(super) mod x86 {
 
     use super::Q8_K_BYTES;
     use ir::ggml::cpu_math::hsum8;
+    use ir::ggml::grids::KVALUES_MXFP4;
     use ir::ggml::grids::{
         IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
     };
-    use ir::ggml::{f16_to_f32, KVALUES_IQ4NL};
+    use ir::ggml::{e8m0_to_f32_half, f16_to_f32, KVALUES_IQ4NL};
 
     /// Bytes of a `block_q6_K`: `ql[128]`, `qh[64]`, `scales[16]` (i8), f16 `d`.
     const Q6_K_BYTES: usize = 128 + 64 + 16 + 2;
@@ -918,7 +920,10 @@ pub(super) mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines and their callers in this crate
     /// (the host has those features); `bits` valid for 4 bytes, `nibbles` for 16.
     #[inline(always)]
-    pub(in crate::handwritten) unsafe fn q5_unsigned(bits: *const u8, nibbles: *const u8) -> __m256i {
+    pub(in crate::handwritten) unsafe fn q5_unsigned(
+        bits: *const u8,
+        nibbles: *const u8,
+    ) -> __m256i {
         let set = bytes_from_bits(u32_at(bits));
         _mm256_or_si256(
             nibbles32(nibbles),
@@ -1092,15 +1097,15 @@ pub(super) mod x86 {
     tile_routines!(avx2, Avx2, "avx2,fma,f16c");
     tile_routines!(vnni, Vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
 
-    /// The 8 i32 lanes of one IQ4_NL block with one Q8_0 block: table values times the Q8_0
-    /// bytes by the sign trick, i16 pairs added.
+    /// The 8 i32 lanes of one IQ4_NL / MXFP4 block with one Q8_0 block: table values (of the
+    /// nibbles at `x + qs`) times the Q8_0 bytes by the sign trick, i16 pairs added.
     ///
     /// # Safety
     /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `x`
-    /// a whole IQ4_NL block, `y` a whole Q8_0 block.
+    /// a whole block with `qs[16]` at `x + qs`, `y` a whole Q8_0 block.
     #[inline(always)]
-    unsafe fn iq4_nl_lanes(table: __m256i, x: *const u8, y: *const u8) -> __m256i {
-        let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(2)));
+    unsafe fn lut4_lanes(table: __m256i, x: *const u8, qs: usize, y: *const u8) -> __m256i {
+        let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(qs)));
         pairs(maddubs_signed(qx, load32(y.add(2))))
     }
 
@@ -1114,19 +1119,87 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C; `w` whole IQ4_NL blocks, `a` as many Q8_0 blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn iq4_nl_q8_0(w: &[u8], a: &[u8]) -> f32 {
-        let nb = (w.len() / IQ4_NL_BYTES).min(a.len() / Q8_0_BYTES);
-        let table = iq4_table();
+        lut4_q8_0(
+            w,
+            a,
+            (IQ4_NL_BYTES, 2),
+            iq4_table(),
+            |x1, y1, x2, y2| f16_products(x1, y1, x2, y2),
+            |x, y| f16x2_product(y, x),
+        )
+    }
+
+    /// Bytes of a `block_mxfp4`: E8M0 `e`, `qs[16]`.
+    const MXFP4_BYTES: usize = 1 + 16;
+
+    /// The MXFP4 table (`kvalues_mxfp4`) in both 128-bit halves.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn mxfp4_table() -> __m256i {
+        let t = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
+        _mm256_set_m128i(t, t)
+    }
+
+    /// The scales `d_y · 2^(e - 128)` of two MXFP4 blocks `x1`, `x2` with their Q8_0 blocks
+    /// `y1`, `y2`, in lanes 0 and 2 (one rounding each, as ggml's `fp16 · e8m0_half`).
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `x1`,
+    /// `x2` valid for 1 byte, `y1`, `y2` for 2 bytes of reads.
+    #[inline(always)]
+    unsafe fn mxfp4_scales(x1: *const u8, y1: *const u8, x2: *const u8, y2: *const u8) -> __m128 {
+        let h = |p: *const u8| std::ptr::read_unaligned(p as *const u16) as u64;
+        let dy = _mm_cvtph_ps(_mm_cvtsi64_si128((h(y1) | h(y2) << 32) as i64));
+        let dx = _mm_setr_ps(e8m0_to_f32_half(*x1), 0.0, e8m0_to_f32_half(*x2), 0.0);
+        _mm_mul_ps(dy, dx)
+    }
+
+    /// `ggml_vec_dot_mxfp4_q8_0` (AVX2, one activation column): [`iq4_nl_q8_0`]'s order,
+    /// with `kvalues_mxfp4` and `d_x = 2^(e - 128)` (`GGML_CPU_E8M0_TO_FP32_HALF`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` whole MXFP4 blocks, `a` as many Q8_0 blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mxfp4_q8_0(w: &[u8], a: &[u8]) -> f32 {
+        lut4_q8_0(
+            w,
+            a,
+            (MXFP4_BYTES, 1),
+            mxfp4_table(),
+            |x1, y1, x2, y2| mxfp4_scales(x1, y1, x2, y2),
+            |x, y| f16_at(y) * e8m0_to_f32_half(*x),
+        )
+    }
+
+    /// The even/odd-block order of [`iq4_nl_q8_0`] for blocks of `bytes` bytes with
+    /// `qs[16]` at `qs`, nibbles mapped by `table`; `scales2` gives two blocks' `d_y·d_x` in
+    /// lanes 0 and 2, `scale1` one block's.
+    ///
+    /// # Safety
+    /// Only from this module's `avx2,fma,f16c` routines (the host has those features).
+    #[inline(always)]
+    unsafe fn lut4_q8_0(
+        w: &[u8],
+        a: &[u8],
+        (bytes, qs): (usize, usize),
+        table: __m256i,
+        scales2: impl Fn(*const u8, *const u8, *const u8, *const u8) -> __m128,
+        scale1: impl Fn(*const u8, *const u8) -> f32,
+    ) -> f32 {
+        let nb = (w.len() / bytes).min(a.len() / Q8_0_BYTES);
         let mut acc1 = _mm256_setzero_ps();
         let mut acc2 = _mm256_setzero_ps();
         let mut b = 0;
         while b + 1 < nb {
-            let x1 = w.as_ptr().add(b * IQ4_NL_BYTES);
+            let x1 = w.as_ptr().add(b * bytes);
             let y1 = a.as_ptr().add(b * Q8_0_BYTES);
-            let x2 = x1.add(IQ4_NL_BYTES);
+            let x2 = x1.add(bytes);
             let y2 = y1.add(Q8_0_BYTES);
-            let l1 = iq4_nl_lanes(table, x1, y1);
-            let l2 = iq4_nl_lanes(table, x2, y2);
-            let d = f16_products(x1, y1, x2, y2);
+            let l1 = lut4_lanes(table, x1, qs, y1);
+            let l2 = lut4_lanes(table, x2, qs, y2);
+            let d = scales2(x1, y1, x2, y2);
             let d1 = _mm256_broadcastss_ps(d);
             let d2 = _mm256_broadcastss_ps(_mm_movehl_ps(d, d));
             acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(l1), acc1);
@@ -1135,9 +1208,9 @@ pub(super) mod x86 {
         }
         let mut sum = hsum(_mm256_add_ps(acc1, acc2));
         if b < nb {
-            let x = w.as_ptr().add(b * IQ4_NL_BYTES);
+            let x = w.as_ptr().add(b * bytes);
             let y = a.as_ptr().add(b * Q8_0_BYTES);
-            let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(2)));
+            let qx = _mm256_shuffle_epi8(table, nibbles32(x.add(qs)));
             let qy = load32(y.add(2));
             // Exact signed products: widen to i16 and multiply-add pairs.
             let lo = _mm256_madd_epi16(
@@ -1151,7 +1224,7 @@ pub(super) mod x86 {
             let mut l = [0i32; 8];
             _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, _mm256_add_epi32(lo, hi));
             let isum = l.iter().fold(0i32, |s, &v| s.wrapping_add(v));
-            sum = f16x2_product(y, x).mul_add(isum as f32, sum);
+            sum = scale1(x, y).mul_add(isum as f32, sum);
         }
         sum
     }
@@ -2026,7 +2099,7 @@ mod tests {
 
     /// Every type with a routine, with the byte offsets of its f16 scale fields (`d`, and
     /// `m` / `dmin` where it has one).
-    const TYPES: [(GgmlType, &[usize]); 20] = [
+    const TYPES: [(GgmlType, &[usize]); 21] = [
         (GgmlType::Q5_0, &[0]),
         (GgmlType::Q4_1, &[0, 2]),
         (GgmlType::Q8_0, &[0]),
@@ -2047,6 +2120,7 @@ mod tests {
         (GgmlType::IQ2_S, &[0]),
         (GgmlType::IQ1_S, &[0]),
         (GgmlType::IQ1_M, &[]),
+        (GgmlType::MXFP4, &[]),
     ];
 
     /// Random whole blocks of `t` with finite, moderate f16 scales at the offsets listed.
@@ -2072,6 +2146,12 @@ mod tests {
                 };
                 let v = half::f16::from_f32(sign * ((rng(seed) % 1000) as f32 / 20000.0 + 1e-3));
                 row[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        if t == GgmlType::MXFP4 {
+            // E8M0 exponents for scales 2^-10 .. 2 (random bytes reach 2^127).
+            for blk in row.chunks_exact_mut(t.type_size()) {
+                blk[0] = 118 + (rng(seed) % 12) as u8;
             }
         }
         if t == GgmlType::IQ1_M {

@@ -1,11 +1,11 @@
 //! Dot products in the order of llama.cpp's *repacked* x86 kernels, for the weights its AVX2
-//! build interleaves at load time (Q4_0, IQ4_NL, Q4_K with `ne[1] % 8 == 0`:
+//! build interleaves at load time (Q4_0, IQ4_NL, MXFP4, Q4_K with `ne[1] % 8 == 0`:
 //! `ir::ggml::repacked_by_llama_cpp`). Those kernels (`ggml_gemv_*_8x8_*` /
 //! `ggml_gemm_*_8x8_*`, ggml-cpu/arch/x86/repack.cpp) add each block's exact integer sum
 //! into one f32 accumulator per output instead of the eight lanes of `ggml_vec_dot_*`:
 //!
-//! - Q4_0 / IQ4_NL × Q8_0 (gemv and gemm alike): `acc = fma(isum_b, dx_b · dy_b, acc)` over
-//!   the 32-value blocks `b`;
+//! - Q4_0 / IQ4_NL / MXFP4 × Q8_0 (gemv and gemm alike): `acc = fma(isum_b, dx_b · dy_b,
+//!   acc)` over the 32-value blocks `b` (MXFP4's `dx_b = 2^(e - 128)`);
 //! - Q4_K × Q8_K: per super-block, gemv: `acc = fma(Σ_j sc_j·isum_j, d·dy, acc)` and
 //!   `acc_min = fma(Σ_j m_j·bsum_j, dmin·dy, acc_min)` over its 8 sub-blocks `j`; gemm: the
 //!   same with one fma per pair of sub-blocks; the result `acc - acc_min`.
@@ -33,6 +33,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0),
             GgmlType::IQ4_NL => Some(x86::iq4_nl),
+            GgmlType::MXFP4 => Some(x86::mxfp4),
             GgmlType::Q4_K => Some(x86::q4_k),
             _ => None,
         };
@@ -43,7 +44,8 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
 
 /// Eight rows at once in the same order (each lane one row's chain of fused multiply-adds,
 /// as llama.cpp's interleaved kernels keep them): `out[i]` is what [`RepackDotFn`] gives for
-/// row `i` and the gemv kernel. Q4_0 and IQ4_NL only (their gemm and gemv orders agree).
+/// row `i` and the gemv kernel. Q4_0, IQ4_NL and MXFP4 only (their gemm and gemv orders
+/// agree).
 ///
 /// # Safety
 /// As [`RepackDotFn`], for each of the eight rows.
@@ -56,6 +58,7 @@ pub(crate) fn dot8_fn(wtype: GgmlType) -> Option<RepackDot8Fn> {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8),
+            GgmlType::MXFP4 => Some(x86::mxfp4_x8),
             _ => None,
         };
     }
@@ -100,7 +103,7 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
 
 /// Eight rows × four columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
 /// column `a[c]` (llama.cpp's gemm tile: each weight block is unpacked once for the four
-/// columns). Q4_0 and IQ4_NL only.
+/// columns). Q4_0, IQ4_NL and MXFP4 only.
 ///
 /// # Safety
 /// As [`RepackDot8Fn`], for each column.
@@ -113,6 +116,7 @@ pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8x4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x4),
+            GgmlType::MXFP4 => Some(x86::mxfp4_x8x4),
             _ => None,
         };
     }
@@ -180,7 +184,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::qdot::x86::{f16_at, nibbles32 as nibbles, q5_unsigned};
-    use ir::ggml::{scale_min_k4, RepackKernel, KVALUES_IQ4NL};
+    use ir::ggml::grids::KVALUES_MXFP4;
+    use ir::ggml::{e8m0_to_f32_half, scale_min_k4, RepackKernel, KVALUES_IQ4NL};
 
     /// Σ of the 8 i32 lanes.
     #[inline(always)]
@@ -198,19 +203,84 @@ mod x86 {
         hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
     }
 
-    /// Q4_0 / IQ4_NL (18-byte blocks) × Q8_0 (34-byte blocks): one accumulator,
+    /// A 32-value weight block with one scale and 4-bit codes: its bytes, where `qs[16]`
+    /// starts, and its scale as f32 from the block's address (a generic parameter, not a
+    /// function pointer, so that it inlines into the routines' target features).
+    trait B32 {
+        /// Bytes of a block.
+        const BYTES: usize;
+        /// Offset of `qs[16]` in the block.
+        const QS: usize;
+        /// The block's scale `dx`.
+        ///
+        /// # Safety
+        /// Only from this module's `avx2,fma,f16c` routines; `x` a whole block.
+        unsafe fn dx(x: *const u8) -> f32;
+
+        /// The scales of eight blocks given by the first two bytes of each (little-endian
+        /// in `raw[i]`; the scale field and what follows it), lane `i` for block `i`: the
+        /// same values as [`B32::dx`].
+        ///
+        /// # Safety
+        /// Only from this module's `avx2,fma,f16c` routines.
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256;
+    }
+
+    /// `block_q4_0` / `block_iq4_nl`: f16 `d`, `qs[16]`.
+    struct F16B32;
+    impl B32 for F16B32 {
+        const BYTES: usize = 18;
+        const QS: usize = 2;
+        #[inline(always)]
+        unsafe fn dx(x: *const u8) -> f32 {
+            f16_at(x)
+        }
+        #[inline(always)]
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256 {
+            // f16 → f32 by F16C: exact, as the scalar conversion.
+            _mm256_cvtph_ps(_mm_loadu_si128(raw.as_ptr() as *const __m128i))
+        }
+    }
+
+    /// `block_mxfp4`: E8M0 `e` (`2^(e - 128)`, ggml's `GGML_CPU_E8M0_TO_FP32_HALF`),
+    /// `qs[16]`.
+    struct Mxfp4B32;
+    impl B32 for Mxfp4B32 {
+        const BYTES: usize = 17;
+        const QS: usize = 1;
+        #[inline(always)]
+        unsafe fn dx(x: *const u8) -> f32 {
+            e8m0_to_f32_half(*x)
+        }
+        #[inline(always)]
+        unsafe fn dx8(raw: &[u16; 8]) -> __m256 {
+            // `e8m0_to_f32_half` in eight lanes: bits `0x00200000 << e` for e < 2 (the
+            // subnormals), else `(e - 1) << 23`; the high byte of each u16 is not the
+            // block's and is masked off.
+            let e = _mm256_and_si256(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(raw.as_ptr() as *const __m128i)),
+                _mm256_set1_epi32(0xff),
+            );
+            let normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+            let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+        }
+    }
+
+    /// Q4_0 / IQ4_NL / MXFP4 blocks × Q8_0 (34-byte blocks): one accumulator,
     /// `acc = fma(isum_b, dx·dy, acc)`; `map` turns nibbles into values.
     #[inline(always)]
-    unsafe fn b32(w: &[u8], a: &[u8], map: impl Fn(__m256i) -> __m256i) -> f32 {
-        let nb = (w.len() / 18).min(a.len() / 34);
+    unsafe fn b32<F: B32>(w: &[u8], a: &[u8], map: impl Fn(__m256i) -> __m256i) -> f32 {
+        let nb = (w.len() / F::BYTES).min(a.len() / 34);
         let mut acc = 0f32;
         for b in 0..nb {
-            let x = w.as_ptr().add(18 * b);
+            let x = w.as_ptr().add(F::BYTES * b);
             let y = a.as_ptr().add(34 * b);
-            let qx = map(nibbles(x.add(2)));
+            let qx = map(nibbles(x.add(F::QS)));
             let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
             let isum = isum_i8(qx, qy);
-            acc = (isum as f32).mul_add(f16_at(x) * f16_at(y), acc);
+            acc = (isum as f32).mul_add(F::dx(x) * f16_at(y), acc);
         }
         acc
     }
@@ -233,12 +303,12 @@ mod x86 {
     /// [`b32`] for eight rows and `C` columns: lane `i` of column `c`'s accumulator is row
     /// `i`'s chain with that column; each weight block is unpacked once for the `C` columns.
     #[inline(always)]
-    unsafe fn b32_x8<const C: usize>(
+    unsafe fn b32_x8<F: B32, const C: usize>(
         w: &[&[u8]; 8],
         a: &[&[u8]; C],
         map: impl Fn(__m256i) -> __m256i,
     ) -> [[f32; 8]; C] {
-        let rows = w.iter().map(|r| r.len() / 18).min().unwrap_or(0);
+        let rows = w.iter().map(|r| r.len() / F::BYTES).min().unwrap_or(0);
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 34));
         let mut acc = [_mm256_setzero_ps(); C];
         let ones = _mm256_set1_epi16(1);
@@ -247,20 +317,19 @@ mod x86 {
             let mut ax = [_mm256_setzero_si256(); 8];
             let mut dx = [0u16; 8];
             for (i, row) in w.iter().enumerate() {
-                let x = row.as_ptr().add(18 * b);
+                let x = row.as_ptr().add(F::BYTES * b);
                 // The same bytes of the next eight rows (the caller's next call, when rows
                 // are contiguous as in a tensor): eight short rows read side by side are
                 // eight streams too short for the hardware prefetcher to pick up. A
                 // prefetch never faults, so the address may lie past the tensor.
-                if (18 * b) % 64 < 18 {
+                if (F::BYTES * b) % 64 < F::BYTES {
                     _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(8 * row.len()) as *const i8);
                 }
-                qx[i] = map(nibbles(x.add(2)));
+                qx[i] = map(nibbles(x.add(F::QS)));
                 ax[i] = _mm256_sign_epi8(qx[i], qx[i]);
-                dx[i] = u16::from_le_bytes([*x, *x.add(1)]);
+                dx[i] = std::ptr::read_unaligned(x as *const u16);
             }
-            // f16 → f32 by F16C: exact, as the scalar conversion.
-            let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx.as_ptr() as *const __m128i));
+            let dx = F::dx8(&dx);
             for c in 0..C {
                 let y = a[c].as_ptr().add(34 * b);
                 let qy = _mm256_loadu_si256(y.add(2) as *const __m256i);
@@ -585,7 +654,7 @@ mod x86 {
     /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_0_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
-        b32_x8(w, &[a], |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))[0]
+        b32_x8::<F16B32, 1>(w, &[a], |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))[0]
     }
 
     /// Q4_0, eight rows × four columns ([`super::RepackDot8x4Fn`]).
@@ -594,7 +663,7 @@ mod x86 {
     /// AVX2, FMA and F16C; eight whole rows and four activation rows of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_0_x8x4(w: &[&[u8]; 8], a: &[&[u8]; 4]) -> [[f32; 8]; 4] {
-        b32_x8(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
+        b32_x8::<F16B32, 4>(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
     }
 
     /// IQ4_NL, eight rows ([`super::RepackDot8Fn`]).
@@ -605,7 +674,7 @@ mod x86 {
     pub(super) unsafe fn iq4_nl_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
-        b32_x8(w, &[a], |q| _mm256_shuffle_epi8(table, q))[0]
+        b32_x8::<F16B32, 1>(w, &[a], |q| _mm256_shuffle_epi8(table, q))[0]
     }
 
     /// IQ4_NL, eight rows × four columns ([`super::RepackDot8x4Fn`]).
@@ -616,7 +685,7 @@ mod x86 {
     pub(super) unsafe fn iq4_nl_x8x4(w: &[&[u8]; 8], a: &[&[u8]; 4]) -> [[f32; 8]; 4] {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
-        b32_x8(w, a, |q| _mm256_shuffle_epi8(table, q))
+        b32_x8::<F16B32, 4>(w, a, |q| _mm256_shuffle_epi8(table, q))
     }
 
     /// Q4_0 in the repacked kernels' order (values `q - 8`).
@@ -625,7 +694,7 @@ mod x86 {
     /// AVX2, FMA and F16C; whole rows of equal length.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q4_0(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
-        b32(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
+        b32::<F16B32>(w, a, |q| _mm256_sub_epi8(q, _mm256_set1_epi8(8)))
     }
 
     /// IQ4_NL in the repacked kernels' order (values `kvalues_iq4nl[q]`).
@@ -636,7 +705,45 @@ mod x86 {
     pub(super) unsafe fn iq4_nl(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
-        b32(w, a, |q| _mm256_shuffle_epi8(table, q))
+        b32::<F16B32>(w, a, |q| _mm256_shuffle_epi8(table, q))
+    }
+
+    /// The MXFP4 table (`kvalues_mxfp4`) in both 128-bit halves.
+    #[inline(always)]
+    unsafe fn mxfp4_table() -> __m256i {
+        let t = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
+        _mm256_set_m128i(t, t)
+    }
+
+    /// MXFP4 in the repacked kernels' order (`ggml_gemv_mxfp4_8x8_q8_0` /
+    /// `ggml_gemm_mxfp4_8x8_q8_0`: values `kvalues_mxfp4[q]`, `dx = 2^(e - 128)`).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mxfp4(w: &[u8], a: &[u8], _k: RepackKernel) -> f32 {
+        let table = mxfp4_table();
+        b32::<Mxfp4B32>(w, a, |q| _mm256_shuffle_epi8(table, q))
+    }
+
+    /// MXFP4, eight rows ([`super::RepackDot8Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and one activation row of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mxfp4_x8(w: &[&[u8]; 8], a: &[u8]) -> [f32; 8] {
+        let table = mxfp4_table();
+        b32_x8::<Mxfp4B32, 1>(w, &[a], |q| _mm256_shuffle_epi8(table, q))[0]
+    }
+
+    /// MXFP4, eight rows × four columns ([`super::RepackDot8x4Fn`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; eight whole rows and four activation rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mxfp4_x8x4(w: &[&[u8]; 8], a: &[&[u8]; 4]) -> [[f32; 8]; 4] {
+        let table = mxfp4_table();
+        b32_x8::<Mxfp4B32, 4>(w, a, |q| _mm256_shuffle_epi8(table, q))
     }
 
     /// Q4_K (144-byte blocks) × Q8_K (292-byte blocks) in the gemv or gemm order (module
@@ -891,7 +998,12 @@ mod tests {
     #[test]
     fn block_order_tiles_match_the_scalar_dot() {
         let mut seed = 0x0b10_c0de_u64;
-        for t in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
+        for t in [
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
             let Some(f) = block_dot8x8_fn(t) else {
                 eprintln!("no block-order tile for {t} on this host");
                 continue;
@@ -965,6 +1077,17 @@ mod tests {
         *s
     }
 
+    /// An MXFP4 E8M0 exponent for a scale of 2^-10 .. 2 (random bytes reach 2^127), one in
+    /// eight 0..4 (the subnormal scales 2^-128, 2^-127 and their neighbours).
+    fn e8m0_scale(seed: &mut u64) -> u8 {
+        let r = rng(seed);
+        if r.is_multiple_of(8) {
+            (r >> 8) as u8 % 4
+        } else {
+            118 + (r >> 8) as u8 % 12
+        }
+    }
+
     /// The AVX2 routines equal `ir::ggml::RepackedRow::dot` bit for bit, both kernels.
     #[test]
     fn routines_match_the_reference() {
@@ -974,6 +1097,7 @@ mod tests {
             (GgmlType::Q4_0, &[0usize][..]),
             (GgmlType::IQ4_NL, &[0][..]),
             (GgmlType::Q4_K, &[0, 2][..]),
+            (GgmlType::MXFP4, &[][..]),
         ] {
             let Some(f) = dot_fn(t) else {
                 eprintln!("no AVX2 routine for {} on this host", t.name());
@@ -992,6 +1116,9 @@ mod tests {
                                 (rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3,
                             );
                             w[b * t.type_size() + o..][..2].copy_from_slice(&v.to_le_bytes());
+                        }
+                        if t == GgmlType::MXFP4 {
+                            w[b * t.type_size()] = e8m0_scale(&mut seed);
                         }
                     }
                     let x: Vec<f32> = (0..n)
@@ -1043,13 +1170,25 @@ mod tests {
     #[test]
     fn four_column_routines_match_the_reference() {
         let mut seed = 0x0fed_cba9_8765_4321u64;
-        for t in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
+        for t in [
+            GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
+            GgmlType::Q4_K,
+            GgmlType::MXFP4,
+        ] {
             let (ts, n) = (t.type_size(), 3 * 256);
             let nb = n / t.block_size();
             for _ in 0..20 {
                 let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
                 for b in 0..8 * nb {
-                    let offsets: &[usize] = if t == GgmlType::Q4_K { &[0, 2] } else { &[0] };
+                    let offsets: &[usize] = match t {
+                        GgmlType::Q4_K => &[0, 2],
+                        GgmlType::MXFP4 => {
+                            w[b * ts] = e8m0_scale(&mut seed);
+                            &[]
+                        }
+                        _ => &[0],
+                    };
                     for &o in offsets {
                         let v =
                             half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 + 1e-3);

@@ -8,9 +8,10 @@
 //! order, e.g. Q4_K computes `d1 = d * sc` and `m1 = dmin * m` first, then `d1 * q - m1`.
 
 use super::error::{check_lengths, BlockDataError};
-use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
+use super::fp::{bf16_to_f32, e8m0_to_f32_half, f16_at, f32_at, u16_at};
 use super::grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    KVALUES_MXFP4,
 };
 use super::layouts::KVALUES_IQ4NL;
 use super::{GgmlType, QK_K};
@@ -22,7 +23,7 @@ use super::{GgmlType, QK_K};
 /// value `b * block_size + i` being value `i` of block `b`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M. (ggml itself has no `to_float` for Q8_1; here
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, MXFP4. (ggml itself has no `to_float` for Q8_1; here
 /// it is `d * q`.)
 ///
 /// # Errors
@@ -74,6 +75,7 @@ pub fn dequantize(t: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), BlockD
         GgmlType::IQ1_M => blocks.zip(outs).for_each(|(b, y)| iq1_m(b, y)),
         GgmlType::IQ3_S => blocks.zip(outs).for_each(|(b, y)| iq3_s(b, y)),
         GgmlType::TQ2_0 => blocks.zip(outs).for_each(|(b, y)| tq2_0(b, y)),
+        GgmlType::MXFP4 => blocks.zip(outs).for_each(|(b, y)| mxfp4(b, y)),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "dequantize",
@@ -299,6 +301,16 @@ fn iq4_nl(b: &[u8], y: &mut [f32]) {
     for (j, &q) in b[2..18].iter().enumerate() {
         y[j] = d * KVALUES_IQ4NL[(q & 0x0f) as usize] as f32;
         y[j + 16] = d * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+    }
+}
+
+/// MXFP4 (`dequantize_row_mxfp4`): `e` (E8M0) @0, `qs[16]` @1, nibbles as IQ4_NL's.
+/// `y = kvalues_mxfp4[nibble] * 2^(e - 128)` (the table value as f32 times the scale).
+fn mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0_to_f32_half(b[0]);
+    for (j, &q) in b[1..17].iter().enumerate() {
+        y[j] = KVALUES_MXFP4[(q & 0x0f) as usize] as f32 * d;
+        y[j + 16] = KVALUES_MXFP4[(q >> 4) as usize] as f32 * d;
     }
 }
 

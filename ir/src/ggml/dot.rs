@@ -8,10 +8,11 @@
 //! branches of `ggml_vec_dot_f32/f16/bf16` in ggml-cpu/vec.cpp), including its accumulation
 //! order:
 //!
-//! - Q4_0, Q5_0, Q8_0, IQ4_NL (with Q8_0) and Q4_1, Q5_1 (with Q8_1): an exact i32 sum per
+//! - Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 (with Q8_0) and Q4_1, Q5_1 (with Q8_1): an exact i32 sum per
 //!   32-value block, scaled in f32 and added to one f32 running sum, block after block:
 //!   Q4_0 `sum += (sumi * dx) * dy`; Q5_0 `sum += (dx * dy) * sumi`; Q8_0
-//!   `sum += sumi * (dx * dy)`; IQ4_NL `sum += (dy * dx) * sumi`; Q4_1 / Q5_1
+//!   `sum += sumi * (dx * dy)`; IQ4_NL and MXFP4 `sum += (dy * dx) * sumi` (MXFP4's `dx`
+//!   the block's `2^(e - 128)`); Q4_1 / Q5_1
 //!   `sum += (dx * dy) * sumi + mx * sy`.
 //! - Q2_K: per super-block `sum += dall * isum - dmin * summs` (exact i32 sums).
 //! - Q3_K, Q4_K, Q5_K, Q6_K: eight f32 lanes; lane `l` accumulates `(dx * dy) * isum_l`,
@@ -36,7 +37,8 @@
 
 use super::dot_x86;
 use super::error::{check_lengths, BlockDataError};
-use super::fp::{bf16_to_f32, f16_at, f32_at, u16_at};
+use super::fp::{bf16_to_f32, e8m0_to_f32_half, f16_at, f32_at, u16_at};
+use super::grids::KVALUES_MXFP4;
 use super::layouts::KVALUES_IQ4NL;
 use super::quant::{quantize, Q8Flavor};
 use super::{GgmlType, QK_K};
@@ -45,7 +47,7 @@ use super::{GgmlType, QK_K};
 /// weights of type `t` (`vec_dot_type` in ggml-cpu's type traits), or `None` if `t` has no
 /// CPU dot product here.
 ///
-/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
+/// Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K … Q6_K, IQ4_XS, TQ1_0, TQ2_0,
 /// IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M → Q8_K; F32 → F32; F16 → F16; BF16 → BF16 (ggml-cpu.c's `type_traits_cpu`).
 pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
@@ -53,7 +55,7 @@ pub fn vec_dot_type(t: GgmlType) -> Option<GgmlType> {
         F32 => F32,
         F16 => F16,
         BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS | TQ1_0 | TQ2_0 | IQ3_XXS | IQ3_S | IQ2_XXS
         | IQ2_XS | IQ2_S | IQ1_S | IQ1_M => Q8_K,
@@ -106,6 +108,7 @@ pub fn vec_dot(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32, Blo
         GgmlType::IQ2_S => iq2_s_q8_k(w, a),
         GgmlType::IQ1_S => iq1_s_q8_k(w, a),
         GgmlType::IQ1_M => iq1_m_q8_k(w, a),
+        GgmlType::MXFP4 => mxfp4_q8_0(w, a),
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "vec_dot",
@@ -173,7 +176,7 @@ pub fn vec_dot_f32(
 
 /// The dot product of one weight row with one activation row as llama.cpp's x86 AVX2 kernels
 /// compute it: `ggml_vec_dot_<type>_q8_<0|1|K>` in ggml-cpu/arch/x86/quants.c, `__AVX2__`
-/// branch (FMA, no AVX-512), for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K,
+/// branch (FMA, no AVX-512), for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
 /// Q5_K, Q6_K and IQ4_XS weights; the interpreter's `avx2_order` for a product with one
 /// activation column ([`vec_dot_avx2_mul_mat`] for any number).
 ///
@@ -264,8 +267,9 @@ pub fn vec_dot_avx2(wtype: GgmlType, w_row: &[u8], act_row: &[u8]) -> Result<f32
 /// tinyBLAS accumulates every block into one set of eight lanes, `fma(dx * dy, isum_l, acc_l)`,
 /// then sums them as `hsum_float_8`: the same numbers as `vec_dot` for Q4_0, Q8_0 and Q5_0;
 /// for IQ4_NL, whose `vec_dot` keeps even and odd blocks apart, other numbers. Weights
-/// llama.cpp repacks (Q4_0, Q4_K, IQ4_NL with rows a multiple of 8, see ggml-cpu/repack.cpp)
-/// run other kernels, not reproduced here.
+/// llama.cpp repacks (Q4_0, Q4_K, IQ4_NL, MXFP4 with rows a multiple of 8, see
+/// ggml-cpu/repack.cpp) run other kernels: [`super::RepackedRow`]. MXFP4 weights that are
+/// not repacked always take `vec_dot` (neither tinyBLAS nor the tiled kernel has MXFP4).
 ///
 /// # Errors
 /// As [`vec_dot_avx2`].
@@ -365,6 +369,7 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ2_S => dot_x86::iq2_s_q8_k,
         GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
         GgmlType::IQ1_M => dot_x86::iq1_m_q8_k,
+        GgmlType::MXFP4 => dot_x86::mxfp4_q8_0,
         _ => return None,
     })
 }
@@ -496,6 +501,24 @@ fn iq4_nl_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
         for (j, &q) in x[2..18].iter().enumerate() {
             s1 += (yq[j] as i8 as i32) * KVALUES_IQ4NL[(q & 0x0f) as usize] as i32;
             s2 += (yq[j + 16] as i8 as i32) * KVALUES_IQ4NL[(q >> 4) as usize] as i32;
+        }
+        sumf += d * (s1 + s2) as f32;
+    }
+    sumf
+}
+
+/// MXFP4 · Q8_0 (`ggml_vec_dot_mxfp4_q8_0_generic`): per block `d = dy * dx` with
+/// `dx = 2^(e - 128)`, then `sum += d * (sumi1 + sumi2)`, the exact sums of the low and high
+/// nibbles' table values times the activations.
+fn mxfp4_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in w.zip(a.chunks_exact(34)) {
+        let d = f16_at(y, 0) * e8m0_to_f32_half(x[0]);
+        let yq = &y[2..34];
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for (j, &q) in x[1..17].iter().enumerate() {
+            s1 += (yq[j] as i8 as i32) * KVALUES_MXFP4[(q & 0x0f) as usize] as i32;
+            s2 += (yq[j + 16] as i8 as i32) * KVALUES_MXFP4[(q >> 4) as usize] as i32;
         }
         sumf += d * (s1 + s2) as f32;
     }

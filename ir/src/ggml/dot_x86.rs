@@ -1,6 +1,6 @@
 //! The dot products of llama.cpp's x86-64 AVX2 build (ggml-cpu/arch/x86/quants.c, the
 //! `__AVX2__` branches; FMA and F16C on, no AVX-512, no AVX-VNNI), lane for lane, for the
-//! weight types beyond Q4_0 / Q4_1 / Q8_0: Q5_0, Q5_1, IQ4_NL (with Q8_0 / Q8_1
+//! weight types beyond Q4_0 / Q4_1 / Q8_0: Q5_0, Q5_1, IQ4_NL, MXFP4 (with Q8_0 / Q8_1
 //! activations), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (with Q8_K activations); the
 //! order llamafile's tinyBLAS (`tinyBLAS_Q0_AVX` in ggml-cpu/llamafile/sgemm.cpp) uses for
 //! IQ4_NL when a product has two or more activation columns (for Q5_0 it equals `vec_dot`'s);
@@ -30,7 +30,8 @@
 
 use super::cpu_math::hsum8;
 use super::dequant::{q3_k_scales, scale_min_k4};
-use super::fp::{f16_at, f32_at, u16_at};
+use super::fp::{e8m0_to_f32_half, f16_at, f32_at, u16_at};
+use super::grids::KVALUES_MXFP4;
 use super::layouts::KVALUES_IQ4NL;
 use super::QK_K;
 
@@ -125,10 +126,46 @@ fn nibbles(qs: &[u8]) -> [u8; 32] {
     })
 }
 
+/// A 32-value block of 4-bit indices into a 16-entry table with one scale (IQ4_NL, MXFP4):
+/// what the kernels that treat both alike need to know of it.
+#[derive(Clone, Copy)]
+struct Lut4 {
+    /// Bytes per block.
+    bytes: usize,
+    /// Offset of `qs[16]` (nibbles as [`nibbles`] lays them out).
+    qs: usize,
+    /// The values of the 16 indices.
+    table: &'static [i8; 16],
+    /// The block's scale as f32.
+    d: fn(&[u8]) -> f32,
+}
+
+/// IQ4_NL: f16 `d` @0, `qs` @2, [`KVALUES_IQ4NL`].
+const IQ4_NL: Lut4 = Lut4 {
+    bytes: 18,
+    qs: 2,
+    table: &KVALUES_IQ4NL,
+    d: |x| f16_at(x, 0),
+};
+
+/// MXFP4: E8M0 `e` @0 (`GGML_CPU_E8M0_TO_FP32_HALF`), `qs` @1, [`KVALUES_MXFP4`].
+const MXFP4: Lut4 = Lut4 {
+    bytes: 17,
+    qs: 1,
+    table: &KVALUES_MXFP4,
+    d: |x| e8m0_to_f32_half(x[0]),
+};
+
+/// The table values of a 16-byte group of indices, in the same layout as [`nibbles`].
+#[inline(always)]
+fn lut_values(qs: &[u8], table: &[i8; 16]) -> [i8; 32] {
+    nibbles(qs).map(|q| table[q as usize])
+}
+
 /// The IQ4_NL non-linear values of a 16-byte group, in the same layout as [`nibbles`].
 #[inline(always)]
 fn iq4_values(qs: &[u8]) -> [i8; 32] {
-    nibbles(qs).map(|q| KVALUES_IQ4NL[q as usize])
+    lut_values(qs, &KVALUES_IQ4NL)
 }
 
 /// The i32 lanes of one Q5_0 block with a Q8_0 block (`mul_sum_i8_pairs_float`): each
@@ -180,15 +217,21 @@ pub(super) fn q5_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
     hsum8(&acc) + summs
 }
 
-/// The i32 lanes of one IQ4_NL block with a Q8_0 block: the table values times the int8
-/// activations through the sign trick, pairs added with `madd` by ones.
+/// The i32 lanes of one IQ4_NL / MXFP4 block with a Q8_0 block: the table values times the
+/// int8 activations through the sign trick, pairs added with `madd` by ones.
 #[inline(always)]
-fn iq4_nl_lanes(x: &[u8], y: &[u8]) -> [i32; 8] {
+fn lut4_lanes(f: Lut4, x: &[u8], y: &[u8]) -> [i32; 8] {
     let ones = [1i16; 16];
     madd(
-        &maddubs_signed(&iq4_values(&x[2..18]), &i8x32(&y[2..34])),
+        &maddubs_signed(&lut_values(&x[f.qs..f.qs + 16], f.table), &i8x32(&y[2..34])),
         &ones,
     )
+}
+
+/// The i32 lanes of one IQ4_NL block with a Q8_0 block ([`lut4_lanes`]).
+#[inline(always)]
+fn iq4_nl_lanes(x: &[u8], y: &[u8]) -> [i32; 8] {
+    lut4_lanes(IQ4_NL, x, y)
 }
 
 /// `ggml_vec_dot_iq4_nl_q8_0`, AVX2 branch (the product with one activation column).
@@ -199,20 +242,36 @@ fn iq4_nl_lanes(x: &[u8], y: &[u8]) -> [i32; 8] {
 /// last block is added in scalar code as GCC compiles it: `sum = fma(dy * dx, isum, sum)`
 /// with `isum` the block's exact sum.
 pub(super) fn iq4_nl_q8_0(w: &[u8], a: &[u8]) -> f32 {
+    lut4_q8_0(IQ4_NL, w, a)
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0`, AVX2 branch: the order of [`iq4_nl_q8_0`] with `dx` the
+/// block's `2^(e - 128)` and the values `kvalues_mxfp4[q]`.
+pub(super) fn mxfp4_q8_0(w: &[u8], a: &[u8]) -> f32 {
+    lut4_q8_0(MXFP4, w, a)
+}
+
+/// The even/odd-block order of [`iq4_nl_q8_0`] for a [`Lut4`] format.
+#[inline(always)]
+fn lut4_q8_0(f: Lut4, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [[0f32; 8]; 2];
-    let (wp, ap) = (w.chunks_exact(36), a.chunks_exact(68));
+    let (wp, ap) = (w.chunks_exact(2 * f.bytes), a.chunks_exact(68));
     let (w_tail, a_tail) = (wp.remainder(), ap.remainder());
     for (x2, y2) in wp.zip(ap) {
-        for (i, (x, y)) in x2.chunks_exact(18).zip(y2.chunks_exact(34)).enumerate() {
-            let d = f16_at(y, 0) * f16_at(x, 0);
-            fma_lanes(&mut acc[i], d, &iq4_nl_lanes(x, y));
+        for (i, (x, y)) in x2
+            .chunks_exact(f.bytes)
+            .zip(y2.chunks_exact(34))
+            .enumerate()
+        {
+            let d = f16_at(y, 0) * (f.d)(x);
+            fma_lanes(&mut acc[i], d, &lut4_lanes(f, x, y));
         }
     }
     let both: [f32; 8] = std::array::from_fn(|l| acc[0][l] + acc[1][l]);
     let mut sum = hsum8(&both);
-    if let (Some(x), Some(y)) = (w_tail.get(..18), a_tail.get(..34)) {
-        let d = f16_at(y, 0) * f16_at(x, 0);
-        let isum: i32 = iq4_values(&x[2..18])
+    if let (Some(x), Some(y)) = (w_tail.get(..f.bytes), a_tail.get(..34)) {
+        let d = f16_at(y, 0) * (f.d)(x);
+        let isum: i32 = lut_values(&x[f.qs..f.qs + 16], f.table)
             .iter()
             .zip(&y[2..34])
             .map(|(&v, &q)| v as i32 * q as i8 as i32)

@@ -134,6 +134,10 @@ pub enum FieldKind {
     /// IQ1_M `scales` (four u16): the 3-bit scale of each 16 values (bits 0..12 of each), the
     /// f16 super-block scale `d` in their top nibbles (first u16 lowest).
     ScalesAndScale,
+    /// MXFP4 `e`: the block scale as an E8M0 exponent byte; the values' scale is
+    /// `2^(e - 128)` ([`super::e8m0_to_f32_half`], half of the byte's `2^(e - 127)` since the
+    /// E2M1 table [`super::grids::KVALUES_MXFP4`] is stored doubled).
+    E8M0Scale,
     /// Sign bits, one per value (IQ3_S `signs`: bit `v % 8` of byte `v / 8`; IQ2_S: the
     /// second half of `qs`).
     SignBits,
@@ -396,8 +400,8 @@ impl BlockFormat {
 /// integer types and the block types of [`super::layouts`] not yet listed there).
 ///
 /// Described: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (and the types of the second list as they are
-/// added: see [`super::layouts`]).
+/// Q6_K, Q8_K, IQ4_NL, IQ4_XS, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, MXFP4 (and the types of the second list
+/// as they are added: see [`super::layouts`]).
 pub fn block_format(t: GgmlType) -> Option<&'static BlockFormat> {
     super::layouts::ALL_FORMATS.iter().find(|f| f.ty == t)
 }

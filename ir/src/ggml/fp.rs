@@ -41,6 +41,20 @@ pub fn f32_to_bf16(x: f32) -> u16 {
     ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
 }
 
+/// `2^(e - 128)`, half the value of the E8M0 exponent byte `e`: the scale of an MXFP4 block,
+/// whose E2M1 table values are stored doubled (ggml's `GGML_E8M0_TO_FP32_HALF`, and the
+/// x86 CPU backend's `ggml_table_f32_e8m0_half` built from it). Exact for every byte: 0 and
+/// 1 give the subnormals 2^-128 and 2^-127, 255 gives 2^127 (no NaN).
+#[inline]
+pub fn e8m0_to_f32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
 /// Reads the little-endian u16 at byte `off` of `b`. Callers guarantee `off + 2 <= b.len()`.
 #[inline]
 pub(crate) fn u16_at(b: &[u8], off: usize) -> u16 {

@@ -93,7 +93,7 @@ const K4_MIN: IntCode = IntCode {
 };
 
 /// Every described format, in GGML id order.
-pub(crate) static ALL_FORMATS: [BlockFormat; 26] = [
+pub(crate) static ALL_FORMATS: [BlockFormat; 27] = [
     BlockFormat {
         ty: GgmlType::F32,
         block_size: 1,
@@ -625,5 +625,19 @@ pub(crate) static ALL_FORMATS: [BlockFormat; 26] = [
             min: MinTerm::None,
         }),
         formula: "y[i] = d * (q2(i) - 1)   (q2 in Q2_K's crumb order)",
+    },
+    BlockFormat {
+        ty: GgmlType::MXFP4,
+        block_size: 32,
+        type_size: 17,
+        fields: &[
+            field!("e", 0, 1, FieldKind::E8M0Scale),
+            field!("qs", 1, 16, FieldKind::Quants { bits: 4 }),
+        ],
+        // No recipe: the scale is an E8M0 exponent, not an f16/f32 field (the nibbles are
+        // IQ4_NL's, through another table).
+        decode: Decode::Routine,
+        formula: "y[i] = kvalues_mxfp4[nibble(i)] * 2^(e - 128)   (nibble(i) as IQ4_NL's; \
+                  dequantize_row_mxfp4)",
     },
 ];

@@ -5,10 +5,12 @@
 //! - [`GgmlType`]: every type id GGML defines, with block size and bytes per block;
 //! - [`BlockFormat`] / [`block_format`]: field layout and decoding of each described format
 //!   (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K … Q8_K, IQ4_NL, IQ4_XS, and
-//!   of issue 11's second list TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M; the grids in [`grids`]);
+//!   of issue 11's second list TQ1_0, TQ2_0, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+//!   IQ1_M, and MXFP4; the grids and the MXFP4 values in [`grids`]);
 //! - [`dequantize`]: blocks to f32, bit-exact with ggml's `dequantize_row_*`;
 //! - [`quantize_weights`]: f32 to the weight formats `llama-quantize` writes (Q4_0 … Q8_0,
-//!   Q2_K … Q6_K, IQ4_NL, IQ4_XS, F16, BF16), bit-exact with ggml's reference quantizers;
+//!   Q2_K … Q6_K, IQ4_NL, IQ4_XS, MXFP4, F16, BF16), bit-exact with ggml's reference
+//!   quantizers;
 //! - [`quantize`] and the `quantize_*` functions: f32 to the activation formats of llama.cpp's
 //!   CPU matrix products (Q8_0, Q8_1, Q8_K, F16, BF16), bit-exact with ggml;
 //! - [`vec_dot_type`] / [`quantize_activations`] / [`vec_dot`]: the companion activation
@@ -18,8 +20,8 @@
 //!   order of llama.cpp's x86 AVX2 build (its `vec_dot` kernels, and llamafile's tinyBLAS
 //!   from two activation columns on), bit for bit;
 //! - [`repacked_by_llama_cpp`] / [`RepackedRow`] / [`repack_mul_mat_8`]: the interleaved
-//!   x86 kernels llama.cpp runs for the Q4_0, Q4_K and IQ4_NL weights it repacks at load
-//!   time, and their activation quantizers;
+//!   x86 kernels llama.cpp runs for the Q4_0, Q4_K, IQ4_NL and MXFP4 weights it repacks at
+//!   load time, and their activation quantizers;
 //! - [`cpu_math`]: the few pieces of ggml-cpu arithmetic (its vectorized `expf`, the rope
 //!   angle table) that the interpreter and the backends' kernels share by definition.
 
@@ -48,7 +50,7 @@ pub use format::{
     block_format, block_formats, BitPiece, BlockFormat, Decode, Field, FieldKind, Index, IntCode,
     IntMap, MinTerm, Recipe, ScalarKind, SubScalePacking, Term, KVALUES_IQ4NL,
 };
-pub use fp::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use fp::{bf16_to_f32, e8m0_to_f32_half, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use hadamard::{fwht, k_rot_size, v_rot_size};
 pub use quant::{
     quantize, quantize_bf16, quantize_f16, quantize_q8_0, quantize_q8_0_with, quantize_q8_1,

@@ -2,7 +2,7 @@
 //!
 //! On a CPU with AVX2, llama.cpp puts some weights in its `CPU_REPACK` buffer
 //! (ggml-cpu/repack.cpp): at load time it interleaves the blocks of 8 consecutive rows
-//! (`block_q4_0x8`, `block_q4_Kx8`, `block_iq4_nlx8`) and from then on every `mul_mat` with
+//! (`block_q4_0x8`, `block_q4_Kx8`, `block_iq4_nlx8`, `block_mxfp4x8`) and from then on every `mul_mat` with
 //! such a weight runs the interleaved kernels of ggml-cpu/arch/x86/repack.cpp instead of the
 //! type's `ggml_vec_dot_*` (or llamafile's tinyBLAS). Those kernels compute the same integer
 //! sums per block but add the scaled sums in their own order, so their f32 results differ
@@ -72,11 +72,12 @@
 //! formats). Per output, with `dx` the weight's f16 scale(s) as f32 and `dy` the
 //! activation's scale:
 //!
-//! - Q4_0, IQ4_NL, gemv and gemm alike (`gemv_q4_b32_8x8_q8_0_lut_avx`,
+//! - Q4_0, IQ4_NL, MXFP4, gemv and gemm alike (`gemv_q4_b32_8x8_q8_0_lut_avx`,
 //!   `gemm_q4_b32_8x8_q8_0_lut_avx`): one f32 accumulator,
 //!   `acc = fma(isum_b, dx_b * dy_b, acc)` for the 32-value blocks `b` in order, `isum_b`
 //!   the exact i32 sum of the block's products (Q4_0 values `q - 8`, IQ4_NL values
-//!   `kvalues_iq4nl[q]`). Gemm and gemv give identical results for the same activations.
+//!   `kvalues_iq4nl[q]`, MXFP4 values `kvalues_mxfp4[q]` with `dx_b = 2^(e - 128)` from
+//!   the table `ggml_table_f32_e8m0_half`). Gemm and gemv give identical results for the same activations.
 //!   The plain AVX2 `ggml_vec_dot_q4_0_q8_0` instead keeps 8 partial lanes and adds them
 //!   with `hsum_float_8`; the scalar reference adds `isum * dx * dy` without fusing.
 //! - Q4_K, gemv (`ggml_gemv_q4_K_8x8_q8_K`): per 256-value super-block
@@ -93,7 +94,8 @@
 //! super-block `sumf += d * sumi` with `sumi` over all sub-blocks, then the mins).
 
 use super::error::{check_lengths, BlockDataError};
-use super::fp::{f16_at, f32_at};
+use super::fp::{e8m0_to_f32_half, f16_at, f32_at};
+use super::grids::KVALUES_MXFP4;
 use super::layouts::KVALUES_IQ4NL;
 use super::quant::{nearest_int, quantize_q8_0_with, quantize_q8_k, Q8Flavor};
 use super::{GgmlType, QK_K};
@@ -125,8 +127,7 @@ impl RepackKernel {
 /// MXFP4, two-dimensional, `ne[1] % 8 == 0` (see the module documentation; the name of the
 /// tensor does not matter: a tied output is repacked as a separate copy of `token_embd`).
 ///
-/// [`RepackedRow`] computes the kernels' results for Q4_0, Q4_K and IQ4_NL; MXFP4 has no
-/// dot product in this crate.
+/// [`RepackedRow`] computes the kernels' results for each of them.
 pub fn repacked_by_llama_cpp(wtype: GgmlType, ne: [u64; 4]) -> bool {
     matches!(
         wtype,
@@ -183,7 +184,7 @@ pub fn quantize_q8_k_4x8(src: &[f32], dst: &mut [u8]) -> Result<(), BlockDataErr
 }
 
 /// Converts the f32 activation column `x` to what the repacked kernel `kernel` of weight
-/// type `wtype` reads: Q8_0 (x86 flavor, gemm and gemv alike) for Q4_0 and IQ4_NL; Q8_K by
+/// type `wtype` reads: Q8_0 (x86 flavor, gemm and gemv alike) for Q4_0, IQ4_NL and MXFP4; Q8_K by
 /// [`quantize_q8_k_4x8`] (gemm) or [`super::quantize_q8_k`] (gemv) for Q4_K.
 ///
 /// Returns the activation type and the converted row (plain ggml layout), ready for
@@ -217,7 +218,7 @@ pub fn repack_quantize_activations(
 /// The activation type of a repacked weight type's kernels.
 fn repack_act_type(wtype: GgmlType) -> Result<GgmlType, BlockDataError> {
     match wtype {
-        GgmlType::Q4_0 | GgmlType::IQ4_NL => Ok(GgmlType::Q8_0),
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Ok(GgmlType::Q8_0),
         GgmlType::Q4_K => Ok(GgmlType::Q8_K),
         _ => Err(BlockDataError::Unsupported {
             op: "repacked dot product",
@@ -226,18 +227,20 @@ fn repack_act_type(wtype: GgmlType) -> Result<GgmlType, BlockDataError> {
     }
 }
 
-/// One weight row (Q4_0, Q4_K or IQ4_NL) decoded once into integer values and f32 scales,
+/// One weight row (Q4_0, Q4_K, IQ4_NL or MXFP4) decoded once into integer values and f32 scales,
 /// to be dotted with many activation columns as llama.cpp's interleaved x86 kernels do
 /// ([`RepackedRow::dot`]; the module documentation gives the order of operations).
 #[derive(Clone, Debug, Default)]
 pub struct RepackedRow {
-    /// Weight type (Q4_0, Q4_K or IQ4_NL once decoded).
+    /// Weight type (Q4_0, Q4_K, IQ4_NL or MXFP4 once decoded).
     ty: Option<GgmlType>,
     /// Number of values.
     n: usize,
-    /// Integer values: `q - 8` (Q4_0), `kvalues_iq4nl[q]` (IQ4_NL), `q` in 0..16 (Q4_K).
+    /// Integer values: `q - 8` (Q4_0), `kvalues_iq4nl[q]` (IQ4_NL), `kvalues_mxfp4[q]`
+    /// (MXFP4), `q` in 0..16 (Q4_K).
     q: Vec<i8>,
-    /// `d` per 32-value block (Q4_0, IQ4_NL) or per super-block (Q4_K), f16 → f32.
+    /// `d` per 32-value block (Q4_0, IQ4_NL: f16 → f32; MXFP4: `2^(e - 128)`) or per
+    /// super-block (Q4_K).
     d: Vec<f32>,
     /// `dmin` per super-block (Q4_K).
     dmin: Vec<f32>,
@@ -251,7 +254,7 @@ impl RepackedRow {
     /// Decodes weight row `row` (whole blocks of `wtype`), reusing this value's buffers.
     ///
     /// # Errors
-    /// [`BlockDataError::Unsupported`] unless `wtype` is Q4_0, Q4_K or IQ4_NL;
+    /// [`BlockDataError::Unsupported`] unless `wtype` is Q4_0, Q4_K, IQ4_NL or MXFP4;
     /// [`BlockDataError::RaggedBytes`] if `row` is not whole blocks.
     pub fn load(&mut self, wtype: GgmlType, row: &[u8]) -> Result<(), BlockDataError> {
         repack_act_type(wtype)?;
@@ -274,6 +277,14 @@ impl RepackedRow {
         self.mins.clear();
         self.q.reserve(self.n);
         for x in row.chunks_exact(ts) {
+            if wtype == GgmlType::MXFP4 {
+                self.d.push(e8m0_to_f32_half(x[0]));
+                let qs = &x[1..17];
+                let val = |n: u8| KVALUES_MXFP4[n as usize];
+                self.q.extend(qs.iter().map(|&b| val(b & 0x0f)));
+                self.q.extend(qs.iter().map(|&b| val(b >> 4)));
+                continue;
+            }
             self.d.push(f16_at(x, 0));
             match wtype {
                 GgmlType::Q4_0 | GgmlType::IQ4_NL => {
@@ -340,7 +351,7 @@ impl RepackedRow {
         })
     }
 
-    /// Q4_0 / IQ4_NL with Q8_0 activations: `acc = fma(isum_b, dx_b * dy_b, acc)`.
+    /// Q4_0 / IQ4_NL / MXFP4 with Q8_0 activations: `acc = fma(isum_b, dx_b * dy_b, acc)`.
     #[inline(always)]
     fn dot_b32(&self, act: &[u8]) -> f32 {
         let mut acc = 0f32;
@@ -414,7 +425,7 @@ fn isum32(q: &[i8], y: &[u8]) -> i32 {
 /// columns, as `forward_mul_mat` calls them: gemm for columns `0 .. ncols - ncols % 4`, gemv
 /// for the rest ([`RepackKernel::for_column`]).
 ///
-/// `w_rows`: 8 weight rows of type `wtype` (Q4_0, Q4_K or IQ4_NL) back to back, original
+/// `w_rows`: 8 weight rows of type `wtype` (Q4_0, Q4_K, IQ4_NL or MXFP4) back to back, original
 /// ggml layout. `acts`: `ncols` activation columns back to back, each quantized as
 /// [`repack_quantize_activations`] does for its column's kernel. Returns `out[c * 8 + r]`
 /// (column `c`, row `r`), the layout of ggml's `dst`.

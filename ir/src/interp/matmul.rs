@@ -181,7 +181,10 @@ enum Kernel {
 
 /// Whether `a` is a weight llama.cpp's x86 AVX2 build repacks, in the order that follows it.
 fn repacked(a: &MatA<'_>, t: GgmlType, order: Order) -> bool {
-    let supported = matches!(t, GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL);
+    let supported = matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::IQ4_NL | GgmlType::MXFP4
+    );
     match a {
         MatA::Weight { ne, .. } => {
             supported

@@ -1,9 +1,12 @@
 //! The 32-value formats with one scale (and a minimum for the `_1` types): ggml's
-//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref`.
+//! `quantize_row_q4_0_ref`, `_q4_1_ref`, `_q5_0_ref`, `_q5_1_ref`, and
+//! `quantize_row_mxfp4_ref`.
 //!
 //! Quants are `x * id` plus a rounding offset, converted to an integer by truncation, as C's
 //! float-to-integer conversion does (`(int8_t)(x0 + 8.5f)`).
 
+use super::super::fp::e8m0_to_f32_half;
+use super::super::grids::KVALUES_MXFP4;
 use super::{put_f16, signed_abs_max, Fields};
 
 /// C's `(int8_t)v` for the in-range values these quantizers produce (truncation toward zero,
@@ -96,4 +99,50 @@ pub(super) fn q5_0(f: &Fields, x: &[f32], b: &mut [u8]) {
 pub(super) fn q5_1(f: &Fields, x: &[f32], b: &mut [u8]) {
     let (min, id) = put_d_m(f, x, b, 31.0);
     pack_5bit(f, b, |j| ((x[j] - min) * id + 0.5) as i32 as u8);
+}
+
+/// C's `(int32_t)v` as x86-64 computes it (`cvttss2si`): truncation toward zero, and
+/// `i32::MIN` for NaN and values outside the i32 range.
+#[inline]
+fn x86_trunc_i32(v: f32) -> i32 {
+    if v > -2_147_483_904.0 && v < 2_147_483_648.0 {
+        v as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// One MXFP4 block (32 values → E8M0 `e`, `qs[16]`), `quantize_row_mxfp4_ref`:
+/// `amax = max |x|`; `e = (uint8_t)(floor(log2f(amax)) - 2 + 127)` (0 for an all-zero
+/// block; the conversion keeps the low byte, as x86 does, when the exponent falls outside
+/// 0..255); each value takes the first index `i` of [`KVALUES_MXFP4`] with the least
+/// `|kvalues_mxfp4[i] * d - x|`, `d = 2^(e - 128)` (product rounded, then the
+/// difference: ggml-base is built without FMA); value `j` in the low nibble of byte `j`,
+/// value `j + 16` in its high nibble. `log2f` is the C library's, as ggml's.
+pub(super) fn mxfp4(f: &Fields, x: &[f32], b: &mut [u8]) {
+    let amax = x
+        .iter()
+        .fold(0.0f32, |m, &v| if m < v.abs() { v.abs() } else { m });
+    let e = if amax > 0.0 {
+        x86_trunc_i32(amax.log2().floor() - 2.0 + 127.0) as u8
+    } else {
+        0
+    };
+    let d = e8m0_to_f32_half(e);
+    b[f.e.start] = e;
+    let best = |v: f32| -> u8 {
+        let mut best = 0u8;
+        let mut best_err = (KVALUES_MXFP4[0] as f32 * d - v).abs();
+        for (i, &k) in KVALUES_MXFP4.iter().enumerate().skip(1) {
+            let err = (k as f32 * d - v).abs();
+            if err < best_err {
+                best = i as u8;
+                best_err = err;
+            }
+        }
+        best
+    };
+    for (j, o) in b[f.qs.clone()].iter_mut().enumerate() {
+        *o = best(x[j]) | best(x[j + 16]) << 4;
+    }
 }

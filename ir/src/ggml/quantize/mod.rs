@@ -14,7 +14,7 @@
 //! The block layouts come from the format descriptions ([`super::block_format`]): each
 //! quantizer looks up the byte range of the fields it writes (`d`, `qs`, `scales`, ...).
 //!
-//! - [`legacy`]: Q4_0, Q4_1, Q5_0, Q5_1 (Q8_0 is [`super::quantize_q8_0`]);
+//! - [`legacy`]: Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 (Q8_0 is [`super::quantize_q8_0`]);
 //! - [`kquants`]: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and their scale searches;
 //! - [`iq4`]: IQ4_NL and IQ4_XS.
 
@@ -48,7 +48,8 @@ pub static WEIGHT_QUANT_TYPES: std::sync::LazyLock<Vec<GgmlType>> =
 ///   `ggml_fp32_to_bf16_row_ref`;
 /// - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: `quantize_row_*_ref`;
 /// - IQ4_NL, IQ4_XS: `quantize_iq4_nl` / `quantize_iq4_xs` (`quantize_row_iq4_nl_impl` with
-///   7 extra scale tries each way and the squared values as weights).
+///   7 extra scale tries each way and the squared values as weights);
+/// - MXFP4: `quantize_mxfp4` (`quantize_row_mxfp4_ref`, which takes no importance matrix).
 ///
 /// # Errors
 /// [`BlockDataError::Unsupported`] for a type not in [`WEIGHT_QUANT_TYPES`];
@@ -70,6 +71,7 @@ pub fn quantize_weights(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), 
         GgmlType::Q6_K => kquants::q6_k,
         GgmlType::IQ4_NL => iq4::iq4_nl,
         GgmlType::IQ4_XS => iq4::iq4_xs,
+        GgmlType::MXFP4 => legacy::mxfp4,
         _ => {
             return Err(BlockDataError::Unsupported {
                 op: "quantize_weights",
@@ -92,6 +94,7 @@ pub fn quantize_weights(t: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), 
 /// looked up in the description once per [`quantize_weights`] call.
 struct Fields {
     d: Range<usize>,
+    e: Range<usize>,
     m: Range<usize>,
     dmin: Range<usize>,
     qs: Range<usize>,
@@ -108,6 +111,7 @@ impl Fields {
         let f = |name| span(t, name);
         Fields {
             d: f("d"),
+            e: f("e"),
             m: f("m"),
             dmin: f("dmin"),
             qs: f("qs"),

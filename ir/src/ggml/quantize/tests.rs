@@ -65,9 +65,12 @@ fn round_trips_are_close() {
         GgmlType::Q8_0 => 0.02,
         GgmlType::Q6_K => 0.04,
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => 0.08,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
-            0.15
-        }
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q4_K
+        | GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::MXFP4 => 0.15,
         GgmlType::Q3_K => 0.3,
         _ => 0.6,
     };
@@ -110,8 +113,13 @@ fn llama_quantize_fixture_blocks() {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     for &t in WEIGHT_QUANT_TYPES.iter().filter(|&&t| t != GgmlType::F32) {
-        let want =
-            std::fs::read(dir.join(format!("dequant/{}.bin", t.name().to_lowercase()))).unwrap();
+        // MXFP4 has no shared dequant fixture: the first 128 blocks of the tensor in the file
+        // `llama-quantize --pure llama-sep-F32.gguf OUT MXFP4_MOE` writes are kept here.
+        let want = if t == GgmlType::MXFP4 {
+            include_bytes!("../../../tests/data/mxfp4_ffn_down.bin").to_vec()
+        } else {
+            std::fs::read(dir.join(format!("dequant/{}.bin", t.name().to_lowercase()))).unwrap()
+        };
         let n = want.len() / t.type_size() * t.block_size();
         let got = quantized(t, &all[..n]);
         let first = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -148,7 +156,7 @@ fn ggml_nearest_int_rounds_ties_to_even_in_range() {
 }
 
 /// The derived list is llama-quantize's types without an importance matrix: the float
-/// types, the legacy and K-quants, IQ4_NL and IQ4_XS (and no activation-only type).
+/// types, the legacy and K-quants, IQ4_NL, IQ4_XS and MXFP4 (and no activation-only type).
 #[test]
 fn weight_quant_types_are_derived() {
     use GgmlType::*;
@@ -156,6 +164,7 @@ fn weight_quant_types_are_derived() {
     got.sort_by_key(|t| t.name());
     let mut want = vec![
         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+        MXFP4,
     ];
     want.sort_by_key(|t| t.name());
     assert_eq!(got, want);
