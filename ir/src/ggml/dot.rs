@@ -493,32 +493,35 @@ fn q8_0_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
 }
 
 fn iq4_nl_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
-    let mut sumf = 0.0f32;
-    for (x, y) in w.zip(a.chunks_exact(34)) {
-        let d = f16_at(y, 0) * f16_at(x, 0);
-        let yq = &y[2..34];
-        let (mut s1, mut s2) = (0i32, 0i32);
-        for (j, &q) in x[2..18].iter().enumerate() {
-            s1 += (yq[j] as i8 as i32) * KVALUES_IQ4NL[(q & 0x0f) as usize] as i32;
-            s2 += (yq[j + 16] as i8 as i32) * KVALUES_IQ4NL[(q >> 4) as usize] as i32;
-        }
-        sumf += d * (s1 + s2) as f32;
-    }
-    sumf
+    table4_q8_0(w, a, &KVALUES_IQ4NL, 2, |x| f16_at(x, 0))
 }
 
-/// MXFP4 · Q8_0 (`ggml_vec_dot_mxfp4_q8_0_generic`): per block `d = dy * dx` with
-/// `dx = 2^(e - 128)`, then `sum += d * (sumi1 + sumi2)`, the exact sums of the low and high
-/// nibbles' table values times the activations.
+/// MXFP4 · Q8_0 (`ggml_vec_dot_mxfp4_q8_0_generic`): IQ4_NL's sums over `kvalues_mxfp4`,
+/// the block scale `dx = 2^(e - 128)` from its E8M0 byte.
 fn mxfp4_q8_0<'a>(w: impl Iterator<Item = &'a [u8]>, a: &[u8]) -> f32 {
+    table4_q8_0(w, a, &KVALUES_MXFP4, 1, |x| e8m0_to_f32_half(x[0]))
+}
+
+/// A 32-value block of 4-bit indices into `table` (16 bytes from `qs`, low nibbles values
+/// 0..16, high nibbles 16..32) with the scale `dx(block)`, times Q8_0, as ggml's generic
+/// `vec_dot_iq4_nl_q8_0` / `vec_dot_mxfp4_q8_0`: per block `d = dy · dx` (exact: a product of
+/// an f16 value with an f16 value or a power of two), then `sum += d · (sumi1 + sumi2)`, the
+/// exact sums of the low and high nibbles' table values times the activations.
+fn table4_q8_0<'a>(
+    w: impl Iterator<Item = &'a [u8]>,
+    a: &[u8],
+    table: &[i8; 16],
+    qs: usize,
+    dx: impl Fn(&[u8]) -> f32,
+) -> f32 {
     let mut sumf = 0.0f32;
     for (x, y) in w.zip(a.chunks_exact(34)) {
-        let d = f16_at(y, 0) * e8m0_to_f32_half(x[0]);
+        let d = f16_at(y, 0) * dx(x);
         let yq = &y[2..34];
         let (mut s1, mut s2) = (0i32, 0i32);
-        for (j, &q) in x[1..17].iter().enumerate() {
-            s1 += (yq[j] as i8 as i32) * KVALUES_MXFP4[(q & 0x0f) as usize] as i32;
-            s2 += (yq[j + 16] as i8 as i32) * KVALUES_MXFP4[(q >> 4) as usize] as i32;
+        for (j, &q) in x[qs..qs + 16].iter().enumerate() {
+            s1 += (yq[j] as i8 as i32) * table[(q & 0x0f) as usize] as i32;
+            s2 += (yq[j + 16] as i8 as i32) * table[(q >> 4) as usize] as i32;
         }
         sumf += d * (s1 + s2) as f32;
     }
