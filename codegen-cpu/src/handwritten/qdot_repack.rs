@@ -470,6 +470,62 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// [`b32_x8x8`] for Q4_0 with sixteen columns in the lanes of 512-bit vectors: a probe
+    /// of what the wider tile gains (the speed test compares it with the 8 × 8 one).
+    ///
+    /// # Safety
+    /// AVX-512F, VL and VNNI besides AVX2, FMA and F16C; eight whole rows and sixteen
+    /// activation rows of equal block counts.
+    #[cfg(test)]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_0_x8x16_probe(w: &[&[u8]; 8], a: &[&[u8]; 16]) -> [[f32; 8]; 16] {
+        let rows = w.iter().map(|r| r.len() / 18).min().unwrap_or(0);
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 34));
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let zeros = _mm512_set1_epi8(8);
+        for b in 0..nb {
+            let y: [*const u8; 16] = std::array::from_fn(|c| a[c].as_ptr().add(34 * b));
+            let half = |h: usize| {
+                columns_by_group(std::array::from_fn(|c| {
+                    _mm256_loadu_si256(y[8 * h + c].add(2) as *const __m256i)
+                }))
+            };
+            let (lo, hi) = (half(0), half(1));
+            let groups: [__m512i; 8] = std::array::from_fn(|k| {
+                _mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1)
+            });
+            let mut start = _mm512_setzero_si512();
+            for g in &groups {
+                start = _mm512_dpbusd_epi32(start, zeros, *g);
+            }
+            let start = _mm512_sub_epi32(_mm512_setzero_si512(), start);
+            let mut dy = [0u16; 16];
+            for (c, &yc) in y.iter().enumerate() {
+                dy[c] = u16::from_le_bytes([*yc, *yc.add(1)]);
+            }
+            let dy = _mm512_cvtph_ps(_mm256_loadu_si256(dy.as_ptr() as *const __m256i));
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(18 * b);
+                let mut ux = [0u32; 8];
+                _mm256_storeu_si256(ux.as_mut_ptr() as *mut __m256i, nibbles(x.add(2)));
+                let ux = std::hint::black_box(&ux);
+                let (mut u, mut v) = (start, _mm512_setzero_si512());
+                for k in (0..8).step_by(2) {
+                    u = _mm512_dpbusd_epi32(u, _mm512_set1_epi32(ux[k] as i32), groups[k]);
+                    v = _mm512_dpbusd_epi32(v, _mm512_set1_epi32(ux[k + 1] as i32), groups[k + 1]);
+                }
+                let isum = _mm512_add_epi32(u, v);
+                let d = _mm512_mul_ps(_mm512_set1_ps(f16_at(x)), dy);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[i]);
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), acc[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
     /// Q4_0 and IQ4_NL blocks (18 bytes: f16 `d`, 16 bytes of nibbles).
     const Q4_0: Block32 = Block32 {
         bytes: 18,
@@ -1344,6 +1400,22 @@ mod speed {
                 })
             });
             eprintln!("Q4_0 8x8 (VNNI): {g:.1} GMAC/s");
+            // The 512-bit probe: the same numbers, sixteen columns a tile.
+            let ws: [&[u8]; 8] = std::array::from_fn(|i| &w[i][..]);
+            let a16: [&[u8]; 16] = std::array::from_fn(|c| &acts[c][..]);
+            let a8: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
+            // SAFETY: `dot8x8_fn` found VNNI (the probe's features) on this host.
+            let (wide, narrow) = unsafe { (x86::q4_0_x8x16_probe(&ws, &a16), f(&ws, &a8)) };
+            for c in 0..8 {
+                assert_eq!(wide[c], narrow[c], "x8x16 column {c}");
+            }
+            let g = time(&mut || {
+                sweep::<8, 16>(&w, &acts, |ws, a| {
+                    // SAFETY: as above.
+                    std::hint::black_box(unsafe { x86::q4_0_x8x16_probe(ws, a) });
+                })
+            });
+            eprintln!("Q4_0 8x16 (VNNI, 512-bit probe): {g:.1} GMAC/s");
         }
         // Q4_K, K = 1536 (six super-blocks): the gemm 4 × 4 tile against the 8 × 8 one.
         let t = GgmlType::Q4_K;
