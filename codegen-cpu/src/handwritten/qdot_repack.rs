@@ -353,6 +353,9 @@ mod x86 {
 
     /// The eight activation blocks' bytes transposed by 4-byte groups: vector `k` holds
     /// bytes `4k..4k + 4` of column `c` in lane `c` (an 8 × 8 transpose of 32-bit values).
+    ///
+    /// # Safety
+    /// AVX2 (inlined into a `target_feature` caller that has it).
     #[inline(always)]
     unsafe fn columns_by_group(y: [__m256i; 8]) -> [__m256i; 8] {
         let t: [__m256i; 8] = std::array::from_fn(|i| {
