@@ -434,13 +434,18 @@ mod x86 {
                 }
                 start = _mm256_sub_epi32(_mm256_setzero_si256(), start);
             }
-            let (mut dy, mut sy) = ([0u16; 8], [0u16; 8]);
-            for (c, &yc) in y.iter().enumerate() {
-                dy[c] = u16::from_le_bytes([*yc, *yc.add(1)]);
-                sy[c] = u16::from_le_bytes([*yc.add(2), *yc.add(3)]);
-            }
-            let dy = _mm256_cvtph_ps(_mm_loadu_si128(dy.as_ptr() as *const __m128i));
-            let sy = _mm256_cvtph_ps(_mm_loadu_si128(sy.as_ptr() as *const __m128i));
+            // The columns' f16 `d` (bytes 0..2) and, for Q8_1, `s` (bytes 2..4).
+            let f16s = |at: usize| {
+                let h: [u16; 8] =
+                    std::array::from_fn(|c| u16::from_le_bytes([*y[c].add(at), *y[c].add(at + 1)]));
+                _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
+            };
+            let dy = f16s(0);
+            let sy = if fmt.min {
+                f16s(2)
+            } else {
+                _mm256_setzero_ps()
+            };
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(fmt.bytes * b);
                 if (fmt.bytes * b) % 64 < fmt.bytes {
