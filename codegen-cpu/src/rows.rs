@@ -21,7 +21,7 @@
 
 use ir::ggml::{self, GgmlType, Q8Flavor, RepackKernel};
 
-use crate::handwritten::{qdot, qdot_repack, qdot_tiled};
+use crate::handwritten::{fdot, qdot, qdot_repack, qdot_tiled};
 
 /// Whether weights of type `wtype` can be multiplied by the row-dot kernels: a block type
 /// whose x86 dot product `ir::ggml` (or [`crate::handwritten::qdot`]) computes.
@@ -34,7 +34,8 @@ pub fn supports(wtype: GgmlType) -> bool {
 /// executor then takes them for prompts instead of a generated kernel (Q8_0 in the exact
 /// mode).
 pub(crate) fn tiles_prompts(wtype: GgmlType) -> bool {
-    RowDot::new(wtype).is_some_and(|d| d.exact() && d.fast4x4.is_some())
+    RowDot::new(wtype)
+        .is_some_and(|d| d.exact() && (d.fast4x4.is_some() || d.fast_cols4x4.is_some()))
 }
 
 /// Whether the row-dot kernels also take decode steps of `wtype` weights in the exact
@@ -87,6 +88,8 @@ pub(crate) struct RowDot {
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
+    /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16).
+    fast_cols4x4: Option<qdot::Dot4x4Fn>,
     fast_repack4x4: Option<qdot_repack::RepackDot4x4Fn>,
     /// Four rows of `fast` with one column (decode).
     fast4rows: Option<qdot::Dot4RowsFn>,
@@ -96,8 +99,8 @@ impl RowDot {
     /// The dot product for a weight of type `wtype` that llama.cpp does not repack, if the
     /// type has one.
     pub fn new(wtype: GgmlType) -> Option<RowDot> {
-        if wtype.block_size() == 1 {
-            return None; // F32 / F16 / BF16 go through the generated float kernels.
+        if wtype == GgmlType::F32 {
+            return None; // F32 goes through the generated float kernels.
         }
         let act = ggml::vec_dot_type(wtype)?;
         // Probe the references with one zero block: they refuse types they do not compute.
@@ -124,6 +127,7 @@ impl RowDot {
             fast_repack8x8: None,
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
+            fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype),
         })
@@ -162,6 +166,7 @@ impl RowDot {
             fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
             block8x8: None,
             fast4x4: None,
+            fast_cols4x4: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
             fast4rows: None,
         })
@@ -290,6 +295,10 @@ impl RowDot {
             Order::X86 if vec_dot_order(self.wtype, n_cols) => {
                 self.fast4x4.map(|f| unsafe { f(w, a) })
             }
+            // SAFETY: `tinyblas4x4_fn_on` chose it for this host; whole rows of equal length.
+            Order::X86 if !tiled_order(self.wtype, n_cols) => {
+                self.fast_cols4x4.map(|f| unsafe { f(w, a) })
+            }
             _ => None,
         }
     }
@@ -310,7 +319,7 @@ impl RowDot {
 
     /// Whether [`RowDot::dot4x4`] has a routine (for some columns).
     fn has_tile4x4(&self) -> bool {
-        self.fast4x4.is_some() || self.fast_repack4x4.is_some()
+        self.fast4x4.is_some() || self.fast_cols4x4.is_some() || self.fast_repack4x4.is_some()
     }
 
     /// [`RowDot::dot`] of eight weight rows with the eight activation rows `a` (columns
@@ -558,9 +567,14 @@ fn kernel_of_four(col: usize, n_cols: usize) -> Option<RepackKernel> {
 fn vec_dot_order(wtype: GgmlType, n_cols: usize) -> bool {
     match ggml::x86_mul_mat_kernel(wtype, n_cols) {
         ggml::X86MulMatKernel::VecDot => true,
-        ggml::X86MulMatKernel::TinyBlas => wtype != GgmlType::IQ4_NL,
+        ggml::X86MulMatKernel::TinyBlas => ggml::tinyblas_same_as_vec_dot(wtype),
         ggml::X86MulMatKernel::Tiled => false,
     }
+}
+
+/// Whether that kernel is ggml-cpu's tiled K-quant kernel (not `vec_dot` or tinyBLAS).
+fn tiled_order(wtype: GgmlType, n_cols: usize) -> bool {
+    ggml::x86_mul_mat_kernel(wtype, n_cols) == ggml::X86MulMatKernel::Tiled
 }
 
 /// A stand-alone row-dot product `out{m, n} = W{k, m} · x{k, n}` over a weight in ggml's
@@ -687,6 +701,62 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> crate::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// F16 and BF16 weights through [`RowsMatmul`] for 1 to 9 tokens and two row counts:
+    /// every output is what `ir::ggml` computes for its column (`ggml_vec_dot_f16` /
+    /// `_bf16` for one column, tinyBLAS from two).
+    #[test]
+    fn half_products_are_llama_cpp_s() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let pool = crate::ThreadPool::new(2).expect("threads");
+        for t in [GgmlType::F16, GgmlType::BF16] {
+            for (k, m) in [(576usize, 12usize), (96, 20)] {
+                let wf: Vec<f32> = (0..k * m)
+                    .map(|_| (next() % 4001) as f32 / 1000.0 - 2.0)
+                    .collect();
+                let mut w = vec![0u8; 2 * k * m];
+                ggml::quantize(t, &wf, &mut w, Q8Flavor::X86).expect("converts");
+                for n in 1..=9usize {
+                    let x: Vec<f32> = (0..k * n)
+                        .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                        .collect();
+                    let mm = RowsMatmul::new(t, k, m, n).expect("row-dot kernels");
+                    assert!(mm.exact());
+                    let mut act = vec![0u8; mm.act_bytes()];
+                    mm.prepare(&x, &mut act).expect("prepares");
+                    let mut out = vec![0f32; m * n];
+                    mm.run(&pool, &w, &act, &mut out).expect("runs");
+                    for c in 0..n {
+                        let (_, a) =
+                            ggml::quantize_activations(t, &x[c * k..(c + 1) * k], Q8Flavor::X86)
+                                .expect("converts");
+                        for r in 0..m {
+                            let want = ggml::vec_dot_avx2_mul_mat(
+                                t,
+                                &w[2 * k * r..2 * k * (r + 1)],
+                                &a,
+                                n,
+                            )
+                            .expect("product");
+                            let got = out[c * m + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} k {k} m {m}, {n} tokens, row {r} column {c}: {got} vs {want}",
+                                t.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// MXFP4 weights through [`RowsMatmul`], repacked by llama.cpp (`m % 8 == 0`: the
     /// interleaved gemv / gemm order) and not (`ggml_vec_dot_mxfp4_q8_0`'s order), for 1, 5

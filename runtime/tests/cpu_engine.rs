@@ -409,8 +409,29 @@ fn smollm2_q8_0_cache_bit_exact_with_interpreter() {
     });
 }
 
+/// [`smollm2_bit_exact_with_interpreter`] on the F16 and BF16 variants
+/// (`scripts/make-variants`): the row-dot kernels' `vec_dot` and tinyBLAS orders.
+#[test]
+fn smollm2_f16_bf16_bit_exact_with_interpreter() {
+    for t in ["F16", "BF16"] {
+        let name = format!("SmolLM2-135M-Instruct.{t}.gguf");
+        let Some(path) = modelc_tests::require(
+            modelc_tests::models_dir().join(name),
+            "scripts/make-variants makes it",
+        ) else {
+            return;
+        };
+        let gguf = GgufFile::open(path).expect("variant opens");
+        bit_exact_on(gguf, KvTypes::F16);
+    }
+}
+
 fn bit_exact_with_interpreter(kv: KvTypes) {
     let Some(gguf) = smollm2() else { return };
+    bit_exact_on(gguf, kv);
+}
+
+fn bit_exact_on(gguf: GgufFile, kv: KvTypes) {
     let model = compiler::load_model(&gguf).expect("model lowers");
     let prompt: Vec<u32> = vec![
         504, 1573, 33059, 9318, 418, 260, 5595, 282, 260, 25959, 28, 284,

@@ -8,7 +8,8 @@
 //! - `norm`: `rms_norm` (× weight) and `norm`;
 //! - `rope`: rope tables and rotation, f16 / f32 KV cache stores;
 //! - `embed`: `get_rows` (dequantized token embeddings);
-//! - `qdot`, `qdot_tiled`, `qdot_repack`: the row-dot kernels' products ([`crate::rows`]);
+//! - `qdot`, `qdot_tiled`, `qdot_repack`, `fdot` (F16 / BF16): the row-dot kernels'
+//!   products ([`crate::rows`]);
 //!   `rowq`: their activation quantizers (ggml's Q8_0 / Q8_1 / Q8_K layouts);
 //! - `attention`: what the attention kernels share (KV rows, K/V to f32);
 //! - `flash`: llama.cpp's CPU flash attention (reference, tiled and split-KV kernels);
@@ -29,6 +30,7 @@ pub(crate) mod actq;
 pub(crate) mod attention;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
+pub(crate) mod fdot;
 pub(crate) mod flash;
 pub(crate) mod norm;
 pub(crate) mod qdot;

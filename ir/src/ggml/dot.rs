@@ -280,8 +280,15 @@ pub fn vec_dot_avx2_mul_mat(
     n_cols: usize,
 ) -> Result<f32, BlockDataError> {
     let kernel = x86_mul_mat_kernel(wtype, n_cols);
-    if kernel == X86MulMatKernel::TinyBlas && wtype == GgmlType::IQ4_NL {
-        return checked_x86(wtype, w_row, act_row, dot_x86::iq4_nl_q8_0_tinyblas);
+    if kernel == X86MulMatKernel::TinyBlas {
+        match wtype {
+            GgmlType::IQ4_NL => {
+                return checked_x86(wtype, w_row, act_row, dot_x86::iq4_nl_q8_0_tinyblas)
+            }
+            GgmlType::F16 => return checked_x86(wtype, w_row, act_row, f16_f16_tinyblas),
+            GgmlType::BF16 => return checked_x86(wtype, w_row, act_row, bf16_bf16_tinyblas),
+            _ => {}
+        }
     }
     if kernel == X86MulMatKernel::Tiled {
         let tiled = match wtype {
@@ -321,8 +328,10 @@ pub fn vec_dot_avx2_mul_mat(
 pub enum X86MulMatKernel {
     /// The type's `ggml_vec_dot_*` ([`vec_dot_avx2`]).
     VecDot,
-    /// llamafile's tinyBLAS with quantized activations (Q4_0, Q5_0, Q8_0, IQ4_NL from two
-    /// columns; the same numbers as `vec_dot` except for IQ4_NL).
+    /// llamafile's tinyBLAS from two columns: with quantized activations for Q4_0, Q5_0,
+    /// Q8_0, IQ4_NL (the same numbers as `vec_dot` except for IQ4_NL), with F16 / BF16
+    /// activations for F16 / BF16 weights (another order than `vec_dot`: one 8-lane
+    /// accumulator per output, [`tinyblas_same_as_vec_dot`]).
     TinyBlas,
     /// ggml-cpu's tiled K-quant kernel (Q2_K … Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
     /// IQ2_S from eight columns).
@@ -340,9 +349,16 @@ pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
         {
             X86MulMatKernel::Tiled
         }
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL if n_cols >= 2 => X86MulMatKernel::TinyBlas,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | F16 | BF16 if n_cols >= 2 => X86MulMatKernel::TinyBlas,
         _ => X86MulMatKernel::VecDot,
     }
+}
+
+/// Whether tinyBLAS computes `wtype`'s products in the same numbers as its `vec_dot` (the
+/// quantized Q4_0 / Q5_0 / Q8_0 do: one f32 sum per block either way; IQ4_NL, F16 and BF16
+/// do not).
+pub fn tinyblas_same_as_vec_dot(wtype: GgmlType) -> bool {
+    !matches!(wtype, GgmlType::IQ4_NL | GgmlType::F16 | GgmlType::BF16)
 }
 
 /// A kernel of [`super::dot_x86`]: weight row and activation row, checked, to the result.
@@ -370,8 +386,43 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
         GgmlType::IQ1_M => dot_x86::iq1_m_q8_k,
         GgmlType::MXFP4 => dot_x86::mxfp4_q8_0,
+        GgmlType::F16 => f16_f16,
+        GgmlType::BF16 => bf16_bf16,
         _ => return None,
     })
+}
+
+/// The values of an F16 row as f32 (exact).
+fn f16_values(row: &[u8]) -> Vec<f32> {
+    (0..row.len() / 2).map(|i| f16_at(row, 2 * i)).collect()
+}
+
+/// The values of a BF16 row as f32 (exact).
+fn bf16_values(row: &[u8]) -> Vec<f32> {
+    (0..row.len() / 2)
+        .map(|i| bf16_to_f32(u16_at(row, 2 * i)))
+        .collect()
+}
+
+/// `ggml_vec_dot_f16`, AVX2 + F16C branch (ggml-cpu/vec.cpp): the interpreter's order.
+fn f16_f16(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_f16(&f16_values(w), &f16_values(a))
+}
+
+/// `ggml_vec_dot_bf16`, AVX2 branch (ggml-cpu/vec.cpp): the interpreter's order.
+fn bf16_bf16(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_bf16(&bf16_values(w), &bf16_values(a))
+}
+
+/// tinyBLAS (llamafile/sgemm.cpp, `tinyBLAS<8, __m256, …>`) on F16 rows: the interpreter's
+/// order.
+fn f16_f16_tinyblas(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_tinyblas(&f16_values(w), &f16_values(a))
+}
+
+/// tinyBLAS on BF16 rows (the AVX2 build converts BF16 by a shift; `fma` as for F16).
+fn bf16_bf16_tinyblas(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_tinyblas(&bf16_values(w), &bf16_values(a))
 }
 
 /// Checks that `w_row` is whole blocks of `wtype` and `act_row` the same number of values of

@@ -42,8 +42,8 @@ mod types;
 
 pub use dequant::{dequantize, scale_min_k4};
 pub use dot::{
-    quantize_activations, vec_dot, vec_dot_avx2, vec_dot_avx2_mul_mat, vec_dot_f32, vec_dot_type,
-    x86_mul_mat_kernel, X86MulMatKernel,
+    quantize_activations, tinyblas_same_as_vec_dot, vec_dot, vec_dot_avx2, vec_dot_avx2_mul_mat,
+    vec_dot_f32, vec_dot_type, x86_mul_mat_kernel, X86MulMatKernel,
 };
 pub use error::{BlockDataError, DequantError};
 pub use format::{

@@ -22,7 +22,7 @@
 //! computed by one thread, so results do not depend on the thread count.
 
 mod attention;
-mod avx2;
+pub(crate) mod avx2;
 mod elementwise;
 mod exec;
 mod flash;

@@ -1,0 +1,462 @@
+//! Hand-written dot products of F16 and BF16 weight rows with activation rows of the same
+//! type (their `vec_dot_type`: ggml rounds the f32 activations to F16 / BF16 first), for the
+//! row-dot kernels of [`crate::rows`]: AVX2 + FMA + F16C through `std::arch`, bit for bit
+//! what llama.cpp's x86 AVX2 build computes, in its two orders:
+//!
+//! - one activation column (decode): `ggml_vec_dot_f16` / `ggml_vec_dot_bf16`
+//!   (ggml-cpu/vec.cpp). F16: four 8-lane accumulators over chunks of 32 values, each
+//!   `acc = fma(w, a, acc)`, reduced as `GGML_F32x8_REDUCE` (`(s0 + s2) + (s1 + s3)` per lane,
+//!   then the halves and two horizontal adds); BF16: four accumulators `acc += w · a`
+//!   (multiply, then add), reduced per lane as `(c0 + c2) + (c1 + c3)` then `hsum_float_8`.
+//!   The values past the last whole chunk of 32 are added one by one in f64.
+//! - two or more columns (prompts): llamafile's tinyBLAS (`tinyBLAS<8, __m256, …>`,
+//!   llamafile/sgemm.cpp): one 8-lane accumulator per output, `acc = fma(w, a, acc)` over
+//!   chunks of 8, then its `hsum` (the same as `hsum_float_8`). tinyBLAS refuses rows that
+//!   are not whole chunks of 8; those take `ir::ggml`'s reference here, as they take
+//!   `vec_dot` in ggml.
+//!
+//! Products of two F16 (or two BF16) values are exact in f32, so the operand order inside a
+//! product does not matter; only the accumulation order does. The references these are
+//! tested against are `ir::ggml::vec_dot_avx2` and `ir::ggml::vec_dot_avx2_mul_mat` (the
+//! interpreter's order).
+
+use ir::ggml::GgmlType;
+
+use super::qdot::{Dot4RowsFn, Dot4x4Fn, DotFn, Isa};
+use super::qdot_tiled::{Tiled4Fn, TiledFn};
+
+/// The `vec_dot` routine (one column) for `wtype` on `isa`.
+pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
+    let _ = isa;
+    #[cfg(target_arch = "x86_64")]
+    return match wtype {
+        GgmlType::F16 => Some(x86::f16_vec_dot),
+        GgmlType::BF16 => Some(x86::bf16_vec_dot),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = wtype;
+        None
+    }
+}
+
+/// The four-row `vec_dot` routine for `wtype` on `isa`.
+pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
+    let _ = isa;
+    #[cfg(target_arch = "x86_64")]
+    return match wtype {
+        GgmlType::F16 => Some(x86::f16_vec_dot_4rows),
+        GgmlType::BF16 => Some(x86::bf16_vec_dot_4rows),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = wtype;
+        None
+    }
+}
+
+/// The tinyBLAS-order routine (one row, one column) for `wtype` on this host.
+pub(crate) fn tinyblas_fn(wtype: GgmlType) -> Option<TiledFn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::F16 => Some(x86::f16_tinyblas),
+            GgmlType::BF16 => Some(x86::bf16_tinyblas),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
+/// The tinyBLAS-order routine for one row and four columns.
+pub(crate) fn tinyblas4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        return match wtype {
+            GgmlType::F16 => Some(x86::f16_tinyblas_1x4),
+            GgmlType::BF16 => Some(x86::bf16_tinyblas_1x4),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
+/// The tinyBLAS-order 4 rows × 4 columns tile (`out[c][r]`) for `wtype` on `isa` (the
+/// AVX-512 build holds the sixteen accumulators in its 32 registers; the AVX2 one runs two
+/// 4 × 2 halves: the same numbers).
+pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    return match (wtype, isa) {
+        (GgmlType::F16, Isa::Avx2) => Some(x86::f16_tinyblas_4x4),
+        (GgmlType::BF16, Isa::Avx2) => Some(x86::bf16_tinyblas_4x4),
+        (GgmlType::F16, Isa::Vnni) => Some(x86::f16_tinyblas_4x4_avx512),
+        (GgmlType::BF16, Isa::Vnni) => Some(x86::bf16_tinyblas_4x4_avx512),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (wtype, isa);
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use ir::ggml::{self, GgmlType};
+
+    /// How 8 values of a row become f32 lanes.
+    trait Half {
+        const TYPE: GgmlType;
+        /// Whether `vec_dot` accumulates with a fused multiply-add (F16) or a multiply
+        /// then an add (BF16).
+        const VEC_DOT_FMA: bool;
+        /// The 8 values at byte `p`.
+        ///
+        /// # Safety
+        /// AVX2 + F16C; 16 readable bytes at `p`.
+        unsafe fn load8(p: *const u8) -> __m256;
+        /// One value at byte offset `o` of `row`, as f32.
+        fn at(row: &[u8], o: usize) -> f32;
+    }
+
+    struct F16;
+    struct Bf16;
+
+    impl Half for F16 {
+        const TYPE: GgmlType = GgmlType::F16;
+        const VEC_DOT_FMA: bool = true;
+        #[inline(always)]
+        unsafe fn load8(p: *const u8) -> __m256 {
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        }
+        fn at(row: &[u8], o: usize) -> f32 {
+            half::f16::from_bits(u16::from_le_bytes([row[o], row[o + 1]])).to_f32()
+        }
+    }
+
+    impl Half for Bf16 {
+        const TYPE: GgmlType = GgmlType::BF16;
+        const VEC_DOT_FMA: bool = false;
+        #[inline(always)]
+        unsafe fn load8(p: *const u8) -> __m256 {
+            let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
+        }
+        fn at(row: &[u8], o: usize) -> f32 {
+            f32::from_bits(u32::from(u16::from_le_bytes([row[o], row[o + 1]])) << 16)
+        }
+    }
+
+    /// `hsum_float_8` / tinyBLAS's `hsum`: `((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))`.
+    #[inline(always)]
+    unsafe fn hsum8(x: __m256) -> f32 {
+        let r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+    }
+
+    /// `GGML_F32x8_REDUCE` of four accumulators (F16's `vec_dot`).
+    #[inline(always)]
+    unsafe fn reduce_4x8(s: [__m256; 4]) -> f32 {
+        let s0 = _mm256_add_ps(s[0], s[2]);
+        let s1 = _mm256_add_ps(s[1], s[3]);
+        let s0 = _mm256_add_ps(s0, s1);
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps::<1>(s0));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+
+    /// `vec_dot` of `R` weight rows with one activation row (module doc), `n` values each.
+    #[inline(always)]
+    unsafe fn vec_dot<H: Half, const R: usize>(w: [&[u8]; R], a: &[u8]) -> [f32; R] {
+        let n = a.len() / 2;
+        let np = n & !31;
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let ap = a.as_ptr();
+        let mut i = 0;
+        while i < np {
+            for j in 0..4 {
+                let av = H::load8(ap.add(2 * (i + 8 * j)));
+                for r in 0..R {
+                    let wv = H::load8(w[r].as_ptr().add(2 * (i + 8 * j)));
+                    acc[r][j] = if H::VEC_DOT_FMA {
+                        _mm256_fmadd_ps(wv, av, acc[r][j])
+                    } else {
+                        _mm256_add_ps(_mm256_mul_ps(wv, av), acc[r][j])
+                    };
+                }
+            }
+            i += 32;
+        }
+        let mut out = [0f32; R];
+        for r in 0..R {
+            let c = acc[r];
+            let mut sum = if H::VEC_DOT_FMA {
+                reduce_4x8(c)
+            } else {
+                hsum8(_mm256_add_ps(
+                    _mm256_add_ps(c[0], c[2]),
+                    _mm256_add_ps(c[1], c[3]),
+                ))
+            } as f64;
+            for k in np..n {
+                sum += (H::at(w[r], 2 * k) * H::at(a, 2 * k)) as f64;
+            }
+            out[r] = sum as f32;
+        }
+        out
+    }
+
+    /// tinyBLAS's products of `R` weight rows with `C` activation rows: `out[c][r]`. Rows
+    /// must be whole chunks of 8 (the callers check).
+    #[inline(always)]
+    unsafe fn tinyblas<H: Half, const R: usize, const C: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; C],
+    ) -> [[f32; R]; C] {
+        let n = a[0].len() / 2;
+        let mut acc = [[_mm256_setzero_ps(); R]; C];
+        let mut l = 0;
+        while l < n {
+            let mut bv = [_mm256_setzero_ps(); C];
+            for c in 0..C {
+                bv[c] = H::load8(a[c].as_ptr().add(2 * l));
+            }
+            for r in 0..R {
+                let av = H::load8(w[r].as_ptr().add(2 * l));
+                for c in 0..C {
+                    acc[c][r] = _mm256_fmadd_ps(av, bv[c], acc[c][r]);
+                }
+            }
+            l += 8;
+        }
+        let mut out = [[0f32; R]; C];
+        for c in 0..C {
+            for r in 0..R {
+                out[c][r] = hsum8(acc[c][r]);
+            }
+        }
+        out
+    }
+
+    /// Whether rows of `n` values (the shortest of `rows`) are whole tinyBLAS chunks and of
+    /// one length.
+    fn tinyblas_rows(rows: &[&[u8]]) -> bool {
+        let len = rows.first().map_or(0, |r| r.len());
+        rows.iter().all(|r| r.len() == len) && (len / 2) % 8 == 0 && len % 2 == 0
+    }
+
+    /// The reference (tinyBLAS refuses the length: llama.cpp's `vec_dot`).
+    fn reference(t: GgmlType, w: &[u8], a: &[u8], n_cols: usize) -> f32 {
+        ggml::vec_dot_avx2_mul_mat(t, w, a, n_cols).unwrap_or(f32::NAN)
+    }
+
+    macro_rules! routines {
+        ($h:ty, $dot:ident, $dot4rows:ident, $tb:ident, $tb1x4:ident, $tb4x4:ident, $tb4x4_512:ident) => {
+            /// `vec_dot` (module doc).
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C; `w` and `a` rows of the same number of values.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $dot(w: &[u8], a: &[u8]) -> f32 {
+                if w.len() != a.len() {
+                    return reference(<$h>::TYPE, w, a, 1);
+                }
+                vec_dot::<$h, 1>([w], a)[0]
+            }
+
+            /// `vec_dot` of four rows (two passes of two: the accumulators stay in
+            /// registers).
+            ///
+            /// # Safety
+            /// As the one-row form, for each row.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $dot4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                if w.iter().any(|r| r.len() != a.len()) {
+                    return std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a, 1));
+                }
+                let x = vec_dot::<$h, 2>([w[0], w[1]], a);
+                let y = vec_dot::<$h, 2>([w[2], w[3]], a);
+                [x[0], x[1], y[0], y[1]]
+            }
+
+            /// tinyBLAS, one row and one column.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $tb(w: &[u8], a: &[u8]) -> f32 {
+                if !tinyblas_rows(&[w, a]) {
+                    return reference(<$h>::TYPE, w, a, 2);
+                }
+                tinyblas::<$h, 1, 1>([w], [a])[0][0]
+            }
+
+            /// tinyBLAS, one row and four columns (`out[c]`).
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $tb1x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                if !tinyblas_rows(&[w, a[0], a[1], a[2], a[3]]) {
+                    return std::array::from_fn(|c| reference(<$h>::TYPE, w, a[c], 2));
+                }
+                let v = tinyblas::<$h, 1, 4>([w], *a);
+                std::array::from_fn(|c| v[c][0])
+            }
+
+            /// tinyBLAS, four rows × four columns (`out[c][r]`), as two 4 × 2 halves.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(super) unsafe fn $tb4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                if !tinyblas_rows(&[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]]) {
+                    return std::array::from_fn(|c| {
+                        std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
+                    });
+                }
+                let x = tinyblas::<$h, 4, 2>(*w, [a[0], a[1]]);
+                let y = tinyblas::<$h, 4, 2>(*w, [a[2], a[3]]);
+                [x[0], x[1], y[0], y[1]]
+            }
+
+            /// tinyBLAS, four rows × four columns in one pass (32 vector registers).
+            ///
+            /// # Safety
+            /// AVX2, FMA, F16C, AVX-512F and AVX-512VL.
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+            pub(super) unsafe fn $tb4x4_512(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
+                if !tinyblas_rows(&[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]]) {
+                    return std::array::from_fn(|c| {
+                        std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
+                    });
+                }
+                tinyblas::<$h, 4, 4>(*w, *a)
+            }
+        };
+    }
+
+    routines!(
+        F16,
+        f16_vec_dot,
+        f16_vec_dot_4rows,
+        f16_tinyblas,
+        f16_tinyblas_1x4,
+        f16_tinyblas_4x4,
+        f16_tinyblas_4x4_avx512
+    );
+    routines!(
+        Bf16,
+        bf16_vec_dot,
+        bf16_vec_dot_4rows,
+        bf16_tinyblas,
+        bf16_tinyblas_1x4,
+        bf16_tinyblas_4x4,
+        bf16_tinyblas_4x4_avx512
+    );
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use ir::ggml;
+
+    /// Random F16 / BF16 rows of `n` values in `[-2, 2)` (a deterministic generator).
+    fn rows(t: GgmlType, n: usize, count: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut s = seed;
+        let mut next = move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        };
+        (0..count)
+            .map(|_| {
+                let x: Vec<f32> = (0..n).map(|_| next()).collect();
+                let mut b = vec![0u8; 2 * n];
+                ggml::quantize(t, &x, &mut b, ggml::Q8Flavor::X86).expect("converts");
+                b
+            })
+            .collect()
+    }
+
+    /// Every routine equals `ir::ggml`'s reference bit for bit, at lengths with and without
+    /// a tail past the chunks of 32 (and one that tinyBLAS refuses), on every build this
+    /// host runs.
+    #[test]
+    fn half_dots_equal_the_reference() {
+        let Some(isa) = super::super::qdot::host_isa() else {
+            return;
+        };
+        let isas = if isa == Isa::Vnni {
+            vec![Isa::Avx2, Isa::Vnni]
+        } else {
+            vec![Isa::Avx2]
+        };
+        for t in [GgmlType::F16, GgmlType::BF16] {
+            for n in [8usize, 40, 576, 1544, 20] {
+                let w = rows(t, n, 4, 1 + n as u64);
+                let a = rows(t, n, 4, 99 + n as u64);
+                let vd = |r: usize, c: usize| ggml::vec_dot_avx2(t, &w[r], &a[c]).unwrap();
+                let tb =
+                    |r: usize, c: usize| ggml::vec_dot_avx2_mul_mat(t, &w[r], &a[c], 4).unwrap();
+                let w4: [&[u8]; 4] = std::array::from_fn(|r| w[r].as_slice());
+                let a4: [&[u8]; 4] = std::array::from_fn(|c| a[c].as_slice());
+                for &isa in &isas {
+                    let name = format!("{} n={n} {isa:?}", t.name());
+                    // SAFETY: the host runs `isa`'s build; rows of equal length.
+                    unsafe {
+                        let d = dot_fn_on(t, isa).expect("vec_dot");
+                        assert_eq!(d(&w[0], &a[1]).to_bits(), vd(0, 1).to_bits(), "{name}");
+                        let d4 = dot4rows_fn_on(t, isa).expect("4 rows")(&w4, &a[2]);
+                        for r in 0..4 {
+                            assert_eq!(d4[r].to_bits(), vd(r, 2).to_bits(), "{name} row {r}");
+                        }
+                        let tile = tinyblas4x4_fn_on(t, isa).expect("4x4")(&w4, &a4);
+                        for (c, tc) in tile.iter().enumerate() {
+                            for (r, v) in tc.iter().enumerate() {
+                                assert_eq!(v.to_bits(), tb(r, c).to_bits(), "{name} {r},{c}");
+                            }
+                        }
+                    }
+                }
+                // SAFETY: chosen for this host; rows of equal length.
+                unsafe {
+                    let one = tinyblas_fn(t).expect("tinyBLAS")(&w[3], &a[0]);
+                    assert_eq!(one.to_bits(), tb(3, 0).to_bits(), "{} n={n}", t.name());
+                    let v = tinyblas4_fn(t).expect("1x4")(&w[1], &a4);
+                    for (c, x) in v.iter().enumerate() {
+                        assert_eq!(
+                            x.to_bits(),
+                            tb(1, c).to_bits(),
+                            "{} n={n} col {c}",
+                            t.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The two orders differ (so the tests above would catch a routine of the wrong one).
+    #[test]
+    fn vec_dot_and_tinyblas_orders_differ() {
+        let t = GgmlType::F16;
+        let w = rows(t, 576, 8, 5);
+        let a = rows(t, 576, 8, 6);
+        let differ = (0..8).any(|i| {
+            ggml::vec_dot_avx2(t, &w[i], &a[i]).unwrap().to_bits()
+                != ggml::vec_dot_avx2_mul_mat(t, &w[i], &a[i], 2)
+                    .unwrap()
+                    .to_bits()
+        });
+        assert!(differ);
+    }
+}
