@@ -27,8 +27,11 @@ struct Operands {
 #define GMEM
 // Storage of an array shared by the threads of a block.
 #define SHARED __shared__
-// A read-only table at file scope.
-#define CONSTANT static __constant__
+// A read-only table at file scope, in global memory (read through the L1 cache) rather than
+// __constant__: the lanes of a warp read a lookup table at different entries, and the
+// constant cache serves a warp's distinct addresses one after another. (ggml's CUDA backend
+// keeps its tables in global memory too; this also leaves the 64 KiB of __constant__ free.)
+#define CONSTANT static __device__ const
 #define TX ((i32)threadIdx.x)
 #define BX ((i32)blockIdx.x)
 #define BY ((i32)blockIdx.y)
