@@ -27,11 +27,12 @@ struct Operands {
 #define GMEM
 // Storage of an array shared by the threads of a block.
 #define SHARED __shared__
-// A read-only table at file scope, in global memory (read through the L1 cache) rather than
-// __constant__: the lanes of a warp read a lookup table at different entries, and the
-// constant cache serves a warp's distinct addresses one after another. (ggml's CUDA backend
-// keeps its tables in global memory too; this also leaves the 64 KiB of __constant__ free.)
-#define CONSTANT static __device__ const
+// A read-only table at file scope, in the 64 KiB __constant__ bank (all of ggml's lookup
+// tables together take 34 KiB). Not global memory, where ggml's CUDA backend keeps them:
+// there each table's address takes registers, and ptxas spilled in the fused matrix
+// products of the IQ types (8 to 16 bytes of stack). The price: the constant cache serves
+// the distinct entries a warp's lanes read one after another (not measured on a GPU yet).
+#define CONSTANT static __constant__
 #define TX ((i32)threadIdx.x)
 #define BX ((i32)blockIdx.x)
 #define BY ((i32)blockIdx.y)

@@ -274,17 +274,19 @@ fn real_models_match_the_interpreter() {
 /// The weight types no fixture has (the I-quants, TQ1_0, MXFP4: [`synthetic::ROUTINE_TYPES`])
 /// in one synthetic model ([`synthetic::mixed_routine_model`]): every kernel of the decode
 /// step and of the 16-token prompt step (the tiled kernel) against the interpreter, through
-/// the CUDA shim.
+/// the CUDA and the Metal shim.
 #[test]
 fn each_kernel_of_the_routine_types_matches_the_interpreter() {
     let gguf = synthetic::mixed_routine_model();
     let plan = plan_of(&gguf, KvTypes::F16);
-    each_kernel_of_plan_matches(
-        "llama-sep-F32 with IQ/TQ1_0/MXFP4 weights",
-        &gguf,
-        &plan,
-        Dialect::Cuda,
-    );
+    for dialect in [Dialect::Cuda, Dialect::Metal] {
+        each_kernel_of_plan_matches(
+            "llama-sep-F32 with IQ/TQ1_0/MXFP4 weights",
+            &gguf,
+            &plan,
+            dialect,
+        );
+    }
 }
 
 /// Each dequantizer the GPU printer has (every type `has_dequantizer` accepts, the

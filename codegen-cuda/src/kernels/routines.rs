@@ -318,8 +318,8 @@ mod tests {
                 assert_eq!(listed, read, "{}: {}", t.name(), table.name);
             }
         }
-        // Every table together: well inside the 64 KiB a CUDA `__constant__` bank would
-        // allow, were the tables there (they are in global memory: prelude.cuh).
+        // Every table together (a model using every type): inside the 64 KiB of CUDA's
+        // `__constant__` bank, where prelude.cuh puts them.
         let total: usize = TABLES.iter().map(|t| t.bytes()).sum();
         assert_eq!(total, 2048 + 4096 + 8192 + 1024 + 2048 + 16384 + 128 + 16);
     }
