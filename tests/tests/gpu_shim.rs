@@ -20,7 +20,7 @@ fn fixture(name: &str, kv: KvTypes) -> (GgufFile, Plan) {
 }
 
 fn model(path: &std::path::Path, kv: KvTypes) -> (GgufFile, Plan) {
-    let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let gguf = GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let plan = plan_of(&gguf, kv);
     (gguf, plan)
 }
