@@ -20,7 +20,7 @@
 //! | `FN` | a helper function |
 //! | `GMEM` | address space of a pointer into the three buffers |
 //! | `SHARED` | an array shared by the threads of one block (declared in a kernel) |
-//! | `CONSTANT` | a read-only table at file scope (lookup tables of IQ4_NL, IQ4_XS) |
+//! | `CONSTANT` | a read-only table at file scope (ggml's lookup tables: IQ4_NL's values, the IQ grids; `__constant__` in CUDA, `constant` in Metal) |
 //! | `TX`, `BX`, `BY`, `BZ` | thread index in the block; block index in the grid (`i32`) |
 //! | `SYNC()` | barrier of the block's threads (and its shared memory) |
 //! | `SHFL_XOR(v, m)` | the `float` of lane `lane ^ m` of the 32-lane SIMD group |

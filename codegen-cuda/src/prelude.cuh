@@ -27,7 +27,11 @@ struct Operands {
 #define GMEM
 // Storage of an array shared by the threads of a block.
 #define SHARED __shared__
-// A read-only table at file scope.
+// A read-only table at file scope, in the 64 KiB __constant__ bank (all of ggml's lookup
+// tables together take 34 KiB). Not global memory, where ggml's CUDA backend keeps them:
+// there each table's address takes registers, and ptxas spilled in the fused matrix
+// products of the IQ types (8 to 16 bytes of stack). The price: the constant cache serves
+// the distinct entries a warp's lanes read one after another (not measured on a GPU yet).
 #define CONSTANT static __constant__
 #define TX ((i32)threadIdx.x)
 #define BX ((i32)blockIdx.x)

@@ -14,6 +14,9 @@
 //! - recursion: an `FN` that calls itself, directly or through other `FN`s;
 //! - shared memory (`SHARED`, a `threadgroup` variable) declared in an `FN`: Metal allows
 //!   threadgroup variables at kernel scope only.
+//! - a variable at file (program) scope outside the constant address space (`CONSTANT`,
+//!   `constant`): Metal keeps program-scope variables, such as the lookup tables of the
+//!   dequantizers, in `constant` only.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -284,6 +287,8 @@ pub fn lint(source: &str) -> Vec<String> {
         }
     }
 
+    found.extend(program_scope_variables(&toks));
+
     // FN bodies: shared memory, and the call graph for recursion.
     let funcs = functions(&toks);
     let names: BTreeSet<&str> = funcs.iter().map(|f| f.name.as_str()).collect();
@@ -328,6 +333,67 @@ pub fn lint(source: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The file-scope variables declared without `CONSTANT` / `constant`, as `(line, what)`.
+/// A top-level statement is a variable declaration when a `[` or `=` comes before any `(`
+/// (function and kernel definitions have their parameter list first); bodies of functions
+/// and structs are skipped whole.
+fn program_scope_variables(toks: &[Tok]) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let start = i;
+        let mut declarator = None;
+        let mut seen_paren = false;
+        while i < toks.len() {
+            match toks[i].text {
+                "(" => {
+                    seen_paren = true;
+                    i = closing(toks, i).map_or(toks.len(), |c| c + 1);
+                    continue;
+                }
+                "{" => {
+                    let close = closing(toks, i).map_or(toks.len(), |c| c + 1);
+                    if i > start && matches!(toks[i - 1].text, "=" | "]") {
+                        i = close; // an initializer
+                        continue;
+                    }
+                    // A function's or a struct's body ends the statement (with its `;`).
+                    i = close;
+                    if toks.get(i).map(|t| t.text) == Some(";") {
+                        i += 1;
+                    }
+                    break;
+                }
+                "[" | "=" if !seen_paren && declarator.is_none() => declarator = Some(i),
+                ";" => {
+                    i += 1;
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        let Some(d) = declarator else { continue };
+        let head = &toks[start..d];
+        if matches!(head.first().map(|t| t.text), Some("typedef" | "using"))
+            || head
+                .iter()
+                .any(|t| matches!(t.text, "CONSTANT" | "constant"))
+        {
+            continue;
+        }
+        let name = head.last().map_or("?", |t| t.text);
+        found.push((
+            toks[start].line,
+            format!(
+                "`{name}`: a program-scope variable outside the constant address space \
+                 (CONSTANT): Metal requires `constant`"
+            ),
+        ));
+    }
+    found
 }
 
 /// A call path from `start` back to itself, if there is one.

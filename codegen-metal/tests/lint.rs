@@ -223,3 +223,21 @@ fn shared_memory_in_a_helper() {
         "shared memory declared in FN f",
     );
 }
+
+#[test]
+fn a_table_outside_the_constant_address_space() {
+    rejects(
+        "static const u8 t[4] = {1, 2, 3, 4};\nFN u32 f(i32 i) { return t[i]; }",
+        1,
+        "`t`: a program-scope variable outside the constant address space",
+    );
+    rejects(
+        "CONSTANT u8 a[2] = {1, 2};\nfloat scale = 2.0f;",
+        2,
+        "`scale`",
+    );
+    let ok = "CONSTANT u64 grid[2] = {\n    0x0808080808080808, 0xffffffffffffffff,\n};\n\
+              constant i8 values[2] = {-1, 1};\n\
+              FN float f(const GMEM u8* b, i32 i) { float x[2] = {0.0f, 1.0f}; return x[i] + (float)values[b[0] & 1] + (float)(grid[i] & 1); }";
+    assert_eq!(lint(&src(ok)), Vec::<String>::new());
+}

@@ -4,6 +4,8 @@ use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
 use runtime::cpu_engine::{build_plan, LogitRows};
 
+mod synthetic;
+
 fn fixtures() -> Vec<std::path::PathBuf> {
     let dir = modelc_tests::shared_root().join("fixtures/models");
     let mut v: Vec<_> = std::fs::read_dir(&dir)
@@ -145,22 +147,68 @@ fn real_models_generate() {
     }
 }
 
-/// The Metal source of every fixture passes the lint (constructs the CPU shim accepts and
-/// Metal would not).
+/// The Metal source of every fixture, and of the synthetic model of the weight types no
+/// fixture has (`synthetic::mixed_routine_model`), passes the lint (constructs the CPU shim
+/// accepts and Metal would not).
 #[test]
 fn fixture_metal_sources_pass_the_lint() {
-    for path in fixtures() {
-        let gguf = GgufFile::open(&path).expect("fixture opens");
+    let mut models: Vec<(String, GgufFile)> = fixtures()
+        .into_iter()
+        .map(|p| {
+            let g = GgufFile::open(&p).expect("fixture opens");
+            (p.display().to_string(), g)
+        })
+        .collect();
+    models.push((
+        "synthetic IQ/TQ1_0/MXFP4 model".into(),
+        synthetic::mixed_routine_model(),
+    ));
+    for (name, gguf) in models {
         let model = compiler::load_model(&gguf).expect("model lowers");
         let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Both).expect("plan");
         let metal = codegen_metal::generate(&plan).expect("generates");
         let lint = codegen_metal::lint(&metal.source);
         assert!(
             lint.is_empty(),
-            "{}: {}",
-            path.display(),
+            "{name}: {}",
             lint[..lint.len().min(5)].join("; ")
         );
+    }
+}
+
+/// The GPU targets read every weight type the CPU reads: one printer's
+/// `has_dequantizer`, which the runtime's supported types are derived from.
+#[test]
+fn gpu_targets_read_every_weight_type_the_cpu_reads() {
+    let gpu = runtime::backend::gpu::support().weight_types;
+    for &t in ir::ggml::GgmlType::ALL {
+        if codegen_cpu::matmul_supports(t) {
+            assert!(
+                gpu.contains(&t),
+                "the CPU reads {} weights, the GPU printer does not",
+                t.name()
+            );
+        }
+    }
+    for t in synthetic::ROUTINE_TYPES {
+        assert!(gpu.contains(&t), "{}", t.name());
+    }
+}
+
+/// Not a check: writes one synthetic model per weight type of `synthetic::ROUTINE_TYPES`
+/// (`llama-sep-F32` with every 2-D weight of that type) into `$MODELC_SYNTH_DIR` (default:
+/// the temporary folder), for trying `modelc compile --target cuda|metal` by hand.
+#[test]
+#[ignore]
+fn write_synthetic_models() {
+    let dir = std::env::var_os("MODELC_SYNTH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    for t in synthetic::ROUTINE_TYPES {
+        let bytes = synthetic::synthetic_bytes("llama-sep-F32", |_| Some(t), 7);
+        let path = dir.join(format!("llama-sep-{}.gguf", t.name()));
+        std::fs::write(&path, bytes).expect("writes");
+        eprintln!("{}", path.display());
     }
 }
 
@@ -279,7 +327,8 @@ impl Distinct {
     }
 }
 
-/// The check of the issue: every kernel of SmolLM2's, Gemma 3's and every fixture's plan
+/// The check of the issue: every kernel of SmolLM2's, Gemma 3's, every fixture's and the
+/// synthetic model's (the IQ, TQ1_0 and MXFP4 weights no fixture has) plan
 /// (the decode step and prompt steps of 16 and 64; kernels that differ only in their operands' offsets
 /// once) compiles to sm_90 with no spill and no stack frame. (`modelc compile --target
 /// cuda` builds sm_80 too, and PTX, from the same source.)
@@ -294,8 +343,13 @@ fn nvrtc_compiles_every_kernel_without_spills() {
         .collect();
     paths.extend(fixtures());
     let mut d = Distinct::default();
-    for path in paths {
-        let gguf = GgufFile::open(&path).expect("model opens");
+    let mut models: Vec<GgufFile> = paths
+        .iter()
+        .map(|p| GgufFile::open(p).expect("model opens"))
+        .collect();
+    // The weight types no fixture has, in one synthetic model.
+    models.push(synthetic::mixed_routine_model());
+    for gguf in models {
         let model = compiler::load_model(&gguf).expect("model lowers");
         let plan =
             build_plan(&model, &[1, 16, 64], 256, KvTypes::F16, LogitRows::Last).expect("plan");

@@ -12,17 +12,23 @@ use ir::plan::exec::{PlanExec, StepArgs};
 use ir::plan::{Base, Plan, Step, Value};
 use runtime::cpu_engine::{build_plan, LogitRows};
 
+mod synthetic;
+
 fn fixture(name: &str, kv: KvTypes) -> (GgufFile, Plan) {
     let path = modelc_tests::shared_root().join(format!("fixtures/models/{name}.gguf"));
     model(&path, kv)
 }
 
 fn model(path: &std::path::Path, kv: KvTypes) -> (GgufFile, Plan) {
-    let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let model = compiler::load_model(&gguf).expect("model lowers");
-    // Steps of 16 tokens: the tiled prompt kernels (16 columns or more) and the decode ones.
-    let plan = build_plan(&model, &[1, 16], 64, kv, LogitRows::Both).expect("plan");
+    let gguf = GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let plan = plan_of(&gguf, kv);
     (gguf, plan)
+}
+
+fn plan_of(gguf: &GgufFile, kv: KvTypes) -> Plan {
+    let model = compiler::load_model(gguf).expect("model lowers");
+    // Steps of 16 tokens: the tiled prompt kernels (16 columns or more) and the decode ones.
+    build_plan(&model, &[1, 16], 64, kv, LogitRows::Both).expect("plan")
 }
 
 /// The weight buffer of the kernel ABI: each weight's GGUF bytes at its table offset.
@@ -261,6 +267,119 @@ fn real_models_match_the_interpreter() {
             // Measured: SmolLM2 1e-4; Gemma 3 up to 1.2e-3 (18 layers of f32 sums in
             // another order; every kernel alone is within 2e-4 on the fixtures).
             assert!(e < 2e-3, "{name} step {n}x1: relative logit difference {e}");
+        }
+    }
+}
+
+/// The weight types no fixture has (the I-quants, TQ1_0, MXFP4: [`synthetic::ROUTINE_TYPES`])
+/// in one synthetic model ([`synthetic::mixed_routine_model`]): every kernel of the decode
+/// step and of the 16-token prompt step (the tiled kernel) against the interpreter, through
+/// the CUDA and the Metal shim.
+#[test]
+fn each_kernel_of_the_routine_types_matches_the_interpreter() {
+    let gguf = synthetic::mixed_routine_model();
+    let plan = plan_of(&gguf, KvTypes::F16);
+    for dialect in [Dialect::Cuda, Dialect::Metal] {
+        each_kernel_of_plan_matches(
+            "llama-sep-F32 with IQ/TQ1_0/MXFP4 weights",
+            &gguf,
+            &plan,
+            dialect,
+        );
+    }
+}
+
+/// Each dequantizer the GPU printer has (every type `has_dequantizer` accepts, the
+/// routines of the I-quants, TQ1_0 and MXFP4 among them), run through the shim in both
+/// dialects: a kernel per type decodes random valid blocks, one value a thread; the values
+/// equal `ir`'s reference dequantizer's (ggml's `dequantize_row_*`) bit for bit.
+#[test]
+fn every_gpu_dequantizer_matches_ir_bit_for_bit() {
+    use codegen_cuda::kernels::dequant::{fn_name, has_dequantizer};
+    use ir::ggml::GgmlType;
+    let types: Vec<GgmlType> = GgmlType::ALL
+        .iter()
+        .copied()
+        .filter(|&t| has_dequantizer(t))
+        .collect();
+    for t in synthetic::ROUTINE_TYPES {
+        assert!(types.contains(&t), "no GPU dequantizer for {}", t.name());
+    }
+    const VALUES: usize = 2048;
+    let mut rng = synthetic::Rng(16);
+    let mut wts = Vec::new();
+    let mut want: Vec<f32> = Vec::new();
+    let mut kernels = Vec::new();
+    let mut launches = Vec::new();
+    let mut needs = std::collections::BTreeSet::new();
+    for &t in &types {
+        let fmt = ir::ggml::block_format(t).expect("described");
+        let n_blocks = VALUES / fmt.block_size;
+        let blocks = synthetic::random_blocks(fmt, n_blocks, synthetic::WIDE, &mut rng);
+        let mut y = vec![0f32; VALUES];
+        ir::ggml::dequantize(t, &blocks, &mut y).expect("ir dequantizes");
+        let name = format!("dq_test_{}", t.name());
+        kernels.push(format!(
+            "KERNEL({name}, 128) {{
+    const i32 v = BX * 128 + TX;
+                 *(GMEM float*)(arena + ops.at[1] + 4 * (u64)v) =              {}(wts + ops.at[0] + (u64)(v / {bs}) * {ts}u, v % {bs});
+}}
+",
+            fn_name(t),
+            bs = fmt.block_size,
+            ts = fmt.type_size
+        ));
+        needs.insert(t.id());
+        launches.push(Launch {
+            kernel: name,
+            plan_kernel: 0,
+            grid: [(VALUES / 128) as u32, 1, 1],
+            block: 128,
+            operands: vec![wts.len() as u64, 4 * want.len() as u64],
+        });
+        wts.extend(&blocks);
+        // The next type's blocks at an even offset, as a weight row's are.
+        wts.resize(wts.len().next_multiple_of(256), 0);
+        want.extend(y);
+    }
+    for (dialect, prelude) in [
+        (Dialect::Cuda, codegen_cuda::CUDA_PRELUDE),
+        (Dialect::Metal, codegen_metal::METAL_PRELUDE),
+    ] {
+        let source = codegen_cuda::kernels::assemble("dequantizers", prelude, &needs, &kernels)
+            .expect("assembles");
+        if dialect == Dialect::Metal {
+            let lint = codegen_metal::lint(&source);
+            assert!(lint.is_empty(), "{}", lint.join("; "));
+        }
+        let mut arena = vec![0u8; 4 * want.len()];
+        run_step(
+            dialect,
+            &source,
+            &launches,
+            &mut arena,
+            &mut [],
+            &wts,
+            &ShimOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{dialect:?}: {e}"));
+        for (k, &t) in types.iter().enumerate() {
+            let range = k * VALUES..(k + 1) * VALUES;
+            let got: Vec<u32> = arena[4 * range.start..4 * range.end]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            for (i, (g, w)) in got.iter().zip(&want[range]).enumerate() {
+                assert!(
+                    *g == w.to_bits(),
+                    "{dialect:?} {}: value {} of block {}: {} (bits {g:#010x}), ir gives {w} ({:#010x})",
+                    t.name(),
+                    i % t.block_size(),
+                    i / t.block_size(),
+                    f32::from_bits(*g),
+                    w.to_bits()
+                );
+            }
         }
     }
 }

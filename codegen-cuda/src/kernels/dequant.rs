@@ -5,10 +5,58 @@
 //!
 //! The function is generic in `i`; kernels that call it with a constant `i` (unrolled loops)
 //! get every shift, mask and byte index folded by the device compiler.
+//!
+//! The formats no recipe expresses ([`Decode::Routine`]) get the hand-written body of
+//! [`super::routines`] instead, and the ggml lookup tables it reads. [`has_dequantizer`] is
+//! the one answer to "does the GPU printer read this type", which every support check
+//! (the matrix products, the runtime's supported weight types) asks.
 
 use ir::ggml::{BitPiece, BlockFormat, Decode, FieldKind, Index, IntCode, IntMap, MinTerm};
 use ir::ggml::{GgmlType, ScalarKind};
 use std::fmt::Write;
+
+/// Whether the printer has a dequantizer for `t`: a described format with a recipe or plain
+/// scalars, or one with a routine of [`super::routines`]. (The GPU targets read every
+/// weight type this accepts.)
+pub fn has_dequantizer(t: GgmlType) -> bool {
+    ir::ggml::block_format(t).is_some_and(|f| match f.decode {
+        Decode::Routine => super::routines::routine(t).is_some(),
+        Decode::Scalar(_) | Decode::Quantized(_) => true,
+    })
+}
+
+/// The dequantizers of the GGML type ids `needs`, for a source: first the lookup tables
+/// of the routines among them (each once, in order of first use), then each `dq_<TYPE>`
+/// in id order.
+///
+/// # Errors
+/// An id without a description or a dequantizer (a bug: the printer only asks for the
+/// types [`has_dequantizer`] accepts).
+pub fn print_all(needs: &std::collections::BTreeSet<u32>) -> Result<String, String> {
+    let mut tables: Vec<&super::routines::Table> = Vec::new();
+    let mut fns = String::new();
+    for &id in needs {
+        let f = ir::ggml::block_formats()
+            .iter()
+            .find(|f| f.ty.id() == id)
+            .ok_or_else(|| format!("no description of GGML type {id}"))?;
+        if let Some(r) = super::routines::routine(f.ty) {
+            for t in r.tables {
+                if !tables.iter().any(|u| u.name == t.name) {
+                    tables.push(t);
+                }
+            }
+        }
+        fns += &print(f)?;
+        fns += "\n";
+    }
+    let mut s = String::new();
+    for t in tables {
+        s += &t.print();
+        s += "\n";
+    }
+    Ok(s + &fns)
+}
 
 /// The name of the dequantizer of `t` (`dq_Q4_K`).
 pub fn fn_name(t: GgmlType) -> String {
@@ -126,10 +174,16 @@ pub fn print(f: &BlockFormat) -> Result<String, String> {
     .ok();
     let body = match f.decode {
         Decode::Routine => {
-            return Err(format!(
-                "{}: no recipe to print a dequantizer from",
-                f.ty.name()
-            ))
+            let r = super::routines::routine(f.ty).ok_or_else(|| {
+                format!("{}: no routine to print a dequantizer from", f.ty.name())
+            })?;
+            writeln!(
+                s,
+                "// Value i of the block as ggml's {} (ggml-quants.c) computes it.",
+                r.ggml
+            )
+            .ok();
+            r.body.to_string()
         }
         Decode::Scalar(kind) => {
             let stride = kind.size();

@@ -32,7 +32,7 @@ fn check_operand(ctx: &Ctx<'_>, v: &Val, what: &str, k: u64) -> Result<(), Codeg
         )));
     }
     if let DType::Block(t) = v.dtype {
-        if !ir::ggml::block_format(t).is_some_and(|f| f.has_recipe()) {
+        if !super::dequant::has_dequantizer(t) {
             return Err(ctx.unsupported(format!("no kernels for {} weights yet", t.name())));
         }
     }

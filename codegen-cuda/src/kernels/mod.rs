@@ -23,6 +23,7 @@ pub mod elementwise;
 pub mod emit;
 pub mod matmul;
 pub mod rope;
+pub mod routines;
 pub mod rows;
 
 use crate::program::{GpuProgram, Launch, StepProgram, WeightTable};
@@ -338,7 +339,7 @@ pub fn print_step(
 }
 
 /// A complete source: the first line `title`, the prelude, [`COMMON`], the dequantizers of
-/// `needs`, then the kernel texts.
+/// `needs` (and the tables they read: [`dequant::print_all`]), then the kernel texts.
 ///
 /// # Errors
 /// A type id without a description (a bug: the printer only asks for described types).
@@ -352,14 +353,7 @@ pub fn assemble(
     source += prelude;
     source += COMMON;
     source += "\n";
-    for &id in needs {
-        let f = ir::ggml::block_formats()
-            .iter()
-            .find(|f| f.ty.id() == id)
-            .ok_or_else(|| CodegenError::Plan(format!("no description of GGML type {id}")))?;
-        source += &dequant::print(f).map_err(CodegenError::Plan)?;
-        source += "\n";
-    }
+    source += &dequant::print_all(needs).map_err(CodegenError::Plan)?;
     for k in kernels {
         source += k;
     }

@@ -288,7 +288,8 @@ pub enum Decode {
     /// with sign masks): decoded by the type's routine in the reference dequantizer
     /// ([`super::dequantize`], which reproduces ggml's `dequantize_row_<type>`); the fields and
     /// the `formula` still describe the block. Backends that generate dequantization from a
-    /// recipe do not take these formats.
+    /// recipe need a routine of their own for these (the GPU printer's: codegen-cuda's
+    /// `kernels::routines`).
     Routine,
 }
 

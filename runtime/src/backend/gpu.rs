@@ -32,14 +32,15 @@ pub fn kv_pair_supported(k: DType, v: DType) -> bool {
     )
 }
 
-/// What the GPU backends run: every weight type whose block format has a recipe, and the KV cache pairs
-/// of [`kv_pair_supported`].
+/// What the GPU backends run: every weight type the kernel printer has a dequantizer for
+/// ([`codegen_cuda::kernels::dequant::has_dequantizer`]), and the KV cache pairs of
+/// [`kv_pair_supported`].
 pub fn support() -> Support {
     Support {
         weight_types: GgmlType::ALL
             .iter()
             .copied()
-            .filter(|&t| ir::ggml::block_format(t).is_some_and(|f| f.has_recipe()))
+            .filter(|&t| codegen_cuda::kernels::dequant::has_dequantizer(t))
             .collect(),
         kv_pairs: Support::kv_pairs_from(kv_pair_supported),
     }
