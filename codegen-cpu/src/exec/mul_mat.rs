@@ -148,8 +148,9 @@ pub(crate) struct MulMat {
     pub epi: Epi,
     /// Groups of 4 rows per product chunk (even, so paired-group kernels are not split).
     pub chunk_groups: usize,
-    /// Whether this is the language-model head (`output.weight`, or a tied `token_embd`),
-    /// whose input holds only the rows whose logits are asked for.
+    /// Whether the input holds only the rows whose logits are asked for: the
+    /// language-model head (`output.weight`, or a tied `token_embd`) and the last layer's
+    /// products after the output rows are selected (llama.cpp's `n_outputs` columns).
     pub lm_head: bool,
 }
 
