@@ -182,6 +182,7 @@ impl<'a> CpuEngine<'a> {
                 n_threads,
                 order,
                 n_cells: None,
+                kv_ring_ubatch: None,
             },
         )
     }

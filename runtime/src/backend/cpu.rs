@@ -137,6 +137,7 @@ impl Backend for CpuBackend {
                 n_threads: opts.n_threads.max(1),
                 order: self.kernels.sum_order(),
                 n_cells: Some(opts.n_ctx as u64),
+                kv_ring_ubatch: None,
             },
         )
         .context("loading the CPU program")?;
