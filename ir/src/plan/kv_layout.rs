@@ -31,6 +31,8 @@ pub struct KvSlot {
     /// Cells of this cache: the stream's [`KvLayout::n_cells`], or fewer for a ring (module
     /// doc); position `p` lies in cell `p % n_cells`.
     pub n_cells: u64,
+    /// The sliding window of the attention reading it ([`KvBuf::window`]).
+    pub window: Option<u32>,
 }
 
 impl KvSlot {
@@ -96,18 +98,24 @@ impl KvLayout {
         self.caches.iter().any(|c| c.is_ring(self.n_cells))
     }
 
-    /// The oldest position a stream holding positions `0..n_past` can still attend from
-    /// every cache: positions before `n_past - cells` of a ring are overwritten, so a
-    /// sequence cut back to fewer positions than that cannot continue (llama.cpp's SWA cache
-    /// has purged them: `llama_memory_seq_pos_min` moves up and a partial reuse fails).
-    /// 0 for a layout without rings or a stream that has not wrapped.
-    pub fn min_keep(&self, n_past: u64) -> u64 {
-        self.caches
-            .iter()
-            .filter(|c| c.is_ring(self.n_cells))
-            .map(|c| n_past.saturating_sub(c.n_cells))
-            .max()
-            .unwrap_or(0)
+    /// Whether a stream whose cells were written up to position `written` (exclusive) can
+    /// be cut back to its first `n` positions and continue: every ring must still hold the
+    /// `window - 1` positions before `n` that the next token attends to, i.e. no position in
+    /// `n..written` shares their cells. llama.cpp's SWA cache has purged those positions
+    /// then (`llama_memory_seq_pos_min` moves past `n - n_swa`), and llama-server
+    /// evaluates the prompt again.
+    pub fn can_truncate(&self, n: u64, written: u64) -> bool {
+        n == 0
+            || n >= written
+            || self
+                .caches
+                .iter()
+                .filter(|c| c.is_ring(self.n_cells))
+                .all(|c| {
+                    let w = u64::from(c.window.unwrap_or(u32::MAX)).min(c.n_cells);
+                    // Positions n - w + 1 .. n lie in cells that n..written must not reach.
+                    n + c.n_cells >= written + w - 1
+                })
     }
 }
 
@@ -159,6 +167,7 @@ impl Plan {
                 offset: end,
                 row_bytes,
                 n_cells: cells,
+                window: c.window,
             });
             end = end
                 .checked_add(bytes)
@@ -230,11 +239,13 @@ mod tests {
                     offset: 0,
                     row_bytes: 2,
                     n_cells: 32,
+                    window: None,
                 },
                 KvSlot {
                     offset: 64,
                     row_bytes: 2,
                     n_cells: 8,
+                    window: Some(4),
                 },
             ],
             stream_bytes: 128,
@@ -244,7 +255,11 @@ mod tests {
         let r: Vec<_> = l.cell_ranges(3, 20).collect();
         assert_eq!(r, vec![6..40, 64..80]);
         assert!(l.has_ring());
-        assert_eq!(l.min_keep(20), 12);
-        assert_eq!(l.min_keep(5), 0);
+        // Written up to 20: cutting to 17 keeps 14..17 (cells 6, 7, 0), 17..20 reached
+        // cells 1..4 only; cutting to 16 would need 13 (cell 5), fine; 12 needs 9 (cell 1,
+        // overwritten by 17).
+        assert!(l.can_truncate(17, 20) && l.can_truncate(15, 20));
+        assert!(!l.can_truncate(12, 20));
+        assert!(l.can_truncate(0, 20) && l.can_truncate(20, 20));
     }
 }

@@ -195,6 +195,7 @@ pub fn open_session_seqs<'a>(
                 n_ctx,
                 flash_attn: args.engine.flash(),
                 logits,
+                swa_full: args.engine.swa_full,
             };
             let session =
                 crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)?;

@@ -217,6 +217,7 @@ fn load_session_seqs<'a>(
         n_ctx,
         flash_attn: engine.flash(),
         logits,
+        swa_full: engine.swa_full,
     };
     crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, shape.n_seq)
 }
