@@ -137,6 +137,8 @@ fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
     };
     o.n_threads = threads.max(1);
     o.flash_attn = args.engine.flash() && !args.no_rounding;
+    // Sliding-window caches as rings, as the CPU backend and llama.cpp have them.
+    o.kv_ring_ubatch = (!args.engine.swa_full).then_some(crate::cpu_engine::LLAMA_N_UBATCH as u32);
     o
 }
 
