@@ -26,6 +26,7 @@ pub(crate) fn round_f16(x: f32) -> f32 {
 /// ring of `cells` rows, or `cells` ≥ the cache's rows: row `pos[t]`), rounded to
 /// the cache's dtype; a Q8_0 cache holds the dequantized values of the row quantized with
 /// `flavor` (from which [`requantize_q8_0`] recovers the blocks).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn kv_store(
     cache: &mut [f32],
     cache_lay: &Lay,
