@@ -7,6 +7,8 @@
 //!   equals llama-perplexity's, printed digits and all (`tests/data/gemma3_swa_llama_cpp.json`,
 //!   which also records `--swa-full`'s different values: the cell order changes Gemma's
 //!   numbers visibly).
+//! - Gemma 3 270M greedy on a 1217-token prompt: llama-completion's 32 tokens (different
+//!   from `--swa-full`'s, also checked with `MODELC_FULL_TESTS`).
 //! - The gemma3 fixture (window 8) at `-c 1024` (rings of 768 cells): the CPU engine and the
 //!   interpreter agree bit for bit through the wrap, and a sequence cut back past what the
 //!   ring still holds is evaluated again (the same logits as a fresh evaluation). (Its
@@ -80,6 +82,45 @@ fn perplexity_2048_past_the_ring_equals_llama_cpp() {
         return;
     }
     perplexity_equals("2048", "perplexity_ring");
+}
+
+/// `modelc run` greedy on a 1217-token prompt, 32 tokens (the prompt's last 193 positions
+/// and every generated one attend through the wrapped ring; decoding takes the split-KV
+/// kernel over its 1024 cells): llama-completion's text, which `--swa-full` changes.
+#[test]
+fn greedy_past_the_ring_equals_llama_completion() {
+    let Some(m) = modelc_tests::gemma3() else {
+        return;
+    };
+    let Some(text) = modelc_tests::shared("reference/ppl-text.txt") else {
+        return;
+    };
+    let r = &reference()["completion"];
+    let all = std::fs::read_to_string(&text).expect("text");
+    let n = r["prompt_chars"].as_u64().expect("chars") as usize;
+    let prompt: String = all.chars().take(n).collect();
+    let run = |extra: &[&str]| {
+        let out = modelc()
+            .arg("run")
+            .arg(&m)
+            .args([
+                "-p", &prompt, "-n", "32", "--temp", "0", "-t", "2", "-c", "2048",
+            ])
+            .args(extra)
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    };
+    assert_eq!(run(&[]), r["content_ring"].as_str().expect("content"));
+    if std::env::var_os("MODELC_FULL_TESTS").is_some() {
+        let full = r["content_swa_full"].as_str().expect("content");
+        assert_eq!(run(&["--swa-full"]), full);
+    }
 }
 
 /// Token ids of the fixture's vocabulary (1024), away from the special ones.
