@@ -35,7 +35,7 @@ fn reference() -> Value {
 }
 
 /// `modelc perplexity` at `-c n_ctx` against the reference entry `key`.
-fn perplexity_equals(n_ctx: &str, key: &str) {
+fn perplexity_equals(n_ctx: &str, key: &str, extra: &[&str]) {
     let Some(m) = modelc_tests::gemma3() else {
         return;
     };
@@ -49,6 +49,7 @@ fn perplexity_equals(n_ctx: &str, key: &str) {
         .arg("-f")
         .arg(&text)
         .args(["-c", n_ctx, "-b", n_ctx, "-t", "2", "--chunks", "1"])
+        .args(extra)
         .output()
         .expect("runs");
     let all = format!(
@@ -70,7 +71,7 @@ fn perplexity_equals(n_ctx: &str, key: &str) {
 /// `--swa-full`).
 #[test]
 fn perplexity_past_the_ring_equals_llama_cpp() {
-    perplexity_equals("1280", "perplexity_ring_1280");
+    perplexity_equals("1280", "perplexity_ring_1280", &[]);
 }
 
 /// The 2048 tokens of the issue (llama.cpp: 20.7963, 20.6999 with `--swa-full`); with
@@ -81,7 +82,18 @@ fn perplexity_2048_past_the_ring_equals_llama_cpp() {
         eprintln!("the 2048-token perplexity runs with MODELC_FULL_TESTS=1");
         return;
     }
-    perplexity_equals("2048", "perplexity_ring");
+    perplexity_equals("2048", "perplexity_ring", &[]);
+}
+
+/// llama.cpp's soft_max path (`-fa off`) past the ring (llama.cpp: 30.5090); with
+/// `MODELC_FULL_TESTS=1` only.
+#[test]
+fn perplexity_fa_off_past_the_ring_equals_llama_cpp() {
+    if std::env::var_os("MODELC_FULL_TESTS").is_none() {
+        eprintln!("the -fa off perplexity runs with MODELC_FULL_TESTS=1");
+        return;
+    }
+    perplexity_equals("1280", "perplexity_ring_1280_fa_off", &["-fa", "off"]);
 }
 
 /// `modelc run` greedy on a 1217-token prompt, 32 tokens (the prompt's last 193 positions
