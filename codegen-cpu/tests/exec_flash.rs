@@ -305,3 +305,97 @@ fn quantized_cache_refuses_the_soft_max_path() {
     assert!(e.to_string().contains("needs flash attention"), "{e}");
     assert!(cpu.flash_attn(), "flash attention stays on");
 }
+
+/// A sliding-window cache as a ring ([`ir::plan::Plan::kv_layout_ring`], sized for
+/// ubatches of 64 as llama.cpp sizes its SWA cache): the executor and the interpreter store
+/// position `p` in cell `p % cells` and attend over the cells in cell order, bit for bit,
+/// past the ring's end (several times for a small window), with ubatches that straddle the ring's end: 5 tokens, 64-token
+/// ubatches (tiled kernel), then 5-token and single-token ones (reference or split-KV
+/// kernel). `flash` off: llama.cpp's soft_max path.
+fn check_ring(window: u32, flash: bool, kv_types: KvTypes, n_runs_64: usize) {
+    let p = AttnParams {
+        kq_scale: 0.125,
+        softcap: None,
+        window: Some(window),
+        causal: true,
+    };
+    let mode = RopeMode::Neox;
+    let graphs: Vec<(u32, Graph)> = [1u64, 5, 64]
+        .iter()
+        .map(|&n| (n as u32, attn_graph(n, mode, p, kv_types)))
+        .collect();
+    let plan = plan_with_ctx(&graphs, N_CTX as u32);
+    assert!(plan.kv.iter().all(|c| c.window == Some(window)));
+    let w = MemWeights::new();
+    let opts = codegen_cpu::exec::ExecOptions {
+        n_threads: 2,
+        kv_ring_ubatch: Some(64),
+        ..Default::default()
+    };
+    let mut cpu = CompiledPlan::load(&plan, &w, &opts).expect("plan compiles");
+    cpu.set_flash_attn(flash).expect("attention path");
+    let cells = ir::plan::swa_cells(N_CTX, window, 64);
+    assert!(cells < N_CTX);
+    assert!(cpu.kv_layout().caches.iter().all(|c| c.n_cells == cells));
+    let iopts = InterpOptions {
+        flash_attn: flash,
+        kv_ring_ubatch: Some(64),
+        ..InterpOptions::llama_cpp()
+    };
+    let mut interp = Interpreter::new(&w, iopts);
+    let mut kv = codegen_cpu::layout::AlignedBuf::zeroed(cpu.kv_layout().stream_bytes as usize);
+    let mut seq = vec![5usize];
+    seq.extend(std::iter::repeat_n(64, n_runs_64));
+    seq.extend([5, 1, 1, 5, 1]);
+    let mut rng = Rng(11);
+    let (mut pos0, mut ok) = (0usize, true);
+    let (row_q, row_kv) = ((D * N_HEAD) as usize, (D * N_HEAD_KV) as usize);
+    for (r, &n) in seq.iter().enumerate() {
+        let q = rng.vec(n * row_q, -1.0, 1.0);
+        let k = rng.vec(n * row_kv, -1.0, 1.0);
+        let v = rng.vec(n * row_kv, -1.0, 1.0);
+        let pos: Vec<i32> = (pos0..pos0 + n).map(|p| p as i32).collect();
+        let data = [("q", &q[..]), ("k", &k[..]), ("v", &v[..])];
+        let args = StepArgs {
+            tokens: &[],
+            positions: &pos,
+            output_ids: &[],
+            kv_len: pos0 + n,
+            data: &data,
+        };
+        cpu.step_real(kv.as_mut_slice(), n as u32, n as u32, n, n, 0, &args)
+            .expect("cpu step");
+        let ca = cpu.output(0).expect("output")[..n * row_q].to_vec();
+        let g = attn_graph(n as u64, mode, p, kv_types);
+        let inputs = Inputs {
+            tokens: &[],
+            positions: &pos,
+            output_ids: &[],
+            kv_len: (pos0 + n) as u64,
+            data: &data,
+        };
+        let i = interp.run(&g, &inputs).expect("interpreter runs");
+        let what = format!("ring of {cells} window {window} flash {flash} kv {kv_types} run {r} (ubatch {n}, kv {})", pos0 + n);
+        ok &= same_bits(&what, &ca, &i[0]);
+        pos0 += n;
+    }
+    assert!(pos0 as u64 > cells + 64, "the ring wraps");
+    assert!(
+        ok,
+        "the executor's ring attention differs from the interpreter's"
+    );
+}
+
+#[test]
+fn ring_cache_bit_exact() {
+    // Window 40: a ring of 256 cells (tiles wholly inside the masked gap are skipped).
+    check_ring(40, true, KvTypes::F16, 9);
+    check_ring(40, false, KvTypes::F16, 9);
+    check_ring(40, true, KvTypes::same(Q8_0), 9);
+}
+
+#[test]
+fn ring_cache_split_kv_decode_bit_exact() {
+    // Window 300: a ring of 512 cells, so single tokens take the split-KV decode.
+    check_ring(300, true, KvTypes::F16, 12);
+}

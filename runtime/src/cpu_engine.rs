@@ -16,7 +16,7 @@ use crate::engine::{check_decode_args, check_seqs_args, Engine, EngineMemory, Kv
 
 /// llama.cpp's default `n_ubatch` (`-ub`): it decodes a call in ubatches of this many tokens,
 /// and its flash-attention kernel choice depends on the ubatch's size.
-const LLAMA_N_UBATCH: usize = 512;
+pub const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
 use codegen_cpu::exec::{CompiledPlan, ExecOptions, StepArgs};
 use codegen_cpu::SumOrder;
@@ -182,6 +182,7 @@ impl<'a> CpuEngine<'a> {
                 n_threads,
                 order,
                 n_cells: None,
+                kv_ring_ubatch: None,
             },
         )
     }

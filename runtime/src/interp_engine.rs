@@ -34,8 +34,29 @@ impl<'a> InterpEngine<'a> {
         n_ctx: usize,
         n_ubatch: usize,
         kv_types: ir::graph::KvTypes,
-        interp: InterpOptions,
+        mut interp: InterpOptions,
     ) -> InterpEngine<'a> {
+        // Rings (InterpOptions::kv_ring_ubatch) hold a window and a whole graph's tokens.
+        interp.kv_ring_ubatch = interp.kv_ring_ubatch.map(|ub| ub.max(n_ubatch as u32));
+        // The interpreter keeps its own caches: the layout has no bytes, only the cells of
+        // each cache, so that the session knows which positions a ring still holds.
+        let hp = &model.hparams;
+        let caches = (0..hp.n_layer)
+            .flat_map(|il| {
+                let window = hp.is_swa(il).then_some(hp.n_swa);
+                let n_cells = match (window, interp.kv_ring_ubatch) {
+                    (Some(w), Some(ub)) => ir::plan::swa_cells(n_ctx as u64, w, ub),
+                    _ => n_ctx as u64,
+                };
+                let slot = ir::plan::KvSlot {
+                    offset: 0,
+                    row_bytes: 0,
+                    n_cells,
+                    window,
+                };
+                [slot, slot]
+            })
+            .collect();
         let opts = SessionOptions {
             n_ctx: n_ctx as u32,
             n_ubatch: n_ubatch as u32,
@@ -50,7 +71,7 @@ impl<'a> InterpEngine<'a> {
             logits: Vec::new(),
             layout: KvLayout {
                 n_cells: n_ctx as u64,
-                caches: Vec::new(),
+                caches,
                 stream_bytes: 0,
             },
             states: Vec::new(),

@@ -3,7 +3,9 @@
 //! sequence can continue, be truncated to any earlier position, or be cleared.
 //!
 //! Each sequence (`llama_seq_id` in `llama_batch`) owns one stream of KV memory laid out as
-//! [`ir::plan::KvLayout`] says, cell `i` holding position `i`; streams lie back to back in
+//! [`ir::plan::KvLayout`] says, cell `i` holding position `i` (position `p` in cell
+//! `p % cells` of a sliding-window ring, whose older positions get overwritten: see
+//! [`ir::plan::KvLayout::can_truncate`]); streams lie back to back in
 //! one allocation. This is llama.cpp's non-unified KV cache (`--kv-unified` off: one stream
 //! per sequence, `llama_kv_cache` with `n_stream = n_seq_max`): a sequence's numbers do not
 //! depend on what the other sequences hold.
@@ -218,6 +220,17 @@ impl KvCache {
     /// Positions held by stream `i` (`n_past`).
     pub fn n_past(&self, i: usize) -> usize {
         self.streams[i].tokens.len()
+    }
+
+    /// One past the highest position stream `i` wrote since it was last zeroed (padding
+    /// rows included).
+    pub fn written(&self, i: usize) -> usize {
+        self.streams[i].written
+    }
+
+    /// The sequence that owns stream `i`, if any.
+    pub fn seq_of(&self, i: usize) -> Option<SeqId> {
+        self.streams[i].seq
     }
 
     /// Cells written in all streams (for the memory report).

@@ -311,9 +311,36 @@ impl<'w> Session<'w> {
         }
     }
 
+    /// Cuts stream `i` back to `n` positions. Where a sliding-window ring no longer holds
+    /// the positions the next token would attend to (overwritten by later ones:
+    /// [`ir::plan::KvLayout::can_truncate`]), the stream is emptied and its first `n` tokens
+    /// evaluated again, as llama-server re-processes a prompt whose cache it cannot partly
+    /// reuse; if that fails the stream stays empty (a later call at position `n` then fails
+    /// with a clear error, never with wrong numbers).
     fn truncate_stream(&mut self, i: usize, n: usize) {
-        self.kv.truncate(i, n);
-        self.engine.forget(i, n);
+        let written = self.kv.written(i) as u64;
+        if self.kv.layout().can_truncate(n as u64, written) {
+            self.kv.truncate(i, n);
+            self.engine.forget(i, n);
+            return;
+        }
+        let seq = self.kv.seq_of(i);
+        let n_past = self.kv.n_past(i);
+        let keep: Vec<TokenId> = match seq {
+            Some(s) => self.kv.tokens(s)[..n.min(n_past)].to_vec(),
+            None => Vec::new(),
+        };
+        self.kv.truncate(i, 0);
+        self.engine.forget(i, 0);
+        let Some(seq) = seq else { return };
+        let step = self.max_ubatch().max(1);
+        for (c, part) in keep.chunks(step).enumerate() {
+            if self.decode_seq(seq, part, c * step, false).is_err() {
+                self.kv.truncate(i, 0);
+                self.engine.forget(i, 0);
+                return;
+            }
+        }
     }
 
     /// Context shift (llama.cpp's, in `llama-completion`): keeps the first `n_keep`
@@ -335,6 +362,16 @@ impl<'w> Session<'w> {
             return Ok(false);
         }
         let src = n_keep + n_discard;
+        if self.kv.layout().has_ring() {
+            // Cells of a ring do not lie in position order: the positions kept are
+            // evaluated again instead of moved.
+            let held = self.kv.tokens(seq).to_vec();
+            self.truncate_stream(i, n_keep);
+            for part in held[src..].chunks(self.max_ubatch().max(1)) {
+                self.eval(seq, part, false)?;
+            }
+            return Ok(false);
+        }
         let mut kv = self.kv.lend(i);
         let roped = self
             .engine

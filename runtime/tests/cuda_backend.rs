@@ -62,6 +62,7 @@ fn opts(n_ctx: usize) -> LoadOptions {
         n_ctx,
         flash_attn: true,
         logits: LogitRows::Last,
+        swa_full: false,
     }
 }
 

@@ -33,6 +33,7 @@ fn opts(n_ctx: usize) -> LoadOptions {
         n_ctx,
         flash_attn: true,
         logits: LogitRows::Both,
+        swa_full: false,
     }
 }
 

@@ -127,6 +127,7 @@ fn greedy_matches_llama_cpp(name: &str, prompt_len: usize) {
         n_ctx: 64,
         flash_attn: true,
         logits: LogitRows::Last,
+        swa_full: false,
     };
     let checked = check_program(&plan, &view, &gguf, &opts).expect("program checks");
     let mut wts = vec![0u8; program.weights.bytes as usize];

@@ -89,6 +89,10 @@ pub(crate) struct Lowerer<'p, 'w, 's> {
     /// Byte offset of each KV cache in a sequence's KV memory, and its size at the plan's
     /// `n_ctx`.
     pub kv_ranges: Vec<(usize, usize)>,
+    /// Cells of each KV cache in a sequence's KV memory where it is a ring shorter than the
+    /// context (position `p` in cell `p % cells`; [`ir::plan::KvLayout`]); empty or
+    /// `usize::MAX`: cell `p` holds position `p`.
+    pub kv_cells: Vec<usize>,
     /// Whether the operand being lowered may be a KV cache (only cache stores and
     /// attention rebase their views on the step's KV memory).
     kv_ok: bool,
@@ -134,6 +138,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             arena_bytes,
             kv,
             kv_ranges,
+            kv_cells: Vec::new(),
             kv_ok: false,
             n_threads,
             order: SumOrder::Ggml,
@@ -331,6 +336,14 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     /// A view of a KV cache (its pointer an offset: see [`Lowerer::kv`]).
+    /// The ring cells of the KV cache value `id` is a view of ([`Lowerer::kv_cells`]).
+    fn ring_cells(&self, s: &Step, id: ValueId) -> usize {
+        match s.values[id.index()].base {
+            Base::Kv(k) => self.kv_cells.get(k.index()).copied().unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        }
+    }
+
     fn kv_view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
         if !matches!(s.values[id.index()].base, Base::Kv(_)) {
             return Err(format!("{} must be a KV cache", s.values[id.index()].name));
@@ -624,6 +637,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             stride: v.nb[1],
             f16: v.dtype == DType::F16,
             q8,
+            cells: self.ring_cells(s, id),
         })
     }
 
@@ -773,6 +787,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             return Err("the result must be {d_v, n_head, n_tokens}".into());
         }
         self.needs.tmp_floats = self.needs.tmp_floats.max(d_k);
+        let (k_cells, v_cells) = (self.ring_cells(s, k.srcs[1]), self.ring_cells(s, k.srcs[2]));
+        if k_cells != v_cells
+            || (k_cells != usize::MAX && !(params.causal && params.window.is_some()))
+        {
+            return Err("a ring KV cache needs causal sliding-window attention over K and V rings of one size".into());
+        }
         let a = Attention {
             q,
             k: kc,
@@ -780,6 +800,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             pos,
             out,
             params,
+            cells: k_cells,
         };
         self.needs.score_floats = self.needs.score_floats.max(a.query_floats());
         // Single-token steps too: a llama.cpp ubatch of 64 or more tokens cut into steps

@@ -195,6 +195,10 @@ pub struct ExecOptions {
     /// Cells of KV memory per sequence (the context, `-c`): 1 up to the plan's `n_ctx`;
     /// `None` for the plan's `n_ctx`.
     pub n_cells: Option<u64>,
+    /// Sliding-window caches as rings sized as llama.cpp sizes its SWA cache for ubatches of
+    /// this many tokens (`-ub`; [`ir::plan::Plan::kv_layout_ring`]); at least the plan's
+    /// largest step. `None`: every cache holds every position.
+    pub kv_ring_ubatch: Option<u32>,
 }
 
 impl Default for ExecOptions {
@@ -203,6 +207,7 @@ impl Default for ExecOptions {
             n_threads: 1,
             order: SumOrder::Ggml,
             n_cells: None,
+            kv_ring_ubatch: None,
         }
     }
 }
@@ -288,6 +293,7 @@ impl<'w> CompiledPlan<'w> {
                 n_threads,
                 order,
                 n_cells: None,
+                kv_ring_ubatch: None,
             },
         )
     }
@@ -321,9 +327,20 @@ impl<'w> CompiledPlan<'w> {
             .map_err(|_| too_big("the arena"))?
             .max(64);
         let mut arena = AlignedBuf::zeroed(arena_bytes);
-        let kv_layout = plan
-            .kv_layout(opts.n_cells.unwrap_or(u64::from(plan.n_ctx)))
-            .map_err(ExecError::Plan)?;
+        let n_cells = opts.n_cells.unwrap_or(u64::from(plan.n_ctx));
+        let kv_layout = match opts.kv_ring_ubatch {
+            None => plan.kv_layout(n_cells),
+            Some(ub) => {
+                let largest = plan.steps.iter().map(|s| s.n_tokens).max().unwrap_or(1);
+                if ub < largest {
+                    return Err(ExecError::Plan(format!(
+                        "KV rings sized for ubatches of {ub} tokens cannot run a step of {largest}"
+                    )));
+                }
+                plan.kv_layout_ring(n_cells, ub)
+            }
+        }
+        .map_err(ExecError::Plan)?;
         usize::try_from(kv_layout.stream_bytes).map_err(|_| too_big("the KV caches"))?;
         // The ops' KV pointers are offsets into a stream (resolved against the memory each
         // step is handed); each view is checked against its cache at the plan's size, and
@@ -350,6 +367,17 @@ impl<'w> CompiledPlan<'w> {
             n_threads,
         );
         low.order = order;
+        low.kv_cells = kv_layout
+            .caches
+            .iter()
+            .map(|c| {
+                if c.is_ring(kv_layout.n_cells) {
+                    c.n_cells as usize
+                } else {
+                    usize::MAX
+                }
+            })
+            .collect();
         let mut kinds: Vec<String> = Vec::new();
         let mut steps = Vec::with_capacity(plan.steps.len());
         for s in &plan.steps {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ir::ggml::GgmlType;
-use ir::graph::{AttnParams, DType};
+use ir::graph::{AttnParams, DType, VisibleCells};
 
 use super::mul_mat::MulMat;
 use super::view::{Ptr, View};
@@ -120,6 +120,9 @@ pub(crate) struct CacheRows {
     /// Q8_0 blocks (then `f16` is false): values are quantized as ggml-cpu's
     /// `quantize_row_q8_0` does when llama.cpp's `ggml_set_rows` stores into a Q8_0 cache.
     pub q8: bool,
+    /// Rows of a ring cache (position `p` in row `p % cells`, as llama.cpp's `find_slot`
+    /// fills a window-sized SWA cache); `usize::MAX` for a cache with a row per position.
+    pub cells: usize,
 }
 
 impl CacheRows {
@@ -128,7 +131,7 @@ impl CacheRows {
     /// # Safety
     /// As [`CacheRows::store`]; not a Q8_0 cache; `dst` valid for `n` writes.
     pub unsafe fn load(&self, pos: usize, elem: usize, dst: *mut f32, n: usize) {
-        let row = self.ptr.add(pos * self.stride);
+        let row = self.ptr.add(pos % self.cells * self.stride);
         for i in 0..n {
             *dst.add(i) = if self.f16 {
                 half::f16::from_bits(std::ptr::read_unaligned(
@@ -155,9 +158,10 @@ impl CacheRows {
     /// (`build_attn_mha`), which then reads those values.
     ///
     /// # Safety
-    /// `pos` is a row of the cache and `elem + n` fits in a row; `src` valid for `n` reads;
+    /// `pos % cells` is a row of the cache and `elem + n` fits in a row; `src` valid for `n` reads;
     /// for a Q8_0 cache `elem` and `n` are multiples of 32 (the lowering checks the heads).
     unsafe fn store(&self, pos: usize, elem: usize, src: *const f32, n: usize, flash: bool) {
+        let pos = pos % self.cells;
         if self.q8 {
             let bs = ir::ggml::GgmlType::Q8_0.type_size();
             let dst = self.ptr.add(pos * self.stride + elem / 32 * bs);
@@ -212,6 +216,9 @@ pub(crate) struct Attention {
     /// `{d_v, n_head, N}` f32.
     pub out: View,
     pub params: AttnParams,
+    /// Cells of K's and V's caches when they are rings (fewer cells than the context:
+    /// [`AttnParams::visible_cells`]); `usize::MAX` otherwise.
+    pub cells: usize,
 }
 
 impl Attention {
@@ -552,18 +559,17 @@ unsafe fn rope_kv(r: &RopeKv, c: usize, cx: &Ctx<'_>) {
     }
 }
 
-/// Visible keys `lo..hi` of the query at `pos` among `n_kv` (causal mask, sliding window).
-fn visible(p: &AttnParams, pos: i64, n_kv: usize) -> (usize, usize) {
-    let hi = if p.causal {
-        (pos + 1).clamp(0, n_kv as i64)
-    } else {
-        n_kv as i64
-    };
-    let lo = match p.window {
-        Some(w) => (pos - w as i64 + 1).clamp(0, hi),
-        None => 0,
-    };
-    (lo as usize, hi as usize)
+impl Attention {
+    /// The cells the query at `pos` sees among the cache's first `n_kv` ([`Attention::cells`]:
+    /// in a ring past its size, two ranges in cell order).
+    fn visible(&self, pos: i64, n_kv: usize) -> VisibleCells {
+        self.params.visible_cells(pos, n_kv, self.cells)
+    }
+
+    /// The KV length llama.cpp gives this cache: a ring holds at most its cells.
+    fn cache_kv(&self, n_kv: usize) -> usize {
+        n_kv.min(self.cells)
+    }
 }
 
 impl Attention {
@@ -618,7 +624,7 @@ impl Attention {
             kq_scale: a.params.kq_scale,
             softcap: a.params.softcap,
         };
-        let kv = |kvh: usize| KvRows {
+        let kv = |kvh: usize, gap: (usize, usize)| KvRows {
             k: a.k.at(kvh, 0, 0),
             k_stride: a.k.nb[2],
             v: a.v.at(kvh, 0, 0),
@@ -627,19 +633,20 @@ impl Attention {
             f16: a.v.dtype == DType::F16,
             k_q8: a.k.dtype == Q8_0,
             v_q8: false,
+            gap,
         };
         let batch = cx.n_llama.max(cx.n_real.clamp(1, n_tokens)) >= 2;
         let scratch = cx.scratch.attn[cx.ti].0 as *mut f32;
         let (heads, ta, tb) = a.chunk_queries(c);
         for t in ta..tb {
-            let (lo, hi) = visible(&a.params, *(a.pos.add(4 * t) as *const i32) as i64, n_kv);
+            let vis = a.visible(*(a.pos.add(4 * t) as *const i32) as i64, n_kv);
             for h in heads.clone() {
                 attend_exact(&ExactQuery {
                     q: a.q.at(h, t, 0) as *const f32,
                     d_k,
-                    kv: &kv(h / group),
-                    lo,
-                    hi,
+                    kv: &kv(h / group, vis.gap),
+                    lo: vis.lo,
+                    hi: vis.hi,
                     batch,
                     p: &p,
                     scratch,
@@ -673,7 +680,8 @@ impl Attention {
         let (k, v) = (self.k.rebase(kv), self.v.rebase(kv));
         let kvh = h / (n_head / n_head_kv.max(1)).max(1);
         let pos = *(self.pos.add(4 * t) as *const i32) as i64;
-        let (lo, hi) = visible(&self.params, pos, k.dims(cx.kv_len)[2]);
+        let vis = self.visible(pos, k.dims(cx.kv_len)[2]);
+        let (lo, hi) = (vis.lo, vis.hi);
         let kv_rows = |f16: bool| KvRows {
             k: k.at(kvh, 0, 0),
             k_stride: k.nb[2],
@@ -682,6 +690,7 @@ impl Attention {
             f16,
             k_q8: k.dtype == Q8_0,
             v_q8: cx.flash && v.dtype == Q8_0,
+            gap: vis.gap,
         };
         let (q, out) = (
             self.q.at(h, t, 0) as *const f32,
@@ -695,7 +704,10 @@ impl Attention {
                 lo,
                 hi,
                 1,
-                padded_kv(pos as usize + 1, cx.n_cells.min(k.ne[2])),
+                padded_kv(
+                    self.cache_kv(pos as usize + 1),
+                    cx.n_cells.min(k.ne[2]).min(self.cells),
+                ),
                 cx.llama_threads,
                 &FlashParams::new(self.params.kq_scale, self.params.softcap),
                 cx.scratch.scores[cx.ti].0 as *mut f32,
@@ -730,21 +742,21 @@ impl Attention {
         let (d_v, n_head_kv) = (a.v.ne[0], a.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
         // llama.cpp pads the KV length to 256 cells within the context (`-c`).
-        let n_ctx = cx.n_cells.min(a.k.ne[2]);
+        let n_ctx = cx.n_cells.min(a.k.ne[2]).min(a.cells);
         let n_kv = a.k.dims(cx.kv_len)[2];
         let n_real = cx.n_real.clamp(1, n_tokens);
         let n_llama = cx.n_llama.max(n_real);
         let p = FlashParams::new(a.params.kq_scale, a.params.softcap);
         let pos = |t: usize| *(a.pos.add(4 * t) as *const i32) as i64;
-        let vis = |t: usize| visible(&a.params, pos(t), n_kv);
+        let vis = |t: usize| a.visible(pos(t), n_kv);
         // llama.cpp's KV length: one past the last real position (the step's, unpadded).
         let kv_real = if n_real < n_tokens {
             (0..n_real).map(|t| pos(t) + 1).max().unwrap_or(1) as usize
         } else {
             cx.kv_len
         };
-        let nek1 = padded_kv(kv_real, n_ctx);
-        let kv_rows = |kvh: usize| KvRows {
+        let nek1 = padded_kv(a.cache_kv(kv_real), n_ctx);
+        let kv_rows = |kvh: usize, gap: (usize, usize)| KvRows {
             k: a.k.at(kvh, 0, 0),
             k_stride: a.k.nb[2],
             v: a.v.at(kvh, 0, 0),
@@ -752,17 +764,18 @@ impl Attention {
             f16: a.k.dtype == DType::F16 || a.v.dtype == DType::F16,
             k_q8: a.k.dtype == Q8_0,
             v_q8: a.v.dtype == Q8_0,
+            gap,
         };
         let plain = a.k.dtype == a.v.dtype && a.k.dtype != Q8_0;
         let scratch = cx.scratch.scores[cx.ti].0 as *mut f32;
         let one = |t: usize, h: usize| {
-            let (lo, hi) = vis(t);
+            let v = vis(t);
             flash::query(
                 a.q.at(h, t, 0) as *const f32,
                 d_k,
-                &kv_rows(h / group),
-                lo,
-                hi,
+                &kv_rows(h / group, v.gap),
+                v.lo,
+                v.hi,
                 n_llama,
                 nek1,
                 cx.llama_threads,
@@ -795,23 +808,24 @@ impl Attention {
             return;
         }
         // Tiled: the block's cells converted to f32 once, from a multiple of the KV tile.
-        let j0 = (ta..tb).map(|t| vis(t).0).min().unwrap_or(0);
-        let j1 = (ta..tb).map(|t| vis(t).1).max().unwrap_or(0);
+        let j0 = (ta..tb).map(|t| vis(t).lo).min().unwrap_or(0);
+        let j1 = (ta..tb).map(|t| vis(t).hi).max().unwrap_or(0);
         let t0 = j0 / KV_TILE * KV_TILE;
         let ldk = a.ldk();
         let base = cx.scratch.attn[cx.ti].0 as *mut f32;
         let (kt, vf, tile) = (base, base.add(d_k * ldk), base.add(d_k * ldk + ldk * d_v));
         if t0 < j1 {
-            load_kv_f32(&kv_rows(kvh), d_k, d_v, t0, j1, kt, ldk, vf);
+            load_kv_f32(&kv_rows(kvh, (0, 0)), d_k, d_v, t0, j1, kt, ldk, vf);
         }
         for t in ta..tb {
-            let (lo, hi) = vis(t);
+            let v = vis(t);
             for h in heads.clone() {
                 flash::tiled_query(
                     a.q.at(h, t, 0) as *const f32,
                     d_k,
-                    lo,
-                    hi,
+                    v.lo,
+                    v.hi,
+                    v.gap,
                     t0,
                     kt,
                     ldk,

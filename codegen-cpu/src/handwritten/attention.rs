@@ -30,6 +30,22 @@ pub(crate) struct KvRows {
     pub k_q8: bool,
     /// V rows are Q8_0 blocks (flash attention only).
     pub v_q8: bool,
+    /// Cells masked inside the query's visible span `lo..hi` (a wrapped ring's older
+    /// positions, [`ir::graph::VisibleCells::gap`]); empty (`(x, x)`) otherwise.
+    pub gap: (usize, usize),
+}
+
+impl KvRows {
+    /// The visible cells of `lo..hi` as two ranges in cell order (around [`KvRows::gap`]).
+    #[inline(always)]
+    pub fn ranges(&self, lo: usize, hi: usize) -> [std::ops::Range<usize>; 2] {
+        let (g0, g1) = self.gap;
+        if g0 < g1 {
+            [lo..g0.clamp(lo, hi), g1.clamp(lo, hi)..hi]
+        } else {
+            [lo..hi, hi..hi]
+        }
+    }
 }
 
 /// Scalar parameters of the scores.

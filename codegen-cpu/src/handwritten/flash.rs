@@ -192,7 +192,7 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
         let nb = d_k / 32;
         let qq = q16 as *mut u8;
         quantize_q(q, d_k, qq);
-        for j in lo..hi {
+        for j in kv.ranges(lo, hi).into_iter().flatten() {
             let kr = kv.k.add(j * kv.k_stride);
             *scores.add(j - lo) = p.score(dot_q8::<SIMD>(kr, qq, nb));
         }
@@ -208,7 +208,7 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
             #[cfg(target_arch = "x86_64")]
             scores64(kv, q16, lo, hi, p, scores);
         } else {
-            for j in lo..hi {
+            for j in kv.ranges(lo, hi).into_iter().flatten() {
                 let kr = kv.k.add(j * kv.k_stride);
                 *scores.add(j - lo) = p.score(dot_f16::<SIMD>(kr, kv.f16, q16, d_k));
             }
@@ -462,7 +462,8 @@ unsafe fn one_chunk_v<const SIMD: bool, const V: u8>(
         *acc.add(i) = 0.0;
     }
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    for j in c0..c1 {
+    // Masked cells (a wrapped ring's gap) are skipped, as ggml skips -inf mask entries.
+    for j in kv.ranges(c0, c1).into_iter().flatten() {
         let s = *scores.add(j - lo);
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         let vr = kv.v.add(j * kv.v_stride);
@@ -512,7 +513,7 @@ unsafe fn scores64(
     scores: *mut f32,
 ) {
     let q: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(q16.add(8 * i)));
-    for j in lo..hi {
+    for j in kv.ranges(lo, hi).into_iter().flatten() {
         *scores.add(j - lo) = p.score(dot64(kv.k.add(j * kv.k_stride), &q));
     }
 }
@@ -532,7 +533,7 @@ unsafe fn one_chunk_reg<const NV: usize, const V: u8>(
 ) -> (f32, f32) {
     let mut acc = [_mm256_setzero_ps(); NV];
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    for j in c0..c1 {
+    for j in kv.ranges(c0, c1).into_iter().flatten() {
         let s = *scores.add(j - lo);
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         let vr = kv.v.add(j * kv.v_stride);
@@ -672,7 +673,9 @@ pub(crate) fn tiled_scratch(d_v: usize) -> usize {
 /// at `kt[d·ldk + j - t0]`) and values from `vf` (`vf[(j - t0)·d_v + d]`), both f32 copies
 /// of cells `t0..hi` with `t0` a multiple of [`KV_TILE`] at most `lo`; `kt` rows are read up
 /// to the end of `hi`'s tile (values past `hi` are masked, so any finite or not), so
-/// `ldk ≥ ceil(hi - t0, KV_TILE)`.
+/// `ldk ≥ ceil(hi - t0, KV_TILE)`. Cells `gap.0..gap.1` are masked too (a wrapped ring's
+/// older positions; empty otherwise): tiles wholly inside it are skipped, as ggml skips a
+/// tile whose mask is all -inf.
 ///
 /// # Safety
 /// As described; `scratch` holds [`tiled_scratch`] floats; `out` overlaps nothing.
@@ -682,6 +685,7 @@ pub(crate) unsafe fn tiled_query(
     d_k: usize,
     lo: usize,
     hi: usize,
+    gap: (usize, usize),
     t0: usize,
     kt: *const f32,
     ldk: usize,
@@ -693,9 +697,9 @@ pub(crate) unsafe fn tiled_query(
 ) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() && d_v.is_multiple_of(8) {
-        return tiled_avx2(q, d_k, lo, hi, t0, kt, ldk, vf, p, scratch, out, d_v);
+        return tiled_avx2(q, d_k, lo, hi, gap, t0, kt, ldk, vf, p, scratch, out, d_v);
     }
-    tiled_scalar(q, d_k, lo, hi, t0, kt, ldk, vf, p, scratch, out, d_v)
+    tiled_scalar(q, d_k, lo, hi, gap, t0, kt, ldk, vf, p, scratch, out, d_v)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -706,6 +710,7 @@ unsafe fn tiled_avx2(
     d_k: usize,
     lo: usize,
     hi: usize,
+    gap: (usize, usize),
     t0: usize,
     kt: *const f32,
     ldk: usize,
@@ -726,7 +731,7 @@ unsafe fn tiled_avx2(
     let scale = _mm256_set1_ps(p.scale);
     let mut tile = 0;
     while tile < hi {
-        if tile + KV_TILE <= lo {
+        if tile + KV_TILE <= lo || (tile >= gap.0 && tile + KV_TILE <= gap.1) {
             tile += KV_TILE;
             continue;
         }
@@ -746,6 +751,11 @@ unsafe fn tiled_avx2(
             _mm256_set1_epi32(lo as i32 - 1),
             _mm256_set1_epi32(hi as i32),
         );
+        let (vg0, vg1) = (
+            _mm256_set1_epi32(gap.0 as i32),
+            _mm256_set1_epi32(gap.1 as i32 - 1),
+        );
+        let has_gap = gap.0 < gap.1;
         for (g, a) in c.iter().enumerate() {
             let mut s = _mm256_mul_ps(*a, scale);
             if p.cap != 0.0 {
@@ -761,7 +771,12 @@ unsafe fn tiled_avx2(
                 _mm256_set1_epi32((tile + 8 * g) as i32),
                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
             );
-            let ok = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
+            let mut ok = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
+            if has_gap {
+                let out_of_gap =
+                    _mm256_or_si256(_mm256_cmpgt_epi32(vg0, j), _mm256_cmpgt_epi32(j, vg1));
+                ok = _mm256_and_si256(ok, out_of_gap);
+            }
             s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(ok));
             _mm256_storeu_ps(kq.add(8 * g), s);
             vmax = _mm256_max_ps(vmax, s);
@@ -829,6 +844,7 @@ unsafe fn tiled_scalar(
     d_k: usize,
     lo: usize,
     hi: usize,
+    gap: (usize, usize),
     t0: usize,
     kt: *const f32,
     ldk: usize,
@@ -844,12 +860,12 @@ unsafe fn tiled_scalar(
     acc.fill(0.0);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     for tile in (0..hi).step_by(KV_TILE) {
-        if tile + KV_TILE <= lo {
+        if tile + KV_TILE <= lo || (tile >= gap.0 && tile + KV_TILE <= gap.1) {
             continue;
         }
         for (tk, s) in kq.iter_mut().enumerate() {
             let j = tile + tk;
-            *s = if j >= lo && j < hi {
+            *s = if j >= lo && j < hi && !(j >= gap.0 && j < gap.1) {
                 let mut c = 0f32;
                 for d in 0..d_k {
                     c = (*q.add(d)).mul_add(*kt.add(d * ldk + j - t0), c);
@@ -927,6 +943,7 @@ mod tests {
             f16: true,
             k_q8: false,
             v_q8: false,
+            gap: (0, 0),
         };
         let p = FlashParams::new(0.125, None);
         let mut scratch = vec![0f32; query_scratch(d, d, n) + 4096];

@@ -119,7 +119,8 @@ unsafe fn attend_body<const SIMD: bool>(a: &ExactQuery<'_>) {
         }
     }
     let mut max = f32::NEG_INFINITY;
-    for j in lo..hi {
+    // A wrapped ring's gap keeps -inf (weight 0; lanes stay by absolute cell).
+    for j in kv.ranges(lo, hi).into_iter().flatten() {
         let kr = kv.k.add(j * kv.k_stride);
         let mut s = if kv.k_q8 {
             dot_q8::<SIMD>(kr, qb as *const u8, d_k / 32)
@@ -153,7 +154,7 @@ unsafe fn attend_body<const SIMD: bool>(a: &ExactQuery<'_>) {
     let inv = (1.0 / sum) as f32;
     // Weighted sum of V: lane j % lanes of every output value, across d_v at once.
     acc.iter_mut().for_each(|x| *x = 0.0);
-    for j in lo..hi {
+    for j in kv.ranges(lo, hi).into_iter().flatten() {
         let pj = e[j - lo8] * inv;
         let pj = if kv.f16 { round_f16(pj) } else { pj };
         let vr = kv.v.add(j * kv.v_stride);

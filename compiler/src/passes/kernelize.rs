@@ -80,6 +80,7 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
             Base::Arena(b),
         ))
     };
+    let windows = g.cache_windows();
     // Inputs.
     for (i, t) in g.tensors.iter().enumerate() {
         let Def::Input(kind) = &t.def else { continue };
@@ -89,7 +90,7 @@ fn step_of(plan: &mut Plan, shape: StepShape, g: &Graph) -> Result<Step, String>
                 Value::dense(t.name.clone(), t.dtype, t.shape, Base::Weight(id))
             }
             Input::KvCache { layer, kind } => {
-                let id = kv_id(plan, t, *layer, *kind)?;
+                let id = kv_id(plan, t, *layer, *kind, windows.get(&i).copied())?;
                 Value::dense(t.name.clone(), t.dtype, t.shape, Base::Kv(id))
             }
             Input::Tokens | Input::Positions | Input::OutputIds | Input::Data => {
@@ -214,10 +215,16 @@ fn kv_id(
     t: &ir::graph::Tensor,
     layer: u32,
     kind: ir::graph::KvKind,
+    window: Option<u32>,
 ) -> Result<KvId, String> {
     if let Some(i) = plan.kv.iter().position(|c| c.name == t.name) {
         let c = &plan.kv[i];
-        if c.dtype != t.dtype || c.shape != t.shape || c.layer != layer || c.kind != kind {
+        if c.dtype != t.dtype
+            || c.shape != t.shape
+            || c.layer != layer
+            || c.kind != kind
+            || c.window != window
+        {
             return Err(format!(
                 "KV cache {} differs between steps ({} {} vs {} {})",
                 t.name, t.shape, t.dtype, c.shape, c.dtype
@@ -231,6 +238,7 @@ fn kv_id(
         kind,
         dtype: t.dtype,
         shape: t.shape,
+        window,
     });
     Ok(KvId(plan.kv.len() as u32 - 1))
 }

@@ -306,6 +306,43 @@ impl Graph {
             None => self.op(name, Op::Rope(p), &[x, pos]),
         }
     }
+    /// The sliding window of the attention reading each KV cache input (the input's tensor
+    /// index → window), found by following each windowed [`Op::Attention`]'s K and V back
+    /// through views and the cache store (their source 0) to the cache.
+    pub fn cache_windows(&self) -> std::collections::HashMap<usize, u32> {
+        let mut out = std::collections::HashMap::new();
+        for n in &self.nodes {
+            let Op::Attention(p) = &n.op else { continue };
+            let Some(w) = p.window else { continue };
+            for &src in n.srcs.iter().skip(1).take(2) {
+                let mut t = src.index();
+                for _ in 0..self.tensors.len() {
+                    match &self.tensors[t].def {
+                        Def::Input(Input::KvCache { .. }) => {
+                            out.insert(t, w);
+                            break;
+                        }
+                        Def::Node(id) => {
+                            let m = &self.nodes[id.index()];
+                            match (&m.op, m.srcs.first()) {
+                                (
+                                    Op::View { .. }
+                                    | Op::Permute { .. }
+                                    | Op::Reshape { .. }
+                                    | Op::KvStore,
+                                    Some(s),
+                                ) => t = s.index(),
+                                _ => break,
+                            }
+                        }
+                        Def::Input(_) => break,
+                    }
+                }
+            }
+        }
+        out
+    }
+
     pub fn kv_store(
         &mut self,
         name: &str,

@@ -32,7 +32,7 @@ mod verify;
 pub use dtype::{DType, KvTypes};
 pub use graph::{Def, Graph, Input, KvKind, Node, NodeId, Tensor, TensorId};
 pub use infer::{contiguous_nb, infer, SrcType};
-pub use op::{AttnParams, Op, RopeMode, RopeParams};
+pub use op::{AttnParams, Op, RopeMode, RopeParams, VisibleCells};
 pub use parse::parse_graph;
 pub(crate) use parse::{parse_op, parse_rope};
 pub use shape::{Shape, MAX_DIMS};

@@ -93,6 +93,104 @@ pub struct AttnParams {
     pub causal: bool,
 }
 
+/// The cache cells one query sees, in cell order: `lo..hi` without `gap.0..gap.1`
+/// ([`AttnParams::visible_cells`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VisibleCells {
+    /// First visible cell.
+    pub lo: usize,
+    /// One past the last visible cell.
+    pub hi: usize,
+    /// Masked cells inside `lo..hi` (empty, `(x, x)`, unless a ring has wrapped).
+    pub gap: (usize, usize),
+}
+
+impl VisibleCells {
+    /// Whether cell `j` (in `lo..hi`) is masked by the gap.
+    #[inline(always)]
+    pub fn in_gap(&self, j: usize) -> bool {
+        j >= self.gap.0 && j < self.gap.1
+    }
+
+    /// The visible cells as at most two ranges, in cell order.
+    pub fn ranges(&self) -> [std::ops::Range<usize>; 2] {
+        if self.gap.0 < self.gap.1 {
+            [self.lo..self.gap.0, self.gap.1..self.hi]
+        } else {
+            [self.lo..self.hi, self.hi..self.hi]
+        }
+    }
+
+    /// Whether no cell is visible.
+    pub fn is_empty(&self) -> bool {
+        self.ranges().iter().all(|r| r.is_empty())
+    }
+}
+
+impl AttnParams {
+    /// The cells the query at position `pos` sees in a cache of `cells` cells that holds
+    /// positions `0..kv_len` (the step's included), position `p` in cell `p % cells`.
+    ///
+    /// While `kv_len ≤ cells` cell `i` holds position `i`: the causal mask and the window
+    /// give one range. Past that (a sliding-window cache sized to its window, as llama.cpp's
+    /// `llama_kv_cache_iswa` sizes it, written by `find_slot` at `pos % cells`) the visible
+    /// positions `pos - window + 1 ..= pos` lie in cell order as `0..=pos % cells` (the newest)
+    /// and `(pos - window + 1) % cells..cells`: llama.cpp attends over the cells in that
+    /// order, masking the others (`is_masked_swa`). A window longer than the ring is cut to
+    /// the ring (the ring is sized so that it never is).
+    pub fn visible_cells(&self, pos: i64, kv_len: usize, cells: usize) -> VisibleCells {
+        let n_kv = kv_len.min(cells) as i64;
+        if kv_len <= cells || cells == 0 {
+            let hi = if self.causal {
+                (pos + 1).clamp(0, n_kv)
+            } else {
+                n_kv
+            };
+            let lo = match self.window {
+                Some(w) => (pos - w as i64 + 1).clamp(0, hi),
+                None => 0,
+            };
+            return VisibleCells {
+                lo: lo as usize,
+                hi: hi as usize,
+                gap: (hi as usize, hi as usize),
+            };
+        }
+        let c = cells as i64;
+        let hi_pos = if self.causal {
+            (pos + 1).clamp(0, kv_len as i64)
+        } else {
+            kv_len as i64
+        };
+        let mut lo_pos = match self.window {
+            Some(w) => (pos - w as i64 + 1).clamp(0, hi_pos),
+            None => 0,
+        };
+        lo_pos = lo_pos.max(hi_pos - c);
+        if lo_pos >= hi_pos {
+            return VisibleCells {
+                lo: 0,
+                hi: 0,
+                gap: (0, 0),
+            };
+        }
+        let (a, b) = ((hi_pos - 1) % c + 1, lo_pos % c);
+        if lo_pos / c == (hi_pos - 1) / c {
+            VisibleCells {
+                lo: b as usize,
+                hi: a as usize,
+                gap: (a as usize, a as usize),
+            }
+        } else {
+            VisibleCells {
+                lo: 0,
+                hi: cells,
+                gap: (a as usize, b as usize),
+            }
+        }
+    }
+}
+
 /// One IR operation. Sources are listed in order with their shapes; `F32` is the type of
 /// every activation unless said otherwise. Broadcasting follows ggml.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

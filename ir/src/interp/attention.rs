@@ -15,16 +15,18 @@ use super::flash;
 use super::layout::Lay;
 use super::matmul::dot;
 use crate::ggml::{self, f16_to_f32, f32_to_f16, GgmlType, Q8Flavor};
-use crate::graph::{AttnParams, DType};
+use crate::graph::{AttnParams, DType, VisibleCells};
 
 #[inline]
 pub(crate) fn round_f16(x: f32) -> f32 {
     f16_to_f32(f32_to_f16(x))
 }
 
-/// Writes row `t` of `cur {n_embd_gqa, n_tokens}` into row `pos[t]` of `cache`, rounded to
+/// Writes row `t` of `cur {n_embd_gqa, n_tokens}` into row `pos[t] % cells` of `cache` (a
+/// ring of `cells` rows, or `cells` ≥ the cache's rows: row `pos[t]`), rounded to
 /// the cache's dtype; a Q8_0 cache holds the dequantized values of the row quantized with
 /// `flavor` (from which [`requantize_q8_0`] recovers the blocks).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn kv_store(
     cache: &mut [f32],
     cache_lay: &Lay,
@@ -33,6 +35,7 @@ pub(crate) fn kv_store(
     cur: &[f32],
     cur_lay: &Lay,
     pos: &[i32],
+    cells: usize,
 ) -> Result<(), String> {
     let n = cur_lay.ne[0];
     let mut blocks = match cache_dtype {
@@ -46,7 +49,8 @@ pub(crate) fn kv_store(
                 cache_lay.ne[1]
             ));
         }
-        let dst = &mut cache[cache_lay.off([0, p as usize, 0, 0])..][..n];
+        let row = p as usize % cells.clamp(1, cache_lay.ne[1]);
+        let dst = &mut cache[cache_lay.off([0, row, 0, 0])..][..n];
         let src = &cur[cur_lay.off([0, t, 0, 0])..][..n];
         match cache_dtype {
             DType::Block(bt) => {
@@ -93,7 +97,8 @@ pub(crate) struct AttnCfg {
     pub mode: AttnMode,
     /// Follow llama.cpp's x86 operation order ([`avx2`]).
     pub avx2: bool,
-    /// KV cache size in cells (the bound of the KV length).
+    /// KV cache size in cells (the bound of the KV length); for a ring (a sliding-window
+    /// cache sized to its window) its cells, the KV length may then pass it.
     pub n_ctx: usize,
     /// Threads llama.cpp runs with (its split-KV decode path cuts the cache per thread).
     pub llama_threads: usize,
@@ -120,20 +125,10 @@ pub(crate) struct AttnArgs<'a> {
 }
 
 impl AttnArgs<'_> {
-    /// The visible cells `[lo, hi)` of the query of token `t`.
-    pub fn visible(&self, p: &AttnParams, t: usize) -> (usize, usize) {
-        let n_kv = self.lk.ne[2] as i64;
-        let pos = self.pos[t] as i64;
-        let hi = if p.causal {
-            (pos + 1).clamp(0, n_kv)
-        } else {
-            n_kv
-        };
-        let lo = match p.window {
-            Some(w) => (pos - w as i64 + 1).clamp(0, hi),
-            None => 0,
-        };
-        (lo as usize, hi as usize)
+    /// The cells the query of token `t` sees in a cache of `cells` cells
+    /// ([`AttnParams::visible_cells`]; a ring once the KV length passes `cells`).
+    pub fn visible(&self, p: &AttnParams, t: usize, cells: usize) -> VisibleCells {
+        p.visible_cells(self.pos[t] as i64, self.lk.ne[2], cells)
     }
 
     /// Whether K and V are one float type (F32 or F16): ggml's tiled and split-KV flash
@@ -225,8 +220,8 @@ fn heads_body(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, lo: usize, hi: us
             let dst = &mut res[o..o + a.out.ne[0]];
             match cfg.mode {
                 AttnMode::Flash => flash::head(a, p, cfg, t, h, dst),
-                AttnMode::Exact => head(a, p, false, false, cfg.flavor, t, h, dst),
-                AttnMode::F16 => head(a, p, true, cfg.avx2, cfg.flavor, t, h, dst),
+                AttnMode::Exact => head(a, p, false, false, cfg, t, h, dst),
+                AttnMode::F16 => head(a, p, true, cfg.avx2, cfg, t, h, dst),
             }
         }
     }
@@ -246,17 +241,19 @@ fn head(
     p: &AttnParams,
     f16: bool,
     avx2: bool,
-    cfg_flavor: Q8Flavor,
+    cfg: &AttnCfg,
     t: usize,
     h: usize,
     dst: &mut [f32],
 ) {
+    let cfg_flavor: Q8Flavor = cfg.flavor;
     let d_k = a.lq.ne[0];
     let batch = a.lq.ne[2] >= 2;
     let kvh = a.kv_head(h);
-    let (lo, hi) = a.visible(p, t);
+    let vis = a.visible(p, t, cfg.n_ctx);
+    let (lo, hi) = (vis.lo, vis.hi);
     dst.iter_mut().for_each(|x| *x = 0.0);
-    if lo >= hi {
+    if vis.is_empty() {
         return;
     }
     let qo = a.lq.off([0, h, t, 0]);
@@ -297,7 +294,8 @@ fn head(
     };
     let mut w = vec![f32::NEG_INFINITY; hi8 - lo8];
     let mut max = f32::NEG_INFINITY;
-    for j in lo..hi {
+    // A wrapped ring's masked cells keep -inf: weight 0, lanes by absolute cell as before.
+    for j in vis.ranges().into_iter().flatten() {
         let ko = a.lk.off([0, kvh, j, 0]);
         let mut s = score(&a.k[ko..ko + d_k]);
         if let Some(cap) = p.softcap {
@@ -318,6 +316,9 @@ fn head(
     let d_v = dst.len();
     if !avx2 {
         for (j, &pj) in (lo..hi).zip(&w) {
+            if vis.in_gap(j) {
+                continue;
+            }
             let pj = if f16 { round_f16(pj) } else { pj };
             let vo = a.lv.off([0, kvh, j, 0]);
             for (o, &vv) in dst.iter_mut().zip(&a.v[vo..vo + d_v]) {
@@ -329,7 +330,7 @@ fn head(
     // Lane accumulators per output value: 8 (tinyBLAS) or 4 × 8 (ggml_vec_dot_f16).
     let lanes = if batch { 8 } else { 32 };
     let mut acc = vec![0f32; d_v * lanes];
-    for j in lo..hi {
+    for j in vis.ranges().into_iter().flatten() {
         let pj = w[j - lo8];
         let pj = if f16 { round_f16(pj) } else { pj };
         let lane = j % lanes;

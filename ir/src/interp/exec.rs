@@ -139,6 +139,16 @@ impl<'w> Interpreter<'w> {
         &self.opts
     }
 
+    /// Cells of a cache of `rows` rows read with sliding window `window`: a ring of
+    /// [`crate::plan::swa_cells`] cells with [`InterpOptions::kv_ring_ubatch`],
+    /// else `rows`.
+    fn ring_cells(&self, window: Option<u32>, rows: usize) -> usize {
+        match (window, self.opts.kv_ring_ubatch) {
+            (Some(w), Some(ub)) => crate::plan::swa_cells(rows as u64, w, ub) as usize,
+            _ => rows,
+        }
+    }
+
     /// The KV caches.
     pub fn state(&self) -> &KvState {
         &self.state
@@ -196,6 +206,12 @@ impl<'w> Interpreter<'w> {
                 }
             }
         }
+        // The window of each cache read by a sliding-window attention (for rings).
+        let windows = if self.opts.kv_ring_ubatch.is_some() {
+            graph.cache_windows()
+        } else {
+            Default::default()
+        };
         // Last use of every tensor, to free intermediate values early.
         let mut last_use = vec![usize::MAX; graph.tensors.len()];
         for (i, n) in graph.nodes.iter().enumerate() {
@@ -342,6 +358,7 @@ impl<'w> Interpreter<'w> {
                     let cur = ctx.floats(s[1]).map_err(err)?.into_owned();
                     let pos = ctx.ints(s[2]).map_err(err)?.to_vec();
                     let (lc, lcur) = (lay(s[0]), lay(s[1]));
+                    let cells = self.ring_cells(windows.get(&s[0].index()).copied(), lc.ne[1]);
                     let cache = &mut self.state.caches[si];
                     kv_store(
                         &mut cache.data,
@@ -351,6 +368,7 @@ impl<'w> Interpreter<'w> {
                         &cur,
                         &lcur,
                         &pos,
+                        cells,
                     )
                     .map_err(err)?;
                     Val::State(si)
@@ -389,7 +407,10 @@ impl<'w> Interpreter<'w> {
                     let cfg = AttnCfg {
                         mode,
                         avx2: self.opts.avx2_order,
-                        n_ctx: graph.tensor(s[1]).shape.ne[2] as usize,
+                        n_ctx: self.ring_cells(
+                            p.window.filter(|_| p.causal),
+                            graph.tensor(s[1]).shape.ne[2] as usize,
+                        ),
                         llama_threads: self.opts.llama_threads,
                         n_threads: self.opts.n_threads,
                         flavor: self.opts.q8_flavor,

@@ -57,13 +57,15 @@ pub(crate) fn head(
     dst: &mut [f32],
 ) {
     let n_tokens = a.lq.ne[2];
-    let nek1 = a.lk.ne[2]
+    // A ring's KV length is at most its cells (llama.cpp's `get_n_kv` of the SWA cache).
+    let n_kv = a.lk.ne[2].min(cfg.n_ctx.max(1));
+    let nek1 = n_kv
         .div_ceil(KV_PAD)
         .max(1)
         .saturating_mul(KV_PAD)
-        .min(cfg.n_ctx.max(a.lk.ne[2]));
+        .min(cfg.n_ctx.max(n_kv));
     if cfg.avx2 && a.plain_kv() && n_tokens >= Q_TILE && dst.len() % 8 == 0 {
-        return tiled(a, p, t, h, dst);
+        return tiled(a, p, cfg, t, h, dst);
     }
     if cfg.avx2 && a.plain_kv() && n_tokens == 1 && nek1 >= SPLIT_MIN {
         return split(a, p, cfg, nek1, t, h, dst);
@@ -97,7 +99,8 @@ fn one_chunk(
     let d_k = a.lq.ne[0];
     let d_v = a.lv.ne[0];
     let kvh = a.kv_head(h);
-    let (lo, hi) = a.visible(p, t);
+    let vis = a.visible(p, t, cfg.n_ctx);
+    let (lo, hi) = (vis.lo, vis.hi);
     let qo = a.lq.off([0, h, t, 0]);
     let q_f32 = &a.q[qo..qo + d_k];
     let q8 = a.k_type == DType::Block(GgmlType::Q8_0);
@@ -116,6 +119,10 @@ fn one_chunk(
     let mut acc = vec![0f32; d_v];
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     for j in lo.max(c0)..hi.min(c1) {
+        // llama.cpp skips masked cells (a wrapped ring's gap).
+        if vis.in_gap(j) {
+            continue;
+        }
         let ko = a.lk.off([0, kvh, j, 0]);
         let k = &a.k[ko..ko + d_k];
         let dot_kq = if q8 {
@@ -198,10 +205,11 @@ fn split(
 
 /// The tiled kernel for one query row.
 #[inline(always)]
-fn tiled(a: &AttnArgs<'_>, p: &AttnParams, t: usize, h: usize, dst: &mut [f32]) {
+fn tiled(a: &AttnArgs<'_>, p: &AttnParams, cfg: &AttnCfg, t: usize, h: usize, dst: &mut [f32]) {
     let d_k = a.lq.ne[0];
     let kvh = a.kv_head(h);
-    let (lo, hi) = a.visible(p, t);
+    let vis = a.visible(p, t, cfg.n_ctx);
+    let (lo, hi) = (vis.lo, vis.hi);
     let qo = a.lq.off([0, h, t, 0]);
     let q = &a.q[qo..qo + d_k];
     let (scale, cap) = scale_cap(p);
@@ -216,7 +224,7 @@ fn tiled(a: &AttnArgs<'_>, p: &AttnParams, t: usize, h: usize, dst: &mut [f32]) 
         }
         for (tk, s) in kq.iter_mut().enumerate() {
             let j = tile + tk;
-            *s = if j >= lo && j < hi {
+            *s = if j >= lo && j < hi && !vis.in_gap(j) {
                 let ko = a.lk.off([0, kvh, j, 0]);
                 let mut c = 0f32;
                 for (x, y) in q.iter().zip(&a.k[ko..ko + d_k]) {

@@ -71,6 +71,12 @@ pub struct InterpOptions {
     /// flash-attention decode over 512 or more cache cells cuts the cache into one chunk per
     /// thread. The references in `shared/` were made with 2.
     pub llama_threads: usize,
+    /// Sliding-window caches as rings sized to the window, as llama.cpp sizes its SWA cache
+    /// for ubatches of at most this many tokens ([`crate::plan::swa_cells`]):
+    /// position `p` stored in cell `p % cells`, attention over the cells in cell order
+    /// ([`crate::graph::AttnParams::visible_cells`]). `None`: every cache holds every
+    /// position in its own cell. The memory stays allocated at full size either way.
+    pub kv_ring_ubatch: Option<u32>,
 }
 
 impl InterpOptions {
@@ -85,6 +91,7 @@ impl InterpOptions {
             q8_flavor: Q8Flavor::native(),
             n_threads: default_threads(),
             llama_threads: 2,
+            kv_ring_ubatch: None,
         }
     }
 

@@ -127,6 +127,11 @@ pub fn parse_plan(text: &str) -> Result<Plan, ParseError> {
                     _ => return Err(c.err_at(col, "expected K or V after the cache's shape")),
                 };
                 let layer = c.key_int("layer")?;
+                let window = if c.at_end() {
+                    None
+                } else {
+                    Some(c.key_int("window")?)
+                };
                 c.end()?;
                 p.kv.push(KvBuf {
                     name: nm,
@@ -134,6 +139,7 @@ pub fn parse_plan(text: &str) -> Result<Plan, ParseError> {
                     kind,
                     dtype,
                     shape,
+                    window,
                 });
             }
             "step" => {

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! - `plan format=F n_ctx=N align=A tail=pad`: the plan's settings.
-//! - `weight wI NAME DTYPE SHAPE` and `kv kvI NAME DTYPE SHAPE K|V layer=L`: the tables,
+//! - `weight wI NAME DTYPE SHAPE` and `kv kvI NAME DTYPE SHAPE K|V layer=L [window=W]`: the tables,
 //!   numbered in order.
 //! - `step n_tokens=N n_outputs=M arena=BYTES`, then the step's lines:
 //!   - `buffer bI NAME BYTES bytes [@OFFSET]` (no offset before `plan-memory`);
@@ -271,12 +271,13 @@ impl fmt::Display for Plan {
         for (i, c) in self.kv.iter().enumerate() {
             writeln!(
                 f,
-                "kv kv{i} {} {} {} {:?} layer={}",
+                "kv kv{i} {} {} {} {:?} layer={}{}",
                 name(&c.name),
                 c.dtype,
                 c.shape,
                 c.kind,
-                c.layer
+                c.layer,
+                c.window.map_or(String::new(), |w| format!(" window={w}"))
             )?;
         }
         for s in &self.steps {

@@ -80,6 +80,10 @@ pub struct KvBuf {
     pub dtype: DType,
     /// Shape `{n_embd_gqa, n_ctx}`.
     pub shape: Shape,
+    /// The sliding window of the attention that reads this cache (`None`: it attends to
+    /// every position). Such a cache may be a ring of fewer cells ([`Plan::kv_layout_ring`]).
+    #[serde(default)]
+    pub window: Option<u32>,
 }
 
 impl KvBuf {

@@ -84,6 +84,7 @@ impl B {
             kind,
             dtype: DType::F16,
             shape: Shape::new(ne),
+            window: None,
         });
         let id = KvId(self.plan.kv.len() as u32 - 1);
         self.value(Value::dense(name, DType::F16, Shape::new(ne), Base::Kv(id)))

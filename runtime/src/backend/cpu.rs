@@ -115,6 +115,16 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn kv_layout(&self, plan: &Plan, opts: &LoadOptions) -> anyhow::Result<ir::plan::KvLayout> {
+        let n = opts.n_ctx as u64;
+        if opts.swa_full {
+            plan.kv_layout(n)
+        } else {
+            plan.kv_layout_ring(n, super::ring_ubatch(plan))
+        }
+        .map_err(anyhow::Error::msg)
+    }
+
     fn load<'w>(
         &self,
         payload: &Payload,
@@ -130,6 +140,7 @@ impl Backend for CpuBackend {
             opts.n_ctx
         );
         let plan = select_steps(plan.clone(), opts.logits)?;
+        let ring = (!opts.swa_full).then(|| super::ring_ubatch(&plan));
         let mut e = CpuEngine::load(
             weights,
             plan,
@@ -137,6 +148,7 @@ impl Backend for CpuBackend {
                 n_threads: opts.n_threads.max(1),
                 order: self.kernels.sum_order(),
                 n_cells: Some(opts.n_ctx as u64),
+                kv_ring_ubatch: ring,
             },
         )
         .context("loading the CPU program")?;

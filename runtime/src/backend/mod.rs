@@ -178,6 +178,22 @@ pub struct LoadOptions {
     pub flash_attn: bool,
     /// The logit rows the caller needs (the program's other steps are not loaded).
     pub logits: LogitRows,
+    /// Every cache holds the whole context (llama.cpp's `--swa-full`); else a backend that
+    /// can gives sliding-window caches a ring of the cells llama.cpp's SWA cache has
+    /// ([`ir::plan::Plan::kv_layout_ring`], [`ring_ubatch`]).
+    pub swa_full: bool,
+}
+
+/// The ubatch a backend sizes its KV rings for ([`LoadOptions::swa_full`] off): llama.cpp's
+/// default `n_ubatch` (512, whose SWA cache modelc reproduces cell for cell) or the plan's
+/// largest step if larger (a ring must hold the window and a whole step).
+pub fn ring_ubatch(plan: &Plan) -> u32 {
+    plan.steps
+        .iter()
+        .map(|s| s.n_tokens)
+        .max()
+        .unwrap_or(1)
+        .max(crate::cpu_engine::LLAMA_N_UBATCH as u32)
 }
 
 /// A compile target's implementation (module doc).
@@ -241,6 +257,17 @@ pub trait Backend {
         )
     }
 
+    /// The KV layout of one sequence this backend gives `plan` under `opts` (the session
+    /// allocates it). Every cache holds the whole context unless the backend overrides this
+    /// (the CPU backend's rings).
+    ///
+    /// # Errors
+    /// A context the plan cannot hold.
+    fn kv_layout(&self, plan: &Plan, opts: &LoadOptions) -> anyhow::Result<ir::plan::KvLayout> {
+        plan.kv_layout(opts.n_ctx as u64)
+            .map_err(anyhow::Error::msg)
+    }
+
     /// Loads a program this backend built, with the weights, into an engine.
     ///
     /// # Errors
@@ -287,9 +314,7 @@ pub fn open_session_seqs<'w>(
     n_seq: usize,
 ) -> anyhow::Result<crate::session::Session<'w>> {
     let plan = payload.plan();
-    let kv = plan
-        .kv_layout(opts.n_ctx as u64)
-        .map_err(anyhow::Error::msg)?;
+    let kv = be.kv_layout(plan, opts)?;
     crate::memory::check_fits(
         opts.n_ctx,
         crate::memory::Needs {

@@ -85,6 +85,11 @@ pub struct EngineArgs {
     /// default) or as its plain soft_max path (`off`), as llama.cpp's `-fa` (also `1`/`0`).
     #[arg(long = "flash-attn", visible_alias = "fa", default_value = "on", value_parser = parse_flash_attn, allow_negative_numbers = true)]
     pub flash_attn: String,
+    /// Full-size caches for the sliding-window layers too (llama.cpp's `--swa-full`). By
+    /// default they hold only the cells llama.cpp's SWA cache has (1024 for Gemma 3 at any
+    /// `-c` from 1024), written as a ring: less memory, and llama.cpp's numbers past them.
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
 }
 
 impl EngineArgs {

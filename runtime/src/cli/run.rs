@@ -137,6 +137,8 @@ fn interp_options(args: &ModelArgs, threads: usize) -> InterpOptions {
     };
     o.n_threads = threads.max(1);
     o.flash_attn = args.engine.flash() && !args.no_rounding;
+    // Sliding-window caches as rings, as the CPU backend and llama.cpp have them.
+    o.kv_ring_ubatch = (!args.engine.swa_full).then_some(crate::cpu_engine::LLAMA_N_UBATCH as u32);
     o
 }
 
@@ -195,6 +197,7 @@ pub fn open_session_seqs<'a>(
                 n_ctx,
                 flash_attn: args.engine.flash(),
                 logits,
+                swa_full: args.engine.swa_full,
             };
             let session =
                 crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)?;

@@ -217,6 +217,7 @@ fn load_session_seqs<'a>(
         n_ctx,
         flash_attn: engine.flash(),
         logits,
+        swa_full: engine.swa_full,
     };
     crate::backend::open_session_seqs(be.as_ref(), &artifact.payload, gguf, &opts, shape.n_seq)
 }
@@ -350,7 +351,33 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 "n_ctx           = {} (KV cache k {}, v {})",
                 artifact.n_ctx, artifact.cache_type_k, artifact.cache_type_v
             );
-            print!("{}", artifact.payload.plan().summary());
+            let plan = artifact.payload.plan();
+            let n = u64::from(plan.n_ctx);
+            let full = plan.kv_layout(n).map_err(anyhow::Error::msg)?;
+            let ring = plan
+                .kv_layout_ring(n, crate::backend::ring_ubatch(plan))
+                .map_err(anyhow::Error::msg)?;
+            let rings: Vec<u64> = ring
+                .caches
+                .iter()
+                .filter(|c| c.is_ring(n))
+                .map(|c| c.n_cells)
+                .collect();
+            if rings.is_empty() || artifact.target != crate::backend::Target::Cpu {
+                println!(
+                    "KV memory       = {} per sequence at n_ctx",
+                    crate::memory::human(full.stream_bytes)
+                );
+            } else {
+                println!(
+                    "KV memory       = {} per sequence at n_ctx ({} sliding-window caches of {} cells, as llama.cpp's SWA cache; --swa-full: {})",
+                    crate::memory::human(ring.stream_bytes),
+                    rings.len(),
+                    rings[0],
+                    crate::memory::human(full.stream_bytes)
+                );
+            }
+            print!("{}", plan.summary());
             if let Some(m) = model {
                 open_checked(&artifact, Some(&m))?;
                 println!("{}: matches", m.display());
