@@ -49,10 +49,11 @@
 //! | matmul, Q4_0 / Q4_1 / Q8_0 weights ([`SumOrder::Ggml`], the default) | Cranelift | `generated::quant` | `ggml_vec_dot_q4_0_q8_0`, `_q4_1_q8_1`, `_q8_0_q8_0` (arch/x86/quants.c, AVX2), bit for bit |
 //! | matmul, quantized weights, [`SumOrder::Block`] | Cranelift | `generated::quant_block` | the same dot products in ggml's scalar order (not bit-exact with llama.cpp's x86 build) |
 //! | matmul, every other block type (Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS), and in the exact mode Q4_0 / IQ4_NL / Q4_K weights llama.cpp repacks | hand-written AVX2; plain: `ir::ggml`'s lane-faithful routines | [`rows`] (`handwritten::qdot`, `qdot_tiled`, `qdot_repack`) | `ggml_vec_dot_*` (one column), ggml-cpu's tiled K-quant kernel and tinyBLAS (prompts), the repacked `ggml_gemv/gemm_*_8x8_*` (arch/x86/quants.c, tiled/, arch/x86/repack.cpp), bit for bit |
-//! | matmul, F32 / F16 / BF16 weights | Cranelift | `generated::float` | `ggml_vec_dot_f32` / `_f16` / `_bf16`, tinyBLAS: within rounding (own summation order) |
+//! | matmul, F16 / BF16 weights (read in place, both sum orders) | hand-written AVX2 + F16C (4 × 8 tiles with AVX-512F); plain: `ir::ggml`'s | [`rows`] (`handwritten::fdot`) | `ggml_vec_dot_f16` / `_bf16` (one column), tinyBLAS `<8, __m256>` (two or more; llamafile/sgemm.cpp), bit for bit |
+//! | matmul, F32 weights | Cranelift | `generated::float` | `ggml_vec_dot_f32`, tinyBLAS: within rounding (own summation order) |
 //! | matmul rows of a padded last group ([`MatmulKernel`] only) | plain Rust | [`matmul`] | as the generated kernel of the same weight type |
 //! | activation quantizer (Q8_0 / Q8_1) | hand-written AVX2; fallback: the scalar reference [`actq::quantize_act`] | `handwritten::actq` | `quantize_row_q8_0`, `quantize_row_q8_1` (arch/x86/quants.c, AVX2) |
-//! | activation rounding for F16 / BF16 weights | plain Rust | `exec` (`mul_mat`), [`matmul`] | `from_float` of the `vec_dot_type` (`GGML_FP32_TO_FP16`, `ggml_compute_fp32_to_bf16`) |
+//! | activation rounding for F16 / BF16 weights | plain Rust (`ir::ggml::quantize`) | [`rows`], [`matmul`] | `from_float` of the `vec_dot_type` (`GGML_FP32_TO_FP16`, `ggml_compute_fp32_to_bf16`) |
 //! | `rms_norm` (× weight), `norm` | hand-written AVX2 (the scaling) / plain | `handwritten::norm` | `ggml_compute_forward_rms_norm_f32` then `ggml_mul`; `ggml_compute_forward_norm_f32` |
 //! | `rope` | hand-written (scalar `mul_add`, FMA instructions on x86-64) | `handwritten::rope` | `ggml_compute_forward_rope`; angles by `ggml_rope_cache_init` (shared: `ir::ggml::cpu_math::rope_cache`) |
 //! | KV cache store (F16 / F32 / Q8_0) | hand-written F16C / plain; Q8_0 by `ir::ggml` | `handwritten::rope`, `exec` | `ggml_set_rows` (`GGML_FP32_TO_FP16`, `quantize_row_q8_0`) |

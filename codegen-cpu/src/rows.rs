@@ -1,6 +1,6 @@
 //! Matrix products over weights kept in ggml's own layout (row-major blocks, read in place
-//! from the model file) for every block type that has no generated kernel: the
-//! "row-dot" kernels.
+//! from the model file) for every block type that has no generated kernel, and for F16 /
+//! BF16 weights (a block of one value; `vec_dot_type` F16 / BF16): the "row-dot" kernels.
 //!
 //! Everything here is derived from the format descriptions of `ir::ggml`: the activation
 //! format is the weight type's `vec_dot_type` ([`ir::ggml::vec_dot_type`]), activations are
@@ -88,8 +88,10 @@ pub(crate) struct RowDot {
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
-    /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16).
+    /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16), and its 4 × 8 form
+    /// (AVX-512 hosts).
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
+    fast_cols4x8: Option<fdot::Dot4x8Fn>,
     fast_repack4x4: Option<qdot_repack::RepackDot4x4Fn>,
     /// Four rows of `fast` with one column (decode).
     fast4rows: Option<qdot::Dot4RowsFn>,
@@ -128,6 +130,7 @@ impl RowDot {
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
+            fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype),
         })
@@ -167,6 +170,7 @@ impl RowDot {
             block8x8: None,
             fast4x4: None,
             fast_cols4x4: None,
+            fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
             fast4rows: None,
         })
@@ -312,6 +316,28 @@ impl RowDot {
             // SAFETY: `dot4rows_fn` chose it for this host; whole rows of equal length.
             Order::X86 if vec_dot_order(self.wtype, n_cols) => {
                 self.fast4rows.map(|f| unsafe { f(w, a) })
+            }
+            _ => None,
+        }
+    }
+
+    /// [`RowDot::dot4x4`] for eight activation rows (columns `col..col + 8`), where the
+    /// type has that tile; else `None`.
+    #[inline]
+    pub fn dot4x8(
+        &self,
+        w: &[&[u8]; 4],
+        a: &[&[u8]; 8],
+        col: usize,
+        n_cols: usize,
+    ) -> Option<[[f32; 4]; 8]> {
+        let _ = col;
+        match self.order {
+            // SAFETY: `tinyblas4x8_fn` chose it for this host; whole rows of equal length.
+            Order::X86
+                if !vec_dot_order(self.wtype, n_cols) && !tiled_order(self.wtype, n_cols) =>
+            {
+                self.fast_cols4x8.map(|f| unsafe { f(w, a) })
             }
             _ => None,
         }
@@ -466,6 +492,15 @@ unsafe fn products_chunk(
     let four_rows = |r: usize, t0: usize| {
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
         let mut t = t0;
+        while t + 8 <= n {
+            let Some(v) = dot.dot4x8(&ws, &arows8(t), col0 + t, n_cols) else {
+                break;
+            };
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
+            }
+            t += 8;
+        }
         while t + 4 <= n {
             let Some(v) = dot.dot4x4(&ws, &arows4(t), col0 + t, n_cols) else {
                 break;

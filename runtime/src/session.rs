@@ -128,8 +128,9 @@ impl<'w> Session<'w> {
     }
 
     /// Evaluates `tokens` as the continuation of sequence `seq` (at positions
-    /// `n_past..n_past + tokens.len()`) in calls of at most [`Session::max_ubatch`] tokens,
-    /// and returns the logits: every token's row when `all_logits`, else the last one's.
+    /// `n_past..n_past + tokens.len()`) in one engine call, so at most
+    /// [`Session::max_ubatch`] tokens (callers cut longer inputs, as `generate` does), and
+    /// returns the logits: every token's row when `all_logits`, else the last one's.
     ///
     /// # Errors
     /// An empty call, positions past the context, a token outside the vocabulary, no free

@@ -104,6 +104,31 @@ pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     }
 }
 
+/// A tile of four weight rows × eight activation rows: `out[c][r]` is what the tinyBLAS
+/// routine gives for row `w[r]` and column `a[c]`.
+///
+/// # Safety
+/// The host must have the features the routine was chosen for ([`tinyblas4x8_fn`]); rows of
+/// one length.
+pub(crate) type Dot4x8Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 8]) -> [[f32; 4]; 8];
+
+/// The tinyBLAS-order 4 rows × 8 columns tile for `wtype`, on hosts with AVX-512 (the
+/// [`Isa::Vnni`] ones): two columns share a 512-bit register, each in its own eight lanes,
+/// so every output keeps tinyBLAS's eight-lane sum while each `vfmadd` does sixteen
+/// products.
+pub(crate) fn tinyblas4x8_fn(wtype: GgmlType) -> Option<Dot4x8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::qdot::host_isa() == Some(Isa::Vnni) {
+        return match wtype {
+            GgmlType::F16 => Some(x86::f16_tinyblas_4x8_avx512),
+            GgmlType::BF16 => Some(x86::bf16_tinyblas_4x8_avx512),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -123,6 +148,11 @@ mod x86 {
         unsafe fn load8(p: *const u8) -> __m256;
         /// One value at byte offset `o` of `row`, as f32.
         fn at(row: &[u8], o: usize) -> f32;
+        /// The 8 values at `lo` in lanes 0..8 and the 8 at `hi` in lanes 8..16.
+        ///
+        /// # Safety
+        /// AVX-512F; 16 readable bytes at each pointer.
+        unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512;
     }
 
     struct F16;
@@ -138,6 +168,24 @@ mod x86 {
         fn at(row: &[u8], o: usize) -> f32 {
             half::f16::from_bits(u16::from_le_bytes([row[o], row[o + 1]])).to_f32()
         }
+        #[inline(always)]
+        unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
+            _mm512_cvtph_ps(pair(lo, hi))
+        }
+    }
+
+    /// The 16 bytes at `lo` then the 16 at `hi` (the same load twice when they are equal:
+    /// `vbroadcasti128`).
+    #[inline(always)]
+    unsafe fn pair(lo: *const u8, hi: *const u8) -> __m256i {
+        if lo == hi {
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(lo as *const __m128i))
+        } else {
+            _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(lo as *const __m128i)),
+                _mm_loadu_si128(hi as *const __m128i),
+            )
+        }
     }
 
     impl Half for Bf16 {
@@ -150,6 +198,10 @@ mod x86 {
         }
         fn at(row: &[u8], o: usize) -> f32 {
             f32::from_bits(u32::from(u16::from_le_bytes([row[o], row[o + 1]])) << 16)
+        }
+        #[inline(always)]
+        unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(pair(lo, hi))))
         }
     }
 
@@ -174,6 +226,7 @@ mod x86 {
 
     /// `vec_dot` of `R` weight rows with one activation row (module doc), `n` values each.
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // j and r index ggml's accumulators and the rows
     unsafe fn vec_dot<H: Half, const R: usize>(w: [&[u8]; R], a: &[u8]) -> [f32; R] {
         let n = a.len() / 2;
         let np = n & !31;
@@ -245,11 +298,47 @@ mod x86 {
         out
     }
 
+    /// tinyBLAS's products of four weight rows with eight activation rows, `out[c][r]`:
+    /// columns `2p` and `2p + 1` in the low and high eight lanes of one accumulator per row,
+    /// each weight chunk broadcast to both halves. Rows must be whole chunks of 8.
+    #[inline(always)]
+    unsafe fn tinyblas_4x8<H: Half>(w: [&[u8]; 4], a: [&[u8]; 8]) -> [[f32; 4]; 8] {
+        let n = a[0].len() / 2;
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let mut l = 0;
+        while l < n {
+            let o = 2 * l;
+            let mut bv = [_mm512_setzero_ps(); 4];
+            for (p, b) in bv.iter_mut().enumerate() {
+                *b = H::load8x2(a[2 * p].as_ptr().add(o), a[2 * p + 1].as_ptr().add(o));
+            }
+            for r in 0..4 {
+                let wp = w[r].as_ptr().add(o);
+                let av = H::load8x2(wp, wp);
+                for p in 0..4 {
+                    acc[p][r] = _mm512_fmadd_ps(av, bv[p], acc[p][r]);
+                }
+            }
+            l += 8;
+        }
+        let mut out = [[0f32; 4]; 8];
+        for p in 0..4 {
+            for r in 0..4 {
+                let v = acc[p][r];
+                out[2 * p][r] = hsum8(_mm512_castps512_ps256(v));
+                out[2 * p + 1][r] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(v),
+                )));
+            }
+        }
+        out
+    }
+
     /// Whether rows of `n` values (the shortest of `rows`) are whole tinyBLAS chunks and of
     /// one length.
     fn tinyblas_rows(rows: &[&[u8]]) -> bool {
         let len = rows.first().map_or(0, |r| r.len());
-        rows.iter().all(|r| r.len() == len) && (len / 2) % 8 == 0 && len % 2 == 0
+        rows.iter().all(|r| r.len() == len) && len.is_multiple_of(16)
     }
 
     /// The reference (tinyBLAS refuses the length: llama.cpp's `vec_dot`).
@@ -258,7 +347,22 @@ mod x86 {
     }
 
     macro_rules! routines {
-        ($h:ty, $dot:ident, $dot4rows:ident, $tb:ident, $tb1x4:ident, $tb4x4:ident, $tb4x4_512:ident) => {
+        ($h:ty, $dot:ident, $dot4rows:ident, $tb:ident, $tb1x4:ident, $tb4x4:ident, $tb4x4_512:ident, $tb4x8_512:ident) => {
+            /// tinyBLAS, four rows × eight columns, two columns per 512-bit register.
+            ///
+            /// # Safety
+            /// AVX2, FMA, F16C, AVX-512F and AVX-512VL.
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+            pub(super) unsafe fn $tb4x8_512(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
+                let all: [&[u8]; 12] = std::array::from_fn(|i| if i < 4 { w[i] } else { a[i - 4] });
+                if !tinyblas_rows(&all) {
+                    return std::array::from_fn(|c| {
+                        std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
+                    });
+                }
+                tinyblas_4x8::<$h>(*w, *a)
+            }
+
             /// `vec_dot` (module doc).
             ///
             /// # Safety
@@ -350,7 +454,8 @@ mod x86 {
         f16_tinyblas,
         f16_tinyblas_1x4,
         f16_tinyblas_4x4,
-        f16_tinyblas_4x4_avx512
+        f16_tinyblas_4x4_avx512,
+        f16_tinyblas_4x8_avx512
     );
     routines!(
         Bf16,
@@ -359,7 +464,8 @@ mod x86 {
         bf16_tinyblas,
         bf16_tinyblas_1x4,
         bf16_tinyblas_4x4,
-        bf16_tinyblas_4x4_avx512
+        bf16_tinyblas_4x4_avx512,
+        bf16_tinyblas_4x8_avx512
     );
 }
 
@@ -391,6 +497,7 @@ mod tests {
     /// a tail past the chunks of 32 (and one that tinyBLAS refuses), on every build this
     /// host runs.
     #[test]
+    #[allow(clippy::needless_range_loop)] // r indexes results and references alike
     fn half_dots_equal_the_reference() {
         let Some(isa) = super::super::qdot::host_isa() else {
             return;
@@ -424,6 +531,21 @@ mod tests {
                             for (r, v) in tc.iter().enumerate() {
                                 assert_eq!(v.to_bits(), tb(r, c).to_bits(), "{name} {r},{c}");
                             }
+                        }
+                    }
+                }
+                if let Some(f) = tinyblas4x8_fn(t) {
+                    let a8: [&[u8]; 8] = std::array::from_fn(|c| a[c % 4].as_slice());
+                    // SAFETY: chosen for this host; rows of equal length.
+                    let tile = unsafe { f(&w4, &a8) };
+                    for (c, tc) in tile.iter().enumerate() {
+                        for (r, v) in tc.iter().enumerate() {
+                            assert_eq!(
+                                v.to_bits(),
+                                tb(r, c % 4).to_bits(),
+                                "{} n={n} 4x8 {r},{c}",
+                                t.name()
+                            );
                         }
                     }
                 }
