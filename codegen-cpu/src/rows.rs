@@ -101,9 +101,6 @@ impl RowDot {
     /// The dot product for a weight of type `wtype` that llama.cpp does not repack, if the
     /// type has one.
     pub fn new(wtype: GgmlType) -> Option<RowDot> {
-        if wtype == GgmlType::F32 {
-            return None; // F32 goes through the generated float kernels.
-        }
         let act = ggml::vec_dot_type(wtype)?;
         // Probe the references with one zero block: they refuse types they do not compute.
         let w = vec![0u8; wtype.type_size()];
@@ -737,7 +734,7 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> crate::Result<(
 mod tests {
     use super::*;
 
-    /// F16 and BF16 weights through [`RowsMatmul`] for 1 to 9 tokens and two row counts:
+    /// F32, F16 and BF16 weights through [`RowsMatmul`] for 1 to 9 tokens and two row counts:
     /// every output is what `ir::ggml` computes for its column (`ggml_vec_dot_f16` /
     /// `_bf16` for one column, tinyBLAS from two).
     #[test]
@@ -750,12 +747,13 @@ mod tests {
             s
         };
         let pool = crate::ThreadPool::new(2).expect("threads");
-        for t in [GgmlType::F16, GgmlType::BF16] {
+        for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
             for (k, m) in [(576usize, 12usize), (96, 20)] {
                 let wf: Vec<f32> = (0..k * m)
                     .map(|_| (next() % 4001) as f32 / 1000.0 - 2.0)
                     .collect();
-                let mut w = vec![0u8; 2 * k * m];
+                let rb = t.type_size() * k;
+                let mut w = vec![0u8; rb * m];
                 ggml::quantize(t, &wf, &mut w, Q8Flavor::X86).expect("converts");
                 for n in 1..=9usize {
                     let x: Vec<f32> = (0..k * n)
@@ -772,13 +770,9 @@ mod tests {
                             ggml::quantize_activations(t, &x[c * k..(c + 1) * k], Q8Flavor::X86)
                                 .expect("converts");
                         for r in 0..m {
-                            let want = ggml::vec_dot_avx2_mul_mat(
-                                t,
-                                &w[2 * k * r..2 * k * (r + 1)],
-                                &a,
-                                n,
-                            )
-                            .expect("product");
+                            let want =
+                                ggml::vec_dot_avx2_mul_mat(t, &w[rb * r..rb * (r + 1)], &a, n)
+                                    .expect("product");
                             let got = out[c * m + r];
                             assert_eq!(
                                 got.to_bits(),

@@ -872,13 +872,13 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 self.order == SumOrder::Ggml && n > 1 && !lm_head && crate::rows::tiles_prompts(t);
             // Types whose row-dot kernels decode faster too (Q4_1) take them at every size;
             // in the block order, where this host has the block-order tile for them.
-            // F16 / BF16 take them in both modes: their row-dot products are llama.cpp's
-            // and faster than the generated float kernels (F16C conversions).
+            // F32 / F16 / BF16 take them in both modes: their row-dot products are
+            // llama.cpp's and faster than the generated float kernels.
             let rows_always = match self.order {
                 SumOrder::Ggml => crate::rows::decodes(t),
                 SumOrder::Block => {
                     RowDot::for_weight_block(t).is_some()
-                        || matches!(t, GgmlType::F16 | GgmlType::BF16) && crate::rows::decodes(t)
+                        || t.block_size() == 1 && crate::rows::decodes(t)
                 }
             };
             if !supports(t) || repacked || prompt_tiles || rows_always {

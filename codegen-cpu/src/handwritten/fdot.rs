@@ -1,14 +1,15 @@
-//! Hand-written dot products of F16 and BF16 weight rows with activation rows of the same
-//! type (their `vec_dot_type`: ggml rounds the f32 activations to F16 / BF16 first), for the
+//! Hand-written dot products of F32, F16 and BF16 weight rows with activation rows of the
+//! same type (their `vec_dot_type`: ggml rounds the f32 activations to F16 / BF16 first), for the
 //! row-dot kernels of [`crate::rows`]: AVX2 + FMA + F16C through `std::arch`, bit for bit
 //! what llama.cpp's x86 AVX2 build computes, in its two orders:
 //!
-//! - one activation column (decode): `ggml_vec_dot_f16` / `ggml_vec_dot_bf16`
-//!   (ggml-cpu/vec.cpp). F16: four 8-lane accumulators over chunks of 32 values, each
+//! - one activation column (decode): `ggml_vec_dot_f32` / `_f16` / `_bf16`
+//!   (ggml-cpu/vec.cpp). F32 and F16: four 8-lane accumulators over chunks of 32 values, each
 //!   `acc = fma(w, a, acc)`, reduced as `GGML_F32x8_REDUCE` (`(s0 + s2) + (s1 + s3)` per lane,
 //!   then the halves and two horizontal adds); BF16: four accumulators `acc += w · a`
 //!   (multiply, then add), reduced per lane as `(c0 + c2) + (c1 + c3)` then `hsum_float_8`.
-//!   The values past the last whole chunk of 32 are added one by one in f64.
+//!   The values past the last whole chunk of 32 are added one by one in f64 (in f32 for
+//!   F32).
 //! - two or more columns (prompts): llamafile's tinyBLAS (`tinyBLAS<8, __m256, …>`,
 //!   llamafile/sgemm.cpp): one 8-lane accumulator per output, `acc = fma(w, a, acc)` over
 //!   chunks of 8, then its `hsum` (the same as `hsum_float_8`). tinyBLAS refuses rows that
@@ -30,6 +31,7 @@ pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
     let _ = isa;
     #[cfg(target_arch = "x86_64")]
     return match wtype {
+        GgmlType::F32 => Some(x86::f32_vec_dot),
         GgmlType::F16 => Some(x86::f16_vec_dot),
         GgmlType::BF16 => Some(x86::bf16_vec_dot),
         _ => None,
@@ -46,6 +48,7 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
     let _ = isa;
     #[cfg(target_arch = "x86_64")]
     return match wtype {
+        GgmlType::F32 => Some(x86::f32_vec_dot_4rows),
         GgmlType::F16 => Some(x86::f16_vec_dot_4rows),
         GgmlType::BF16 => Some(x86::bf16_vec_dot_4rows),
         _ => None,
@@ -62,6 +65,7 @@ pub(crate) fn tinyblas_fn(wtype: GgmlType) -> Option<TiledFn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         return match wtype {
+            GgmlType::F32 => Some(x86::f32_tinyblas),
             GgmlType::F16 => Some(x86::f16_tinyblas),
             GgmlType::BF16 => Some(x86::bf16_tinyblas),
             _ => None,
@@ -76,6 +80,7 @@ pub(crate) fn tinyblas4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         return match wtype {
+            GgmlType::F32 => Some(x86::f32_tinyblas_1x4),
             GgmlType::F16 => Some(x86::f16_tinyblas_1x4),
             GgmlType::BF16 => Some(x86::bf16_tinyblas_1x4),
             _ => None,
@@ -91,6 +96,8 @@ pub(crate) fn tinyblas4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
 pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     #[cfg(target_arch = "x86_64")]
     return match (wtype, isa) {
+        (GgmlType::F32, Isa::Avx2) => Some(x86::f32_tinyblas_4x4),
+        (GgmlType::F32, Isa::Vnni) => Some(x86::f32_tinyblas_4x4_avx512),
         (GgmlType::F16, Isa::Avx2) => Some(x86::f16_tinyblas_4x4),
         (GgmlType::BF16, Isa::Avx2) => Some(x86::bf16_tinyblas_4x4),
         (GgmlType::F16, Isa::Vnni) => Some(x86::f16_tinyblas_4x4_avx512),
@@ -120,6 +127,7 @@ pub(crate) fn tinyblas4x8_fn(wtype: GgmlType) -> Option<Dot4x8Fn> {
     #[cfg(target_arch = "x86_64")]
     if super::qdot::host_isa() == Some(Isa::Vnni) {
         return match wtype {
+            GgmlType::F32 => Some(x86::f32_tinyblas_4x8_avx512),
             GgmlType::F16 => Some(x86::f16_tinyblas_4x8_avx512),
             GgmlType::BF16 => Some(x86::bf16_tinyblas_4x8_avx512),
             _ => None,
@@ -138,29 +146,57 @@ mod x86 {
     /// How 8 values of a row become f32 lanes.
     trait Half {
         const TYPE: GgmlType;
+        /// Bytes per value.
+        const BYTES: usize;
+        /// Whether `vec_dot` adds the values past the last chunk of 32 in f64 (F16, BF16)
+        /// or in f32 (F32: `ggml_vec_dot_f32`).
+        const TAIL_F64: bool;
         /// Whether `vec_dot` accumulates with a fused multiply-add (F16) or a multiply
         /// then an add (BF16).
         const VEC_DOT_FMA: bool;
         /// The 8 values at byte `p`.
         ///
         /// # Safety
-        /// AVX2 + F16C; 16 readable bytes at `p`.
+        /// AVX2 + F16C; `8 · BYTES` readable bytes at `p`.
         unsafe fn load8(p: *const u8) -> __m256;
         /// One value at byte offset `o` of `row`, as f32.
         fn at(row: &[u8], o: usize) -> f32;
         /// The 8 values at `lo` in lanes 0..8 and the 8 at `hi` in lanes 8..16.
         ///
         /// # Safety
-        /// AVX-512F; 16 readable bytes at each pointer.
+        /// AVX-512F; `8 · BYTES` readable bytes at each pointer.
         unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512;
     }
 
+    struct F32;
     struct F16;
     struct Bf16;
 
+    impl Half for F32 {
+        const TYPE: GgmlType = GgmlType::F32;
+        const BYTES: usize = 4;
+        const VEC_DOT_FMA: bool = true;
+        const TAIL_F64: bool = false;
+        #[inline(always)]
+        unsafe fn load8(p: *const u8) -> __m256 {
+            _mm256_loadu_ps(p as *const f32)
+        }
+        fn at(row: &[u8], o: usize) -> f32 {
+            f32::from_le_bytes([row[o], row[o + 1], row[o + 2], row[o + 3]])
+        }
+        #[inline(always)]
+        unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
+            let l = _mm512_castps256_ps512(_mm256_loadu_ps(lo as *const f32));
+            let h = _mm256_castps_pd(_mm256_loadu_ps(hi as *const f32));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(l), h))
+        }
+    }
+
     impl Half for F16 {
         const TYPE: GgmlType = GgmlType::F16;
+        const BYTES: usize = 2;
         const VEC_DOT_FMA: bool = true;
+        const TAIL_F64: bool = true;
         #[inline(always)]
         unsafe fn load8(p: *const u8) -> __m256 {
             _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
@@ -190,7 +226,9 @@ mod x86 {
 
     impl Half for Bf16 {
         const TYPE: GgmlType = GgmlType::BF16;
+        const BYTES: usize = 2;
         const VEC_DOT_FMA: bool = false;
+        const TAIL_F64: bool = true;
         #[inline(always)]
         unsafe fn load8(p: *const u8) -> __m256 {
             let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
@@ -228,16 +266,16 @@ mod x86 {
     #[inline(always)]
     #[allow(clippy::needless_range_loop)] // j and r index ggml's accumulators and the rows
     unsafe fn vec_dot<H: Half, const R: usize>(w: [&[u8]; R], a: &[u8]) -> [f32; R] {
-        let n = a.len() / 2;
+        let n = a.len() / H::BYTES;
         let np = n & !31;
         let mut acc = [[_mm256_setzero_ps(); 4]; R];
         let ap = a.as_ptr();
         let mut i = 0;
         while i < np {
             for j in 0..4 {
-                let av = H::load8(ap.add(2 * (i + 8 * j)));
+                let av = H::load8(ap.add(H::BYTES * (i + 8 * j)));
                 for r in 0..R {
-                    let wv = H::load8(w[r].as_ptr().add(2 * (i + 8 * j)));
+                    let wv = H::load8(w[r].as_ptr().add(H::BYTES * (i + 8 * j)));
                     acc[r][j] = if H::VEC_DOT_FMA {
                         _mm256_fmadd_ps(wv, av, acc[r][j])
                     } else {
@@ -250,18 +288,20 @@ mod x86 {
         let mut out = [0f32; R];
         for r in 0..R {
             let c = acc[r];
-            let mut sum = if H::VEC_DOT_FMA {
+            let vec = if H::VEC_DOT_FMA {
                 reduce_4x8(c)
             } else {
                 hsum8(_mm256_add_ps(
                     _mm256_add_ps(c[0], c[2]),
                     _mm256_add_ps(c[1], c[3]),
                 ))
-            } as f64;
-            for k in np..n {
-                sum += (H::at(w[r], 2 * k) * H::at(a, 2 * k)) as f64;
-            }
-            out[r] = sum as f32;
+            };
+            let tail = (np..n).map(|k| H::at(w[r], H::BYTES * k) * H::at(a, H::BYTES * k));
+            out[r] = if H::TAIL_F64 {
+                tail.fold(vec as f64, |s, p| s + p as f64) as f32
+            } else {
+                tail.fold(vec, |s, p| s + p)
+            };
         }
         out
     }
@@ -273,16 +313,16 @@ mod x86 {
         w: [&[u8]; R],
         a: [&[u8]; C],
     ) -> [[f32; R]; C] {
-        let n = a[0].len() / 2;
+        let n = a[0].len() / H::BYTES;
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         let mut l = 0;
         while l < n {
             let mut bv = [_mm256_setzero_ps(); C];
             for c in 0..C {
-                bv[c] = H::load8(a[c].as_ptr().add(2 * l));
+                bv[c] = H::load8(a[c].as_ptr().add(H::BYTES * l));
             }
             for r in 0..R {
-                let av = H::load8(w[r].as_ptr().add(2 * l));
+                let av = H::load8(w[r].as_ptr().add(H::BYTES * l));
                 for c in 0..C {
                     acc[c][r] = _mm256_fmadd_ps(av, bv[c], acc[c][r]);
                 }
@@ -303,11 +343,11 @@ mod x86 {
     /// each weight chunk broadcast to both halves. Rows must be whole chunks of 8.
     #[inline(always)]
     unsafe fn tinyblas_4x8<H: Half>(w: [&[u8]; 4], a: [&[u8]; 8]) -> [[f32; 4]; 8] {
-        let n = a[0].len() / 2;
+        let n = a[0].len() / H::BYTES;
         let mut acc = [[_mm512_setzero_ps(); 4]; 4];
         let mut l = 0;
         while l < n {
-            let o = 2 * l;
+            let o = H::BYTES * l;
             let mut bv = [_mm512_setzero_ps(); 4];
             for (p, b) in bv.iter_mut().enumerate() {
                 *b = H::load8x2(a[2 * p].as_ptr().add(o), a[2 * p + 1].as_ptr().add(o));
@@ -334,11 +374,10 @@ mod x86 {
         out
     }
 
-    /// Whether rows of `n` values (the shortest of `rows`) are whole tinyBLAS chunks and of
-    /// one length.
-    fn tinyblas_rows(rows: &[&[u8]]) -> bool {
+    /// Whether `rows` (of `bytes`-byte values) are of one length and whole tinyBLAS chunks.
+    fn tinyblas_rows(rows: &[&[u8]], bytes: usize) -> bool {
         let len = rows.first().map_or(0, |r| r.len());
-        rows.iter().all(|r| r.len() == len) && len.is_multiple_of(16)
+        rows.iter().all(|r| r.len() == len) && len.is_multiple_of(8 * bytes)
     }
 
     /// The reference (tinyBLAS refuses the length: llama.cpp's `vec_dot`).
@@ -355,7 +394,7 @@ mod x86 {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
             pub(super) unsafe fn $tb4x8_512(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
                 let all: [&[u8]; 12] = std::array::from_fn(|i| if i < 4 { w[i] } else { a[i - 4] });
-                if !tinyblas_rows(&all) {
+                if !tinyblas_rows(&all, <$h>::BYTES) {
                     return std::array::from_fn(|c| {
                         std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
                     });
@@ -396,7 +435,7 @@ mod x86 {
             /// AVX2, FMA and F16C.
             #[target_feature(enable = "avx2,fma,f16c")]
             pub(super) unsafe fn $tb(w: &[u8], a: &[u8]) -> f32 {
-                if !tinyblas_rows(&[w, a]) {
+                if !tinyblas_rows(&[w, a], <$h>::BYTES) {
                     return reference(<$h>::TYPE, w, a, 2);
                 }
                 tinyblas::<$h, 1, 1>([w], [a])[0][0]
@@ -408,7 +447,7 @@ mod x86 {
             /// AVX2, FMA and F16C.
             #[target_feature(enable = "avx2,fma,f16c")]
             pub(super) unsafe fn $tb1x4(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-                if !tinyblas_rows(&[w, a[0], a[1], a[2], a[3]]) {
+                if !tinyblas_rows(&[w, a[0], a[1], a[2], a[3]], <$h>::BYTES) {
                     return std::array::from_fn(|c| reference(<$h>::TYPE, w, a[c], 2));
                 }
                 let v = tinyblas::<$h, 1, 4>([w], *a);
@@ -421,7 +460,10 @@ mod x86 {
             /// AVX2, FMA and F16C.
             #[target_feature(enable = "avx2,fma,f16c")]
             pub(super) unsafe fn $tb4x4(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-                if !tinyblas_rows(&[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]]) {
+                if !tinyblas_rows(
+                    &[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]],
+                    <$h>::BYTES,
+                ) {
                     return std::array::from_fn(|c| {
                         std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
                     });
@@ -437,7 +479,10 @@ mod x86 {
             /// AVX2, FMA, F16C, AVX-512F and AVX-512VL.
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
             pub(super) unsafe fn $tb4x4_512(w: &[&[u8]; 4], a: &[&[u8]; 4]) -> [[f32; 4]; 4] {
-                if !tinyblas_rows(&[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]]) {
+                if !tinyblas_rows(
+                    &[w[0], w[1], w[2], w[3], a[0], a[1], a[2], a[3]],
+                    <$h>::BYTES,
+                ) {
                     return std::array::from_fn(|c| {
                         std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a[c], 2))
                     });
@@ -447,6 +492,16 @@ mod x86 {
         };
     }
 
+    routines!(
+        F32,
+        f32_vec_dot,
+        f32_vec_dot_4rows,
+        f32_tinyblas,
+        f32_tinyblas_1x4,
+        f32_tinyblas_4x4,
+        f32_tinyblas_4x4_avx512,
+        f32_tinyblas_4x8_avx512
+    );
     routines!(
         F16,
         f16_vec_dot,
@@ -486,7 +541,7 @@ mod tests {
         (0..count)
             .map(|_| {
                 let x: Vec<f32> = (0..n).map(|_| next()).collect();
-                let mut b = vec![0u8; 2 * n];
+                let mut b = vec![0u8; t.type_size() * n];
                 ggml::quantize(t, &x, &mut b, ggml::Q8Flavor::X86).expect("converts");
                 b
             })
@@ -507,7 +562,7 @@ mod tests {
         } else {
             vec![Isa::Avx2]
         };
-        for t in [GgmlType::F16, GgmlType::BF16] {
+        for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
             for n in [8usize, 40, 576, 1544, 20] {
                 let w = rows(t, n, 4, 1 + n as u64);
                 let a = rows(t, n, 4, 99 + n as u64);

@@ -107,7 +107,7 @@ pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
         GgmlType::IQ1_S => Some(x86::iq1_s_q8_k),
         GgmlType::IQ1_M => Some(x86::iq1_m_q8_k),
         GgmlType::MXFP4 => Some(x86::mxfp4_q8_0),
-        GgmlType::F16 | GgmlType::BF16 => super::fdot::dot_fn_on(wtype, isa),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::dot_fn_on(wtype, isa),
         _ => None,
     });
     #[cfg(not(target_arch = "x86_64"))]
@@ -200,7 +200,7 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
         GgmlType::Q5_1 => Some(m::q5_1_q8_1_4rows),
         GgmlType::Q5_0 => Some(m::q5_0_q8_0_4rows),
         GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
-        GgmlType::F16 | GgmlType::BF16 => super::fdot::dot4rows_fn_on(wtype, isa),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::dot4rows_fn_on(wtype, isa),
         _ => None,
     });
     #[cfg(not(target_arch = "x86_64"))]

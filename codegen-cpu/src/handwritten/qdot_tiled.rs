@@ -64,7 +64,7 @@ pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
             GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled),
             GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
-            GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas_fn(wtype),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas_fn(wtype),
             _ => None,
         };
     }
@@ -98,7 +98,7 @@ pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
             GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled4),
             GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
-            GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas4_fn(wtype),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas4_fn(wtype),
             _ => None,
         };
     }

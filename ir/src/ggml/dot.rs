@@ -285,6 +285,7 @@ pub fn vec_dot_avx2_mul_mat(
             GgmlType::IQ4_NL => {
                 return checked_x86(wtype, w_row, act_row, dot_x86::iq4_nl_q8_0_tinyblas)
             }
+            GgmlType::F32 => return checked_x86(wtype, w_row, act_row, f32_f32_tinyblas),
             GgmlType::F16 => return checked_x86(wtype, w_row, act_row, f16_f16_tinyblas),
             GgmlType::BF16 => return checked_x86(wtype, w_row, act_row, bf16_bf16_tinyblas),
             _ => {}
@@ -349,16 +350,19 @@ pub fn x86_mul_mat_kernel(wtype: GgmlType, n_cols: usize) -> X86MulMatKernel {
         {
             X86MulMatKernel::Tiled
         }
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | F16 | BF16 if n_cols >= 2 => X86MulMatKernel::TinyBlas,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | F32 | F16 | BF16 if n_cols >= 2 => X86MulMatKernel::TinyBlas,
         _ => X86MulMatKernel::VecDot,
     }
 }
 
 /// Whether tinyBLAS computes `wtype`'s products in the same numbers as its `vec_dot` (the
-/// quantized Q4_0 / Q5_0 / Q8_0 do: one f32 sum per block either way; IQ4_NL, F16 and BF16
-/// do not).
+/// quantized Q4_0 / Q5_0 / Q8_0 do: one f32 sum per block either way; IQ4_NL, F32, F16 and
+/// BF16 do not).
 pub fn tinyblas_same_as_vec_dot(wtype: GgmlType) -> bool {
-    !matches!(wtype, GgmlType::IQ4_NL | GgmlType::F16 | GgmlType::BF16)
+    !matches!(
+        wtype,
+        GgmlType::IQ4_NL | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
+    )
 }
 
 /// A kernel of [`super::dot_x86`]: weight row and activation row, checked, to the result.
@@ -386,6 +390,7 @@ fn x86_kernel(wtype: GgmlType) -> Option<X86Kernel> {
         GgmlType::IQ1_S => dot_x86::iq1_s_q8_k,
         GgmlType::IQ1_M => dot_x86::iq1_m_q8_k,
         GgmlType::MXFP4 => dot_x86::mxfp4_q8_0,
+        GgmlType::F32 => f32_f32,
         GgmlType::F16 => f16_f16,
         GgmlType::BF16 => bf16_bf16,
         _ => return None,
@@ -402,6 +407,21 @@ fn bf16_values(row: &[u8]) -> Vec<f32> {
     (0..row.len() / 2)
         .map(|i| bf16_to_f32(u16_at(row, 2 * i)))
         .collect()
+}
+
+/// The values of an F32 row.
+fn f32_values(row: &[u8]) -> Vec<f32> {
+    (0..row.len() / 4).map(|i| f32_at(row, 4 * i)).collect()
+}
+
+/// `ggml_vec_dot_f32`, AVX + FMA branch (ggml-cpu/vec.cpp): the interpreter's order.
+fn f32_f32(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_f32(&f32_values(w), &f32_values(a))
+}
+
+/// tinyBLAS on F32 rows (`tinyBLAS<8, __m256, __m256, float, float, float>`).
+fn f32_f32_tinyblas(w: &[u8], a: &[u8]) -> f32 {
+    crate::interp::avx2::dot_tinyblas(&f32_values(w), &f32_values(a))
 }
 
 /// `ggml_vec_dot_f16`, AVX2 + F16C branch (ggml-cpu/vec.cpp): the interpreter's order.
