@@ -119,6 +119,7 @@ fn greedy_matches_llama_cpp(name: &str, prompt_len: usize) {
         steps: &steps,
         weights: &program.weights,
         kv_cells: program.kv_cells,
+        kv_ring_ubatch: program.kv_ring_ubatch,
         kv_bytes: program.kv_bytes,
         arena_bytes: program.arena_bytes,
     };
