@@ -209,8 +209,9 @@ pub struct Checked<'w> {
 /// against the plan.
 ///
 /// # Errors
-/// A context past the compiled one, `-fa off`, a program that does not match its plan, a
-/// step that takes other inputs, a weight the source lacks or holds in another type or
+/// A context past the compiled one, `-fa off`, `opts.swa_full` other than the KV layout the
+/// kernels were generated for (rings or full-size caches), a program that does not match
+/// its plan, a step that takes other inputs, a weight the source lacks or holds in another type or
 /// shape; each in one line.
 pub fn check_program<'w>(
     plan: &Plan,
