@@ -40,7 +40,7 @@ pub mod nvrtc;
 pub mod program;
 pub mod shim;
 
-pub use kernels::{generate, CodegenError};
+pub use kernels::{generate, generate_with, CodegenError};
 pub use program::{
     GpuProgram, Launch, StepProgram, WeightTable, MAX_OPERANDS, SIMD_WIDTH, WEIGHT_ALIGN,
 };

@@ -8,7 +8,7 @@
 //! | # | name    | what it holds                                                          |
 //! |---|---------|------------------------------------------------------------------------|
 //! | 0 | `arena` | the step's arena ([`ir::plan::Step::buffers`] at their planned offsets) |
-//! | 1 | `kv`    | one sequence's KV memory, laid out as [`ir::plan::Plan::kv_layout`] of the plan's `n_ctx` cells |
+//! | 1 | `kv`    | one sequence's KV memory, laid out as [`ir::plan::Plan::kv_layout_ring`] (or [`ir::plan::Plan::kv_layout`], [`GpuProgram::kv_ring_ubatch`]) of the plan's `n_ctx` cells |
 //! | 2 | `wts`   | every weight of the plan, at the offsets of [`WeightTable`]              |
 //!
 //! and a fourth argument, `ops`, an [`Operands`] by value (CUDA) or in a small constant
@@ -125,7 +125,12 @@ pub struct GpuProgram {
     pub weights: WeightTable,
     /// Cells per KV cache the kernels were generated for (the plan's `n_ctx`).
     pub kv_cells: u64,
-    /// Bytes of the KV memory (`kv_layout(kv_cells).stream_bytes`).
+    /// The ubatch the sliding-window caches' rings were sized for
+    /// ([`ir::plan::Plan::kv_layout_ring`]); `None`: every cache has `kv_cells` cells
+    /// (`--swa-full`, and programs made before rings).
+    #[serde(default)]
+    pub kv_ring_ubatch: Option<u32>,
+    /// Bytes of the KV memory (the stream bytes of that layout at `kv_cells`).
     pub kv_bytes: u64,
     /// Bytes of the arena (the largest step's).
     pub arena_bytes: u64,

@@ -47,6 +47,10 @@ pub struct MetalProgram {
     pub weights: WeightTable,
     /// Cells per KV cache the kernels were generated for.
     pub kv_cells: u64,
+    /// The ubatch the sliding-window caches' rings were sized for
+    /// ([`ir::plan::Plan::kv_layout_ring`]); `None`: full-size caches (`--swa-full`).
+    #[serde(default)]
+    pub kv_ring_ubatch: Option<u32>,
     /// Bytes of the KV memory.
     pub kv_bytes: u64,
     /// Bytes of the arena.
@@ -58,12 +62,22 @@ pub fn step_prefix(n_tokens: u32, n_outputs: u32) -> String {
     format!("s{n_tokens}x{n_outputs}_")
 }
 
-/// Generates the Metal program of `plan`.
+/// Generates the Metal program of `plan`, its sliding-window caches rings as llama.cpp
+/// sizes its SWA cache ([`generate_with`] at [`Plan::ring_ubatch`]).
 ///
 /// # Errors
 /// What the kernel printer reports ([`CodegenError`]).
 pub fn generate(plan: &Plan) -> Result<MetalProgram, CodegenError> {
-    let (weights, kv) = layout(plan)?;
+    generate_with(plan, Some(plan.ring_ubatch()))
+}
+
+/// Generates the Metal program of `plan` with the KV layout of
+/// `codegen_cuda::kernels::layout(plan, ring_ubatch)` (`None`: full-size caches).
+///
+/// # Errors
+/// What the kernel printer reports ([`CodegenError`]).
+pub fn generate_with(plan: &Plan, ring_ubatch: Option<u32>) -> Result<MetalProgram, CodegenError> {
+    let (weights, kv) = layout(plan, ring_ubatch)?;
     let mut needs = BTreeSet::new();
     let mut texts = Vec::new();
     let mut steps = Vec::new();
@@ -89,6 +103,7 @@ pub fn generate(plan: &Plan) -> Result<MetalProgram, CodegenError> {
         steps,
         weights,
         kv_cells: u64::from(plan.n_ctx),
+        kv_ring_ubatch: ring_ubatch,
         kv_bytes: kv.stream_bytes,
         arena_bytes: plan.arena_bytes(),
     })

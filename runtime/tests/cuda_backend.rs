@@ -31,6 +31,7 @@ fn payload() -> Option<(GgufFile, Payload)> {
             .collect(),
         weights: WeightTable::new(&plan).expect("weight table"),
         kv_cells: u64::from(plan.n_ctx),
+        kv_ring_ubatch: None,
         kv_bytes: kv.stream_bytes,
         arena_bytes: plan.arena_bytes(),
     };
@@ -96,7 +97,7 @@ fn the_payload_survives_json() {
 #[test]
 fn loading_refuses_in_one_line() {
     let Some((gguf, p)) = payload() else { return };
-    let be = CudaBackend;
+    let be = CudaBackend::default();
     let err = |r: anyhow::Result<Box<dyn runtime::engine::Engine + '_>>| match r {
         Ok(_) => panic!("loaded a program without code"),
         Err(e) => format!("{e:#}"),
@@ -126,7 +127,7 @@ fn the_cpu_target_has_no_source_to_emit() {
     let e = be.sources(p.plan()).expect_err("no source");
     assert!(e.to_string().contains("--emit-source"), "{e}");
     // The CUDA target's sources come from the kernel printer.
-    match CudaBackend.sources(p.plan()) {
+    match CudaBackend::default().sources(p.plan()) {
         Ok(files) => assert!(files
             .iter()
             .all(|(n, _)| n.starts_with("step-") && n.ends_with(".cu"))),

@@ -21,7 +21,7 @@ fn payload() -> Option<(PathBuf, GgufFile, Payload)> {
     let model = compiler::load_model(&gguf).expect("fixture lowers");
     let plan = runtime::cpu_engine::build_plan(&model, &[1, 4], 64, KvTypes::F16, LogitRows::Both)
         .expect("plan");
-    let payload = MetalBackend
+    let payload = MetalBackend::default()
         .build(plan)
         .expect("the Metal backend builds the fixture");
     Some((path, gguf, payload))
@@ -56,7 +56,7 @@ fn the_fixture_compiles_and_survives_json() {
     assert!(a.steps.iter().all(|s| !s.launches.is_empty()));
 
     // `--emit-source`: one file, the program's source, which the lint accepts.
-    let files = MetalBackend.sources(p.plan()).expect("sources");
+    let files = MetalBackend::default().sources(p.plan()).expect("sources");
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].0, metal::SOURCE_FILE);
     assert_eq!(files[0].1, a.source);

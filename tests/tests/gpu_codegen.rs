@@ -166,13 +166,23 @@ fn fixture_metal_sources_pass_the_lint() {
     for (name, gguf) in models {
         let model = compiler::load_model(&gguf).expect("model lowers");
         let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Both).expect("plan");
-        let metal = codegen_metal::generate(&plan).expect("generates");
-        let lint = codegen_metal::lint(&metal.source);
-        assert!(
-            lint.is_empty(),
-            "{name}: {}",
-            lint[..lint.len().min(5)].join("; ")
-        );
+        let mut sources = vec![codegen_metal::generate(&plan).expect("generates").source];
+        // Sliding-window rings (the gemma3 fixtures): rings of 256 cells at -c 512.
+        if model.hparams.n_swa > 0 {
+            let plan =
+                build_plan(&model, &[1, 8], 512, KvTypes::F16, LogitRows::Last).expect("plan");
+            let metal = codegen_metal::generate_with(&plan, Some(8)).expect("generates");
+            assert!(metal.source.contains("% 256)"), "{name}: no ring");
+            sources.push(metal.source);
+        }
+        for source in sources {
+            let lint = codegen_metal::lint(&source);
+            assert!(
+                lint.is_empty(),
+                "{name}: {}",
+                lint[..lint.len().min(5)].join("; ")
+            );
+        }
     }
 }
 
@@ -264,9 +274,9 @@ struct Distinct {
 }
 
 impl Distinct {
-    fn add(&mut self, plan: &ir::plan::Plan) {
+    fn add(&mut self, plan: &ir::plan::Plan, ring_ubatch: Option<u32>) {
         use codegen_cuda::kernels::{layout, print_step};
-        let (weights, kv) = layout(plan).expect("layout");
+        let (weights, kv) = layout(plan, ring_ubatch).expect("layout");
         for s in &plan.steps {
             let p = print_step(plan, s, &weights, &kv, "").expect("prints");
             self.needs.extend(&p.needs);
@@ -330,7 +340,8 @@ impl Distinct {
 /// The check of the issue: every kernel of SmolLM2's, Gemma 3's, every fixture's and the
 /// synthetic model's (the IQ, TQ1_0 and MXFP4 weights no fixture has) plan
 /// (the decode step and prompt steps of 16 and 64; kernels that differ only in their operands' offsets
-/// once) compiles to sm_90 with no spill and no stack frame. (`modelc compile --target
+/// once; Gemma 3's also with sliding-window rings, F16 and Q8_0 caches) compiles to sm_90
+/// with no spill and no stack frame. (`modelc compile --target
 /// cuda` builds sm_80 too, and PTX, from the same source.)
 #[test]
 fn nvrtc_compiles_every_kernel_without_spills() {
@@ -353,7 +364,17 @@ fn nvrtc_compiles_every_kernel_without_spills() {
         let model = compiler::load_model(&gguf).expect("model lowers");
         let plan =
             build_plan(&model, &[1, 16, 64], 256, KvTypes::F16, LogitRows::Last).expect("plan");
-        d.add(&plan);
+        d.add(&plan, None);
+        // Sliding-window rings (Gemma 3): the KV stores at `pos % cells` and attention over
+        // a ring, with F16 and Q8_0 caches.
+        if model.hparams.n_swa > 0 {
+            let q8 = KvTypes::same(ir::graph::DType::Block(ir::ggml::GgmlType::Q8_0));
+            for kv in [KvTypes::F16, q8] {
+                let plan =
+                    build_plan(&model, &[1, 16, 64], 1024, kv, LogitRows::Last).expect("plan");
+                d.add(&plan, Some(64));
+            }
+        }
     }
     let regs = d.compile(&opts);
     eprintln!(

@@ -126,11 +126,6 @@ fn each_kernel_matches(name: &str, kv_types: KvTypes, dialect: Dialect) {
 }
 
 fn each_kernel_of_plan_matches(name: &str, gguf: &GgufFile, plan: &Plan, dialect: Dialect) {
-    let prog = codegen_cuda::generate(plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
-    let metal = codegen_metal::generate(plan).expect("generates MSL");
-    let wts = weight_bytes(plan, &prog.weights, gguf);
-    let mut kv = vec![0u8; prog.kv_bytes as usize];
-    let mut exec = PlanExec::new(plan, gguf, InterpOptions::exact()).expect("executor");
     let turns = [
         Turn {
             n_tokens: 16,
@@ -143,9 +138,49 @@ fn each_kernel_of_plan_matches(name: &str, gguf: &GgufFile, plan: &Plan, dialect
             pos0: 16,
         },
     ];
-    for turn in &turns {
+    each_kernel_of_turns_matches(name, gguf, plan, dialect, &turns, None);
+}
+
+/// [`each_kernel_of_plan_matches`] over `turns`; with `ring`, the sliding-window caches are
+/// rings sized for ubatches of `ring` tokens in the program and in the interpreter alike.
+fn each_kernel_of_turns_matches(
+    name: &str,
+    gguf: &GgufFile,
+    plan: &Plan,
+    dialect: Dialect,
+    turns: &[Turn],
+    ring: Option<u32>,
+) {
+    let (prog, metal, iopts) = match ring {
+        None => (
+            codegen_cuda::generate(plan, codegen_cuda::CUDA_PRELUDE).expect("generates"),
+            codegen_metal::generate(plan).expect("generates MSL"),
+            InterpOptions::exact(),
+        ),
+        Some(ub) => (
+            codegen_cuda::generate_with(plan, codegen_cuda::CUDA_PRELUDE, Some(ub))
+                .expect("generates"),
+            codegen_metal::generate_with(plan, Some(ub)).expect("generates MSL"),
+            InterpOptions {
+                kv_ring_ubatch: Some(ub),
+                ..InterpOptions::exact()
+            },
+        ),
+    };
+    let wts = weight_bytes(plan, &prog.weights, gguf);
+    let mut kv = vec![0u8; prog.kv_bytes as usize];
+    let mut exec = PlanExec::new(plan, gguf, iopts).expect("executor");
+    for turn in turns {
         let n = turn.n_tokens as usize;
-        let tokens = &PROMPT[turn.pos0 as usize..turn.pos0 as usize + n];
+        let tokens: Vec<i32> = (turn.pos0..turn.pos0 + n as i32)
+            .map(|p| {
+                PROMPT
+                    .get(p as usize)
+                    .copied()
+                    .unwrap_or((p * 37 + 11) % 1000 + 3)
+            })
+            .collect();
+        let tokens = &tokens[..];
         let positions: Vec<i32> = (turn.pos0..turn.pos0 + n as i32).collect();
         let outs: Vec<i32> = (n as i32 - turn.n_outputs as i32..n as i32).collect();
         let args = StepArgs {
@@ -391,6 +426,49 @@ fn kernels_of_other_kv_caches_match_the_interpreter() {
     let q8 = KvTypes::same(DType::Block(GgmlType::Q8_0));
     each_kernel_matches("llama-sep-Q8_0", q8, Dialect::Cuda);
     each_kernel_matches("qwen3-F32", KvTypes::same(DType::F32), Dialect::Cuda);
+}
+
+/// Sliding-window rings past their end (the gemma3 fixture, window 8, at `-c 512` with
+/// rings of 256 cells): a 64-token prompt at positions 200..264 stores 256.. at cells 0..
+/// and its queries from 256 on see the ring's end then its start (two ranges in cell
+/// order); a decode at 259 sees cells 252..256 and 0..4. Every kernel (the KV stores at
+/// `pos % 256`, attention over the wrapped ring) against the interpreter's rings, with F16
+/// caches in CUDA and Q8_0 caches in Metal.
+#[test]
+fn each_kernel_past_a_sliding_window_ring_matches_the_interpreter() {
+    use ir::ggml::GgmlType;
+    let path = modelc_tests::shared_root().join("fixtures/models/gemma3-Q8_0.gguf");
+    let gguf = GgufFile::open(&path).expect("fixture opens");
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    assert_eq!(model.hparams.n_swa, 8);
+    let turns = [
+        Turn {
+            n_tokens: 64,
+            n_outputs: 1,
+            pos0: 200,
+        },
+        Turn {
+            n_tokens: 1,
+            n_outputs: 1,
+            pos0: 259,
+        },
+    ];
+    let q8 = KvTypes::same(DType::Block(GgmlType::Q8_0));
+    for (kv, dialect) in [(KvTypes::F16, Dialect::Cuda), (q8, Dialect::Metal)] {
+        let plan = build_plan(&model, &[1, 64], 512, kv, LogitRows::Last).expect("plan");
+        let (_, layout) = codegen_cuda::kernels::layout(&plan, Some(64)).expect("layout");
+        let rings: Vec<u64> = layout
+            .caches
+            .iter()
+            .filter(|c| c.is_ring(512))
+            .map(|c| c.n_cells)
+            .collect();
+        assert!(
+            !rings.is_empty() && rings.iter().all(|&c| c == 256),
+            "{rings:?}"
+        );
+        each_kernel_of_turns_matches("gemma3-Q8_0 ring", &gguf, &plan, dialect, &turns, Some(64));
+    }
 }
 
 #[test]

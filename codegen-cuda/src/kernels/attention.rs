@@ -8,6 +8,13 @@
 //! interpreter's `visible`: causal up to the token's position (read from the positions
 //! input: the KV length is never a kernel argument), from `pos - window + 1` with a sliding
 //! window. A query that sees no cell gets zeros, as in the interpreter.
+//!
+//! Over sliding-window rings (K and V caches of `cells` cells, position `p` in cell
+//! `p % cells`: [`ir::plan::KvLayout`]) the visible cells are those of
+//! [`AttnParams::visible_cells`]: once the ring has wrapped, the newest positions in cells
+//! `0..=pos % cells` then the oldest from `(pos - window + 1) % cells` to the ring's end, as
+//! llama.cpp walks its SWA cache; the warps walk that cell order, the masked cells between
+//! skipped.
 
 use super::emit::flt;
 use super::{CodegenError, Ctx, Emitted};
@@ -53,6 +60,47 @@ pub fn emit(ctx: &mut Ctx<'_>, p: &AttnParams) -> Result<Emitted, CodegenError> 
         Some(w) => format!("{} - {} + 1", ld_pos("t"), w),
         None => "0".to_string(),
     };
+    let ring = match (ctx.src_ring(1), ctx.src_ring(2)) {
+        (None, None) => None,
+        (Some(kc), Some(vc)) if kc == vc && p.causal && p.window.is_some() => Some(kc),
+        _ => return Err(ctx.unsupported(
+            "a ring KV cache needs causal sliding-window attention over K and V rings of one size",
+        )),
+    };
+    // The visible cells: `lo..hi` (one range), or over a wrapped ring `lo..hi` then
+    // `lo2..hi2` (AttnParams::visible_cells), walked as `nv` cells in that order.
+    let (range, cell) = match (ring, p.window) {
+        (Some(cells), Some(w)) => (
+            format!(
+                "    const i32 hp = {pos} + 1;
+    i32 lp = hp - {w};
+    lp = lp < 0 ? 0 : lp;
+    lp = lp < hp - {cells} ? hp - {cells} : lp;
+    i32 lo = 0; i32 hi = 0; i32 lo2 = 0; i32 hi2 = 0;
+    if (lp < hp) {{
+        const i32 ca = (hp - 1) % {cells} + 1; const i32 cb = lp % {cells};
+        if (lp / {cells} == (hp - 1) / {cells}) {{ lo = cb; hi = ca; }} else {{ hi = ca; lo2 = cb; hi2 = {cells}; }}
+    }}
+    const i32 n1 = hi - lo;
+    const i32 nv = n1 + hi2 - lo2;
+",
+                pos = ld_pos("t")
+            ),
+            "    for (i32 i = warp; i < nv; i += {WPB}) {{\n        const i32 c = i < n1 ? lo + i : lo2 + (i - n1);\n"
+                .replace("{{", "{")
+                .replace("{WPB}", &WPB.to_string()),
+        ),
+        _ => (
+            format!(
+                "    i32 hi = {hi};
+    hi = hi > {n_kv} ? {n_kv} : hi;
+    i32 lo = {lo};
+    lo = lo < 0 ? 0 : (lo > hi ? hi : lo);
+"
+            ),
+            format!("    for (i32 c = lo + warp; c < hi; c += {WPB}) {{\n"),
+        ),
+    };
     let qe = q.load(&["e", "h", "t", "0"], &mut ctx.needs);
     let ke = k.load(&["e", "kvh", "c", "0"], &mut ctx.needs);
     let ve = v.load(&["e", "kvh", "c", "0"], &mut ctx.needs);
@@ -67,18 +115,13 @@ pub fn emit(ctx: &mut Ctx<'_>, p: &AttnParams) -> Result<Emitted, CodegenError> 
     SHARED float sacc[{WPB} * {dv}];
     const i32 h = BX; const i32 t = BY; const i32 lane = TX % 32; const i32 warp = TX / 32;
     const i32 kvh = h / {group};
-    i32 hi = {hi};
-    hi = hi > {n_kv} ? {n_kv} : hi;
-    i32 lo = {lo};
-    lo = lo < 0 ? 0 : (lo > hi ? hi : lo);
-    float q[{dkl}];
+{range}    float q[{dkl}];
     UNROLL for (i32 j = 0; j < {dkl}; ++j) {{ const i32 e = lane + 32 * j; q[j] = e < {dk} ? {qe} : 0.0f; }}
     float m = AS_FLOAT(0xff800000u);
     float l = 0.0f;
     float o[{dvl}];
     UNROLL for (i32 j = 0; j < {dvl}; ++j) o[j] = 0.0f;
-    for (i32 c = lo + warp; c < hi; c += {WPB}) {{
-        float s = 0.0f;
+{cell}        float s = 0.0f;
         UNROLL for (i32 j = 0; j < {dkl}; ++j) {{ const i32 e = lane + 32 * j; if (e < {dk}) s += q[j] * {ke}; }}
         s = warp_sum(s);
 {cap}        s = s * {scale};

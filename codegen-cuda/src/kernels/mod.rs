@@ -202,6 +202,27 @@ impl Ctx<'_> {
         self.place(id)
     }
 
+    /// Cells of the KV cache value `id` is a view of, where that cache is a ring shorter
+    /// than the context the kernels are generated for ([`KvLayout`]: position `p` in cell
+    /// `p % cells`); `None` for every other value.
+    pub fn ring_cells(&self, id: ir::plan::ValueId) -> Option<u64> {
+        let Base::Kv(c) = self.step.values.get(id.index())?.base else {
+            return None;
+        };
+        let slot = self.kv.caches.get(c.index())?;
+        slot.is_ring(self.kv.n_cells).then_some(slot.n_cells)
+    }
+
+    /// [`Ctx::ring_cells`] of source `i`.
+    pub fn src_ring(&self, i: usize) -> Option<u64> {
+        self.ring_cells(*self.kernel().srcs.get(i)?)
+    }
+
+    /// [`Ctx::ring_cells`] of result `i`.
+    pub fn dst_ring(&self, i: usize) -> Option<u64> {
+        self.ring_cells(*self.kernel().dsts.get(i)?)
+    }
+
     /// The step's positions input (for the KV length and the rope).
     pub fn positions(&mut self) -> Result<Val, CodegenError> {
         let id = self
@@ -361,24 +382,55 @@ pub fn assemble(
 }
 
 /// The layout every backend generates against: weights and the KV memory at the plan's
-/// `n_ctx`.
+/// `n_ctx`, the sliding-window caches rings sized for ubatches of `ring_ubatch` tokens
+/// ([`Plan::kv_layout_ring`]; `None`: full-size caches, llama.cpp's `--swa-full`).
 ///
 /// # Errors
-/// Sizes that do not fit.
-pub fn layout(plan: &Plan) -> Result<(WeightTable, KvLayout), CodegenError> {
+/// Sizes that do not fit; rings sized for a ubatch smaller than a step.
+pub fn layout(
+    plan: &Plan,
+    ring_ubatch: Option<u32>,
+) -> Result<(WeightTable, KvLayout), CodegenError> {
     let weights = WeightTable::new(plan).map_err(CodegenError::Plan)?;
-    let kv = plan
-        .kv_layout(u64::from(plan.n_ctx))
-        .map_err(CodegenError::Plan)?;
+    let n = u64::from(plan.n_ctx);
+    let kv = match ring_ubatch {
+        None => plan.kv_layout(n),
+        Some(ub) => {
+            let largest = plan.steps.iter().map(|s| s.n_tokens).max().unwrap_or(1);
+            if ub < largest {
+                return Err(CodegenError::Plan(format!(
+                    "KV rings sized for ubatches of {ub} tokens cannot run a step of {largest}"
+                )));
+            }
+            plan.kv_layout_ring(n, ub)
+        }
+    }
+    .map_err(CodegenError::Plan)?;
     Ok((weights, kv))
 }
 
-/// Generates the program of every step of `plan` under `prelude` (the CUDA or Metal one).
+/// Generates the program of every step of `plan` under `prelude` (the CUDA or Metal one),
+/// its sliding-window caches rings as llama.cpp sizes its SWA cache ([`Plan::ring_ubatch`]):
+/// [`generate_with`]`(plan, prelude, Some(plan.ring_ubatch()))`.
 ///
 /// # Errors
 /// [`CodegenError`]: an op or type without a kernel, or a plan without a memory plan.
 pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> {
-    let (weights, kv) = layout(plan)?;
+    generate_with(plan, prelude, Some(plan.ring_ubatch()))
+}
+
+/// Generates the program of every step of `plan` under `prelude` with the KV layout of
+/// [`layout`]`(plan, ring_ubatch)`: the KV stores write position `p` at cell `p % cells` of
+/// a ring and attention walks a ring's visible cells in cell order.
+///
+/// # Errors
+/// As [`generate`]; rings sized for a ubatch smaller than a step.
+pub fn generate_with(
+    plan: &Plan,
+    prelude: &str,
+    ring_ubatch: Option<u32>,
+) -> Result<GpuProgram, CodegenError> {
+    let (weights, kv) = layout(plan, ring_ubatch)?;
     let mut steps = Vec::with_capacity(plan.steps.len());
     for s in &plan.steps {
         let p = print_step(plan, s, &weights, &kv, "")?;
@@ -399,6 +451,7 @@ pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> 
         steps,
         weights,
         kv_cells: u64::from(plan.n_ctx),
+        kv_ring_ubatch: ring_ubatch,
         kv_bytes: kv.stream_bytes,
         arena_bytes: plan.arena_bytes(),
     })

@@ -5,7 +5,8 @@
 //! result may overwrite its source, as the plan allows for the rope of Q); each value is then
 //! rotated with the angles of `ir::ggml::cpu_math::rope_cache` (theta multiplied by
 //! `theta_scale` pair after pair in f32, frequency factors, the YaRN ramp and magnitude) and
-//! stored. A cache row is stored at the token's position in the cache's type: F32, F16
+//! stored. A cache row is stored at the token's position (modulo the cells of a
+//! sliding-window ring, [`ir::plan::KvLayout`]) in the cache's type: F32, F16
 //! (round to nearest even) or Q8_0 (a thread per block of 32, as ggml's
 //! `quantize_row_q8_0_ref`: `d = amax / 127`, `q = roundf(x / d)`).
 
@@ -115,15 +116,27 @@ fn stage(ctx: &mut Ctx<'_>, src: &Val, name: &str, heads: bool) -> String {
     format!("    SHARED float {name}[{n}];\n    for (i32 e = TX; e < {n}; e += {NT}) {name}[e] = {ld};\n")
 }
 
-/// Statements storing shared row `row` (`n` floats) into row `p` of cache `c`.
-fn store_row(ctx: &Ctx<'_>, c: &Val, row: &str, n: u64) -> Result<String, CodegenError> {
+/// Statements storing shared row `row` (`n` floats) into the cell of position `p` of cache
+/// `c`: row `p`, or row `p % cells` of a ring of `ring` cells (llama.cpp's `find_slot` on a
+/// window-sized SWA cache).
+fn store_row(
+    ctx: &Ctx<'_>,
+    c: &Val,
+    row: &str,
+    n: u64,
+    ring: Option<u64>,
+) -> Result<String, CodegenError> {
+    let cell = match ring {
+        Some(cells) => format!("(p % {cells})"),
+        None => "p".to_string(),
+    };
     Ok(match c.dtype {
         DType::F32 | DType::F16 => format!(
             "    for (i32 e = TX; e < {n}; e += {NT}) {{ {} }}\n",
-            c.store(&["e", "p", "0", "0"], &format!("{row}[e]"))
+            c.store(&["e", &cell, "0", "0"], &format!("{row}[e]"))
         ),
         DType::Block(GgmlType::Q8_0) => {
-            let at = c.byte(&["b * 32", "p", "0", "0"]);
+            let at = c.byte(&["b * 32", &cell, "0", "0"]);
             format!(
                 "    for (i32 b = TX; b < {nb}; b += {NT}) {{\n        float amax = 0.0f;\n        \
                  for (i32 j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf({row}[b * 32 + j]));\n        \
@@ -204,9 +217,10 @@ pub fn emit_fused(ctx: &mut Ctx<'_>, r: &RopeKvStoreSpec) -> Result<Emitted, Cod
         );
     }
     b += "    SYNC();\n";
-    b += &store_row(ctx, &kc, "kr", nk)?;
+    b += &store_row(ctx, &kc, "kr", nk, ctx.dst_ring(0))?;
     if let (Some(v), Some(vc)) = (&v, &vc) {
-        b += &store_row(ctx, vc, "vx", v.ne[0])?;
+        let ring = ctx.dst_ring(1 + r.q as usize);
+        b += &store_row(ctx, vc, "vx", v.ne[0], ring)?;
     }
     Ok(Emitted {
         text: format!("{helper}{} {{\n{b}}}\n", ctx.header(NT)),
@@ -266,7 +280,7 @@ pub fn emit_kv_store(ctx: &mut Ctx<'_>) -> Result<Emitted, CodegenError> {
     let mut b = format!("    const i32 t = BX;\n{}", load_pos(&pos));
     b += &stage(ctx, &cur, "xs", false);
     b += "    SYNC();\n";
-    b += &store_row(ctx, &cache, "xs", n)?;
+    b += &store_row(ctx, &cache, "xs", n, ctx.dst_ring(0))?;
     Ok(Emitted {
         text: format!("{} {{\n{b}}}\n", ctx.header(NT)),
         grid: [cur.ne[1] as u32, 1, 1],

@@ -122,6 +122,9 @@ pub struct Interpreter<'w> {
     weights: &'w dyn WeightSource,
     opts: InterpOptions,
     state: KvState,
+    /// Windows of KV caches by name, for graphs that store into a cache without the
+    /// attention that reads it ([`Interpreter::set_cache_windows`]).
+    cache_windows: std::collections::HashMap<String, u32>,
 }
 
 impl<'w> Interpreter<'w> {
@@ -131,7 +134,15 @@ impl<'w> Interpreter<'w> {
             weights,
             opts,
             state: KvState::default(),
+            cache_windows: Default::default(),
         }
+    }
+
+    /// The sliding window of the attention reading each named KV cache, for rings
+    /// ([`InterpOptions::kv_ring_ubatch`]) in graphs that hold a cache's store but not the
+    /// attention reading it (a plan's kernels run one by one: `crate::plan::exec`).
+    pub fn set_cache_windows(&mut self, windows: impl IntoIterator<Item = (String, u32)>) {
+        self.cache_windows = windows.into_iter().collect();
     }
 
     /// The options.
@@ -208,7 +219,15 @@ impl<'w> Interpreter<'w> {
         }
         // The window of each cache read by a sliding-window attention (for rings).
         let windows = if self.opts.kv_ring_ubatch.is_some() {
-            graph.cache_windows()
+            let mut w = graph.cache_windows();
+            for (i, t) in graph.tensors.iter().enumerate() {
+                if let (Def::Input(Input::KvCache { .. }), Some(&win)) =
+                    (&t.def, self.cache_windows.get(&t.name))
+                {
+                    w.entry(i).or_insert(win);
+                }
+            }
+            w
         } else {
             Default::default()
         };

@@ -116,7 +116,17 @@ impl<'p, 'w> PlanExec<'p, 'w> {
         arena.resize(words, 0);
         Ok(PlanExec {
             plan,
-            interp: Interpreter::new(weights, opts),
+            interp: {
+                // Rings: a kernel that stores into a cache does not hold the attention
+                // that gives the cache its window.
+                let mut i = Interpreter::new(weights, opts);
+                i.set_cache_windows(
+                    plan.kv
+                        .iter()
+                        .filter_map(|c| Some((c.name.clone(), c.window?))),
+                );
+                i
+            },
             offsets,
             arena,
             graphs: HashMap::new(),

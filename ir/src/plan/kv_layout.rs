@@ -119,7 +119,23 @@ impl KvLayout {
     }
 }
 
+/// llama.cpp's default `n_ubatch` (`-ub`), the ubatch its SWA cache is sized for.
+pub const LLAMA_N_UBATCH: u32 = 512;
+
 impl Plan {
+    /// The ubatch backends size this plan's KV rings for ([`Plan::kv_layout_ring`]):
+    /// llama.cpp's default [`LLAMA_N_UBATCH`] (whose SWA cache modelc reproduces cell for
+    /// cell) or the plan's largest step if larger (a ring must hold the window and a whole
+    /// step).
+    pub fn ring_ubatch(&self) -> u32 {
+        self.steps
+            .iter()
+            .map(|s| s.n_tokens)
+            .max()
+            .unwrap_or(1)
+            .max(LLAMA_N_UBATCH)
+    }
+
     /// The layout of one stream with `n_cells` cells per cache (module doc).
     ///
     /// # Errors

@@ -33,7 +33,7 @@ mod types;
 mod verify;
 
 pub use kernel::{Epilogue, Expansion, KernelOp, MicroOp, MulMatSpec, RopeKvStoreSpec, Slot};
-pub use kv_layout::{swa_cells, KvLayout, KvSlot, KV_ALIGN};
+pub use kv_layout::{swa_cells, KvLayout, KvSlot, KV_ALIGN, LLAMA_N_UBATCH};
 pub use parse::parse_plan;
 pub use print::{StepSummary, Summary};
 pub use types::{

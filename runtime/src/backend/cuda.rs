@@ -58,15 +58,26 @@ pub struct CudaBinaries {
 
 /// The CUDA backend (module doc).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CudaBackend;
+pub struct CudaBackend {
+    /// Generate for full-size sliding-window caches (llama.cpp's `--swa-full`); by default
+    /// they are rings of the cells llama.cpp's SWA cache has ([`ir::plan::Plan::kv_layout_ring`]).
+    /// The kernels are generated for one layout: a program runs with the `--swa-full` it was
+    /// compiled with.
+    pub swa_full: bool,
+}
 
 impl CudaBackend {
+    /// The ubatch the program's KV rings are sized for (`None`: full-size caches).
+    fn ring_ubatch(&self, plan: &Plan) -> Option<u32> {
+        (!self.swa_full).then(|| plan.ring_ubatch())
+    }
+
     /// The generated program of `plan`, without compiling it.
     ///
     /// # Errors
     /// What the kernel printer reports.
     pub fn generate(&self, plan: &Plan) -> anyhow::Result<GpuProgram> {
-        codegen_cuda::generate(plan, CUDA_PRELUDE)
+        codegen_cuda::generate_with(plan, CUDA_PRELUDE, self.ring_ubatch(plan))
             .map_err(|e| anyhow::anyhow!("--target cuda: {e}"))
     }
 }
@@ -88,6 +99,10 @@ impl Backend for CudaBackend {
 
     fn supports(&self) -> Support {
         super::gpu::support()
+    }
+
+    fn kv_layout(&self, plan: &Plan, opts: &LoadOptions) -> anyhow::Result<ir::plan::KvLayout> {
+        super::gpu::kv_layout(plan, opts)
     }
 
     fn build(&self, plan: Plan) -> anyhow::Result<Payload> {
@@ -338,6 +353,7 @@ impl GpuEngine<CudaDevice> {
                 steps: &views,
                 weights: &program.weights,
                 kv_cells: program.kv_cells,
+                kv_ring_ubatch: program.kv_ring_ubatch,
                 kv_bytes: program.kv_bytes,
                 arena_bytes: program.arena_bytes,
             },

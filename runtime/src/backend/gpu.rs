@@ -9,7 +9,9 @@
 //! - [`GpuEngine`]: the [`Engine`] over a [`GpuDevice`]: a call cut into compiled steps
 //!   (`ir::plan::schedule::chunks`), each step's inputs written into the arena, its launches
 //!   run, its logits read back. The engine keeps each sequence's KV memory on the device
-//!   itself (its [`Engine::kv_layout`] has zero bytes, as the interpreter's does).
+//!   itself (its [`Engine::kv_layout`] has zero bytes, as the interpreter's does, and each
+//!   cache's cells: sliding-window caches are rings unless the program was generated with
+//!   full-size ones, `--swa-full`).
 
 use super::{LoadOptions, LogitRows, Support, Target};
 use crate::engine::{check_decode_args, Engine, EngineMemory, KvStream};
@@ -18,7 +20,7 @@ use codegen_cuda::{Launch, WeightTable};
 use ir::ggml::GgmlType;
 use ir::graph::{DType, Input};
 use ir::interp::WeightSource;
-use ir::plan::{Base, KvLayout, Plan, Step, ValueId};
+use ir::plan::{Base, KvLayout, KvSlot, Plan, Step, ValueId};
 use std::ops::Range;
 
 /// The KV cache pairs the GPU kernels read: the one place to change when the printer
@@ -44,6 +46,23 @@ pub fn support() -> Support {
             .collect(),
         kv_pairs: Support::kv_pairs_from(kv_pair_supported),
     }
+}
+
+/// The KV layout of one sequence of `opts.n_ctx` cells a GPU backend gives `plan`: its
+/// sliding-window caches rings ([`Plan::kv_layout_ring`] at [`Plan::ring_ubatch`]) unless
+/// `opts.swa_full`, as the program's kernels are generated ([`check_program`] refuses the
+/// other); for the memory check and the memory report.
+///
+/// # Errors
+/// A context the plan cannot hold.
+pub fn kv_layout(plan: &Plan, opts: &LoadOptions) -> anyhow::Result<KvLayout> {
+    let n = opts.n_ctx as u64;
+    if opts.swa_full {
+        plan.kv_layout(n)
+    } else {
+        plan.kv_layout_ring(n, plan.ring_ubatch())
+    }
+    .map_err(anyhow::Error::msg)
 }
 
 /// The name of a GPU target in messages (`CUDA`, `Metal`).
@@ -138,6 +157,8 @@ pub struct ProgramView<'a> {
     pub weights: &'a WeightTable,
     /// Cells of the KV memory the kernels were generated for.
     pub kv_cells: u64,
+    /// The ubatch its sliding-window rings were sized for (`None`: full-size caches).
+    pub kv_ring_ubatch: Option<u32>,
     /// Bytes of one sequence's KV memory.
     pub kv_bytes: u64,
     /// Bytes of the arena.
@@ -171,7 +192,8 @@ pub struct StepIo {
 /// What [`check_program`] found: everything a device needs to load the program.
 #[derive(Debug)]
 pub struct Checked<'w> {
-    /// Where the caches lie in one device KV memory (the program's `kv_cells`).
+    /// Where the caches lie in one device KV memory (the program's `kv_cells`, its
+    /// sliding-window caches rings unless it was generated with full-size ones).
     pub device_kv: KvLayout,
     /// Length of a logit row.
     pub n_vocab: usize,
@@ -187,8 +209,9 @@ pub struct Checked<'w> {
 /// against the plan.
 ///
 /// # Errors
-/// A context past the compiled one, `-fa off`, a program that does not match its plan, a
-/// step that takes other inputs, a weight the source lacks or holds in another type or
+/// A context past the compiled one, `-fa off`, `opts.swa_full` other than the KV layout the
+/// kernels were generated for (rings or full-size caches), a program that does not match
+/// its plan, a step that takes other inputs, a weight the source lacks or holds in another type or
 /// shape; each in one line.
 pub fn check_program<'w>(
     plan: &Plan,
@@ -225,9 +248,39 @@ pub fn check_program<'w>(
         program.kv_cells,
         plan.n_ctx
     );
-    let device_kv = plan
-        .kv_layout(program.kv_cells)
-        .map_err(anyhow::Error::msg)?;
+    let largest = plan.steps.iter().map(|s| s.n_tokens).max().unwrap_or(1);
+    let device_kv = match program.kv_ring_ubatch {
+        Some(ub) => {
+            anyhow::ensure!(
+                ub >= largest,
+                "corrupt {name} program: KV rings for ubatches of {ub} tokens, a step of {largest}"
+            );
+            plan.kv_layout_ring(program.kv_cells, ub)
+        }
+        None => plan.kv_layout(program.kv_cells),
+    }
+    .map_err(anyhow::Error::msg)?;
+    // The kernels are generated for one layout: --swa-full is chosen when compiling.
+    if let Some(c) = device_kv
+        .caches
+        .iter()
+        .find(|c| c.is_ring(device_kv.n_cells))
+        .filter(|_| opts.swa_full)
+    {
+        anyhow::bail!(
+            "--swa-full: this program keeps its sliding-window caches as rings of {} cells (its kernels are generated for them); compile one with full-size caches with `modelc compile MODEL --target {target} --swa-full`",
+            c.n_cells
+        );
+    }
+    if program.kv_ring_ubatch.is_none() && !opts.swa_full {
+        let ring = plan
+            .kv_layout_ring(program.kv_cells, plan.ring_ubatch())
+            .map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            !ring.has_ring(),
+            "this program was compiled with --swa-full (full-size sliding-window caches; its kernels are generated for them): run it with --swa-full, or compile it without"
+        );
+    }
     anyhow::ensure!(
         device_kv.stream_bytes == program.kv_bytes,
         "corrupt {name} program: {} KV bytes, the plan's layout has {}",
@@ -434,15 +487,28 @@ impl<D: GpuDevice> GpuEngine<D> {
             v
         };
         let (last_sizes, all_sizes) = (sizes(false), sizes(true));
+        // No bytes, only each cache's cells (a ring's at most the context), so that the
+        // session knows which positions a ring still holds (KvLayout::can_truncate).
+        let layout = KvLayout {
+            n_cells: n_ctx as u64,
+            caches: checked
+                .device_kv
+                .caches
+                .iter()
+                .map(|c| KvSlot {
+                    offset: 0,
+                    row_bytes: 0,
+                    n_cells: c.n_cells.min(n_ctx as u64),
+                    window: c.window,
+                })
+                .collect(),
+            stream_bytes: 0,
+        };
         let mut e = GpuEngine {
             dev,
             steps: checked.steps,
             device_kv: checked.device_kv,
-            layout: KvLayout {
-                n_cells: n_ctx as u64,
-                caches: Vec::new(),
-                stream_bytes: 0,
-            },
+            layout,
             n_vocab: checked.n_vocab,
             n_ctx,
             last_sizes,
@@ -560,10 +626,14 @@ impl<D: GpuDevice> Engine for GpuEngine<D> {
     }
 
     fn forget(&mut self, stream: usize, from: usize) {
-        for r in self
-            .device_kv
-            .cell_ranges(from as u64, self.device_kv.n_cells)
-        {
+        // A ring's cells past a cut hold positions the next tokens overwrite before they
+        // see them (the session cuts a ring only where KvLayout::can_truncate says so):
+        // only a cut to 0 clears them (clearing `from..` would take the whole ring).
+        let mut kv = self.device_kv.clone();
+        if from > 0 {
+            kv.caches.retain(|c| !c.is_ring(kv.n_cells));
+        }
+        for r in kv.cell_ranges(from as u64, kv.n_cells) {
             self.dev.zero_kv(stream, r);
         }
     }

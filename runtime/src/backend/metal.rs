@@ -19,15 +19,27 @@ pub const SOURCE_FILE: &str = "model.metal";
 
 /// The Metal backend (module doc).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct MetalBackend;
+pub struct MetalBackend {
+    /// Generate for full-size sliding-window caches (llama.cpp's `--swa-full`); by default
+    /// they are rings of the cells llama.cpp's SWA cache has ([`ir::plan::Plan::kv_layout_ring`]).
+    /// The kernels are generated for one layout: a program runs with the `--swa-full` it was
+    /// compiled with.
+    pub swa_full: bool,
+}
 
 impl MetalBackend {
+    /// The ubatch the program's KV rings are sized for (`None`: full-size caches).
+    fn ring_ubatch(&self, plan: &Plan) -> Option<u32> {
+        (!self.swa_full).then(|| plan.ring_ubatch())
+    }
+
     /// The generated program of `plan`, without checking its source.
     ///
     /// # Errors
     /// What the kernel printer reports.
     pub fn generate(&self, plan: &Plan) -> anyhow::Result<MetalProgram> {
-        codegen_metal::generate(plan).map_err(|e| anyhow::anyhow!("--target metal: {e}"))
+        codegen_metal::generate_with(plan, self.ring_ubatch(plan))
+            .map_err(|e| anyhow::anyhow!("--target metal: {e}"))
     }
 }
 
@@ -77,6 +89,7 @@ pub fn check<'w>(
             steps: &steps,
             weights: &program.weights,
             kv_cells: program.kv_cells,
+            kv_ring_ubatch: program.kv_ring_ubatch,
             kv_bytes: program.kv_bytes,
             arena_bytes: program.arena_bytes,
         },
@@ -110,6 +123,10 @@ impl Backend for MetalBackend {
 
     fn supports(&self) -> Support {
         super::gpu::support()
+    }
+
+    fn kv_layout(&self, plan: &Plan, opts: &LoadOptions) -> anyhow::Result<ir::plan::KvLayout> {
+        super::gpu::kv_layout(plan, opts)
     }
 
     fn build(&self, plan: Plan) -> anyhow::Result<Payload> {

@@ -144,6 +144,18 @@ impl Payload {
         }
     }
 
+    /// Whether the payload's kernels were generated for full-size sliding-window caches
+    /// (a GPU program compiled with `--swa-full`); a plan chooses when it loads (`None`).
+    pub fn swa_full(&self) -> Option<bool> {
+        match self {
+            Payload::Plan { .. } => None,
+            #[cfg(feature = "cuda")]
+            Payload::Cuda { program, .. } => Some(program.kv_ring_ubatch.is_none()),
+            #[cfg(feature = "metal")]
+            Payload::Metal { program, .. } => Some(program.kv_ring_ubatch.is_none()),
+        }
+    }
+
     /// The plan the payload was built from.
     pub fn plan(&self) -> &Plan {
         match self {
@@ -188,12 +200,7 @@ pub struct LoadOptions {
 /// default `n_ubatch` (512, whose SWA cache modelc reproduces cell for cell) or the plan's
 /// largest step if larger (a ring must hold the window and a whole step).
 pub fn ring_ubatch(plan: &Plan) -> u32 {
-    plan.steps
-        .iter()
-        .map(|s| s.n_tokens)
-        .max()
-        .unwrap_or(1)
-        .max(crate::cpu_engine::LLAMA_N_UBATCH as u32)
+    plan.ring_ubatch()
 }
 
 /// A compile target's implementation (module doc).
@@ -359,6 +366,21 @@ pub struct BackendArgs {
 /// # Errors
 /// A target whose backend this modelc was built without (its feature off), in one line.
 pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Backend>> {
+    backend_kv(target, args, false)
+}
+
+/// [`backend`], the GPU targets generating for full-size sliding-window caches with
+/// `swa_full` (llama.cpp's `--swa-full`; their kernels are generated for one KV layout, the
+/// CPU backend chooses it when it loads: [`LoadOptions::swa_full`]).
+///
+/// # Errors
+/// As [`backend`].
+pub fn backend_kv(
+    target: Target,
+    args: &BackendArgs,
+    swa_full: bool,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let _ = swa_full;
     anyhow::ensure!(
         target == Target::Cpu || args.cpu.kernels.is_none(),
         "--kernels chooses the CPU backend's kernels: it does nothing with --target {}",
@@ -367,9 +389,9 @@ pub fn backend(target: Target, args: &BackendArgs) -> anyhow::Result<Box<dyn Bac
     match target {
         Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
         #[cfg(feature = "cuda")]
-        Target::Cuda => Ok(Box::new(cuda::CudaBackend)),
+        Target::Cuda => Ok(Box::new(cuda::CudaBackend { swa_full })),
         #[cfg(feature = "metal")]
-        Target::Metal => Ok(Box::new(metal::MetalBackend)),
+        Target::Metal => Ok(Box::new(metal::MetalBackend { swa_full })),
         #[allow(unreachable_patterns)]
         other => anyhow::bail!(
             "--target {}: this modelc was built without the `{}` feature",

@@ -56,6 +56,11 @@ pub struct CompileArgs {
     /// compiled or checked (so it is there when that fails). GPU targets only.
     #[arg(long = "emit-source", value_name = "DIR")]
     pub emit_source: Option<PathBuf>,
+    /// GPU targets: generate the kernels for full-size sliding-window caches (llama.cpp's
+    /// `--swa-full`); by default they are rings of the cells llama.cpp's SWA cache has. The
+    /// runner then runs with `--swa-full` only (the CPU runner chooses when it runs).
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
 }
 
 /// Parses llama.cpp's `-fa` / `--flash-attn` value: `on` (also `1`, `true`, `enabled`),
@@ -227,7 +232,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     }
     let t0 = Instant::now();
     // A target without a backend is refused before anything is read.
-    let be = backend(args.target, &args.backend)?;
+    let be = crate::backend::backend_kv(args.target, &args.backend, args.swa_full)?;
     let out = args
         .output
         .clone()

@@ -175,7 +175,7 @@ pub fn open_session_seqs<'a>(
     let threads = resolve_threads(args.threads);
     match args.backend.target() {
         Some(target) => {
-            let be = backend(target, &args.backend_args)?;
+            let be = crate::backend::backend_kv(target, &args.backend_args, args.engine.swa_full)?;
             let logits = match (all_logits, n_seq) {
                 (true, _) => LogitRows::All,
                 (false, 1) => LogitRows::Last,

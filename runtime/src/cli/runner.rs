@@ -363,14 +363,20 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 .filter(|c| c.is_ring(n))
                 .map(|c| c.n_cells)
                 .collect();
-            if rings.is_empty() || artifact.target != crate::backend::Target::Cpu {
+            if rings.is_empty() || artifact.payload.swa_full() == Some(true) {
                 println!(
                     "KV memory       = {} per sequence at n_ctx",
                     crate::memory::human(full.stream_bytes)
                 );
             } else {
+                // A GPU program's kernels are generated for one layout.
+                let full_how = if artifact.payload.swa_full().is_some() {
+                    "compiled with --swa-full"
+                } else {
+                    "--swa-full"
+                };
                 println!(
-                    "KV memory       = {} per sequence at n_ctx ({} sliding-window caches of {} cells, as llama.cpp's SWA cache; --swa-full: {})",
+                    "KV memory       = {} per sequence at n_ctx ({} sliding-window caches of {} cells, as llama.cpp's SWA cache; {full_how}: {})",
                     crate::memory::human(ring.stream_bytes),
                     rings.len(),
                     rings[0],
