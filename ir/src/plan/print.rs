@@ -320,6 +320,9 @@ pub struct Summary {
     pub kv_bytes: u64,
     /// KV cache rows.
     pub n_ctx: u32,
+    /// With sliding-window caches kept as rings ([`Plan::kv_layout_ring`], the backends'
+    /// default): how many caches are rings, their cells, and the bytes of all caches then.
+    pub kv_rings: Option<(usize, u64, u64)>,
     /// Number of weight tensors.
     pub weights: usize,
     /// Bytes of all weights.
@@ -327,6 +330,21 @@ pub struct Summary {
 }
 
 impl Plan {
+    /// The sliding-window caches' ring figures of [`Summary::kv_rings`], if the plan has
+    /// any (`None` too if the layout cannot be computed: the summary then shows full sizes).
+    fn kv_rings(&self) -> Option<(usize, u64, u64)> {
+        let n_ctx = u64::from(self.n_ctx);
+        let ring = self.kv_layout_ring(n_ctx, self.ring_ubatch()).ok()?;
+        let rings: Vec<u64> = ring
+            .caches
+            .iter()
+            .filter(|c| c.is_ring(n_ctx))
+            .map(|c| c.n_cells)
+            .collect();
+        let cells = *rings.first()?;
+        Some((rings.len(), cells, ring.stream_bytes))
+    }
+
     /// The totals of this plan.
     pub fn summary(&self) -> Summary {
         let steps = self
@@ -354,6 +372,7 @@ impl Plan {
             kv_caches: self.kv.len(),
             kv_bytes: self.kv_bytes(),
             n_ctx: self.n_ctx,
+            kv_rings: self.kv_rings(),
             weights: self.weights.len(),
             weight_bytes: self.weight_bytes(),
         }
@@ -385,14 +404,25 @@ impl fmt::Display for Summary {
             mib(self.arena_bytes),
             self.arena_bytes
         )?;
-        writeln!(
-            f,
-            "KV cache: {} caches × {} cells, {} ({} bytes)",
-            self.kv_caches,
-            self.n_ctx,
-            mib(self.kv_bytes),
-            self.kv_bytes
-        )?;
+        match self.kv_rings {
+            Some((rings, cells, bytes)) => writeln!(
+                f,
+                "KV cache: {} caches × {} cells, {rings} of them sliding-window rings of {cells} \
+                 cells: {} ({bytes} bytes; --swa-full: {})",
+                self.kv_caches,
+                self.n_ctx,
+                mib(bytes),
+                mib(self.kv_bytes),
+            )?,
+            None => writeln!(
+                f,
+                "KV cache: {} caches × {} cells, {} ({} bytes)",
+                self.kv_caches,
+                self.n_ctx,
+                mib(self.kv_bytes),
+                self.kv_bytes
+            )?,
+        }
         writeln!(
             f,
             "weights: {} tensors, {} ({} bytes)",
