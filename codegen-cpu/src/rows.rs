@@ -297,7 +297,7 @@ impl RowDot {
                 self.fast4x4.map(|f| unsafe { f(w, a) })
             }
             // SAFETY: `tinyblas4x4_fn_on` chose it for this host; whole rows of equal length.
-            Order::X86 if !tiled_order(self.wtype, n_cols) => {
+            Order::X86 if tinyblas_order(self.wtype, n_cols) => {
                 self.fast_cols4x4.map(|f| unsafe { f(w, a) })
             }
             _ => None,
@@ -318,22 +318,14 @@ impl RowDot {
         }
     }
 
-    /// [`RowDot::dot4x4`] for eight activation rows (columns `col..col + 8`), where the
-    /// type has that tile; else `None`.
+    /// [`RowDot::dot4x4`] for eight activation rows (eight columns of llama.cpp's
+    /// `n_cols`), where the type has that tile (tinyBLAS's order: the column does not
+    /// matter); else `None`.
     #[inline]
-    pub fn dot4x8(
-        &self,
-        w: &[&[u8]; 4],
-        a: &[&[u8]; 8],
-        col: usize,
-        n_cols: usize,
-    ) -> Option<[[f32; 4]; 8]> {
-        let _ = col;
+    pub fn dot4x8(&self, w: &[&[u8]; 4], a: &[&[u8]; 8], n_cols: usize) -> Option<[[f32; 4]; 8]> {
         match self.order {
             // SAFETY: `tinyblas4x8_fn` chose it for this host; whole rows of equal length.
-            Order::X86
-                if !vec_dot_order(self.wtype, n_cols) && !tiled_order(self.wtype, n_cols) =>
-            {
+            Order::X86 if tinyblas_order(self.wtype, n_cols) => {
                 self.fast_cols4x8.map(|f| unsafe { f(w, a) })
             }
             _ => None,
@@ -490,7 +482,7 @@ unsafe fn products_chunk(
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
         let mut t = t0;
         while t + 8 <= n {
-            let Some(v) = dot.dot4x8(&ws, &arows8(t), col0 + t, n_cols) else {
+            let Some(v) = dot.dot4x8(&ws, &arows8(t), n_cols) else {
                 break;
             };
             for (c, vc) in v.iter().enumerate() {
@@ -604,9 +596,10 @@ fn vec_dot_order(wtype: GgmlType, n_cols: usize) -> bool {
     }
 }
 
-/// Whether that kernel is ggml-cpu's tiled K-quant kernel (not `vec_dot` or tinyBLAS).
-fn tiled_order(wtype: GgmlType, n_cols: usize) -> bool {
-    ggml::x86_mul_mat_kernel(wtype, n_cols) == ggml::X86MulMatKernel::Tiled
+/// Whether that kernel is tinyBLAS in an order of its own (not `vec_dot`'s numbers).
+fn tinyblas_order(wtype: GgmlType, n_cols: usize) -> bool {
+    ggml::x86_mul_mat_kernel(wtype, n_cols) == ggml::X86MulMatKernel::TinyBlas
+        && !ggml::tinyblas_same_as_vec_dot(wtype)
 }
 
 /// A stand-alone row-dot product `out{m, n} = W{k, m} · x{k, n}` over a weight in ggml's

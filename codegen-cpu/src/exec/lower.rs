@@ -105,11 +105,9 @@ pub(crate) struct Lowerer<'p, 'w, 's> {
     pub slow_quant: bool,
     spec_index: HashMap<MatmulSpec, usize>,
     ropes: HashMap<(String, Option<WeightId>), Arc<RopeTable>>,
-    /// The values of the step being lowered that hold only the rows that produce logits:
-    /// those computed from the rows `inp_out_ids` selects (llama.cpp's last layer after
-    /// `ggml_get_rows(cur, inp_out_ids)`, the output norm, the head), keyed by the step's
-    /// token count (steps are lowered in turn, kernels in order).
-    output_rows: (u32, std::collections::HashSet<ValueId>),
+    /// The values of the step being lowered that hold only the rows that produce logits
+    /// ([`Lowerer::begin_step`]).
+    output_rows: std::collections::HashSet<ValueId>,
 }
 
 fn bad(s: &Step, k: &Kernel, msg: impl std::fmt::Display) -> ExecError {
@@ -147,7 +145,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             slow_quant: false,
             spec_index: HashMap::new(),
             ropes: HashMap::new(),
-            output_rows: (0, std::collections::HashSet::new()),
+            output_rows: std::collections::HashSet::new(),
         }
     }
 
@@ -427,23 +425,25 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         self.kernel_inner(s, k).map_err(|m| bad(s, k, m))
     }
 
-    /// Records whether `k`'s results hold only output rows ([`Lowerer::output_rows`]).
-    fn track_output_rows(&mut self, s: &Step, k: &Kernel) {
-        if self.output_rows.0 != s.n_tokens {
-            self.output_rows = (s.n_tokens, Default::default());
-        }
+    /// Starts lowering step `s`: finds the values that hold only the rows that produce
+    /// logits, those computed from the rows `inp_out_ids` selects (llama.cpp's last layer
+    /// after `ggml_get_rows(cur, inp_out_ids)`, the output norm, the head).
+    pub fn begin_step(&mut self, s: &Step) {
         let out_ids = s.input(&Input::OutputIds);
-        let selects = matches!(k.op, KernelOp::Op(IrOp::GetRows))
-            && k.srcs.get(1).is_some_and(|&i| {
-                out_ids.is_some_and(|o| s.values[i.index()].same_view(&s.values[o.index()]))
-            });
-        if selects || k.srcs.iter().any(|v| self.output_rows.1.contains(v)) {
-            self.output_rows.1.extend(k.dsts.iter().copied());
+        let mut rows = std::collections::HashSet::new();
+        for k in &s.kernels {
+            let selects = matches!(k.op, KernelOp::Op(IrOp::GetRows))
+                && k.srcs.get(1).is_some_and(|&i| {
+                    out_ids.is_some_and(|o| s.values[i.index()].same_view(&s.values[o.index()]))
+                });
+            if selects || k.srcs.iter().any(|v| rows.contains(v)) {
+                rows.extend(k.dsts.iter().copied());
+            }
         }
+        self.output_rows = rows;
     }
 
     fn kernel_inner(&mut self, s: &Step, k: &Kernel) -> Result<Vec<Op>, String> {
-        self.track_output_rows(s, k);
         let ((lo, hi), nd) = k.op.arity();
         if k.srcs.len() < lo || k.srcs.len() > hi || k.dsts.len() != nd {
             return Err(format!(
@@ -860,7 +860,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             // rows: their columns are llama.cpp's `n_outputs`, not the ubatch's.
             let lm_head = name == "output.weight"
                 || name == "token_embd.weight"
-                || self.output_rows.1.contains(&srcs[0]);
+                || self.output_rows.contains(&srcs[0]);
             // Weights llama.cpp repacks run its repacked kernels' order in the exact mode
             // (the row-dot kernels have it; the generated ones do not).
             let repacked =

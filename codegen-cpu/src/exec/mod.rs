@@ -381,6 +381,7 @@ impl<'w> CompiledPlan<'w> {
         let mut kinds: Vec<String> = Vec::new();
         let mut steps = Vec::with_capacity(plan.steps.len());
         for s in &plan.steps {
+            low.begin_step(s);
             let mut ops = Vec::new();
             let mut op_kinds = Vec::new();
             for k in &s.kernels {
