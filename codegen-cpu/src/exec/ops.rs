@@ -817,24 +817,22 @@ impl Attention {
         if t0 < j1 {
             load_kv_f32(&kv_rows(kvh, (0, 0)), d_k, d_v, t0, j1, kt, ldk, vf);
         }
+        // The chunk's queries in groups that read each converted tile once.
+        let mut group = Vec::with_capacity(flash::TILED_GROUP);
         for t in ta..tb {
             let v = vis(t);
             for h in heads.clone() {
-                flash::tiled_query(
-                    a.q.at(h, t, 0) as *const f32,
-                    d_k,
-                    v.lo,
-                    v.hi,
-                    v.gap,
-                    t0,
-                    kt,
-                    ldk,
-                    vf,
-                    &p,
-                    tile,
-                    a.out.at(h, t, 0) as *mut f32,
-                    d_v,
-                );
+                group.push(flash::TiledQuery {
+                    q: a.q.at(h, t, 0) as *const f32,
+                    lo: v.lo,
+                    hi: v.hi,
+                    gap: v.gap,
+                    out: a.out.at(h, t, 0) as *mut f32,
+                });
+                if group.len() == flash::TILED_GROUP || (t + 1 == tb && h + 1 == heads.end) {
+                    flash::tiled_queries(&group, d_k, t0, kt, ldk, vf, &p, tile, d_v);
+                    group.clear();
+                }
             }
         }
     }

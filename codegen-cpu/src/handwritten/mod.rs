@@ -55,6 +55,21 @@ pub(crate) fn has_avx2() -> bool {
     })
 }
 
+/// Whether the host has AVX-512F and AVX-512VL (besides [`has_avx2`]'s features): 16 f32
+/// lanes per register and 32 registers, for float kernels whose lanes compute what the
+/// 8-lane AVX2 code computes, lane for lane. `MODELC_NO_AVX512=1` turns it off, as for
+/// [`has_vnni`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    static AVX512: OnceLock<bool> = OnceLock::new();
+    *AVX512.get_or_init(|| {
+        has_avx2()
+            && std::env::var_os("MODELC_NO_AVX512").is_none()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+    })
+}
+
 /// Whether the host also has AVX-512 VNNI and AVX-512VL: `vpdpbusd` on 256-bit vectors
 /// (four u8 × i8 products summed into each i32 lane in one instruction, where AVX2 needs
 /// `maddubs` then `madd`) and 32 vector registers instead of 16. The integers are the same;
