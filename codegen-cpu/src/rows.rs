@@ -88,6 +88,8 @@ pub(crate) struct RowDot {
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
+    /// A 4 × 8 tile of the `vec_dot` order (Q8_0, Q5_0 on AVX-512 hosts).
+    fast4x8: Option<fdot::Dot4x8Fn>,
     /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16), and its 4 × 8 form
     /// (AVX-512 hosts).
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
@@ -126,6 +128,7 @@ impl RowDot {
             fast_repack8x8: None,
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
+            fast4x8: qdot::dot4x8_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
@@ -166,6 +169,7 @@ impl RowDot {
             fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
             block8x8: None,
             fast4x4: None,
+            fast4x8: None,
             fast_cols4x4: None,
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
@@ -319,11 +323,15 @@ impl RowDot {
     }
 
     /// [`RowDot::dot4x4`] for eight activation rows (eight columns of llama.cpp's
-    /// `n_cols`), where the type has that tile (tinyBLAS's order: the column does not
-    /// matter); else `None`.
+    /// `n_cols`), where the type has that tile (the `vec_dot` order or tinyBLAS's: the
+    /// column does not matter); else `None`.
     #[inline]
     pub fn dot4x8(&self, w: &[&[u8]; 4], a: &[&[u8]; 8], n_cols: usize) -> Option<[[f32; 4]; 8]> {
         match self.order {
+            // SAFETY: `dot4x8_fn` chose it for this host; whole rows of equal length.
+            Order::X86 if vec_dot_order(self.wtype, n_cols) => {
+                self.fast4x8.map(|f| unsafe { f(w, a) })
+            }
             // SAFETY: `tinyblas4x8_fn` chose it for this host; whole rows of equal length.
             Order::X86 if tinyblas_order(self.wtype, n_cols) => {
                 self.fast_cols4x8.map(|f| unsafe { f(w, a) })

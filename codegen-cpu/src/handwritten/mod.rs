@@ -87,3 +87,11 @@ pub(crate) fn has_vnni() -> bool {
             && std::is_x86_feature_detected!("avx512vnni")
     })
 }
+
+/// Whether the host has [`has_vnni`]'s features and AVX-512BW: byte operations on 512-bit
+/// registers (absolute values, sign masks, masked subtraction), for the 4 × 8 row-dot tiles.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_vnni512() -> bool {
+    static VNNI512: OnceLock<bool> = OnceLock::new();
+    *VNNI512.get_or_init(|| has_vnni() && std::is_x86_feature_detected!("avx512bw"))
+}

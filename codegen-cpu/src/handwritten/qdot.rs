@@ -179,6 +179,24 @@ pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     }
 }
 
+/// A tile of four weight rows × eight activation rows on AVX-512 hosts (F, VL, BW, VNNI):
+/// `out[c][r]` is what the [`DotFn`] of the type gives for row `w[r]` and column `a[c]`,
+/// two columns to a 512-bit register (`x86::tile32x8`): Q8_0 and Q5_0, whose `vec_dot`
+/// order llama.cpp keeps for prompts. The routine's safety contract is [`DotFn`]'s, for
+/// each pair.
+pub(crate) fn dot4x8_fn(wtype: GgmlType) -> Option<super::fdot::Dot4x8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni512() {
+        return match wtype {
+            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4x8),
+            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4x8),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
 /// Four weight rows × one activation row: `out[r]` is what the [`DotFn`] of the type gives
 /// for row `w[r]` and `a` (the activation blocks loaded once for the four rows; four
 /// independent sums in flight, which decode needs to keep the memory busy).
@@ -813,6 +831,116 @@ pub(super) mod x86 {
             }
         }
         out
+    }
+
+    /// How [`tile32x8`] forms the signed products of a weight block with a Q8_0 block.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Products {
+        /// `(x + 128)·y` from a start of `-128·Σy` ([`tile32`]'s offset form: Q8_0).
+        Offset,
+        /// ggml's sign trick, `|x| · (y · sign(x))`, wrapping as `_mm256_sign_epi8` does.
+        Sign,
+    }
+
+    /// [`tile32`] as 4 weight rows × 8 activation rows on AVX-512: each 512-bit register
+    /// holds two columns, eight lanes each, so every `vpdpbusd`, conversion and fused
+    /// multiply-add serves two outputs while each keeps its own eight lanes in ggml's order
+    /// (the products are `tile32`'s, bit for bit). The weight block is built once per row
+    /// and broadcast to both halves; the d_x·d_y pairs come from one multiply per row and
+    /// column pair (products of two f16 values: exact in f32).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI (inlined into such a `target_feature` caller);
+    /// whole rows of equal block counts.
+    #[inline(always)]
+    unsafe fn tile32x8(
+        w: &[&[u8]; 4],
+        a: &[&[u8]; 8],
+        block_bytes: usize,
+        products: Products,
+        quants: impl Fn(*const u8) -> __m256i,
+    ) -> [[f32; 4]; 8] {
+        let rows = w
+            .iter()
+            .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
+        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
+        // acc[p][r]: row r with columns 2p (lanes 0..8) and 2p + 1 (lanes 8..16).
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let bias = _mm512_set1_epi8(0x80u8 as i8);
+        let zero = _mm512_setzero_si512();
+        for b in 0..nb {
+            let mut ux = [zero; 4];
+            let mut neg: [__mmask64; 4] = [0; 4];
+            let mut dx = [0f32; 4];
+            for r in 0..4 {
+                let x = w[r].as_ptr().add(b * block_bytes);
+                let q = _mm512_broadcast_i64x4(quants(x));
+                match products {
+                    Products::Offset => ux[r] = _mm512_xor_si512(q, bias),
+                    Products::Sign => {
+                        ux[r] = _mm512_abs_epi8(q);
+                        neg[r] = _mm512_movepi8_mask(q);
+                    }
+                }
+                dx[r] = f16_at(x);
+            }
+            for (p, accp) in acc.iter_mut().enumerate() {
+                let y0 = a[2 * p].as_ptr().add(b * Q8_0_BYTES);
+                let y1 = a[2 * p + 1].as_ptr().add(b * Q8_0_BYTES);
+                let qy = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(load32(y0.add(2))),
+                    load32(y1.add(2)),
+                );
+                let dy = _mm512_mask_blend_ps(
+                    0xff00,
+                    _mm512_set1_ps(f16_at(y0)),
+                    _mm512_set1_ps(f16_at(y1)),
+                );
+                let start = match products {
+                    Products::Offset => _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy)),
+                    Products::Sign => zero,
+                };
+                for (r, accr) in accp.iter_mut().enumerate() {
+                    let lanes = match products {
+                        Products::Offset => _mm512_dpbusd_epi32(start, ux[r], qy),
+                        Products::Sign => _mm512_dpbusd_epi32(
+                            zero,
+                            ux[r],
+                            _mm512_mask_sub_epi8(qy, neg[r], zero, qy),
+                        ),
+                    };
+                    let d = _mm512_mul_ps(dy, _mm512_set1_ps(dx[r]));
+                    *accr = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), *accr);
+                }
+            }
+        }
+        let mut out = [[0f32; 4]; 8];
+        for (p, accp) in acc.iter().enumerate() {
+            for (r, accr) in accp.iter().enumerate() {
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*accr)));
+                out[2 * p][r] = hsum(_mm512_castps512_ps256(*accr));
+                out[2 * p + 1][r] = hsum(hi);
+            }
+        }
+        out
+    }
+
+    /// Q8_0, 4 rows × 8 columns ([`tile32x8`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-512 F/VL/BW/VNNI; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q8_0_q8_0_4x8(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
+        tile32x8(w, a, Q8_0_BYTES, Products::Offset, |x| load32(x.add(2)))
+    }
+
+    /// Q5_0, 4 rows × 8 columns ([`tile32x8`]).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and AVX-512 F/VL/BW/VNNI; whole rows of equal length.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q5_0_q8_0_4x8(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
+        tile32x8(w, a, Q5_0_BYTES, Products::Sign, |x| q5_0_quants(x))
     }
 
     /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
@@ -2273,6 +2401,37 @@ mod tests {
                                     v.to_bits(),
                                     want.to_bits(),
                                     "{} 4x4 r{r} c{c}",
+                                    t.name()
+                                );
+                            }
+                        }
+                    }
+                    if let (Isa::Vnni, Some(f48)) = (isa, dot4x8_fn(t)) {
+                        let more: Vec<Vec<u8>> = (0..3)
+                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
+                            .collect();
+                        let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
+                        let extra: Vec<Vec<u8>> = (0..4)
+                            .map(|_| {
+                                raw_act(
+                                    act_t,
+                                    blocks * t.block_size() / act_t.block_size(),
+                                    &mut seed,
+                                )
+                            })
+                            .collect();
+                        let a8: [&[u8]; 8] =
+                            std::array::from_fn(|c| if c < 4 { a[c] } else { &extra[c - 4][..] });
+                        // SAFETY: as above.
+                        let got = unsafe { f48(&ws, &a8) };
+                        for (c, col) in got.iter().enumerate() {
+                            for (r, v) in col.iter().enumerate() {
+                                // SAFETY: as above.
+                                let want = unsafe { f(ws[r], a8[c]) };
+                                assert_eq!(
+                                    v.to_bits(),
+                                    want.to_bits(),
+                                    "{} 4x8 r{r} c{c}",
                                     t.name()
                                 );
                             }
