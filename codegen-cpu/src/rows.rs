@@ -88,8 +88,9 @@ pub(crate) struct RowDot {
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
-    /// A 4 × 8 tile of the `vec_dot` order (Q8_0, Q5_0 on AVX-512 hosts).
-    fast4x8: Option<fdot::Dot4x8Fn>,
+    /// A 4 × 8 tile of the `vec_dot` order over packed activations (Q8_0, Q5_0 on
+    /// AVX-512 hosts).
+    packed4x8: Option<qdot::Packed4x8>,
     /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16), and its 4 × 8 form
     /// (AVX-512 hosts).
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
@@ -128,7 +129,7 @@ impl RowDot {
             fast_repack8x8: None,
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
-            fast4x8: qdot::dot4x8_fn(wtype),
+            packed4x8: qdot::packed4x8_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
@@ -169,7 +170,7 @@ impl RowDot {
             fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
             block8x8: None,
             fast4x4: None,
-            fast4x8: None,
+            packed4x8: None,
             fast_cols4x4: None,
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
@@ -322,16 +323,23 @@ impl RowDot {
         }
     }
 
+    /// The packed 4 × 8 tile, where the type has one and `n_cols` columns take the
+    /// `vec_dot` order ([`products_chunk`] packs eight columns at a time for it).
+    fn packed4x8(&self, n_cols: usize) -> Option<qdot::Packed4x8> {
+        match self.order {
+            Order::X86 if vec_dot_order(self.wtype, n_cols) && self.block8x8.is_none() => {
+                self.packed4x8
+            }
+            _ => None,
+        }
+    }
+
     /// [`RowDot::dot4x4`] for eight activation rows (eight columns of llama.cpp's
-    /// `n_cols`), where the type has that tile (the `vec_dot` order or tinyBLAS's: the
-    /// column does not matter); else `None`.
+    /// `n_cols`), where the type has that tile (tinyBLAS's order: the column does not
+    /// matter); else `None`.
     #[inline]
     pub fn dot4x8(&self, w: &[&[u8]; 4], a: &[&[u8]; 8], n_cols: usize) -> Option<[[f32; 4]; 8]> {
         match self.order {
-            // SAFETY: `dot4x8_fn` chose it for this host; whole rows of equal length.
-            Order::X86 if vec_dot_order(self.wtype, n_cols) => {
-                self.fast4x8.map(|f| unsafe { f(w, a) })
-            }
             // SAFETY: `tinyblas4x8_fn` chose it for this host; whole rows of equal length.
             Order::X86 if tinyblas_order(self.wtype, n_cols) => {
                 self.fast_cols4x8.map(|f| unsafe { f(w, a) })
@@ -398,7 +406,12 @@ pub(crate) unsafe fn products(
 ) {
     // Tokens in chunks whose prepared activations stay in L1 while every row of the range
     // passes over them (each weight row is read once per chunk, from L2 at worst).
-    let chunk = (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3;
+    // Whole groups of eight where the packed 4 × 8 tile takes them.
+    let chunk = if dot.packed4x8(n_cols).is_some() {
+        (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(8, 64) & !7
+    } else {
+        (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3
+    };
     let mut t0 = 0;
     while t0 < n {
         let nt = chunk.min(n - t0);
@@ -439,6 +452,12 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
 /// 32–48 KiB L1 data cache).
 const TOKEN_CHUNK_BYTES: usize = 20 * 1024;
 
+thread_local! {
+    /// Each thread's buffer for [`products_chunk`]'s packed activation panels (kept between
+    /// calls so that a step allocates nothing once warm).
+    static PANELS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// [`products`] for one chunk of `n` tokens (columns `col0..col0 + n`).
 ///
 /// # Safety
@@ -456,6 +475,18 @@ unsafe fn products_chunk(
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
     let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
     let arows8 = |t: usize| -> [&[u8]; 8] { std::array::from_fn(|c| arow(t + c)) };
+    // Eight columns at a time packed once for the 4 × 8 tile, where the type has it.
+    let packed = dot.packed4x8(n_cols).filter(|_| n >= 8);
+    let nb = act_row / dot.act.type_size();
+    let mut panel = Vec::new();
+    if let Some(pk) = packed {
+        let group = nb * qdot::PANEL_BLOCK_BYTES;
+        panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        panel.resize(n / 8 * group, 0);
+        for g in 0..n / 8 {
+            (pk.pack)(&arows8(8 * g), nb, panel.as_mut_ptr().add(g * group));
+        }
+    }
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
@@ -489,6 +520,17 @@ unsafe fn products_chunk(
     let four_rows = |r: usize, t0: usize| {
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
         let mut t = t0;
+        while let Some(pk) = packed.filter(|_| t + 8 <= n) {
+            let v = (pk.tile)(
+                &ws,
+                panel.as_ptr().add(t / 8 * nb * qdot::PANEL_BLOCK_BYTES),
+                nb,
+            );
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
+            }
+            t += 8;
+        }
         while t + 8 <= n {
             let Some(v) = dot.dot4x8(&ws, &arows8(t), n_cols) else {
                 break;
@@ -583,6 +625,9 @@ unsafe fn products_chunk(
         for t in t..n {
             *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
+    }
+    if packed.is_some() {
+        PANELS.with(|p| *p.borrow_mut() = panel);
     }
 }
 

@@ -179,17 +179,39 @@ pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     }
 }
 
-/// A tile of four weight rows × eight activation rows on AVX-512 hosts (F, VL, BW, VNNI):
-/// `out[c][r]` is what the [`DotFn`] of the type gives for row `w[r]` and column `a[c]`,
-/// two columns to a 512-bit register (`x86::tile32x8`): Q8_0 and Q5_0, whose `vec_dot`
-/// order llama.cpp keeps for prompts. The routine's safety contract is [`DotFn`]'s, for
-/// each pair.
-pub(crate) fn dot4x8_fn(wtype: GgmlType) -> Option<super::fdot::Dot4x8Fn> {
+/// A 4 rows × 8 columns tile over packed activations: `tile(w, panel, nb)[c][r]` is what
+/// the [`DotFn`] of the type gives for row `w[r]` (`nb` blocks) and column `c` of the eight
+/// activation rows `pack(a, nb, panel)` packed into `panel` ([`PANEL_BLOCK_BYTES`] per
+/// block). Both routines' safety contract is [`DotFn`]'s, for each pair, with `panel`
+/// holding `nb` packed blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packed4x8 {
+    pub pack: unsafe fn(&[&[u8]; 8], usize, *mut u8),
+    pub tile: unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
+}
+
+/// Bytes of one block of a [`Packed4x8`] panel (eight columns).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PANEL_BLOCK_BYTES: usize = x86::PANEL_BLOCK_BYTES;
+/// Bytes of one block of a [`Packed4x8`] panel (no such tiles off x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) const PANEL_BLOCK_BYTES: usize = 0;
+
+/// The packed 4 × 8 tile of `wtype` on AVX-512 hosts (F, VL, BW, VNNI), two columns to a
+/// 512-bit register (`x86::tile32x8`): Q8_0 and Q5_0, whose `vec_dot` order llama.cpp keeps
+/// for prompts.
+pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q8_0 => Some(x86::q8_0_q8_0_4x8),
-            GgmlType::Q5_0 => Some(x86::q5_0_q8_0_4x8),
+            GgmlType::Q8_0 => Some(Packed4x8 {
+                pack: |a, nb, out| unsafe { x86::pack8_q8_0(a, nb, true, out) },
+                tile: x86::q8_0_q8_0_4x8,
+            }),
+            GgmlType::Q5_0 => Some(Packed4x8 {
+                pack: |a, nb, out| unsafe { x86::pack8_q8_0(a, nb, false, out) },
+                tile: x86::q5_0_q8_0_4x8,
+            }),
             _ => None,
         };
     }
@@ -842,28 +864,75 @@ pub(super) mod x86 {
         Sign,
     }
 
-    /// [`tile32`] as 4 weight rows × 8 activation rows on AVX-512: each 512-bit register
-    /// holds two columns, eight lanes each, so every `vpdpbusd`, conversion and fused
-    /// multiply-add serves two outputs while each keeps its own eight lanes in ggml's order
-    /// (the products are `tile32`'s, bit for bit). The weight block is built once per row
-    /// and broadcast to both halves; the d_x·d_y pairs come from one multiply per row and
-    /// column pair (products of two f16 values: exact in f32).
+    /// Bytes [`pack8_q8_0`] writes per block: for each of the four column pairs, the two
+    /// columns' 32 quants side by side (64), the lanes' start (16 × i32: `-128·Σy` of each
+    /// lane's four activations for [`Products::Offset`], else 0) and the two columns' `d`
+    /// in eight f32 lanes each.
+    pub(in crate::handwritten) const PANEL_BLOCK_BYTES: usize = 4 * 192;
+
+    /// Packs eight Q8_0 activation rows of `nb` blocks for [`tile32x8`] into `out`
+    /// (`nb · PANEL_BLOCK_BYTES` bytes): the work each 4-row tile would otherwise redo per
+    /// column pair (joining the pair's quants, converting and spreading their `d`, the
+    /// offset form's start) done once per chunk of tokens.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI; rows of at least `nb` blocks; `out` writable
+    /// for `nb · PANEL_BLOCK_BYTES` bytes.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(in crate::handwritten) unsafe fn pack8_q8_0(
+        a: &[&[u8]; 8],
+        nb: usize,
+        offset: bool,
+        out: *mut u8,
+    ) {
+        let bias = _mm512_set1_epi8(0x80u8 as i8);
+        let zero = _mm512_setzero_si512();
+        for b in 0..nb {
+            for p in 0..4 {
+                let y0 = a[2 * p].as_ptr().add(b * Q8_0_BYTES);
+                let y1 = a[2 * p + 1].as_ptr().add(b * Q8_0_BYTES);
+                let o = out.add(b * PANEL_BLOCK_BYTES + p * 192);
+                let qy = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(load32(y0.add(2))),
+                    load32(y1.add(2)),
+                );
+                let start = if offset {
+                    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy))
+                } else {
+                    zero
+                };
+                let dy = _mm512_mask_blend_ps(
+                    0xff00,
+                    _mm512_set1_ps(f16_at(y0)),
+                    _mm512_set1_ps(f16_at(y1)),
+                );
+                _mm512_storeu_si512(o as *mut __m512i, qy);
+                _mm512_storeu_si512(o.add(64) as *mut __m512i, start);
+                _mm512_storeu_ps(o.add(128) as *mut f32, dy);
+            }
+        }
+    }
+
+    /// [`tile32`] as 4 weight rows × 8 activation rows on AVX-512, the activations packed by
+    /// [`pack8_q8_0`]: each 512-bit register holds two columns, eight lanes each, so every
+    /// `vpdpbusd`, conversion and fused multiply-add serves two outputs while each keeps its
+    /// own eight lanes in ggml's order (the products are `tile32`'s, bit for bit). The
+    /// weight block is built once per row and broadcast to both halves; d_x·d_y comes from
+    /// one multiply per row and column pair (products of two f16 values: exact in f32).
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI (inlined into such a `target_feature` caller);
-    /// whole rows of equal block counts.
+    /// whole rows of `nb` blocks; `panel` packed from `nb` blocks with `offset` equal to
+    /// `products == Products::Offset`.
     #[inline(always)]
     unsafe fn tile32x8(
         w: &[&[u8]; 4],
-        a: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
         block_bytes: usize,
         products: Products,
         quants: impl Fn(*const u8) -> __m256i,
     ) -> [[f32; 4]; 8] {
-        let rows = w
-            .iter()
-            .fold(usize::MAX, |n, r| n.min(r.len() / block_bytes));
-        let nb = a.iter().fold(rows, |n, r| n.min(r.len() / Q8_0_BYTES));
         // acc[p][r]: row r with columns 2p (lanes 0..8) and 2p + 1 (lanes 8..16).
         let mut acc = [[_mm512_setzero_ps(); 4]; 4];
         let bias = _mm512_set1_epi8(0x80u8 as i8);
@@ -871,7 +940,7 @@ pub(super) mod x86 {
         for b in 0..nb {
             let mut ux = [zero; 4];
             let mut neg: [__mmask64; 4] = [0; 4];
-            let mut dx = [0f32; 4];
+            let mut dx = [_mm512_setzero_ps(); 4];
             for r in 0..4 {
                 let x = w[r].as_ptr().add(b * block_bytes);
                 let q = _mm512_broadcast_i64x4(quants(x));
@@ -882,34 +951,24 @@ pub(super) mod x86 {
                         neg[r] = _mm512_movepi8_mask(q);
                     }
                 }
-                dx[r] = f16_at(x);
+                dx[r] = _mm512_set1_ps(f16_at(x));
             }
+            let pb = panel.add(b * PANEL_BLOCK_BYTES);
             for (p, accp) in acc.iter_mut().enumerate() {
-                let y0 = a[2 * p].as_ptr().add(b * Q8_0_BYTES);
-                let y1 = a[2 * p + 1].as_ptr().add(b * Q8_0_BYTES);
-                let qy = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(load32(y0.add(2))),
-                    load32(y1.add(2)),
-                );
-                let dy = _mm512_mask_blend_ps(
-                    0xff00,
-                    _mm512_set1_ps(f16_at(y0)),
-                    _mm512_set1_ps(f16_at(y1)),
-                );
-                let start = match products {
-                    Products::Offset => _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy)),
-                    Products::Sign => zero,
-                };
+                let o = pb.add(p * 192);
+                let qy = _mm512_loadu_si512(o as *const __m512i);
+                let dy = _mm512_loadu_ps(o.add(128) as *const f32);
                 for (r, accr) in accp.iter_mut().enumerate() {
+                    let start = _mm512_loadu_si512(o.add(64) as *const __m512i);
                     let lanes = match products {
                         Products::Offset => _mm512_dpbusd_epi32(start, ux[r], qy),
                         Products::Sign => _mm512_dpbusd_epi32(
-                            zero,
+                            start,
                             ux[r],
                             _mm512_mask_sub_epi8(qy, neg[r], zero, qy),
                         ),
                     };
-                    let d = _mm512_mul_ps(dy, _mm512_set1_ps(dx[r]));
+                    let d = _mm512_mul_ps(dy, dx[r]);
                     *accr = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), *accr);
                 }
             }
@@ -925,22 +984,32 @@ pub(super) mod x86 {
         out
     }
 
-    /// Q8_0, 4 rows × 8 columns ([`tile32x8`]).
+    /// Q8_0, 4 rows × 8 packed columns ([`tile32x8`]; the panel packed with `offset`).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C and AVX-512 F/VL/BW/VNNI; whole rows of equal length.
+    /// As [`tile32x8`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q8_0_q8_0_4x8(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
-        tile32x8(w, a, Q8_0_BYTES, Products::Offset, |x| load32(x.add(2)))
+    pub(super) unsafe fn q8_0_q8_0_4x8(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 4]; 8] {
+        tile32x8(w, panel, nb, Q8_0_BYTES, Products::Offset, |x| {
+            load32(x.add(2))
+        })
     }
 
-    /// Q5_0, 4 rows × 8 columns ([`tile32x8`]).
+    /// Q5_0, 4 rows × 8 packed columns ([`tile32x8`]; the panel packed without `offset`).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C and AVX-512 F/VL/BW/VNNI; whole rows of equal length.
+    /// As [`tile32x8`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q5_0_q8_0_4x8(w: &[&[u8]; 4], a: &[&[u8]; 8]) -> [[f32; 4]; 8] {
-        tile32x8(w, a, Q5_0_BYTES, Products::Sign, |x| q5_0_quants(x))
+    pub(super) unsafe fn q5_0_q8_0_4x8(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 4]; 8] {
+        tile32x8(w, panel, nb, Q5_0_BYTES, Products::Sign, |x| q5_0_quants(x))
     }
 
     /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
@@ -2406,7 +2475,7 @@ mod tests {
                             }
                         }
                     }
-                    if let (Isa::Vnni, Some(f48)) = (isa, dot4x8_fn(t)) {
+                    if let (Isa::Vnni, Some(f48)) = (isa, packed4x8_fn(t)) {
                         let more: Vec<Vec<u8>> = (0..3)
                             .map(|_| random_row(t, blocks, f16_at, &mut seed))
                             .collect();
@@ -2423,7 +2492,11 @@ mod tests {
                         let a8: [&[u8]; 8] =
                             std::array::from_fn(|c| if c < 4 { a[c] } else { &extra[c - 4][..] });
                         // SAFETY: as above.
-                        let got = unsafe { f48(&ws, &a8) };
+                        let mut panel = vec![0u8; blocks * PANEL_BLOCK_BYTES];
+                        let got = unsafe {
+                            (f48.pack)(&a8, blocks, panel.as_mut_ptr());
+                            (f48.tile)(&ws, panel.as_ptr(), blocks)
+                        };
                         for (c, col) in got.iter().enumerate() {
                             for (r, v) in col.iter().enumerate() {
                                 // SAFETY: as above.
