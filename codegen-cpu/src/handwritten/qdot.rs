@@ -198,19 +198,27 @@ pub(crate) const PANEL_BLOCK_BYTES: usize = x86::PANEL_BLOCK_BYTES;
 pub(crate) const PANEL_BLOCK_BYTES: usize = 0;
 
 /// The packed 4 × 8 tile of `wtype` on AVX-512 hosts (F, VL, BW, VNNI), two columns to a
-/// 512-bit register (`x86::tile32x8`): Q8_0 and Q5_0, whose `vec_dot` order llama.cpp keeps
-/// for prompts.
+/// 512-bit register (`x86::tile32x8`): Q8_0, Q5_0, Q4_1 and Q5_1, whose `vec_dot` order
+/// llama.cpp keeps for prompts.
 pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
             GgmlType::Q8_0 => Some(Packed4x8 {
-                pack: |a, nb, out| unsafe { x86::pack8_q8_0(a, nb, true, out) },
+                pack: x86::pack8_offset,
                 tile: x86::q8_0_q8_0_4x8,
             }),
             GgmlType::Q5_0 => Some(Packed4x8 {
-                pack: |a, nb, out| unsafe { x86::pack8_q8_0(a, nb, false, out) },
+                pack: x86::pack8_sign,
                 tile: x86::q5_0_q8_0_4x8,
+            }),
+            GgmlType::Q4_1 => Some(Packed4x8 {
+                pack: x86::pack8_unsigned,
+                tile: x86::q4_1_q8_1_4x8,
+            }),
+            GgmlType::Q5_1 => Some(Packed4x8 {
+                pack: x86::pack8_unsigned,
+                tile: x86::q5_1_q8_1_4x8,
             }),
             _ => None,
         };
@@ -862,44 +870,47 @@ pub(super) mod x86 {
         Offset,
         /// ggml's sign trick, `|x| · (y · sign(x))`, wrapping as `_mm256_sign_epi8` does.
         Sign,
+        /// Unsigned weight quants times the activations as they are, plus `m_x · s_y` per
+        /// block ([`tile32_min`]'s form: Q4_1, Q5_1 with Q8_1).
+        Unsigned,
     }
 
-    /// Bytes [`pack8_q8_0`] writes per block: for each of the four column pairs, the two
+    /// Bytes [`pack8`] writes per block: for each of the four column pairs, the two
     /// columns' 32 quants side by side (64), the lanes' start (16 × i32: `-128·Σy` of each
     /// lane's four activations for [`Products::Offset`], else 0) and the two columns' `d`
-    /// in eight f32 lanes each.
-    pub(in crate::handwritten) const PANEL_BLOCK_BYTES: usize = 4 * 192;
+    /// in eight f32 lanes each (64); then the eight columns' `s` (Q8_1; 8 × f32).
+    pub(in crate::handwritten) const PANEL_BLOCK_BYTES: usize = 4 * 192 + 32;
 
-    /// Packs eight Q8_0 activation rows of `nb` blocks for [`tile32x8`] into `out`
-    /// (`nb · PANEL_BLOCK_BYTES` bytes): the work each 4-row tile would otherwise redo per
-    /// column pair (joining the pair's quants, converting and spreading their `d`, the
-    /// offset form's start) done once per chunk of tokens.
+    /// Packs eight Q8_0 (`products` Offset or Sign) or Q8_1 (Unsigned) activation rows of
+    /// `nb` blocks for [`tile32x8`] into `out` (`nb · PANEL_BLOCK_BYTES` bytes): the work each
+    /// 4-row tile would otherwise redo per column pair (joining the pair's quants,
+    /// converting and spreading their `d`, the offset form's start) done once per chunk of
+    /// tokens.
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI; rows of at least `nb` blocks; `out` writable
     /// for `nb · PANEL_BLOCK_BYTES` bytes.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(in crate::handwritten) unsafe fn pack8_q8_0(
-        a: &[&[u8]; 8],
-        nb: usize,
-        offset: bool,
-        out: *mut u8,
-    ) {
+    #[inline(always)]
+    unsafe fn pack8(a: &[&[u8]; 8], nb: usize, products: Products, out: *mut u8) {
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let zero = _mm512_setzero_si512();
+        let (act_bytes, qs) = match products {
+            Products::Unsigned => (Q8_1_BYTES, 4),
+            _ => (Q8_0_BYTES, 2),
+        };
         for b in 0..nb {
+            let ob = out.add(b * PANEL_BLOCK_BYTES);
             for p in 0..4 {
-                let y0 = a[2 * p].as_ptr().add(b * Q8_0_BYTES);
-                let y1 = a[2 * p + 1].as_ptr().add(b * Q8_0_BYTES);
-                let o = out.add(b * PANEL_BLOCK_BYTES + p * 192);
+                let y0 = a[2 * p].as_ptr().add(b * act_bytes);
+                let y1 = a[2 * p + 1].as_ptr().add(b * act_bytes);
+                let o = ob.add(p * 192);
                 let qy = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(load32(y0.add(2))),
-                    load32(y1.add(2)),
+                    _mm512_castsi256_si512(load32(y0.add(qs))),
+                    load32(y1.add(qs)),
                 );
-                let start = if offset {
-                    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy))
-                } else {
-                    zero
+                let start = match products {
+                    Products::Offset => _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy)),
+                    _ => zero,
                 };
                 let dy = _mm512_mask_blend_ps(
                     0xff00,
@@ -910,11 +921,18 @@ pub(super) mod x86 {
                 _mm512_storeu_si512(o.add(64) as *mut __m512i, start);
                 _mm512_storeu_ps(o.add(128) as *mut f32, dy);
             }
+            let sy = ob.add(4 * 192) as *mut f32;
+            for (c, row) in a.iter().enumerate() {
+                *sy.add(c) = match products {
+                    Products::Unsigned => f16_at(row.as_ptr().add(b * act_bytes + 2)),
+                    _ => 0.0,
+                };
+            }
         }
     }
 
     /// [`tile32`] as 4 weight rows × 8 activation rows on AVX-512, the activations packed by
-    /// [`pack8_q8_0`]: each 512-bit register holds two columns, eight lanes each, so every
+    /// [`pack8`]: each 512-bit register holds two columns, eight lanes each, so every
     /// `vpdpbusd`, conversion and fused multiply-add serves two outputs while each keeps its
     /// own eight lanes in ggml's order (the products are `tile32`'s, bit for bit). The
     /// weight block is built once per row and broadcast to both halves; d_x·d_y comes from
@@ -935,12 +953,15 @@ pub(super) mod x86 {
     ) -> [[f32; 4]; 8] {
         // acc[p][r]: row r with columns 2p (lanes 0..8) and 2p + 1 (lanes 8..16).
         let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        // summs[r]: row r's Σ m_x·s_y for the eight columns (Unsigned only).
+        let mut summs = [_mm256_setzero_ps(); 4];
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let zero = _mm512_setzero_si512();
         for b in 0..nb {
             let mut ux = [zero; 4];
             let mut neg: [__mmask64; 4] = [0; 4];
             let mut dx = [_mm512_setzero_ps(); 4];
+            let pb = panel.add(b * PANEL_BLOCK_BYTES);
             for r in 0..4 {
                 let x = w[r].as_ptr().add(b * block_bytes);
                 let q = _mm512_broadcast_i64x4(quants(x));
@@ -950,10 +971,16 @@ pub(super) mod x86 {
                         ux[r] = _mm512_abs_epi8(q);
                         neg[r] = _mm512_movepi8_mask(q);
                     }
+                    Products::Unsigned => {
+                        ux[r] = q;
+                        // m_x·s_y of the eight columns: products of two f16 values, exact.
+                        let sy = _mm256_loadu_ps(pb.add(4 * 192) as *const f32);
+                        let p = _mm256_mul_ps(_mm256_set1_ps(f16_at(x.add(2))), sy);
+                        summs[r] = _mm256_add_ps(summs[r], p);
+                    }
                 }
                 dx[r] = _mm512_set1_ps(f16_at(x));
             }
-            let pb = panel.add(b * PANEL_BLOCK_BYTES);
             for (p, accp) in acc.iter_mut().enumerate() {
                 let o = pb.add(p * 192);
                 let qy = _mm512_loadu_si512(o as *const __m512i);
@@ -967,6 +994,7 @@ pub(super) mod x86 {
                             ux[r],
                             _mm512_mask_sub_epi8(qy, neg[r], zero, qy),
                         ),
+                        Products::Unsigned => _mm512_dpbusd_epi32(zero, ux[r], qy),
                     };
                     let d = _mm512_mul_ps(dy, dx[r]);
                     *accr = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), *accr);
@@ -981,7 +1009,73 @@ pub(super) mod x86 {
                 out[2 * p + 1][r] = hsum(hi);
             }
         }
+        if products == Products::Unsigned {
+            for (r, sr) in summs.iter().enumerate() {
+                let mut m = [0f32; 8];
+                _mm256_storeu_ps(m.as_mut_ptr(), *sr);
+                for (c, oc) in out.iter_mut().enumerate() {
+                    oc[r] += m[c];
+                }
+            }
+        }
         out
+    }
+
+    /// Packs eight activation rows for the Q8_0 tile ([`pack8`]).
+    ///
+    /// # Safety
+    /// As [`pack8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn pack8_offset(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
+        pack8(a, nb, Products::Offset, out)
+    }
+
+    /// Packs eight activation rows for the Q5_0 tile ([`pack8`]).
+    ///
+    /// # Safety
+    /// As [`pack8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn pack8_sign(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
+        pack8(a, nb, Products::Sign, out)
+    }
+
+    /// Packs eight Q8_1 activation rows for the Q4_1 / Q5_1 tiles ([`pack8`]).
+    ///
+    /// # Safety
+    /// As [`pack8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn pack8_unsigned(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
+        pack8(a, nb, Products::Unsigned, out)
+    }
+
+    /// Q4_1, 4 rows × 8 packed columns ([`tile32x8`]).
+    ///
+    /// # Safety
+    /// As [`tile32x8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q4_1_q8_1_4x8(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 4]; 8] {
+        tile32x8(w, panel, nb, Q4_1_BYTES, Products::Unsigned, |x| {
+            nibbles32(x.add(4))
+        })
+    }
+
+    /// Q5_1, 4 rows × 8 packed columns ([`tile32x8`]).
+    ///
+    /// # Safety
+    /// As [`tile32x8`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q5_1_q8_1_4x8(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 4]; 8] {
+        tile32x8(w, panel, nb, Q5_1_BYTES, Products::Unsigned, |x| {
+            q5_1_quants(x)
+        })
     }
 
     /// Q8_0, 4 rows × 8 packed columns ([`tile32x8`]; the panel packed with `offset`).
