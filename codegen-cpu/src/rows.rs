@@ -88,9 +88,10 @@ pub(crate) struct RowDot {
     /// A 4 rows × 4 columns tile of the `vec_dot` order (Q5_0), and of the repacked order
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
-    /// A 4 × 8 tile of the `vec_dot` order over packed activations (Q8_0, Q5_0 on
-    /// AVX-512 hosts).
+    /// A 4 × 8 tile of the `vec_dot` order over packed activations (Q8_0, Q5_0, Q4_1,
+    /// Q5_1 on AVX-512 hosts), and of tinyBLAS's order (F32, F16, BF16).
     packed4x8: Option<qdot::Packed4x8>,
+    packed_cols4x8: Option<qdot::Packed4x8>,
     /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16), and its 4 × 8 form
     /// (AVX-512 hosts).
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
@@ -130,6 +131,7 @@ impl RowDot {
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
             packed4x8: qdot::packed4x8_fn(wtype),
+            packed_cols4x8: fdot::packed4x8_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
@@ -171,6 +173,7 @@ impl RowDot {
             block8x8: None,
             fast4x4: None,
             packed4x8: None,
+            packed_cols4x8: None,
             fast_cols4x4: None,
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
@@ -323,13 +326,14 @@ impl RowDot {
         }
     }
 
-    /// The packed 4 × 8 tile, where the type has one and `n_cols` columns take the
-    /// `vec_dot` order ([`products_chunk`] packs eight columns at a time for it).
+    /// The packed 4 × 8 tile, where the type has one for the order `n_cols` columns take
+    /// ([`products_chunk`] packs eight columns at a time for it).
     fn packed4x8(&self, n_cols: usize) -> Option<qdot::Packed4x8> {
         match self.order {
             Order::X86 if vec_dot_order(self.wtype, n_cols) && self.block8x8.is_none() => {
                 self.packed4x8
             }
+            Order::X86 if tinyblas_order(self.wtype, n_cols) => self.packed_cols4x8,
             _ => None,
         }
     }
@@ -476,11 +480,13 @@ unsafe fn products_chunk(
     let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
     let arows8 = |t: usize| -> [&[u8]; 8] { std::array::from_fn(|c| arow(t + c)) };
     // Eight columns at a time packed once for the 4 × 8 tile, where the type has it.
-    let packed = dot.packed4x8(n_cols).filter(|_| n >= 8);
     let nb = act_row / dot.act.type_size();
+    let packed = dot
+        .packed4x8(n_cols)
+        .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
     let mut panel = Vec::new();
     if let Some(pk) = packed {
-        let group = nb * qdot::PANEL_BLOCK_BYTES;
+        let group = nb * pk.block_bytes;
         panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
         panel.resize(n / 8 * group, 0);
         for g in 0..n / 8 {
@@ -521,11 +527,7 @@ unsafe fn products_chunk(
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
         let mut t = t0;
         while let Some(pk) = packed.filter(|_| t + 8 <= n) {
-            let v = (pk.tile)(
-                &ws,
-                panel.as_ptr().add(t / 8 * nb * qdot::PANEL_BLOCK_BYTES),
-                nb,
-            );
+            let v = (pk.tile)(&ws, panel.as_ptr().add(t / 8 * nb * pk.block_bytes), nb);
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
             }

@@ -111,6 +111,33 @@ pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
     }
 }
 
+/// The tinyBLAS-order 4 × 8 tile over packed activations ([`super::qdot::Packed4x8`]) for
+/// `wtype` on hosts with AVX-512: [`tinyblas4x8_fn`]'s products, each activation chunk
+/// converted to f32 once per chunk of tokens. Rows must be whole chunks of eight values
+/// (tinyBLAS's own condition; `multiple`).
+pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
+    #[cfg(target_arch = "x86_64")]
+    if super::qdot::host_isa() == Some(Isa::Vnni) {
+        let (pack, tile): (
+            unsafe fn(&[&[u8]; 8], usize, *mut u8),
+            unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
+        ) = match wtype {
+            GgmlType::F32 => (x86::f32_pack8, x86::f32_tinyblas_4x8_packed),
+            GgmlType::F16 => (x86::f16_pack8, x86::f16_tinyblas_4x8_packed),
+            GgmlType::BF16 => (x86::bf16_pack8, x86::bf16_tinyblas_4x8_packed),
+            _ => return None,
+        };
+        return Some(super::qdot::Packed4x8 {
+            pack,
+            tile,
+            block_bytes: x86::PANEL_VALUE_BYTES,
+            multiple: 8,
+        });
+    }
+    let _ = wtype;
+    None
+}
+
 /// A tile of four weight rows × eight activation rows: `out[c][r]` is what the tinyBLAS
 /// routine gives for row `w[r]` and column `a[c]`.
 ///
@@ -374,6 +401,100 @@ mod x86 {
         out
     }
 
+    /// Panel bytes per value of eight packed columns ([`pack8`]).
+    pub(super) const PANEL_VALUE_BYTES: usize = 32;
+
+    /// Packs eight activation rows of `n` values (a multiple of 8) for
+    /// [`tinyblas_4x8_packed`]: per chunk of eight values and column pair `p`, columns
+    /// `2p` and `2p + 1` as f32 in lanes 0..8 and 8..16 (the conversion and the joining of
+    /// the pair done once per chunk of tokens instead of once per four weight rows).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL (inlined into such a caller); rows of at least `n`
+    /// values; `out` writable for `n · PANEL_VALUE_BYTES` bytes.
+    #[inline(always)]
+    unsafe fn pack8<H: Half>(a: &[&[u8]; 8], n: usize, out: *mut u8) {
+        let mut l = 0;
+        while l < n {
+            let o = H::BYTES * l;
+            let dst = out.add(l * PANEL_VALUE_BYTES) as *mut f32;
+            for p in 0..4 {
+                let v = H::load8x2(a[2 * p].as_ptr().add(o), a[2 * p + 1].as_ptr().add(o));
+                _mm512_storeu_ps(dst.add(16 * p), v);
+            }
+            l += 8;
+        }
+    }
+
+    /// [`tinyblas_4x8`] over activations packed by [`pack8`] (`n` values, a multiple of 8):
+    /// the same fused multiply-adds in the same order.
+    ///
+    /// # Safety
+    /// As [`pack8`]; weight rows of at least `n` values.
+    #[inline(always)]
+    unsafe fn tinyblas_4x8_packed<H: Half>(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        n: usize,
+    ) -> [[f32; 4]; 8] {
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let mut l = 0;
+        while l < n {
+            let o = H::BYTES * l;
+            let pb = panel.add(l * PANEL_VALUE_BYTES) as *const f32;
+            for r in 0..4 {
+                let wp = w[r].as_ptr().add(o);
+                let av = H::load8x2(wp, wp);
+                for (p, accp) in acc.iter_mut().enumerate() {
+                    accp[r] = _mm512_fmadd_ps(av, _mm512_loadu_ps(pb.add(16 * p)), accp[r]);
+                }
+            }
+            l += 8;
+        }
+        let mut out = [[0f32; 4]; 8];
+        for p in 0..4 {
+            for r in 0..4 {
+                let v = acc[p][r];
+                out[2 * p][r] = hsum8(_mm512_castps512_ps256(v));
+                out[2 * p + 1][r] = hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(v),
+                )));
+            }
+        }
+        out
+    }
+
+    /// The packing and the tile of [`tinyblas_4x8_packed`] for one value type.
+    macro_rules! packed {
+        ($h:ty, $pack:ident, $tile:ident) => {
+            /// [`pack8`] for this type.
+            ///
+            /// # Safety
+            /// As [`pack8`] (the host has AVX-512F/VL).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+            pub(super) unsafe fn $pack(a: &[&[u8]; 8], n: usize, out: *mut u8) {
+                pack8::<$h>(a, n, out)
+            }
+
+            /// [`tinyblas_4x8_packed`] for this type.
+            ///
+            /// # Safety
+            /// As [`tinyblas_4x8_packed`] (the host has AVX-512F/VL).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+            pub(super) unsafe fn $tile(
+                w: &[&[u8]; 4],
+                panel: *const u8,
+                n: usize,
+            ) -> [[f32; 4]; 8] {
+                tinyblas_4x8_packed::<$h>(w, panel, n)
+            }
+        };
+    }
+
+    packed!(F32, f32_pack8, f32_tinyblas_4x8_packed);
+    packed!(F16, f16_pack8, f16_tinyblas_4x8_packed);
+    packed!(Bf16, bf16_pack8, bf16_tinyblas_4x8_packed);
+
     /// Whether `rows` (of `bytes`-byte values) are of one length and whole tinyBLAS chunks.
     fn tinyblas_rows(rows: &[&[u8]], bytes: usize) -> bool {
         let len = rows.first().map_or(0, |r| r.len());
@@ -599,6 +720,25 @@ mod tests {
                                 v.to_bits(),
                                 tb(r, c % 4).to_bits(),
                                 "{} n={n} 4x8 {r},{c}",
+                                t.name()
+                            );
+                        }
+                    }
+                }
+                if let Some(pk) = packed4x8_fn(t).filter(|pk| n % pk.multiple == 0) {
+                    let a8: [&[u8]; 8] = std::array::from_fn(|c| a[(c + 1) % 4].as_slice());
+                    let mut panel = vec![0u8; n * pk.block_bytes];
+                    // SAFETY: chosen for this host; rows of `n` values, `n` a multiple of 8.
+                    let tile = unsafe {
+                        (pk.pack)(&a8, n, panel.as_mut_ptr());
+                        (pk.tile)(&w4, panel.as_ptr(), n)
+                    };
+                    for (c, tc) in tile.iter().enumerate() {
+                        for (r, v) in tc.iter().enumerate() {
+                            assert_eq!(
+                                v.to_bits(),
+                                tb(r, (c + 1) % 4).to_bits(),
+                                "{} n={n} packed 4x8 {r},{c}",
                                 t.name()
                             );
                         }

@@ -180,46 +180,45 @@ pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
 }
 
 /// A 4 rows × 8 columns tile over packed activations: `tile(w, panel, nb)[c][r]` is what
-/// the [`DotFn`] of the type gives for row `w[r]` (`nb` blocks) and column `c` of the eight
-/// activation rows `pack(a, nb, panel)` packed into `panel` ([`PANEL_BLOCK_BYTES`] per
-/// block). Both routines' safety contract is [`DotFn`]'s, for each pair, with `panel`
-/// holding `nb` packed blocks.
+/// the type's product in llama.cpp's order gives for row `w[r]` (`nb` activation blocks
+/// long: values, for the float types) and column `c` of the eight activation rows
+/// `pack(a, nb, panel)` packed into `panel` (`block_bytes` per block). Both routines' safety
+/// contract is [`DotFn`]'s, for each pair, with `panel` holding `nb` packed blocks, `nb` a
+/// multiple of `multiple`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Packed4x8 {
     pub pack: unsafe fn(&[&[u8]; 8], usize, *mut u8),
     pub tile: unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
+    /// Panel bytes per activation block (eight columns).
+    pub block_bytes: usize,
+    /// The tile takes rows of a multiple of this many blocks only.
+    pub multiple: usize,
 }
-
-/// Bytes of one block of a [`Packed4x8`] panel (eight columns).
-#[cfg(target_arch = "x86_64")]
-pub(crate) const PANEL_BLOCK_BYTES: usize = x86::PANEL_BLOCK_BYTES;
-/// Bytes of one block of a [`Packed4x8`] panel (no such tiles off x86-64).
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) const PANEL_BLOCK_BYTES: usize = 0;
 
 /// The packed 4 × 8 tile of `wtype` on AVX-512 hosts (F, VL, BW, VNNI), two columns to a
 /// 512-bit register (`x86::tile32x8`): Q8_0, Q5_0, Q4_1 and Q5_1, whose `vec_dot` order
-/// llama.cpp keeps for prompts.
+/// llama.cpp keeps for prompts. (The float types' tinyBLAS-order tile is
+/// `fdot::packed4x8_fn`.)
 pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
+    #[cfg(target_arch = "x86_64")]
+    fn quantized(
+        pack: unsafe fn(&[&[u8]; 8], usize, *mut u8),
+        tile: unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
+    ) -> Packed4x8 {
+        Packed4x8 {
+            pack,
+            tile,
+            block_bytes: x86::PANEL_BLOCK_BYTES,
+            multiple: 1,
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q8_0 => Some(Packed4x8 {
-                pack: x86::pack8_offset,
-                tile: x86::q8_0_q8_0_4x8,
-            }),
-            GgmlType::Q5_0 => Some(Packed4x8 {
-                pack: x86::pack8_sign,
-                tile: x86::q5_0_q8_0_4x8,
-            }),
-            GgmlType::Q4_1 => Some(Packed4x8 {
-                pack: x86::pack8_unsigned,
-                tile: x86::q4_1_q8_1_4x8,
-            }),
-            GgmlType::Q5_1 => Some(Packed4x8 {
-                pack: x86::pack8_unsigned,
-                tile: x86::q5_1_q8_1_4x8,
-            }),
+            GgmlType::Q8_0 => Some(quantized(x86::pack8_offset, x86::q8_0_q8_0_4x8)),
+            GgmlType::Q5_0 => Some(quantized(x86::pack8_sign, x86::q5_0_q8_0_4x8)),
+            GgmlType::Q4_1 => Some(quantized(x86::pack8_unsigned, x86::q4_1_q8_1_4x8)),
+            GgmlType::Q5_1 => Some(quantized(x86::pack8_unsigned, x86::q5_1_q8_1_4x8)),
             _ => None,
         };
     }
@@ -2586,7 +2585,7 @@ mod tests {
                         let a8: [&[u8]; 8] =
                             std::array::from_fn(|c| if c < 4 { a[c] } else { &extra[c - 4][..] });
                         // SAFETY: as above.
-                        let mut panel = vec![0u8; blocks * PANEL_BLOCK_BYTES];
+                        let mut panel = vec![0u8; blocks * f48.block_bytes];
                         let got = unsafe {
                             (f48.pack)(&a8, blocks, panel.as_mut_ptr());
                             (f48.tile)(&ws, panel.as_ptr(), blocks)
