@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
 //!     [--only bandwidth|shapes|decode|pp|rows] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
+//!     [--rows-shape K,M]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -12,7 +13,9 @@
 //! step) and a prompt sweep (ubatch 64, output for the last token only, as llama-bench's pp).
 //! `rows`: the row-dot kernels ([`codegen_cpu::rows`]) of every other block type at decode
 //! shapes (one token), GB/s of weight bytes streamed (weights larger than the caches, so
-//! they come from DRAM as in a real step).
+//! they come from DRAM as in a real step); `--rows-shape K,M` sets the weight shape (default
+//! SmolLM2's FFN down, {1536, 576}: its 64 copies still fit a large L3; a 1B model's
+//! {2048, 5632} shows what DRAM gives).
 
 use std::time::Instant;
 
@@ -38,6 +41,8 @@ struct Args {
     /// Whether `--types` was given (the row-dot benchmarks then take only those types).
     types_given: bool,
     disasm: Option<MatmulSpec>,
+    /// The weight `{K, M}` of the `rows` benchmark.
+    rows_shape: (usize, usize),
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -55,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         ],
         disasm: None,
         types_given: false,
+        rows_shape: (N_FF.next_multiple_of(256), N_EMBD),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -112,8 +118,19 @@ fn parse_args() -> Result<Args, String> {
                     n: num(p[3])?,
                 });
             }
+            "--rows-shape" => {
+                let v = val()?;
+                let p: Vec<usize> = v
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--rows-shape: {e}")))
+                    .collect::<Result<_, _>>()?;
+                match p[..] {
+                    [k, m] if k > 0 && m > 0 => a.rows_shape = (k, m),
+                    _ => return Err("--rows-shape K,M (both above 0)".into()),
+                }
+            }
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -294,8 +311,9 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
         .filter(|&t| codegen_cpu::rows::supports(t))
         .filter(|t| !a.types_given || a.types.contains(t))
     {
-        // FFN-down-like rows, 64 copies (> L3) cycled so every call reads from DRAM.
-        let (k, m, copies) = (N_FF.next_multiple_of(256), N_EMBD, 64);
+        // 64 copies cycled so that every call reads weights no cache holds (for a small
+        // shape a large L3 may still hold them all).
+        let ((k, m), copies) = (a.rows_shape, 64);
         let Ok(kern) = RowsMatmul::new(t, k, m, 1) else {
             continue;
         };
