@@ -48,22 +48,44 @@ pub(crate) type TiledFn = unsafe fn(&[u8], &[u8]) -> f32;
 /// Q4_K, Q5_K, Q6_K, IQ4_XS (tiled kernel) and IQ4_NL (tinyBLAS, the same from `n >= 2`).
 pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
     #[cfg(target_arch = "x86_64")]
+    return tiled_fn_on(wtype, super::has_vnni());
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = wtype;
+        None
+    }
+}
+
+/// [`tiled_fn`] from the AVX-512 VNNI build (`vnni`, which the host must have) or the AVX2
+/// one.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tiled_fn_on(wtype: GgmlType, vnni: bool) -> Option<TiledFn> {
     if super::has_avx2() {
+        // The routine `$f` of the build `vnni` names.
+        macro_rules! pick {
+            ($f:ident) => {
+                Some(if vnni {
+                    x86::vnni::$f as TiledFn
+                } else {
+                    x86::avx2::$f
+                })
+            };
+        }
         return match wtype {
-            GgmlType::Q2_K => Some(x86::q2_k_q8_k_tiled),
-            GgmlType::Q3_K => Some(x86::q3_k_q8_k_tiled),
-            GgmlType::Q4_K => Some(x86::q4_k_q8_k_tiled),
-            GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled),
-            GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled),
-            GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled),
-            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled),
-            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled),
-            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled),
-            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled),
-            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled),
-            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled),
-            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled),
-            GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas),
+            GgmlType::Q2_K => pick!(q2_k_q8_k_tiled),
+            GgmlType::Q3_K => pick!(q3_k_q8_k_tiled),
+            GgmlType::Q4_K => pick!(q4_k_q8_k_tiled),
+            GgmlType::Q5_K => pick!(q5_k_q8_k_tiled),
+            GgmlType::Q6_K => pick!(q6_k_q8_k_tiled),
+            GgmlType::IQ4_XS => pick!(iq4_xs_q8_k_tiled),
+            GgmlType::IQ3_XXS => pick!(iq3_xxs_q8_k_tiled),
+            GgmlType::IQ3_S => pick!(iq3_s_q8_k_tiled),
+            GgmlType::IQ2_XXS => pick!(iq2_xxs_q8_k_tiled),
+            GgmlType::IQ2_XS => pick!(iq2_xs_q8_k_tiled),
+            GgmlType::IQ2_S => pick!(iq2_s_q8_k_tiled),
+            GgmlType::IQ1_S => pick!(iq1_s_q8_k_tiled),
+            GgmlType::IQ1_M => pick!(iq1_m_q8_k_tiled),
+            GgmlType::IQ4_NL => pick!(iq4_nl_q8_0_tinyblas),
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas_fn(wtype),
             _ => None,
         };
@@ -82,22 +104,44 @@ pub(crate) type Tiled4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 /// The four-column form of [`tiled_fn`]'s routine for `wtype` on this host, if there is one.
 pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
     #[cfg(target_arch = "x86_64")]
+    return tiled4_fn_on(wtype, super::has_vnni());
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = wtype;
+        None
+    }
+}
+
+/// [`tiled4_fn`] from the AVX-512 VNNI build (`vnni`, which the host must have) or the AVX2
+/// one.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tiled4_fn_on(wtype: GgmlType, vnni: bool) -> Option<Tiled4Fn> {
     if super::has_avx2() {
+        // The routine `$f` of the build `vnni` names.
+        macro_rules! pick {
+            ($f:ident) => {
+                Some(if vnni {
+                    x86::vnni::$f as Tiled4Fn
+                } else {
+                    x86::avx2::$f
+                })
+            };
+        }
         return match wtype {
-            GgmlType::Q2_K => Some(x86::q2_k_q8_k_tiled4),
-            GgmlType::Q3_K => Some(x86::q3_k_q8_k_tiled4),
-            GgmlType::Q4_K => Some(x86::q4_k_q8_k_tiled4),
-            GgmlType::Q5_K => Some(x86::q5_k_q8_k_tiled4),
-            GgmlType::Q6_K => Some(x86::q6_k_q8_k_tiled4),
-            GgmlType::IQ4_XS => Some(x86::iq4_xs_q8_k_tiled4),
-            GgmlType::IQ3_XXS => Some(x86::iq3_xxs_q8_k_tiled4),
-            GgmlType::IQ3_S => Some(x86::iq3_s_q8_k_tiled4),
-            GgmlType::IQ2_XXS => Some(x86::iq2_xxs_q8_k_tiled4),
-            GgmlType::IQ2_XS => Some(x86::iq2_xs_q8_k_tiled4),
-            GgmlType::IQ2_S => Some(x86::iq2_s_q8_k_tiled4),
-            GgmlType::IQ1_S => Some(x86::iq1_s_q8_k_tiled4),
-            GgmlType::IQ1_M => Some(x86::iq1_m_q8_k_tiled4),
-            GgmlType::IQ4_NL => Some(x86::iq4_nl_q8_0_tinyblas4),
+            GgmlType::Q2_K => pick!(q2_k_q8_k_tiled4),
+            GgmlType::Q3_K => pick!(q3_k_q8_k_tiled4),
+            GgmlType::Q4_K => pick!(q4_k_q8_k_tiled4),
+            GgmlType::Q5_K => pick!(q5_k_q8_k_tiled4),
+            GgmlType::Q6_K => pick!(q6_k_q8_k_tiled4),
+            GgmlType::IQ4_XS => pick!(iq4_xs_q8_k_tiled4),
+            GgmlType::IQ3_XXS => pick!(iq3_xxs_q8_k_tiled4),
+            GgmlType::IQ3_S => pick!(iq3_s_q8_k_tiled4),
+            GgmlType::IQ2_XXS => pick!(iq2_xxs_q8_k_tiled4),
+            GgmlType::IQ2_XS => pick!(iq2_xs_q8_k_tiled4),
+            GgmlType::IQ2_S => pick!(iq2_s_q8_k_tiled4),
+            GgmlType::IQ1_S => pick!(iq1_s_q8_k_tiled4),
+            GgmlType::IQ1_M => pick!(iq1_m_q8_k_tiled4),
+            GgmlType::IQ4_NL => pick!(iq4_nl_q8_0_tinyblas4),
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::tinyblas4_fn(wtype),
             _ => None,
         };
@@ -380,7 +424,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (inlined into them); `y` valid for
     /// the 292 bytes of a Q8_K block.
     #[inline(always)]
-    unsafe fn k4_sums(
+    unsafe fn k4_sums<const V: bool>(
         scales: u64,
         y: *const u8,
         quants: impl Fn(usize) -> (__m256i, __m256i),
@@ -397,8 +441,8 @@ mod x86 {
             let g = 2 * j as i32;
             let slo = _mm256_shuffle_epi8(sc, pick16(g, g));
             let shi = _mm256_shuffle_epi8(sc, pick16(g + 1, g + 1));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, slo));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, shi));
+            acc = madd_acc::<V>(acc, plo, slo);
+            acc = madd_acc::<V>(acc, phi, shi);
         }
         acc
     }
@@ -412,7 +456,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (inlined into them); `y` valid for
     /// the 292 bytes of a Q8_K block.
     #[inline(always)]
-    unsafe fn k16_sums(
+    unsafe fn k16_sums<const V: bool>(
         sc_lo: __m256i,
         sc_hi: __m256i,
         y: *const u8,
@@ -426,7 +470,7 @@ mod x86 {
                 let q = quants(half, k);
                 let p = _mm256_maddubs_epi16(q, load256(q8.add(128 * half + 32 * k)));
                 let s = _mm256_shuffle_epi8(sc, pick16(2 * k as i32, 2 * k as i32 + 1));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+                acc = madd_acc::<V>(acc, p, s);
             }
         }
         acc
@@ -438,53 +482,94 @@ mod x86 {
         a.iter().fold(w.len() / wb, |n, r| n.min(r.len() / ab))
     }
 
-    /// The one-column and four-column entry points of a column-generic routine
-    /// (`$generic::<C>(w, a) -> [f32; C]`), with the target features (so that the generic
-    /// body is inlined into them with AVX2 on).
-    macro_rules! entry_points {
-        ($one:ident, $four:ident, $generic:ident) => {
-            /// One column ([`super::TiledFn`]).
-            ///
-            /// # Safety
-            /// AVX2, FMA and F16C; `w` whole weight blocks, `a` as many activation blocks
-            /// (only the whole blocks both have are read).
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub(super) unsafe fn $one(w: &[u8], a: &[u8]) -> f32 {
-                $generic::<1>(w, &[a])[0]
-            }
+    /// `acc + madd(p, s)`: the i16 pairs of `p` times those of `s`, summed into i32 lanes
+    /// (`pmaddwd`) and added. With `V` (AVX-512 VNNI builds) one `vpdpwssd`, which computes
+    /// the same sums (it does not saturate, and no pair here can reach the one `pmaddwd`
+    /// overflow, `-32768 · -32768` twice).
+    ///
+    /// # Safety
+    /// Inlined into a routine with AVX2 (and, with `V`, AVX-512 VNNI and VL).
+    #[inline(always)]
+    unsafe fn madd_acc<const V: bool>(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+        if V {
+            _mm256_dpwssd_epi32(acc, p, s)
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
+        }
+    }
 
-            /// Four columns ([`super::Tiled4Fn`]): each output as the one-column routine
-            /// gives it; the weight's blocks are unpacked once for the four.
-            ///
-            /// # Safety
-            /// As the one-column routine, for each column.
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub(super) unsafe fn $four(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
-                $generic::<4>(w, a)
-            }
+    /// The one-column and four-column entry points of each column-generic routine
+    /// (`$generic::<C, V>(w, a) -> [f32; C]`), with the target features (so that the
+    /// generic body is inlined into them with those features on): one module per build.
+    macro_rules! entry_points {
+        ($vnni:literal, $features:literal, $(($one:ident, $four:ident, $generic:ident)),* $(,)?) => {
+            $(
+                /// One column ([`super::TiledFn`]).
+                ///
+                /// # Safety
+                #[doc = concat!("The host has ", $features, "; `w` whole weight blocks, `a` as many")]
+                /// activation blocks (only the whole blocks both have are read).
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn $one(w: &[u8], a: &[u8]) -> f32 {
+                    $generic::<1, $vnni>(w, &[a])[0]
+                }
+
+                /// Four columns ([`super::Tiled4Fn`]): each output as the one-column routine
+                /// gives it; the weight's blocks are unpacked once for the four.
+                ///
+                /// # Safety
+                /// As the one-column routine, for each column.
+                #[target_feature(enable = $features)]
+                pub(in crate::handwritten) unsafe fn $four(w: &[u8], a: &[&[u8]; 4]) -> [f32; 4] {
+                    $generic::<4, $vnni>(w, a)
+                }
+            )*
+        };
+    }
+
+    /// Both builds' entry points of every tiled routine.
+    macro_rules! all_entry_points {
+        ($vnni:literal, $features:literal) => {
+            entry_points!(
+                $vnni,
+                $features,
+                (q4_k_q8_k_tiled, q4_k_q8_k_tiled4, q4_k_tiled),
+                (q5_k_q8_k_tiled, q5_k_q8_k_tiled4, q5_k_tiled),
+                (q6_k_q8_k_tiled, q6_k_q8_k_tiled4, q6_k_tiled),
+                (q2_k_q8_k_tiled, q2_k_q8_k_tiled4, q2_k_tiled),
+                (q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled),
+                (iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled),
+                (iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled),
+                (iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled),
+                (iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled),
+                (iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled),
+                (iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled),
+                (iq1_s_q8_k_tiled, iq1_s_q8_k_tiled4, iq1_s_tiled),
+                (iq1_m_q8_k_tiled, iq1_m_q8_k_tiled4, iq1_m_tiled),
+                (iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas),
+            );
         };
     }
 
     // ---- The tiled K-quant kernels ----------------------------------------------------
     //
-    // Each is generic over the number of activation columns `C`: per super-block, the
-    // weight's quants and scales are unpacked once, then every column's integer sums and
-    // float steps follow (each column's numbers are those of the one-column form).
+    // Each is generic over the number of activation columns `C` and the build `V`: per
+    // super-block, the weight's quants and scales are unpacked once, then every column's
+    // integer sums and float steps follow (each column's numbers are those of the
+    // one-column form, in either build).
 
-    entry_points!(q4_k_q8_k_tiled, q4_k_q8_k_tiled4, q4_k_tiled);
-    entry_points!(q5_k_q8_k_tiled, q5_k_q8_k_tiled4, q5_k_tiled);
-    entry_points!(q6_k_q8_k_tiled, q6_k_q8_k_tiled4, q6_k_tiled);
-    entry_points!(q2_k_q8_k_tiled, q2_k_q8_k_tiled4, q2_k_tiled);
-    entry_points!(q3_k_q8_k_tiled, q3_k_q8_k_tiled4, q3_k_tiled);
-    entry_points!(iq4_xs_q8_k_tiled, iq4_xs_q8_k_tiled4, iq4_xs_tiled);
-    entry_points!(iq3_xxs_q8_k_tiled, iq3_xxs_q8_k_tiled4, iq3_xxs_tiled);
-    entry_points!(iq3_s_q8_k_tiled, iq3_s_q8_k_tiled4, iq3_s_tiled);
-    entry_points!(iq2_xxs_q8_k_tiled, iq2_xxs_q8_k_tiled4, iq2_xxs_tiled);
-    entry_points!(iq2_xs_q8_k_tiled, iq2_xs_q8_k_tiled4, iq2_xs_tiled);
-    entry_points!(iq2_s_q8_k_tiled, iq2_s_q8_k_tiled4, iq2_s_tiled);
-    entry_points!(iq1_s_q8_k_tiled, iq1_s_q8_k_tiled4, iq1_s_tiled);
-    entry_points!(iq1_m_q8_k_tiled, iq1_m_q8_k_tiled4, iq1_m_tiled);
-    entry_points!(iq4_nl_q8_0_tinyblas, iq4_nl_q8_0_tinyblas4, iq4_nl_tinyblas);
+    /// AVX2, FMA and F16C: ggml's own instructions.
+    pub(super) mod avx2 {
+        use super::*;
+        all_entry_points!(false, "avx2,fma,f16c");
+    }
+
+    /// AVX-512 VNNI and VL as well: each `pmaddwd` + add is one `vpdpwssd`
+    /// ([`super::super::has_vnni`]).
+    pub(super) mod vnni {
+        use super::*;
+        all_entry_points!(true, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni");
+    }
 
     /// The Q4_K / Q5_K tiled step for `C` columns, the eight 32-value groups' unsigned
     /// quants `q[j] = (group 2j, group 2j + 1)` unpacked: per column `s1 = Σ_g sc_g · (q · y)`,
@@ -494,7 +579,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (inlined into them); `x` a whole
     /// Q4_K / Q5_K block (`d`, `dmin`, `scales` at 0, 2, 4), each `y[c]` a whole Q8_K block.
     #[inline(always)]
-    unsafe fn k4_step<const C: usize>(
+    unsafe fn k4_step<const C: usize, const V: bool>(
         x: *const u8,
         q: &[(__m256i, __m256i); 4],
         y: [*const u8; C],
@@ -504,7 +589,7 @@ mod x86 {
         let (d, dmin) = (f16_at(x), f16_at(x.add(2)));
         for c in 0..C {
             let s2 = k4_mins_lanes(mins, y[c]);
-            let s1 = k4_sums(scales, y[c], |j| q[j]);
+            let s1 = k4_sums::<V>(scales, y[c], |j| q[j]);
             let (s1, s2) = hsum2_i32(s1, s2);
             out[c] = tiled_step_min(out[c], d, dmin, s1, s2, f32_at(y[c]));
         }
@@ -529,7 +614,7 @@ mod x86 {
     /// AVX2, FMA and F16C (inlined into the entry points); `w` whole Q4_K blocks, each
     /// `a[c]` as many Q8_K blocks (only the whole blocks all have are read).
     #[inline(always)]
-    unsafe fn q4_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn q4_k_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q4_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let mut out = [0f32; C];
@@ -543,7 +628,7 @@ mod x86 {
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
                 );
             }
-            k4_step(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
+            k4_step::<C, V>(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
         }
         out
     }
@@ -554,7 +639,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with Q5_K blocks.
     #[inline(always)]
-    unsafe fn q5_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn q5_k_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q5_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let one = _mm256_set1_epi8(1);
@@ -576,7 +661,7 @@ mod x86 {
                     _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), hhi),
                 );
             }
-            k4_step(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
+            k4_step::<C, V>(x, &q, col_blocks(a, i, Q8_K_BYTES), &mut out);
         }
         out
     }
@@ -591,7 +676,7 @@ mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (inlined into them); each `y[c]` a
     /// whole Q8_K block.
     #[inline(always)]
-    unsafe fn k16_step<const C: usize, const SHIFT: i32>(
+    unsafe fn k16_step<const C: usize, const SHIFT: i32, const V: bool>(
         d: f32,
         scales: __m128i,
         q: &[__m256i; 8],
@@ -601,7 +686,7 @@ mod x86 {
         let (sc_lo, sc_hi, sc_all) = scales16(scales, true);
         for c in 0..C {
             let offset = _mm256_madd_epi16(load256(y[c].add(260)), sc_all);
-            let s1 = k16_sums(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
+            let s1 = k16_sums::<V>(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
             let s1 = hsum_i32(_mm256_sub_epi32(s1, _mm256_slli_epi32::<SHIFT>(offset)));
             out[c] = tiled_step(out[c], d, s1, f32_at(y[c]));
         }
@@ -614,7 +699,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with Q6_K blocks.
     #[inline(always)]
-    unsafe fn q6_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn q6_k_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q6_K_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let m03 = _mm256_set1_epi8(0x03);
@@ -644,7 +729,7 @@ mod x86 {
                 *qg = _mm256_or_si256(l, h);
             }
             let y = col_blocks(a, i, Q8_K_BYTES);
-            k16_step::<C, 5>(f16_at(x.add(208)), load128(x.add(192)), &q, y, &mut out);
+            k16_step::<C, 5, V>(f16_at(x.add(208)), load128(x.add(192)), &q, y, &mut out);
         }
         out
     }
@@ -657,7 +742,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with Q2_K blocks.
     #[inline(always)]
-    unsafe fn q2_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn q2_k_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q2_K_BYTES, a, Q8_K_BYTES);
         let m3 = _mm256_set1_epi8(3);
         let m4 = _mm_set1_epi8(0x0f);
@@ -677,7 +762,7 @@ mod x86 {
             let y = col_blocks(a, i, Q8_K_BYTES);
             for c in 0..C {
                 let s2 = _mm256_madd_epi16(load256(y[c].add(260)), mins);
-                let s1 = k16_sums(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
+                let s1 = k16_sums::<V>(sc_lo, sc_hi, y[c], |half, k| q[4 * half + k]);
                 let (s1, s2) = hsum2_i32(s1, s2);
                 out[c] = tiled_step_min(out[c], d, dmin, s1, s2, f32_at(y[c]));
             }
@@ -712,7 +797,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with Q3_K blocks.
     #[inline(always)]
-    unsafe fn q3_k_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn q3_k_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, Q3_K_BYTES, a, Q8_K_BYTES);
         let m3 = _mm256_set1_epi8(3);
         let bit = [
@@ -743,7 +828,7 @@ mod x86 {
                 *qg = _mm256_or_si256(low, h);
             }
             let y = col_blocks(a, i, Q8_K_BYTES);
-            k16_step::<C, 2>(f16_at(x.add(108)), q3_k_scales(x.add(96)), &q, y, &mut out);
+            k16_step::<C, 2, V>(f16_at(x.add(108)), q3_k_scales(x.add(96)), &q, y, &mut out);
         }
         out
     }
@@ -756,7 +841,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ4_XS blocks.
     #[inline(always)]
-    unsafe fn iq4_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn iq4_xs_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, IQ4_XS_BYTES, a, Q8_K_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let table = _mm256_broadcastsi128_si256(load128(KVALUES_IQ4NL.as_ptr() as *const u8));
@@ -792,7 +877,7 @@ mod x86 {
                         _mm256_sign_epi8(v[b], v[b]),
                         _mm256_sign_epi8(yv, v[b]),
                     );
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s[b]));
+                    acc = madd_acc::<V>(acc, prod, s[b]);
                 }
                 out[c] = tiled_step(out[c], d, hsum_i32(acc), f32_at(y[c]));
             }
@@ -811,7 +896,7 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with blocks of `block_bytes` bytes that `parts` reads.
     #[inline(always)]
-    unsafe fn grid_tiled<const C: usize>(
+    unsafe fn grid_tiled<const C: usize, const V: bool>(
         w: &[u8],
         a: &[&[u8]; C],
         block_bytes: usize,
@@ -833,7 +918,7 @@ mod x86 {
                 v[b] = _mm256_sign_epi8(mag, signs);
                 s[b] = scale;
                 let wsum = _mm256_maddubs_epi16(ones, v[b]);
-                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(wsum, s[b]));
+                corr = madd_acc::<V>(corr, wsum, s[b]);
             }
             let corr = hsum_i32(corr).wrapping_mul(128);
             let d = if iq1m { iq1_m_d(x) } else { f16_at(x) } * d_scale;
@@ -844,7 +929,7 @@ mod x86 {
                 for b in 0..8 {
                     let yb = _mm256_xor_si256(load256(q8.add(32 * b)), bias);
                     let prod = _mm256_maddubs_epi16(yb, v[b]);
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, s[b]));
+                    acc = madd_acc::<V>(acc, prod, s[b]);
                 }
                 let s1 = hsum_i32(acc).wrapping_sub(corr);
                 out[c] = tiled_step(out[c], d, s1, f32_at(y[c]));
@@ -858,8 +943,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ3_XXS blocks.
     #[inline(always)]
-    unsafe fn iq3_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ3_XXS_BYTES, 0.25, false, iq3_xxs_parts)
+    unsafe fn iq3_xxs_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ3_XXS_BYTES, 0.25, false, iq3_xxs_parts)
     }
 
     /// IQ2_XXS in the tiled kernel's order ([`grid_tiled`]; magnitudes at most 43).
@@ -867,8 +952,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ2_XXS blocks.
     #[inline(always)]
-    unsafe fn iq2_xxs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_XXS_BYTES, 0.125, false, iq2_xxs_parts)
+    unsafe fn iq2_xxs_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ2_XXS_BYTES, 0.125, false, iq2_xxs_parts)
     }
 
     /// IQ2_XS in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
@@ -876,8 +961,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ2_XS blocks.
     #[inline(always)]
-    unsafe fn iq2_xs_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_XS_BYTES, 0.125, false, iq2_xs_parts)
+    unsafe fn iq2_xs_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ2_XS_BYTES, 0.125, false, iq2_xs_parts)
     }
 
     /// IQ2_S in the tiled kernel's order ([`grid_tiled`]; 16-value sub-blocks).
@@ -885,8 +970,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ2_S blocks.
     #[inline(always)]
-    unsafe fn iq2_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ2_S_BYTES, 0.125, false, iq2_s_parts)
+    unsafe fn iq2_s_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ2_S_BYTES, 0.125, false, iq2_s_parts)
     }
 
     /// IQ1_S in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
@@ -895,8 +980,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ1_S blocks.
     #[inline(always)]
-    unsafe fn iq1_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ1_S_BYTES, 0.125, false, iq1_s_parts)
+    unsafe fn iq1_s_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ1_S_BYTES, 0.125, false, iq1_s_parts)
     }
 
     /// IQ1_M in the tiled kernel's order ([`grid_tiled`] over the codes `8 · grid + delta`,
@@ -905,8 +990,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ1_M blocks.
     #[inline(always)]
-    unsafe fn iq1_m_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ1_M_BYTES, 0.125, true, iq1_m_parts)
+    unsafe fn iq1_m_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ1_M_BYTES, 0.125, true, iq1_m_parts)
     }
 
     /// IQ3_S in the tiled kernel's order ([`grid_tiled`]).
@@ -914,8 +999,8 @@ mod x86 {
     /// # Safety
     /// As [`q4_k_tiled`], with IQ3_S blocks.
     #[inline(always)]
-    unsafe fn iq3_s_tiled<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
-        grid_tiled(w, a, IQ3_S_BYTES, 1.0, false, iq3_s_parts)
+    unsafe fn iq3_s_tiled<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+        grid_tiled::<C, V>(w, a, IQ3_S_BYTES, 1.0, false, iq3_s_parts)
     }
 
     // ---- tinyBLAS ----------------------------------------------------------------------
@@ -931,7 +1016,7 @@ mod x86 {
     /// AVX2, FMA and F16C (inlined into the entry points); `w` whole IQ4_NL blocks, each
     /// `a[c]` as many Q8_0 blocks (only the whole blocks all have are read).
     #[inline(always)]
-    unsafe fn iq4_nl_tinyblas<const C: usize>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
+    unsafe fn iq4_nl_tinyblas<const C: usize, const V: bool>(w: &[u8], a: &[&[u8]; C]) -> [f32; C] {
         let nb = blocks(w, IQ4_NL_BYTES, a, Q8_0_BYTES);
         let m4 = _mm256_set1_epi8(0x0f);
         let ones = _mm256_set1_epi16(1);
@@ -1130,6 +1215,55 @@ mod tests {
                         // SAFETY: as above.
                         let want = unsafe { f(&w, a[c]) };
                         assert_eq!(got[c].to_bits(), want.to_bits(), "{t} n={n} column {c}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 VNNI build gives the AVX2 build's numbers bit for bit (one and four
+    /// columns), on quantized and on raw activation bytes, where the host runs both.
+    #[test]
+    fn qdot_tiled_builds_agree() {
+        if !super::super::has_vnni() {
+            eprintln!("no AVX-512 VNNI on this host: one build only");
+            return;
+        }
+        let mut seed = 0x7a1e_d00d_u64;
+        for t in TYPES {
+            let (Some(f), Some(g)) = (super::tiled_fn_on(t, false), super::tiled_fn_on(t, true))
+            else {
+                continue;
+            };
+            let (Some(f4), Some(g4)) =
+                (super::tiled4_fn_on(t, false), super::tiled4_fn_on(t, true))
+            else {
+                panic!("{t}: a one-column routine without its four-column form");
+            };
+            for n in [256usize, 2048] {
+                for round in 0..60 {
+                    let w = random_weights(t, n, &mut seed);
+                    let acts: Vec<Vec<u8>> = (0..4)
+                        .map(|_| {
+                            let x = random_acts(n, &mut seed);
+                            let mut a = quantize_activations(t, &x, Q8Flavor::X86).unwrap().1;
+                            if round % 3 == 0 {
+                                // raw bytes beside the scales: -128 included
+                                for b in a.iter_mut().skip(4).step_by(3) {
+                                    *b = next(&mut seed) as u8;
+                                }
+                            }
+                            a
+                        })
+                        .collect();
+                    let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
+                    // SAFETY: both builds run on this host; whole rows of equal length.
+                    let (x4, y4) = unsafe { (f4(&w, &a), g4(&w, &a)) };
+                    for c in 0..4 {
+                        // SAFETY: as above.
+                        let (x, y) = unsafe { (f(&w, a[c]), g(&w, a[c])) };
+                        assert_eq!(x.to_bits(), y.to_bits(), "{t} n={n} column {c}");
+                        assert_eq!(x4[c].to_bits(), y4[c].to_bits(), "{t} n={n} 4 columns, {c}");
                     }
                 }
             }
