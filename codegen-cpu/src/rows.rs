@@ -92,6 +92,9 @@ pub(crate) struct RowDot {
     /// Q5_1 on AVX-512 hosts), and of tinyBLAS's order (F32, F16, BF16).
     packed4x8: Option<qdot::Packed4x8>,
     packed_cols4x8: Option<qdot::Packed4x8>,
+    /// Eight rows × sixteen packed columns of the repacked order (Q4_0, IQ4_NL) or the
+    /// block order, on AVX-512 VNNI hosts.
+    packed8x16: Option<qdot_repack::Packed8x16>,
     /// A 4 × 4 tile of the many-column order (tinyBLAS: F16, BF16), and its 4 × 8 form
     /// (AVX-512 hosts).
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
@@ -132,6 +135,7 @@ impl RowDot {
             fast4x4: qdot::dot4x4_fn(wtype),
             packed4x8: qdot::packed4x8_fn(wtype),
             packed_cols4x8: fdot::packed4x8_fn(wtype),
+            packed8x16: None,
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
@@ -146,7 +150,12 @@ impl RowDot {
     pub fn for_weight_block(wtype: GgmlType) -> Option<RowDot> {
         let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype)?);
         let dot = RowDot::new(wtype)?;
-        (dot.order == Order::X86 && dot.fast4rows.is_some()).then_some(RowDot { block8x8, ..dot })
+        let packed8x16 = qdot_repack::block_packed8x16_fn(wtype);
+        (dot.order == Order::X86 && dot.fast4rows.is_some()).then_some(RowDot {
+            block8x8,
+            packed8x16,
+            ..dot
+        })
     }
 
     /// The dot product for the weight `ne` (ggml order) of type `wtype`: in the repacked
@@ -174,6 +183,7 @@ impl RowDot {
             fast4x4: None,
             packed4x8: None,
             packed_cols4x8: None,
+            packed8x16: qdot_repack::packed8x16_fn(wtype),
             fast_cols4x4: None,
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
@@ -409,9 +419,12 @@ pub(crate) unsafe fn products(
     (r0, r1): (usize, usize),
 ) {
     // Tokens in chunks whose prepared activations stay in L1 while every row of the range
-    // passes over them (each weight row is read once per chunk, from L2 at worst).
-    // Whole groups of eight where the packed 4 × 8 tile takes them.
-    let chunk = if dot.packed4x8(n_cols).is_some() {
+    // passes over them (each weight row is read once per chunk, from L2 at worst); whole
+    // groups of eight where the packed 4 × 8 tile takes them.
+    let chunk = if dot.packed8x16.is_some() {
+        // Whole groups of sixteen for the packed 8 × 16 tile.
+        (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(16, 64) & !15
+    } else if dot.packed4x8(n_cols).is_some() {
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(8, 64) & !7
     } else {
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3
@@ -484,6 +497,8 @@ unsafe fn products_chunk(
     let packed = dot
         .packed4x8(n_cols)
         .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
+    // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it.
+    let packed16 = dot.packed8x16.filter(|_| n >= 16);
     let mut panel = Vec::new();
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
@@ -492,11 +507,32 @@ unsafe fn products_chunk(
         for g in 0..n / 8 {
             (pk.pack)(&arows8(8 * g), nb, panel.as_mut_ptr().add(g * group));
         }
+    } else if let Some(pk) = packed16 {
+        let group = nb * pk.block_bytes;
+        panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        panel.resize(n / 16 * group, 0);
+        for g in 0..n / 16 {
+            let cols: [&[u8]; 16] = std::array::from_fn(|c| arow(16 * g + c));
+            (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
+        }
     }
+    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered.
+    let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
+        let Some(pk) = packed16 else { return 0 };
+        let mut t = 0;
+        while t + 16 <= n {
+            let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
+            }
+            t += 16;
+        }
+        t
+    };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
-        let mut t = 0;
+        let mut t = sixteen(r, &ws);
         while t + 8 <= n {
             let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
                 break;
@@ -566,7 +602,7 @@ unsafe fn products_chunk(
         if r + 8 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
         }
-        let mut t = 0;
+        let mut t = sixteen(r, &ws);
         while t + 8 <= n {
             let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
                 break;
@@ -628,7 +664,7 @@ unsafe fn products_chunk(
             *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
     }
-    if packed.is_some() {
+    if packed.is_some() || packed16.is_some() {
         PANELS.with(|p| *p.borrow_mut() = panel);
     }
 }

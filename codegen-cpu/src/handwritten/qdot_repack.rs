@@ -172,6 +172,67 @@ pub(crate) fn block_dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
     None
 }
 
+/// Eight weight rows × sixteen activation columns packed once per chunk of tokens, the
+/// columns in the lanes of 512-bit vectors: `tile(w, panel, nb)[c][i]` is what
+/// [`RepackDot8x8Fn`] (or the block order's tile) gives for row `w[i]` (`nb` blocks) and
+/// column `c` of the sixteen activation rows `pack(a, nb, panel)` packed into `panel`
+/// (`block_bytes` per block). Both routines' safety contract is [`RepackDotFn`]'s, for each
+/// pair, with `panel` holding `nb` packed blocks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packed8x16 {
+    pub pack: unsafe fn(&[&[u8]; 16], usize, *mut u8),
+    pub tile: unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
+    /// Panel bytes per activation block (sixteen columns).
+    pub block_bytes: usize,
+}
+
+/// The packed 8 × 16 form of [`dot8x8_fn`] for `wtype` on AVX-512 VNNI hosts: Q4_0 and
+/// IQ4_NL, whose gemm and gemv orders agree (Q4_K's do not: it keeps its 8 × 8 tile).
+pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni() {
+        let (pack, tile): (
+            unsafe fn(&[&[u8]; 16], usize, *mut u8),
+            unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
+        ) = match wtype {
+            GgmlType::Q4_0 => (x86::q4_0_pack16, x86::q4_0_x8x16),
+            GgmlType::IQ4_NL => (x86::iq4_nl_pack16, x86::iq4_nl_x8x16),
+            _ => return None,
+        };
+        return Some(Packed8x16 {
+            pack,
+            tile,
+            block_bytes: x86::PANEL16_BLOCK_BYTES,
+        });
+    }
+    let _ = wtype;
+    None
+}
+
+/// The packed 8 × 16 form of [`block_dot8x8_fn`] (the block order of `--kernels fast`).
+pub(crate) fn block_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni() {
+        let (pack, tile): (
+            unsafe fn(&[&[u8]; 16], usize, *mut u8),
+            unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
+        ) = match wtype {
+            GgmlType::Q4_1 => (x86::q4_1_block_pack16, x86::q4_1_block_x8x16),
+            GgmlType::Q5_0 => (x86::q5_0_block_pack16, x86::q5_0_block_x8x16),
+            GgmlType::Q5_1 => (x86::q5_1_block_pack16, x86::q5_1_block_x8x16),
+            GgmlType::Q8_0 => (x86::q8_0_block_pack16, x86::q8_0_block_x8x16),
+            _ => return None,
+        };
+        return Some(Packed8x16 {
+            pack,
+            tile,
+            block_bytes: x86::PANEL16_BLOCK_BYTES,
+        });
+    }
+    let _ = wtype;
+    None
+}
+
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
 pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKernel) -> f32 {
     RepackedRow::new(wtype, w)
@@ -534,6 +595,184 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// Bytes of one block of a [`pack16`] panel: the sixteen columns' activation bytes in
+    /// eight groups (bytes `4k..4k + 4` of column `c` in lane `c` of group `k`, 8 × 64), the
+    /// lanes' start `-zero · Σy` (64), the columns' `d` (64) and `s` (Q8_1; 64).
+    pub(super) const PANEL16_BLOCK_BYTES: usize = 8 * 64 + 3 * 64;
+
+    /// Packs sixteen activation rows (Q8_0, or Q8_1 where `fmt.min`) of `nb` blocks for
+    /// [`b32_x8x16`] into `out` (`nb · PANEL16_BLOCK_BYTES` bytes): the transposes, starts
+    /// and scale conversions [`b32_x8x8`] redoes for every eight rows, done once per chunk
+    /// of tokens.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI (inlined into such a caller); rows of at least
+    /// `nb` blocks; `out` writable for `nb · PANEL16_BLOCK_BYTES` bytes.
+    #[inline(always)]
+    unsafe fn pack16(a: &[&[u8]; 16], nb: usize, fmt: Block32, out: *mut u8) {
+        let (act_bytes, qs) = if fmt.min { (36, 4) } else { (34, 2) };
+        let zeros = _mm512_set1_epi8(fmt.zero as i8);
+        for b in 0..nb {
+            let y: [*const u8; 16] = std::array::from_fn(|c| a[c].as_ptr().add(act_bytes * b));
+            let half = |h: usize| {
+                columns_by_group(std::array::from_fn(|c| {
+                    _mm256_loadu_si256(y[8 * h + c].add(qs) as *const __m256i)
+                }))
+            };
+            let (lo, hi) = (half(0), half(1));
+            let o = out.add(b * PANEL16_BLOCK_BYTES);
+            let mut start = _mm512_setzero_si512();
+            for k in 0..8 {
+                let g = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo[k]), hi[k]);
+                _mm512_storeu_si512(o.add(64 * k) as *mut __m512i, g);
+                if fmt.zero != 0 {
+                    start = _mm512_dpbusd_epi32(start, zeros, g);
+                }
+            }
+            let start = _mm512_sub_epi32(_mm512_setzero_si512(), start);
+            _mm512_storeu_si512(o.add(512) as *mut __m512i, start);
+            let f16s = |at: usize| {
+                let h: [u16; 16] =
+                    std::array::from_fn(|c| u16::from_le_bytes([*y[c].add(at), *y[c].add(at + 1)]));
+                _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr() as *const __m256i))
+            };
+            _mm512_storeu_ps(o.add(576) as *mut f32, f16s(0));
+            let sy = if fmt.min {
+                f16s(2)
+            } else {
+                _mm512_setzero_ps()
+            };
+            _mm512_storeu_ps(o.add(640) as *mut f32, sy);
+        }
+    }
+
+    /// [`b32_x8x8`] for eight rows × sixteen columns packed by [`pack16`], the columns in
+    /// the lanes of 512-bit vectors: each lane's integers and fused multiply-adds are
+    /// `b32_x8x8`'s, so every output is the same bit for bit. `out[c][i]`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI (inlined into such a caller); eight whole rows of
+    /// `nb` blocks; `panel` packed from `nb` blocks with the same `fmt`.
+    #[inline(always)]
+    unsafe fn b32_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+        fmt: Block32,
+        unsigned: impl Fn(*const u8) -> __m256i,
+    ) -> [[f32; 8]; 16] {
+        let mut acc = [_mm512_setzero_ps(); 8];
+        for b in 0..nb {
+            let o = panel.add(b * PANEL16_BLOCK_BYTES);
+            let groups: [__m512i; 8] =
+                std::array::from_fn(|k| _mm512_loadu_si512(o.add(64 * k) as *const __m512i));
+            let start = _mm512_loadu_si512(o.add(512) as *const __m512i);
+            let dy = _mm512_loadu_ps(o.add(576) as *const f32);
+            let sy = _mm512_loadu_ps(o.add(640) as *const f32);
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(fmt.bytes * b);
+                if (fmt.bytes * b) % 64 < fmt.bytes {
+                    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(8 * row.len()) as *const i8);
+                }
+                let mut ux = [0u32; 8];
+                _mm256_storeu_si256(ux.as_mut_ptr() as *mut __m256i, unsigned(x));
+                let ux = std::hint::black_box(&ux);
+                let (mut u, mut v) = (start, _mm512_setzero_si512());
+                for k in (0..8).step_by(2) {
+                    u = _mm512_dpbusd_epi32(u, _mm512_set1_epi32(ux[k] as i32), groups[k]);
+                    v = _mm512_dpbusd_epi32(v, _mm512_set1_epi32(ux[k + 1] as i32), groups[k + 1]);
+                }
+                let isum = _mm512_add_epi32(u, v);
+                let d = _mm512_mul_ps(_mm512_set1_ps(f16_at(x)), dy);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[i]);
+                if fmt.min {
+                    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(f16_at(x.add(2))), sy, acc[i]);
+                }
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), acc[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// The pack and tile routines of [`b32_x8x16`] for one block format.
+    macro_rules! packed16 {
+        ($pack:ident, $tile:ident, $fmt:expr, |$x:ident| $unsigned:expr) => {
+            /// [`pack16`] for this format.
+            ///
+            /// # Safety
+            /// As [`pack16`] (the host has AVX-512F/VL/VNNI).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+            pub(super) unsafe fn $pack(a: &[&[u8]; 16], nb: usize, out: *mut u8) {
+                pack16(a, nb, $fmt, out)
+            }
+
+            /// [`b32_x8x16`] for this format.
+            ///
+            /// # Safety
+            /// As [`b32_x8x16`] (the host has AVX-512F/VL/VNNI).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+            pub(super) unsafe fn $tile(
+                w: &[&[u8]; 8],
+                panel: *const u8,
+                nb: usize,
+            ) -> [[f32; 8]; 16] {
+                b32_x8x16(w, panel, nb, $fmt, |$x: *const u8| $unsigned)
+            }
+        };
+    }
+
+    const Q4_1_BLOCK: Block32 = Block32 {
+        bytes: 20,
+        zero: 0,
+        min: true,
+    };
+    const Q5_0_BLOCK: Block32 = Block32 {
+        bytes: 22,
+        zero: 16,
+        min: false,
+    };
+    const Q5_1_BLOCK: Block32 = Block32 {
+        bytes: 24,
+        zero: 0,
+        min: true,
+    };
+    const Q8_0_BLOCK: Block32 = Block32 {
+        bytes: 34,
+        zero: 128,
+        min: false,
+    };
+    const IQ4_NL_BLOCK: Block32 = Block32 { zero: 128, ..Q4_0 };
+
+    packed16!(q4_0_pack16, q4_0_x8x16, Q4_0, |x| nibbles(x.add(2)));
+    packed16!(iq4_nl_pack16, iq4_nl_x8x16, IQ4_NL_BLOCK, |x| {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        _mm256_xor_si256(
+            _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles(x.add(2))),
+            _mm256_set1_epi8(0x80u8 as i8),
+        )
+    });
+    packed16!(
+        q4_1_block_pack16,
+        q4_1_block_x8x16,
+        Q4_1_BLOCK,
+        |x| nibbles(x.add(4))
+    );
+    packed16!(q5_0_block_pack16, q5_0_block_x8x16, Q5_0_BLOCK, |x| {
+        q5_unsigned(x.add(2), x.add(6))
+    });
+    packed16!(q5_1_block_pack16, q5_1_block_x8x16, Q5_1_BLOCK, |x| {
+        q5_unsigned(x.add(4), x.add(8))
+    });
+    packed16!(q8_0_block_pack16, q8_0_block_x8x16, Q8_0_BLOCK, |x| {
+        _mm256_xor_si256(
+            _mm256_loadu_si256(x.add(2) as *const __m256i),
+            _mm256_set1_epi8(0x80u8 as i8),
+        )
+    });
+
     /// Q4_0 and IQ4_NL blocks (18 bytes: f16 `d`, 16 bytes of nibbles).
     const Q4_0: Block32 = Block32 {
         bytes: 18,
@@ -560,8 +799,7 @@ mod x86 {
         let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
         let table = _mm256_set_m128i(t, t);
         let bias = _mm256_set1_epi8(0x80u8 as i8);
-        let fmt = Block32 { zero: 128, ..Q4_0 };
-        b32_x8x8(w, a, fmt, |x| {
+        b32_x8x8(w, a, IQ4_NL_BLOCK, |x| {
             _mm256_xor_si256(_mm256_shuffle_epi8(table, nibbles(x.add(2))), bias)
         })
     }
@@ -572,12 +810,7 @@ mod x86 {
     /// As [`q4_0_x8x8`] (Q8_1 activations).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn q4_1_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
-        let fmt = Block32 {
-            bytes: 20,
-            zero: 0,
-            min: true,
-        };
-        b32_x8x8(w, a, fmt, |x| nibbles(x.add(4)))
+        b32_x8x8(w, a, Q4_1_BLOCK, |x| nibbles(x.add(4)))
     }
 
     /// Q5_0 in the block order ([`super::block_dot8x8_fn`]; values `q - 16`).
@@ -586,12 +819,7 @@ mod x86 {
     /// As [`q4_0_x8x8`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn q5_0_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
-        let fmt = Block32 {
-            bytes: 22,
-            zero: 16,
-            min: false,
-        };
-        b32_x8x8(w, a, fmt, |x| q5_unsigned(x.add(2), x.add(6)))
+        b32_x8x8(w, a, Q5_0_BLOCK, |x| q5_unsigned(x.add(2), x.add(6)))
     }
 
     /// Q5_1 in the block order ([`super::block_dot8x8_fn`]; values `q`, plus `m`).
@@ -600,12 +828,7 @@ mod x86 {
     /// As [`q4_0_x8x8`] (Q8_1 activations).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn q5_1_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
-        let fmt = Block32 {
-            bytes: 24,
-            zero: 0,
-            min: true,
-        };
-        b32_x8x8(w, a, fmt, |x| q5_unsigned(x.add(4), x.add(8)))
+        b32_x8x8(w, a, Q5_1_BLOCK, |x| q5_unsigned(x.add(4), x.add(8)))
     }
 
     /// Q8_0 in the block order ([`super::block_dot8x8_fn`]; values `u - 128`).
@@ -614,13 +837,8 @@ mod x86 {
     /// As [`q4_0_x8x8`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn q8_0_block_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
-        let fmt = Block32 {
-            bytes: 34,
-            zero: 128,
-            min: false,
-        };
         let bias = _mm256_set1_epi8(0x80u8 as i8);
-        b32_x8x8(w, a, fmt, |x| {
+        b32_x8x8(w, a, Q8_0_BLOCK, |x| {
             _mm256_xor_si256(_mm256_loadu_si256(x.add(2) as *const __m256i), bias)
         })
     }
@@ -1128,6 +1346,100 @@ mod tests {
                             "{t} row {i} col {c}: {} vs {want}",
                             got[c][i]
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The packed 8 × 16 tiles give what two 8 × 8 tiles give, bit for bit: Q4_0 and
+    /// IQ4_NL in the repacked order, the block order's four types.
+    #[test]
+    fn packed_tiles_match_the_eight_column_tiles() {
+        let mut seed = 0x16c0_1u64;
+        let cases = [
+            (
+                GgmlType::Q4_0,
+                dot8x8_fn(GgmlType::Q4_0),
+                packed8x16_fn(GgmlType::Q4_0),
+            ),
+            (
+                GgmlType::IQ4_NL,
+                dot8x8_fn(GgmlType::IQ4_NL),
+                packed8x16_fn(GgmlType::IQ4_NL),
+            ),
+            (
+                GgmlType::Q4_1,
+                block_dot8x8_fn(GgmlType::Q4_1),
+                block_packed8x16_fn(GgmlType::Q4_1),
+            ),
+            (
+                GgmlType::Q5_0,
+                block_dot8x8_fn(GgmlType::Q5_0),
+                block_packed8x16_fn(GgmlType::Q5_0),
+            ),
+            (
+                GgmlType::Q5_1,
+                block_dot8x8_fn(GgmlType::Q5_1),
+                block_packed8x16_fn(GgmlType::Q5_1),
+            ),
+            (
+                GgmlType::Q8_0,
+                block_dot8x8_fn(GgmlType::Q8_0),
+                block_packed8x16_fn(GgmlType::Q8_0),
+            ),
+        ];
+        for (t, eight, sixteen) in cases {
+            let (Some(eight), Some(pk)) = (eight, sixteen) else {
+                eprintln!("no packed 8 x 16 tile for {t} on this host");
+                continue;
+            };
+            let ts = t.type_size();
+            for nb in [1usize, 5, 18] {
+                let n = 32 * nb;
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for b in 0..8 * nb {
+                    let f16s: &[usize] = match t {
+                        GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+                        _ => &[0],
+                    };
+                    for &o in f16s {
+                        let v =
+                            half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
+                        w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+                let acts: Vec<Vec<u8>> = (0..16)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..n)
+                            .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                            .collect();
+                        ir::ggml::quantize_activations(t, &x, Q8Flavor::X86)
+                            .expect("quantizes")
+                            .1
+                    })
+                    .collect();
+                let a: [&[u8]; 16] = std::array::from_fn(|c| &acts[c][..]);
+                let mut panel = vec![0u8; nb * pk.block_bytes];
+                // SAFETY: chosen for this host; whole rows of `nb` blocks.
+                let got = unsafe {
+                    (pk.pack)(&a, nb, panel.as_mut_ptr());
+                    (pk.tile)(&rows, panel.as_ptr(), nb)
+                };
+                for h in 0..2 {
+                    let a8: [&[u8]; 8] = std::array::from_fn(|c| a[8 * h + c]);
+                    // SAFETY: as above.
+                    let want = unsafe { eight(&rows, &a8) };
+                    for c in 0..8 {
+                        for i in 0..8 {
+                            assert_eq!(
+                                got[8 * h + c][i].to_bits(),
+                                want[c][i].to_bits(),
+                                "{t} nb={nb} row {i} col {}",
+                                8 * h + c
+                            );
+                        }
                     }
                 }
             }
