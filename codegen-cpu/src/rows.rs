@@ -520,7 +520,10 @@ unsafe fn products_chunk(
     let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
         let Some(pk) = packed16 else { return 0 };
         let mut t = 0;
-        while t + 16 <= n {
+        while t + 16 <= n
+            && (!pk.gemm_only
+                || RepackKernel::for_column(col0 + t + 15, n_cols) == RepackKernel::Gemm)
+        {
             let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);

@@ -184,10 +184,13 @@ pub(crate) struct Packed8x16 {
     pub tile: unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
     /// Panel bytes per activation block (sixteen columns).
     pub block_bytes: usize,
+    /// Whether the tile is the gemm kernel's order only (Q4_K): columns that llama.cpp's
+    /// gemv computes (past the last whole four of its `ncols`) must not take it.
+    pub gemm_only: bool,
 }
 
 /// The packed 8 × 16 form of [`dot8x8_fn`] for `wtype` on AVX-512 VNNI hosts: Q4_0 and
-/// IQ4_NL, whose gemm and gemv orders agree (Q4_K's do not: it keeps its 8 × 8 tile).
+/// IQ4_NL (whose gemm and gemv orders agree) and Q4_K (gemm columns only: `gemm_only`).
 pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni() {
@@ -197,12 +200,21 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
         ) = match wtype {
             GgmlType::Q4_0 => (x86::q4_0_pack16, x86::q4_0_x8x16),
             GgmlType::IQ4_NL => (x86::iq4_nl_pack16, x86::iq4_nl_x8x16),
+            GgmlType::Q4_K => {
+                return Some(Packed8x16 {
+                    pack: x86::q4_k_pack16,
+                    tile: x86::q4_k_gemm_x8x16,
+                    block_bytes: x86::Q4_K_PANEL16_BYTES,
+                    gemm_only: true,
+                })
+            }
             _ => return None,
         };
         return Some(Packed8x16 {
             pack,
             tile,
             block_bytes: x86::PANEL16_BLOCK_BYTES,
+            gemm_only: false,
         });
     }
     let _ = wtype;
@@ -227,6 +239,7 @@ pub(crate) fn block_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             pack,
             tile,
             block_bytes: x86::PANEL16_BLOCK_BYTES,
+            gemm_only: false,
         });
     }
     let _ = wtype;
@@ -930,6 +943,115 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// Bytes of one super-block of a [`q4_k_pack16`] panel: the sixteen columns' Q8_K
+    /// values in 64 groups (group `8v + k`: bytes `4k..4k + 4` of value vector `v` of column
+    /// `c` in lane `c`, 64 × 64), their i16 `bsums` in eight pairs (8 × 64) and `d` (64).
+    pub(super) const Q4_K_PANEL16_BYTES: usize = 64 * 64 + 8 * 64 + 64;
+
+    /// Packs sixteen Q8_K activation rows of `nb` super-blocks for [`q4_k_gemm_x8x16`].
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI; rows of at least `nb` Q8_K blocks; `out` writable
+    /// for `nb · Q4_K_PANEL16_BYTES` bytes.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_k_pack16(a: &[&[u8]; 16], nb: usize, out: *mut u8) {
+        for b in 0..nb {
+            let y: [*const u8; 16] = std::array::from_fn(|c| a[c].as_ptr().add(292 * b));
+            let o = out.add(b * Q4_K_PANEL16_BYTES);
+            // Column groups of the 32 bytes at `at` of every column, 16 lanes each.
+            let join = |at: usize, dst: *mut u8| {
+                let half = |h: usize| {
+                    columns_by_group(std::array::from_fn(|c| {
+                        _mm256_loadu_si256(y[8 * h + c].add(at) as *const __m256i)
+                    }))
+                };
+                let (lo, hi) = (half(0), half(1));
+                for k in 0..8 {
+                    let g = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo[k]), hi[k]);
+                    _mm512_storeu_si512(dst.add(64 * k) as *mut __m512i, g);
+                }
+            };
+            for v in 0..8 {
+                join(4 + 32 * v, o.add(512 * v));
+            }
+            join(260, o.add(4096));
+            let dy: [f32; 16] =
+                std::array::from_fn(|c| std::ptr::read_unaligned(y[c] as *const f32));
+            _mm512_storeu_ps(o.add(4608) as *mut f32, _mm512_loadu_ps(dy.as_ptr()));
+        }
+    }
+
+    /// [`q4_k_gemm_x8x8`] for eight rows × sixteen columns packed by [`q4_k_pack16`], the
+    /// columns in the lanes of 512-bit vectors: each lane's integers and fused
+    /// multiply-adds are the 8 × 8 tile's, so each output is the same bit for bit.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI; eight whole rows of `nb` Q4_K blocks; `panel`
+    /// packed from `nb` blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q4_k_gemm_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let mut acc_min = [_mm512_setzero_ps(); 8];
+        for b in 0..nb {
+            let o = panel.add(b * Q4_K_PANEL16_BYTES);
+            let group = |g: usize| _mm512_loadu_si512(o.add(64 * g) as *const __m512i);
+            let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
+            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(144 * b);
+                let mut q = [[0u32; 8]; 8];
+                for p in 0..4 {
+                    let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                    let lo = _mm256_and_si256(qs, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                    _mm256_storeu_si256(q[2 * p].as_mut_ptr() as *mut __m256i, lo);
+                    _mm256_storeu_si256(q[2 * p + 1].as_mut_ptr() as *mut __m256i, hi);
+                }
+                let q = std::hint::black_box(&q);
+                let s = std::slice::from_raw_parts(x.add(4), 12);
+                let d = _mm512_mul_ps(_mm512_set1_ps(f16_at(x)), dy);
+                let dmin = _mm512_mul_ps(_mm512_set1_ps(f16_at(x.add(2))), dy);
+                let isum = |j: usize| {
+                    let (mut u, mut v) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for k in (0..8).step_by(2) {
+                        let g = 8 * j + k;
+                        u = _mm512_dpbusd_epi32(u, _mm512_set1_epi32(q[j][k] as i32), group(g));
+                        v = _mm512_dpbusd_epi32(
+                            v,
+                            _mm512_set1_epi32(q[j][k + 1] as i32),
+                            group(g + 1),
+                        );
+                    }
+                    _mm512_add_epi32(u, v)
+                };
+                for p in 0..4 {
+                    let (s0, m0) = scale_min_k4(2 * p, s);
+                    let (s1, m1) = scale_min_k4(2 * p + 1, s);
+                    let sums = _mm512_add_epi32(
+                        _mm512_mullo_epi32(isum(2 * p), _mm512_set1_epi32(s0 as i32)),
+                        _mm512_mullo_epi32(isum(2 * p + 1), _mm512_set1_epi32(s1 as i32)),
+                    );
+                    let mins = _mm512_add_epi32(
+                        _mm512_madd_epi16(bsum(2 * p), _mm512_set1_epi16(m0 as i16)),
+                        _mm512_madd_epi16(bsum(2 * p + 1), _mm512_set1_epi16(m1 as i16)),
+                    );
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc[i]);
+                    acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dmin, acc_min[i]);
+                }
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
     /// Q4_0, eight rows ([`super::RepackDot8Fn`]).
     ///
     /// # Safety
@@ -1352,8 +1474,8 @@ mod tests {
         }
     }
 
-    /// The packed 8 × 16 tiles give what two 8 × 8 tiles give, bit for bit: Q4_0 and
-    /// IQ4_NL in the repacked order, the block order's four types.
+    /// The packed 8 × 16 tiles give what two 8 × 8 tiles give, bit for bit: Q4_0, IQ4_NL
+    /// and Q4_K (gemm) in the repacked order, the block order's four types.
     #[test]
     fn packed_tiles_match_the_eight_column_tiles() {
         let mut seed = 0x16c0_1u64;
@@ -1367,6 +1489,11 @@ mod tests {
                 GgmlType::IQ4_NL,
                 dot8x8_fn(GgmlType::IQ4_NL),
                 packed8x16_fn(GgmlType::IQ4_NL),
+            ),
+            (
+                GgmlType::Q4_K,
+                dot8x8_fn(GgmlType::Q4_K),
+                packed8x16_fn(GgmlType::Q4_K),
             ),
             (
                 GgmlType::Q4_1,
@@ -1396,11 +1523,11 @@ mod tests {
             };
             let ts = t.type_size();
             for nb in [1usize, 5, 18] {
-                let n = 32 * nb;
+                let n = t.block_size() * nb;
                 let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
                 for b in 0..8 * nb {
                     let f16s: &[usize] = match t {
-                        GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+                        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
                         _ => &[0],
                     };
                     for &o in f16s {
