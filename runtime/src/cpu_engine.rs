@@ -450,6 +450,16 @@ impl Engine for CpuEngine<'_> {
             let g0 = done / LLAMA_N_UBATCH * LLAMA_N_UBATCH;
             let n_llama = (tokens.len() - g0).min(LLAMA_N_UBATCH);
             let col0 = done - g0;
+            let last = ci + 1 == cut.len();
+            if !all_logits && !last {
+                // No logits wanted from this part of the prompt: the step stops after the
+                // KV stores (llama.cpp computes no output for such a ubatch either).
+                self.exec
+                    .prefill_real(kv.mem, c.n_tokens, n_outputs, n_real, n_llama, col0, &args)?;
+                kv.written = kv.written.max((c.pos0 + c.n_tokens) as usize);
+                done += n_real;
+                continue;
+            }
             let out = self
                 .exec
                 .step_real(kv.mem, c.n_tokens, n_outputs, n_real, n_llama, col0, &args)?;
@@ -457,7 +467,7 @@ impl Engine for CpuEngine<'_> {
             kv.written = kv.written.max((c.pos0 + c.n_tokens) as usize);
             if all_logits {
                 self.logits.extend_from_slice(&out[..n_real * n_vocab]);
-            } else if ci + 1 == cut.len() {
+            } else if last {
                 self.logits.extend_from_slice(&out[..n_vocab]);
             }
             done += n_real;

@@ -783,3 +783,37 @@ fn fast_kernels_stay_close_to_exact() {
         "the fast kernels computed the exact kernels' logits"
     );
 }
+
+/// A prompt part whose logits nobody reads stops after its KV stores
+/// (`CompiledPlan::prefill_real`): the cache it leaves is the one a step computing its
+/// logits leaves, so the last row and the next token's logits are the same bit for bit.
+#[test]
+fn prompt_parts_without_logits_store_the_same_cache() {
+    let Some(gguf) = smollm2() else { return };
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let plan =
+        build_plan(&model, &[1, 64], 1024, KvTypes::F16, LogitRows::Both).expect("plan builds");
+    let mut s = session(CpuEngine::new(&gguf, plan, 2).expect("compiles"));
+    let n_vocab = s.n_vocab();
+    let toks: Vec<u32> = (0..200u32).map(|i| 1 + (i * 7919) % 40000).collect();
+    let mut runs = Vec::new();
+    for all_logits in [false, true] {
+        s.clear();
+        let rows = s.decode(&toks, 0, all_logits).expect("prompt").to_vec();
+        let last = rows[rows.len() - n_vocab..].to_vec();
+        let next = s
+            .decode(&[42], toks.len(), false)
+            .expect("next token")
+            .to_vec();
+        runs.push((last, next));
+    }
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(
+        same(&runs[0].0, &runs[1].0),
+        "the prompt's last logits differ"
+    );
+    assert!(
+        same(&runs[0].1, &runs[1].1),
+        "the next token's logits differ: the caches differ"
+    );
+}

@@ -428,6 +428,12 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     /// Starts lowering step `s`: finds the values that hold only the rows that produce
     /// logits, those computed from the rows `inp_out_ids` selects (llama.cpp's last layer
     /// after `ggml_get_rows(cur, inp_out_ids)`, the output norm, the head).
+    /// Whether every result of kernel `k` of the current step is an output-row value (it
+    /// follows `get_rows(inp_out_ids)`: it only serves the logits).
+    pub fn only_output_rows(&self, k: &Kernel) -> bool {
+        !k.dsts.is_empty() && k.dsts.iter().all(|d| self.output_rows.contains(d))
+    }
+
     pub fn begin_step(&mut self, s: &Step) {
         let out_ids = s.input(&Input::OutputIds);
         let mut rows = std::collections::HashSet::new();

@@ -165,6 +165,10 @@ pub struct KernelTime {
 struct StepExec {
     n_tokens: u32,
     n_outputs: u32,
+    /// Index of the first op of the step's suffix that only computes the logits (after
+    /// llama.cpp's `get_rows(inp_out_ids)`: nothing there writes the KV cache); `ops.len()`
+    /// where there is none. [`CompiledPlan::prefill_real`] stops there.
+    output_tail: usize,
     ops: Vec<Op>,
     /// Kind index of each op (into `CompiledPlan::kinds`).
     kinds: Vec<usize>,
@@ -384,7 +388,14 @@ impl<'w> CompiledPlan<'w> {
             low.begin_step(s);
             let mut ops = Vec::new();
             let mut op_kinds = Vec::new();
+            // The first op of the kernels that only serve the logits (a suffix of the step).
+            let mut output_tail = 0;
             for k in &s.kernels {
+                if !low.only_output_rows(k) {
+                    output_tail = usize::MAX;
+                } else if output_tail == usize::MAX {
+                    output_tail = ops.len();
+                }
                 let name = k.op.name();
                 let kind = match kinds.iter().position(|x| *x == name) {
                     Some(i) => i,
@@ -446,9 +457,16 @@ impl<'w> CompiledPlan<'w> {
                 phase_base.push(n_phases);
                 n_phases += op.phases();
             }
+            // Nothing to skip unless a suffix of logits-only kernels was found.
+            let output_tail = if output_tail == usize::MAX {
+                ops.len()
+            } else {
+                output_tail
+            };
             steps.push(StepExec {
                 n_tokens: s.n_tokens,
                 n_outputs: s.n_outputs,
+                output_tail,
                 ops,
                 kinds: op_kinds,
                 times,
@@ -770,8 +788,41 @@ impl<'w> CompiledPlan<'w> {
         let si = self.step_index(n_tokens, n_outputs)?;
         self.write_inputs(si, args)?;
         let ub = (n_llama, llama_col0);
-        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub)?;
+        let all = self.steps[si].ops.len();
+        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub, all)?;
         Ok(self.logits_of(si))
+    }
+
+    /// [`CompiledPlan::step_real`] for a part of a prompt whose logits nobody reads: the
+    /// step stores its rows in the KV cache and stops before the kernels that only compute
+    /// the logits (the last layer's rows after llama.cpp's `get_rows(inp_out_ids)`, the
+    /// output norm and projection), as llama.cpp computes no output for a ubatch without
+    /// one. The cache holds what `step_real` stores, bit for bit.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::step_real`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn prefill_real(
+        &mut self,
+        kv: &mut [u8],
+        n_tokens: u32,
+        n_outputs: u32,
+        n_real: usize,
+        n_llama: usize,
+        llama_col0: usize,
+        args: &StepArgs<'_>,
+    ) -> Result<(), ExecError> {
+        self.check_kv_memory(kv)?;
+        if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
+            return Err(ExecError::Input(format!(
+                "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
+            )));
+        }
+        let si = self.step_index(n_tokens, n_outputs)?;
+        self.write_inputs(si, args)?;
+        let ub = (n_llama, llama_col0);
+        let end = self.steps[si].output_tail;
+        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub, end)
     }
 
     /// Refuses KV memory shorter than one sequence's.
@@ -840,7 +891,8 @@ impl<'w> CompiledPlan<'w> {
         let mut rows = std::mem::take(&mut self.row_kv);
         rows.clear();
         rows.extend(kvs.iter_mut().map(|kv| Ptr(kv.as_mut_ptr())));
-        let done = self.run(si, rows[0], Some(&rows), args.kv_len, n_real, (1, 0));
+        let all = self.steps[si].ops.len();
+        let done = self.run(si, rows[0], Some(&rows), args.kv_len, n_real, (1, 0), all);
         self.row_kv = rows;
         done?;
         Ok(self.logits_of(si))
@@ -936,6 +988,7 @@ impl<'w> CompiledPlan<'w> {
         kv_len: usize,
         n_real: usize,
         (n_llama, llama_col0): (usize, usize),
+        end: usize,
     ) -> Result<(), ExecError> {
         let st = &self.steps[si];
         let sync = &st.sync;
@@ -963,7 +1016,7 @@ impl<'w> CompiledPlan<'w> {
                 row_kv,
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
-                for (i, op) in st.ops.iter().enumerate() {
+                for (i, op) in st.ops[..end].iter().enumerate() {
                     let t0 = (profiling && ti == 0).then(Instant::now);
                     for ph in 0..op.phases() {
                         let id = st.phase_base[i] + ph;
