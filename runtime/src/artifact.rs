@@ -45,6 +45,11 @@ pub struct Artifact {
     pub cache_type_k: String,
     /// V cache type the program reads.
     pub cache_type_v: String,
+    /// The CPU kernels `modelc compile --kernels` chose (`exact` or `fast`): the runner's
+    /// default for its own `--kernels`. Absent where compile was not told (and in runners
+    /// that predate it): `exact`.
+    #[serde(default)]
+    pub kernels: Option<String>,
     /// What the payload is (`plan`), for tools that read the artifact.
     pub payload_kind: String,
     /// The program the target's backend made.

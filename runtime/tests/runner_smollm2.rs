@@ -177,3 +177,49 @@ fn check_runner(tol_tf: f64, tol_tie: f64) {
     eprintln!("worst teacher-forced top-5 gap over all prompts: {worst_tf:.4} nat");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `modelc compile --kernels fast` makes a runner whose default is the fast kernels (its
+/// `bench` says `CPU (fast)`), and its own `--kernels exact` still chooses llama.cpp's.
+#[test]
+fn compiled_kernels_are_the_runners_default() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("modelc-runner-fast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = dir.join("smol-fast");
+    let out = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", "256", "--ubatch", "1,8", "--kernels", "fast"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info = Command::new(&runner).arg("info").output().unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("kernels         = fast"));
+    let backend = |extra: &[&str]| {
+        let out = Command::new(&runner)
+            .args([
+                "bench", "-p", "8", "-n", "0", "-r", "1", "-t", "1", "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "bench: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+        rows[0]["backends"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(backend(&[]), "CPU (fast)");
+    assert_eq!(backend(&["--kernels", "exact"]), "CPU");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -779,17 +779,9 @@ impl<'w> CompiledPlan<'w> {
         llama_col0: usize,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
-        self.check_kv_memory(kv)?;
-        if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
-            return Err(ExecError::Input(format!(
-                "{n_real} real tokens in a step of {n_tokens} (a ubatch of {n_llama})"
-            )));
-        }
-        let si = self.step_index(n_tokens, n_outputs)?;
-        self.write_inputs(si, args)?;
-        let ub = (n_llama, llama_col0);
-        let all = self.steps[si].ops.len();
-        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub, all)?;
+        let si = self.run_real(
+            kv, n_tokens, n_outputs, n_real, n_llama, llama_col0, args, true,
+        )?;
         Ok(self.logits_of(si))
     }
 
@@ -812,6 +804,26 @@ impl<'w> CompiledPlan<'w> {
         llama_col0: usize,
         args: &StepArgs<'_>,
     ) -> Result<(), ExecError> {
+        self.run_real(
+            kv, n_tokens, n_outputs, n_real, n_llama, llama_col0, args, false,
+        )
+        .map(|_| ())
+    }
+
+    /// [`CompiledPlan::step_real`]'s checks and run, through the logits or (`logits`
+    /// false) up to the step's logits-only suffix; returns the step's index.
+    #[allow(clippy::too_many_arguments)]
+    fn run_real(
+        &mut self,
+        kv: &mut [u8],
+        n_tokens: u32,
+        n_outputs: u32,
+        n_real: usize,
+        n_llama: usize,
+        llama_col0: usize,
+        args: &StepArgs<'_>,
+        logits: bool,
+    ) -> Result<usize, ExecError> {
         self.check_kv_memory(kv)?;
         if n_real == 0 || n_real > n_tokens as usize || n_llama < llama_col0 + n_real {
             return Err(ExecError::Input(format!(
@@ -821,8 +833,10 @@ impl<'w> CompiledPlan<'w> {
         let si = self.step_index(n_tokens, n_outputs)?;
         self.write_inputs(si, args)?;
         let ub = (n_llama, llama_col0);
-        let end = self.steps[si].output_tail;
-        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub, end)
+        let st = &self.steps[si];
+        let end = if logits { st.ops.len() } else { st.output_tail };
+        self.run(si, Ptr(kv.as_mut_ptr()), None, args.kv_len, n_real, ub, end)?;
+        Ok(si)
     }
 
     /// Refuses KV memory shorter than one sequence's.

@@ -702,6 +702,95 @@ pub(crate) unsafe fn tiled_query(
     tiled_scalar(q, d_k, lo, hi, gap, t0, kt, ldk, vf, p, scratch, out, d_v)
 }
 
+/// One query's online-softmax step over the tile at cell `tile`, its raw scores (dot
+/// products) in `kq[0..KV_TILE]`: scaled (and soft-capped), cells outside `lo..hi` or in
+/// `gap` set to -inf, the tile's maximum folded into `m` (rescaling `acc[0..d_v]` and `sum`
+/// when it grows), the exponentials written to `e` and their grouped f64 sum added to
+/// `sum`, as ggml's `ggml_vec_soft_max_f32` on AVX2. Returns false (nothing changed) when
+/// every cell of the tile is masked.
+///
+/// # Safety
+/// AVX2, FMA and F16C (inlined into such a caller); `kq` and `e` hold [`KV_TILE`] floats,
+/// `acc` holds `d_v` floats, `d_v` a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_tile(
+    kq: *mut f32,
+    e: *mut f32,
+    acc: *mut f32,
+    d_v: usize,
+    tile: usize,
+    (lo, hi, gap): (usize, usize, (usize, usize)),
+    p: &FlashParams,
+    (m, sum): (&mut f32, &mut f32),
+) -> bool {
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let scale = _mm256_set1_ps(p.scale);
+    let (vlo, vhi) = (
+        _mm256_set1_epi32(lo as i32 - 1),
+        _mm256_set1_epi32(hi as i32),
+    );
+    let (vg0, vg1) = (
+        _mm256_set1_epi32(gap.0 as i32),
+        _mm256_set1_epi32(gap.1 as i32 - 1),
+    );
+    let has_gap = gap.0 < gap.1;
+    let mut vmax = ninf;
+    for g in 0..KV_TILE / 8 {
+        let mut s = _mm256_mul_ps(_mm256_loadu_ps(kq.add(8 * g)), scale);
+        if p.cap != 0.0 {
+            let mut l = [0f32; 8];
+            _mm256_storeu_ps(l.as_mut_ptr(), s);
+            for x in &mut l {
+                *x = x.tanh() * p.cap;
+            }
+            s = _mm256_loadu_ps(l.as_ptr());
+        }
+        // Cells outside lo..hi (or in the gap) are -inf.
+        let j = _mm256_add_epi32(
+            _mm256_set1_epi32((tile + 8 * g) as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let mut ok = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
+        if has_gap {
+            let out_of_gap =
+                _mm256_or_si256(_mm256_cmpgt_epi32(vg0, j), _mm256_cmpgt_epi32(j, vg1));
+            ok = _mm256_and_si256(ok, out_of_gap);
+        }
+        s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(ok));
+        _mm256_storeu_ps(kq.add(8 * g), s);
+        vmax = _mm256_max_ps(vmax, s);
+    }
+    let mut l = [0f32; 8];
+    _mm256_storeu_ps(l.as_mut_ptr(), vmax);
+    let tile_max = l.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
+    if tile_max == f32::NEG_INFINITY {
+        return false;
+    }
+    let new = m.max(tile_max);
+    if new > *m {
+        let ms = (*m - new).exp();
+        let v = _mm256_set1_ps(ms);
+        let mut i = 0;
+        while i < d_v {
+            _mm256_storeu_ps(acc.add(i), _mm256_mul_ps(_mm256_loadu_ps(acc.add(i)), v));
+            i += 8;
+        }
+        *sum *= ms;
+    }
+    *m = new;
+    let vm = _mm256_set1_ps(*m);
+    let mut tsum = 0f64;
+    for g in 0..KV_TILE / 8 {
+        let x = exp256(_mm256_sub_ps(_mm256_loadu_ps(kq.add(8 * g)), vm));
+        _mm256_storeu_ps(e.add(8 * g), x);
+        tsum += hsum8(x) as f64;
+    }
+    *sum = (*sum as f64 + tsum) as f32;
+    true
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
@@ -727,8 +816,6 @@ unsafe fn tiled_avx2(
         *acc.add(i) = 0.0;
     }
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
-    let scale = _mm256_set1_ps(p.scale);
     let mut tile = 0;
     while tile < hi {
         if tile + KV_TILE <= lo || (tile >= gap.0 && tile + KV_TILE <= gap.1) {
@@ -746,68 +833,13 @@ unsafe fn tiled_avx2(
                 *a = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row.add(8 * g)), *a);
             }
         }
-        let mut vmax = ninf;
-        let (vlo, vhi) = (
-            _mm256_set1_epi32(lo as i32 - 1),
-            _mm256_set1_epi32(hi as i32),
-        );
-        let (vg0, vg1) = (
-            _mm256_set1_epi32(gap.0 as i32),
-            _mm256_set1_epi32(gap.1 as i32 - 1),
-        );
-        let has_gap = gap.0 < gap.1;
         for (g, a) in c.iter().enumerate() {
-            let mut s = _mm256_mul_ps(*a, scale);
-            if p.cap != 0.0 {
-                let mut l = [0f32; 8];
-                _mm256_storeu_ps(l.as_mut_ptr(), s);
-                for x in &mut l {
-                    *x = x.tanh() * p.cap;
-                }
-                s = _mm256_loadu_ps(l.as_ptr());
-            }
-            // Cells outside lo..hi are -inf.
-            let j = _mm256_add_epi32(
-                _mm256_set1_epi32((tile + 8 * g) as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
-            let mut ok = _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
-            if has_gap {
-                let out_of_gap =
-                    _mm256_or_si256(_mm256_cmpgt_epi32(vg0, j), _mm256_cmpgt_epi32(j, vg1));
-                ok = _mm256_and_si256(ok, out_of_gap);
-            }
-            s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(ok));
-            _mm256_storeu_ps(kq.add(8 * g), s);
-            vmax = _mm256_max_ps(vmax, s);
+            _mm256_storeu_ps(kq.add(8 * g), *a);
         }
-        let mut l = [0f32; 8];
-        _mm256_storeu_ps(l.as_mut_ptr(), vmax);
-        let tile_max = l.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
-        if tile_max == f32::NEG_INFINITY {
+        if !softmax_tile(kq, e, acc, d_v, tile, (lo, hi, gap), p, (&mut m, &mut sum)) {
             tile += KV_TILE;
             continue;
         }
-        let new = m.max(tile_max);
-        if new > m {
-            let ms = (m - new).exp();
-            let v = _mm256_set1_ps(ms);
-            let mut i = 0;
-            while i < d_v {
-                _mm256_storeu_ps(acc.add(i), _mm256_mul_ps(_mm256_loadu_ps(acc.add(i)), v));
-                i += 8;
-            }
-            sum *= ms;
-        }
-        m = new;
-        let vm = _mm256_set1_ps(m);
-        let mut tsum = 0f64;
-        for g in 0..KV_TILE / 8 {
-            let x = exp256(_mm256_sub_ps(_mm256_loadu_ps(kq.add(8 * g)), vm));
-            _mm256_storeu_ps(e.add(8 * g), x);
-            tsum += hsum8(x) as f64;
-        }
-        sum = (sum as f64 + tsum) as f32;
         for tk in 0..KV_TILE {
             let j = tile + tk;
             if j >= hi {
@@ -915,8 +947,6 @@ unsafe fn tiled4_avx512(
     let mut m = [f32::NEG_INFINITY; G];
     let mut sum = [0f32; G];
     let hi_all = qs.iter().map(|t| t.hi).max().unwrap_or(0);
-    let scale = _mm256_set1_ps(p.scale);
-    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     let mut tile = 0;
     while tile < hi_all {
         // The queries that see some cell of this tile (those that do not skip it).
@@ -952,72 +982,21 @@ unsafe fn tiled4_avx512(
             if !sees[i] {
                 continue;
             }
-            let t = &qs[i];
             for (g, a) in c[i].iter().enumerate() {
                 _mm512_storeu_ps(kq(i).add(16 * g), *a);
             }
-            let (vlo, vhi) = (
-                _mm256_set1_epi32(t.lo as i32 - 1),
-                _mm256_set1_epi32(t.hi as i32),
+            let t = &qs[i];
+            let state = (&mut m[i], &mut sum[i]);
+            live[i] = softmax_tile(
+                kq(i),
+                e(i),
+                acc(i),
+                d_v,
+                tile,
+                (t.lo, t.hi, t.gap),
+                p,
+                state,
             );
-            let (vg0, vg1) = (
-                _mm256_set1_epi32(t.gap.0 as i32),
-                _mm256_set1_epi32(t.gap.1 as i32 - 1),
-            );
-            let has_gap = t.gap.0 < t.gap.1;
-            let mut vmax = ninf;
-            for g in 0..KV_TILE / 8 {
-                let mut s = _mm256_mul_ps(_mm256_loadu_ps(kq(i).add(8 * g)), scale);
-                if p.cap != 0.0 {
-                    let mut l = [0f32; 8];
-                    _mm256_storeu_ps(l.as_mut_ptr(), s);
-                    for x in &mut l {
-                        *x = x.tanh() * p.cap;
-                    }
-                    s = _mm256_loadu_ps(l.as_ptr());
-                }
-                let j = _mm256_add_epi32(
-                    _mm256_set1_epi32((tile + 8 * g) as i32),
-                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                );
-                let mut ok =
-                    _mm256_and_si256(_mm256_cmpgt_epi32(j, vlo), _mm256_cmpgt_epi32(vhi, j));
-                if has_gap {
-                    let out_of_gap =
-                        _mm256_or_si256(_mm256_cmpgt_epi32(vg0, j), _mm256_cmpgt_epi32(j, vg1));
-                    ok = _mm256_and_si256(ok, out_of_gap);
-                }
-                s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(ok));
-                _mm256_storeu_ps(kq(i).add(8 * g), s);
-                vmax = _mm256_max_ps(vmax, s);
-            }
-            let mut l = [0f32; 8];
-            _mm256_storeu_ps(l.as_mut_ptr(), vmax);
-            let tile_max = l.iter().fold(f32::NEG_INFINITY, |x, &y| x.max(y));
-            if tile_max == f32::NEG_INFINITY {
-                continue;
-            }
-            live[i] = true;
-            let new = m[i].max(tile_max);
-            if new > m[i] {
-                let ms = _mm256_set1_ps((m[i] - new).exp());
-                let mut x = 0;
-                while x < d_v {
-                    let a = acc(i).add(x);
-                    _mm256_storeu_ps(a, _mm256_mul_ps(_mm256_loadu_ps(a), ms));
-                    x += 8;
-                }
-                sum[i] *= (m[i] - new).exp();
-            }
-            m[i] = new;
-            let vm = _mm256_set1_ps(m[i]);
-            let mut tsum = 0f64;
-            for g in 0..KV_TILE / 8 {
-                let x = exp256(_mm256_sub_ps(_mm256_loadu_ps(kq(i).add(8 * g)), vm));
-                _mm256_storeu_ps(e(i).add(8 * g), x);
-                tsum += hsum8(x) as f64;
-            }
-            sum[i] = (sum[i] as f64 + tsum) as f32;
         }
         // Values: each 64-wide slice of the four accumulators stays in registers while
         // the tile's value rows are added in cell order (a query skips its zero weights

@@ -23,6 +23,21 @@ pub enum Kernels {
 }
 
 impl Kernels {
+    /// The name `--kernels` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Exact => "exact",
+            Kernels::Fast => "fast",
+        }
+    }
+
+    /// The kernels named `name` (as [`Kernels::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Kernels> {
+        [Kernels::Exact, Kernels::Fast]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
     /// The kernels' [`SumOrder`].
     pub fn sum_order(self) -> SumOrder {
         match self {

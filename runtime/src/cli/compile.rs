@@ -313,6 +313,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         ubatch: opts.ubatches.iter().map(|&u| u as usize).collect(),
         cache_type_k: cache_type_name(kv_types.k),
         cache_type_v: cache_type_name(kv_types.v),
+        kernels: args.backend.cpu.kernels.map(|k| k.name().to_string()),
         payload_kind: payload.kind().to_string(),
         payload,
     };

@@ -249,7 +249,24 @@ pub fn main(artifact: Artifact) -> std::process::ExitCode {
     }
 }
 
-fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
+/// The runner's `--kernels` default: what `modelc compile --kernels` recorded.
+fn compiled_kernels(artifact: &Artifact, backend: &mut BackendArgs) {
+    if backend.cpu.kernels.is_none() {
+        backend.cpu.kernels = artifact
+            .kernels
+            .as_deref()
+            .and_then(crate::backend::cpu::Kernels::from_name);
+    }
+}
+
+fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
+    match &mut cli.command {
+        None => compiled_kernels(&artifact, &mut cli.common.backend),
+        Some(RunnerCommand::Bench(b)) => compiled_kernels(&artifact, &mut b.flags.backend),
+        Some(RunnerCommand::Perplexity(p)) => compiled_kernels(&artifact, &mut p.backend),
+        Some(RunnerCommand::Serve(a)) => compiled_kernels(&artifact, &mut a.common.backend),
+        Some(RunnerCommand::Info { .. }) => {}
+    }
     match cli.command {
         None => {
             anyhow::ensure!(
@@ -345,6 +362,9 @@ fn run(artifact: Artifact, cli: RunnerCli) -> anyhow::Result<()> {
                 artifact.target.name(),
                 artifact.payload_kind
             );
+            if let Some(k) = &artifact.kernels {
+                println!("kernels         = {k} (the default of --kernels)");
+            }
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
             println!(
