@@ -215,10 +215,10 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q8_0 => Some(quantized(x86::pack8_offset, x86::q8_0_q8_0_4x8)),
-            GgmlType::Q5_0 => Some(quantized(x86::pack8_sign, x86::q5_0_q8_0_4x8)),
-            GgmlType::Q4_1 => Some(quantized(x86::pack8_unsigned, x86::q4_1_q8_1_4x8)),
-            GgmlType::Q5_1 => Some(quantized(x86::pack8_unsigned, x86::q5_1_q8_1_4x8)),
+            GgmlType::Q8_0 => Some(quantized(x86::q8_0_pack8, x86::q8_0_q8_0_4x8)),
+            GgmlType::Q5_0 => Some(quantized(x86::q5_0_pack8, x86::q5_0_q8_0_4x8)),
+            GgmlType::Q4_1 => Some(quantized(x86::q4_1_pack8, x86::q4_1_q8_1_4x8)),
+            GgmlType::Q5_1 => Some(quantized(x86::q5_1_pack8, x86::q5_1_q8_1_4x8)),
             _ => None,
         };
     }
@@ -1020,90 +1020,58 @@ pub(super) mod x86 {
         out
     }
 
-    /// Packs eight activation rows for the Q8_0 tile ([`pack8`]).
-    ///
-    /// # Safety
-    /// As [`pack8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn pack8_offset(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
-        pack8(a, nb, Products::Offset, out)
+    /// The packing and the 4 × 8 tile routines of one weight format ([`pack8`],
+    /// [`tile32x8`]) with the features they need.
+    macro_rules! packed8 {
+        ($pack:ident, $tile:ident, $bytes:expr, $products:expr, |$x:ident| $quants:expr) => {
+            /// [`pack8`] for this format.
+            ///
+            /// # Safety
+            /// As [`pack8`] (the host has AVX-512 F/VL/BW/VNNI).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+            pub(super) unsafe fn $pack(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
+                pack8(a, nb, $products, out)
+            }
+
+            /// [`tile32x8`] for this format.
+            ///
+            /// # Safety
+            /// As [`tile32x8`].
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+            pub(super) unsafe fn $tile(
+                w: &[&[u8]; 4],
+                panel: *const u8,
+                nb: usize,
+            ) -> [[f32; 4]; 8] {
+                tile32x8(w, panel, nb, $bytes, $products, |$x: *const u8| $quants)
+            }
+        };
     }
 
-    /// Packs eight activation rows for the Q5_0 tile ([`pack8`]).
-    ///
-    /// # Safety
-    /// As [`pack8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn pack8_sign(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
-        pack8(a, nb, Products::Sign, out)
-    }
-
-    /// Packs eight Q8_1 activation rows for the Q4_1 / Q5_1 tiles ([`pack8`]).
-    ///
-    /// # Safety
-    /// As [`pack8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn pack8_unsigned(a: &[&[u8]; 8], nb: usize, out: *mut u8) {
-        pack8(a, nb, Products::Unsigned, out)
-    }
-
-    /// Q4_1, 4 rows × 8 packed columns ([`tile32x8`]).
-    ///
-    /// # Safety
-    /// As [`tile32x8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q4_1_q8_1_4x8(
-        w: &[&[u8]; 4],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[f32; 4]; 8] {
-        tile32x8(w, panel, nb, Q4_1_BYTES, Products::Unsigned, |x| {
-            nibbles32(x.add(4))
-        })
-    }
-
-    /// Q5_1, 4 rows × 8 packed columns ([`tile32x8`]).
-    ///
-    /// # Safety
-    /// As [`tile32x8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q5_1_q8_1_4x8(
-        w: &[&[u8]; 4],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[f32; 4]; 8] {
-        tile32x8(w, panel, nb, Q5_1_BYTES, Products::Unsigned, |x| {
-            q5_1_quants(x)
-        })
-    }
-
-    /// Q8_0, 4 rows × 8 packed columns ([`tile32x8`]; the panel packed with `offset`).
-    ///
-    /// # Safety
-    /// As [`tile32x8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q8_0_q8_0_4x8(
-        w: &[&[u8]; 4],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[f32; 4]; 8] {
-        tile32x8(w, panel, nb, Q8_0_BYTES, Products::Offset, |x| {
-            load32(x.add(2))
-        })
-    }
-
-    /// Q5_0, 4 rows × 8 packed columns ([`tile32x8`]; the panel packed without `offset`).
-    ///
-    /// # Safety
-    /// As [`tile32x8`].
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(super) unsafe fn q5_0_q8_0_4x8(
-        w: &[&[u8]; 4],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[f32; 4]; 8] {
-        tile32x8(w, panel, nb, Q5_0_BYTES, Products::Sign, |x| q5_0_quants(x))
-    }
+    packed8!(
+        q8_0_pack8,
+        q8_0_q8_0_4x8,
+        Q8_0_BYTES,
+        Products::Offset,
+        |x| load32(x.add(2))
+    );
+    packed8!(q5_0_pack8, q5_0_q8_0_4x8, Q5_0_BYTES, Products::Sign, |x| {
+        q5_0_quants(x)
+    });
+    packed8!(
+        q4_1_pack8,
+        q4_1_q8_1_4x8,
+        Q4_1_BYTES,
+        Products::Unsigned,
+        |x| nibbles32(x.add(4))
+    );
+    packed8!(
+        q5_1_pack8,
+        q5_1_q8_1_4x8,
+        Q5_1_BYTES,
+        Products::Unsigned,
+        |x| q5_1_quants(x)
+    );
 
     /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
     /// bit is clear, i.e. `q - 16`).

@@ -194,28 +194,17 @@ pub(crate) struct Packed8x16 {
 pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni() {
-        let (pack, tile): (
-            unsafe fn(&[&[u8]; 16], usize, *mut u8),
-            unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
-        ) = match wtype {
-            GgmlType::Q4_0 => (x86::q4_0_pack16, x86::q4_0_x8x16),
-            GgmlType::IQ4_NL => (x86::iq4_nl_pack16, x86::iq4_nl_x8x16),
-            GgmlType::Q4_K => {
-                return Some(Packed8x16 {
-                    pack: x86::q4_k_pack16,
-                    tile: x86::q4_k_gemm_x8x16,
-                    block_bytes: x86::Q4_K_PANEL16_BYTES,
-                    gemm_only: true,
-                })
-            }
-            _ => return None,
+        return match wtype {
+            GgmlType::Q4_0 => Some(b32_packed(x86::q4_0_pack16, x86::q4_0_x8x16)),
+            GgmlType::IQ4_NL => Some(b32_packed(x86::iq4_nl_pack16, x86::iq4_nl_x8x16)),
+            GgmlType::Q4_K => Some(Packed8x16 {
+                pack: x86::q4_k_pack16,
+                tile: x86::q4_k_gemm_x8x16,
+                block_bytes: x86::Q4_K_PANEL16_BYTES,
+                gemm_only: true,
+            }),
+            _ => None,
         };
-        return Some(Packed8x16 {
-            pack,
-            tile,
-            block_bytes: x86::PANEL16_BLOCK_BYTES,
-            gemm_only: false,
-        });
     }
     let _ = wtype;
     None
@@ -225,25 +214,30 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 pub(crate) fn block_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni() {
-        let (pack, tile): (
-            unsafe fn(&[&[u8]; 16], usize, *mut u8),
-            unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
-        ) = match wtype {
-            GgmlType::Q4_1 => (x86::q4_1_block_pack16, x86::q4_1_block_x8x16),
-            GgmlType::Q5_0 => (x86::q5_0_block_pack16, x86::q5_0_block_x8x16),
-            GgmlType::Q5_1 => (x86::q5_1_block_pack16, x86::q5_1_block_x8x16),
-            GgmlType::Q8_0 => (x86::q8_0_block_pack16, x86::q8_0_block_x8x16),
-            _ => return None,
+        return match wtype {
+            GgmlType::Q4_1 => Some(b32_packed(x86::q4_1_block_pack16, x86::q4_1_block_x8x16)),
+            GgmlType::Q5_0 => Some(b32_packed(x86::q5_0_block_pack16, x86::q5_0_block_x8x16)),
+            GgmlType::Q5_1 => Some(b32_packed(x86::q5_1_block_pack16, x86::q5_1_block_x8x16)),
+            GgmlType::Q8_0 => Some(b32_packed(x86::q8_0_block_pack16, x86::q8_0_block_x8x16)),
+            _ => None,
         };
-        return Some(Packed8x16 {
-            pack,
-            tile,
-            block_bytes: x86::PANEL16_BLOCK_BYTES,
-            gemm_only: false,
-        });
     }
     let _ = wtype;
     None
+}
+
+/// A [`Packed8x16`] of the 32-value block tiles (`x86::b32_x8x16`).
+#[cfg(target_arch = "x86_64")]
+fn b32_packed(
+    pack: unsafe fn(&[&[u8]; 16], usize, *mut u8),
+    tile: unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16],
+) -> Packed8x16 {
+    Packed8x16 {
+        pack,
+        tile,
+        block_bytes: x86::PANEL16_BLOCK_BYTES,
+        gemm_only: false,
+    }
 }
 
 /// The plain path: `ir::ggml::RepackedRow` (decodes the row, then dots).
