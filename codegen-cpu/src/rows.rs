@@ -497,8 +497,10 @@ unsafe fn products_chunk(
     let packed = dot
         .packed4x8(n_cols)
         .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
-    // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it.
-    let packed16 = dot.packed8x16.filter(|_| n >= 16);
+    // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it (a
+    // last group of fewer is padded with copies of the chunk's last column, whose
+    // products are computed and dropped).
+    let packed16 = dot.packed8x16.filter(|_| n >= 8);
     let mut panel = Vec::new();
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
@@ -510,27 +512,32 @@ unsafe fn products_chunk(
     } else if let Some(pk) = packed16 {
         let group = nb * pk.block_bytes;
         panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        panel.resize(n / 16 * group, 0);
-        for g in 0..n / 16 {
-            let cols: [&[u8]; 16] = std::array::from_fn(|c| arow(16 * g + c));
+        panel.resize(n.div_ceil(16) * group, 0);
+        for g in 0..n.div_ceil(16) {
+            let cols: [&[u8]; 16] = std::array::from_fn(|c| arow((16 * g + c).min(n - 1)));
             (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
         }
     }
-    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered.
+    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered (all of them,
+    // or for a gemm-only tile those before llama.cpp's gemv columns).
     let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
         let Some(pk) = packed16 else { return 0 };
+        let end = if pk.gemm_only {
+            (0..n)
+                .find(|&t| RepackKernel::for_column(col0 + t, n_cols) != RepackKernel::Gemm)
+                .unwrap_or(n)
+        } else {
+            n
+        };
         let mut t = 0;
-        while t + 16 <= n
-            && (!pk.gemm_only
-                || RepackKernel::for_column(col0 + t + 15, n_cols) == RepackKernel::Gemm)
-        {
+        while t < end {
             let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
-            for (c, vc) in v.iter().enumerate() {
+            for (c, vc) in v.iter().enumerate().take(end - t) {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
             }
             t += 16;
         }
-        t
+        end
     };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
@@ -865,6 +872,92 @@ mod tests {
                                 got.to_bits(),
                                 want.to_bits(),
                                 "{} k {k} m {m}, {n} tokens, row {r} column {c}: {got} vs {want}",
+                                t.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The quantized types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens
+    /// (whole and partial groups of eight and sixteen) and row counts with and without a
+    /// multiple of eight: every output is what `ir::ggml` computes for its column (the
+    /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the `vec_dot` order of the
+    /// others).
+    #[test]
+    fn packed_products_are_llama_cpp_s() {
+        let mut s = 0x51ed_270b_u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let pool = crate::ThreadPool::new(2).expect("threads");
+        let types = [
+            GgmlType::Q4_0,
+            GgmlType::IQ4_NL,
+            GgmlType::Q4_K,
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
+        ];
+        for t in types {
+            let k = 512;
+            for m in [24usize, 20] {
+                let rb = t.row_size(k as u64).expect("whole blocks") as usize;
+                // Random blocks with moderate f16 scales (d, and m / dmin where the type
+                // has one); Q8_0 quants in -127..=127, as ggml's quantizer writes them.
+                let mut w: Vec<u8> = (0..rb * m).map(|_| next() as u8).collect();
+                let ts = t.type_size();
+                for blk in w.chunks_exact_mut(ts) {
+                    let f16s: &[usize] = match t {
+                        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
+                        _ => &[0],
+                    };
+                    for &o in f16s {
+                        let v = half::f16::from_f32((next() % 1000) as f32 / 20000.0 - 0.02);
+                        blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                    if t == GgmlType::Q8_0 {
+                        for q in &mut blk[2..] {
+                            if *q == 0x80 {
+                                *q = 0x81;
+                            }
+                        }
+                    }
+                }
+                let repacked = ggml::repacked_by_llama_cpp(t, [k as u64, m as u64, 1, 1]);
+                for n in [1usize, 4, 8, 9, 13, 16, 21, 40] {
+                    let x: Vec<f32> = (0..k * n)
+                        .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+                        .collect();
+                    let mm = RowsMatmul::new(t, k, m, n).expect("row-dot kernels");
+                    let mut act = vec![0u8; mm.act_bytes()];
+                    mm.prepare(&x, &mut act).expect("prepares");
+                    let mut out = vec![0f32; m * n];
+                    mm.run(&pool, &w, &act, &mut out).expect("runs");
+                    for c in 0..n {
+                        let (_, a) =
+                            ggml::quantize_activations(t, &x[c * k..(c + 1) * k], Q8Flavor::X86)
+                                .expect("quantizes");
+                        for r in 0..m {
+                            let row = &w[rb * r..rb * (r + 1)];
+                            let want = if repacked {
+                                ggml::RepackedRow::new(t, row)
+                                    .and_then(|p| p.dot(&a, RepackKernel::for_column(c, n)))
+                            } else {
+                                ggml::vec_dot_avx2_mul_mat(t, row, &a, n)
+                            }
+                            .expect("product");
+                            let got = out[c * m + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} m {m}, {n} tokens, row {r} column {c}: {got} vs {want}",
                                 t.name()
                             );
                         }
