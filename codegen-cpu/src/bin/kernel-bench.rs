@@ -73,7 +73,15 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--reps" => a.reps = val()?.parse().map_err(|e| format!("--reps: {e}"))?,
-            "--only" => a.only = Some(val()?),
+            "--only" => {
+                let v = val()?;
+                if !["bandwidth", "shapes", "decode", "pp", "rows"].contains(&v.as_str()) {
+                    return Err(format!(
+                        "--only {v}: one of bandwidth, shapes, decode, pp, rows"
+                    ));
+                }
+                a.only = Some(v);
+            }
             "--tiling" => {
                 let v = val()?;
                 let p: Vec<usize> = v
@@ -125,12 +133,15 @@ fn parse_args() -> Result<Args, String> {
                     .map(|s| s.parse().map_err(|e| format!("--rows-shape: {e}")))
                     .collect::<Result<_, _>>()?;
                 match p[..] {
-                    [k, m] if k > 0 && m > 0 => a.rows_shape = (k, m),
-                    _ => return Err("--rows-shape K,M (both above 0)".into()),
+                    // 64 copies of the weight are held in memory at once.
+                    [k, m] if k > 0 && m > 0 && k.saturating_mul(m) <= 1 << 28 => {
+                        a.rows_shape = (k, m)
+                    }
+                    _ => return Err("--rows-shape K,M (both above 0, K·M at most 2^28)".into()),
                 }
             }
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -314,8 +325,12 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
         // 64 copies cycled so that every call reads weights no cache holds (for a small
         // shape a large L3 may still hold them all).
         let ((k, m), copies) = (a.rows_shape, 64);
-        let Ok(kern) = RowsMatmul::new(t, k, m, 1) else {
-            continue;
+        let kern = match RowsMatmul::new(t, k, m, 1) {
+            Ok(kern) => kern,
+            Err(e) => {
+                eprintln!("kernel-bench: {} {{{k}, {m}}}: {e}", t.name());
+                continue;
+            }
         };
         let ws: Vec<Vec<u8>> = (0..copies)
             .map(|_| {

@@ -362,9 +362,10 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 artifact.target.name(),
                 artifact.payload_kind
             );
-            if let Some(k) = &artifact.kernels {
-                println!("kernels         = {k} (the default of --kernels)");
-            }
+            println!(
+                "kernels         = {} (the default of --kernels)",
+                artifact.kernels.as_deref().unwrap_or("exact")
+            );
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
             println!(
