@@ -518,17 +518,19 @@ unsafe fn products_chunk(
             (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
         }
     }
-    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered (all of them,
-    // or for a gemm-only tile those before llama.cpp's gemv columns).
+    // The columns the packed 8 × 16 tiles cover: all of them, or for a gemm-only tile
+    // those before llama.cpp's first gemv column.
+    let end16 = match packed16 {
+        Some(pk) if pk.gemm_only => (0..n)
+            .find(|&t| RepackKernel::for_column(col0 + t, n_cols) != RepackKernel::Gemm)
+            .unwrap_or(n),
+        Some(_) => n,
+        None => 0,
+    };
+    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered.
     let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
         let Some(pk) = packed16 else { return 0 };
-        let end = if pk.gemm_only {
-            (0..n)
-                .find(|&t| RepackKernel::for_column(col0 + t, n_cols) != RepackKernel::Gemm)
-                .unwrap_or(n)
-        } else {
-            n
-        };
+        let end = end16;
         let mut t = 0;
         while t < end {
             let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);

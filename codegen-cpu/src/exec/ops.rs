@@ -818,20 +818,23 @@ impl Attention {
             load_kv_f32(&kv_rows(kvh, (0, 0)), d_k, d_v, t0, j1, kt, ldk, vf);
         }
         // The chunk's queries in groups that read each converted tile once.
-        let mut group = Vec::with_capacity(flash::TILED_GROUP);
+        // (A fixed buffer: this runs per chunk of every prompt step.)
+        let mut group = [flash::TiledQuery::EMPTY; flash::TILED_GROUP];
+        let mut len = 0;
         for t in ta..tb {
             let v = vis(t);
             for h in heads.clone() {
-                group.push(flash::TiledQuery {
+                group[len] = flash::TiledQuery {
                     q: a.q.at(h, t, 0) as *const f32,
                     lo: v.lo,
                     hi: v.hi,
                     gap: v.gap,
                     out: a.out.at(h, t, 0) as *mut f32,
-                });
-                if group.len() == flash::TILED_GROUP || (t + 1 == tb && h + 1 == heads.end) {
-                    flash::tiled_queries(&group, d_k, t0, kt, ldk, vf, &p, tile, d_v);
-                    group.clear();
+                };
+                len += 1;
+                if len == flash::TILED_GROUP || (t + 1 == tb && h + 1 == heads.end) {
+                    flash::tiled_queries(&group[..len], d_k, t0, kt, ldk, vf, &p, tile, d_v);
+                    len = 0;
                 }
             }
         }

@@ -881,6 +881,17 @@ pub(crate) struct TiledQuery {
     pub out: *mut f32,
 }
 
+impl TiledQuery {
+    /// A query of no cells (a placeholder for a fixed buffer of them).
+    pub(crate) const EMPTY: TiledQuery = TiledQuery {
+        q: std::ptr::null(),
+        lo: 0,
+        hi: 0,
+        gap: (0, 0),
+        out: std::ptr::null_mut(),
+    };
+}
+
 /// Queries [`tiled_queries`] computes together (a GQA group's heads, or a chunk's tokens):
 /// each tile of keys and values is read once for all of them.
 pub(crate) const TILED_GROUP: usize = 4;
