@@ -135,7 +135,7 @@ impl RowDot {
             fast4x4: qdot::dot4x4_fn(wtype),
             packed4x8: qdot::packed4x8_fn(wtype),
             packed_cols4x8: fdot::packed4x8_fn(wtype),
-            packed8x16: None,
+            packed8x16: qdot_repack::tiled_packed8x16_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
@@ -606,9 +606,11 @@ unsafe fn products_chunk(
         }
     };
     // Eight rows × eight columns where the type has that tile without the eight-row forms
-    // above (Q4_K; the block order); the columns left over go through the 4 × 4 tiles of
+    // above (Q4_K, Q6_K; the block order); the columns left over go through the 4 × 4 tiles of
     // each half.
-    let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8()) || dot.block8x8.is_some();
+    let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
+        || dot.block8x8.is_some()
+        || packed16.is_some();
     while tile8x8 && r % 8 == 0 && r + 8 <= r1 && n >= 8 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         if r + 8 + PREFETCH_ROWS < r1 {
@@ -886,8 +888,8 @@ mod tests {
     /// The quantized types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens
     /// (whole and partial groups of eight and sixteen) and row counts with and without a
     /// multiple of eight: every output is what `ir::ggml` computes for its column (the
-    /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the `vec_dot` order of the
-    /// others).
+    /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of
+    /// Q6_K from 8 columns, the `vec_dot` order of the others).
     #[test]
     fn packed_products_are_llama_cpp_s() {
         let mut s = 0x51ed_270b_u64;
@@ -902,6 +904,7 @@ mod tests {
             GgmlType::Q4_0,
             GgmlType::IQ4_NL,
             GgmlType::Q4_K,
+            GgmlType::Q6_K,
             GgmlType::Q8_0,
             GgmlType::Q5_0,
             GgmlType::Q4_1,
@@ -918,6 +921,7 @@ mod tests {
                 for blk in w.chunks_exact_mut(ts) {
                     let f16s: &[usize] = match t {
                         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
+                        GgmlType::Q6_K => &[208],
                         _ => &[0],
                     };
                     for &o in f16s {

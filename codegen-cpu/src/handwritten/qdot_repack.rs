@@ -198,10 +198,29 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::Q4_0 => Some(b32_packed(x86::q4_0_pack16, x86::q4_0_x8x16)),
             GgmlType::IQ4_NL => Some(b32_packed(x86::iq4_nl_pack16, x86::iq4_nl_x8x16)),
             GgmlType::Q4_K if super::has_vnni512() => Some(Packed8x16 {
-                pack: x86::q4_k_pack16,
+                pack: x86::q8_k_pack16,
                 tile: x86::q4_k_gemm_x8x16,
-                block_bytes: x86::Q4_K_PANEL16_BYTES,
+                block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
+            }),
+            _ => None,
+        };
+    }
+    let _ = wtype;
+    None
+}
+
+/// The packed 8 × 16 tile of llama.cpp's tiled K-quant order (`qdot_tiled`: the numbers of
+/// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q6_K.
+pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni512() {
+        return match wtype {
+            GgmlType::Q6_K => Some(Packed8x16 {
+                pack: x86::q8_k_pack16,
+                tile: x86::q6_k_tiled_x8x16,
+                block_bytes: x86::Q8_K_PANEL16_BYTES,
+                gemm_only: false,
             }),
             _ => None,
         };
@@ -759,8 +778,8 @@ mod x86 {
     pub(super) unsafe fn q4_k_gemm_x8x8(w: &[&[u8]; 8], a: &[&[u8]; 8]) -> [[f32; 8]; 8] {
         let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
         let nb = a.iter().fold(rows, |n, r| n.min(r.len() / 292));
-        let mut panel = vec![0u8; nb * Q4_K_PANEL16_BYTES];
-        q4_k_pack16(&std::array::from_fn(|c| a[c % 8]), nb, panel.as_mut_ptr());
+        let mut panel = vec![0u8; nb * Q8_K_PANEL16_BYTES];
+        q8_k_pack16(&std::array::from_fn(|c| a[c % 8]), nb, panel.as_mut_ptr());
         let v = q4_k_gemm_x8x16(w, panel.as_ptr(), nb);
         std::array::from_fn(|c| v[c])
     }
@@ -787,21 +806,21 @@ mod x86 {
         out
     }
 
-    /// Bytes of one super-block of a [`q4_k_pack16`] panel: the sixteen columns' Q8_K
+    /// Bytes of one super-block of a [`q8_k_pack16`] panel: the sixteen columns' Q8_K
     /// values in 64 groups (group `8v + k`: bytes `4k..4k + 4` of value vector `v` of column
     /// `c` in lane `c`, 64 × 64), their i16 `bsums` in eight pairs (8 × 64) and `d` (64).
-    pub(super) const Q4_K_PANEL16_BYTES: usize = 64 * 64 + 8 * 64 + 64;
+    pub(super) const Q8_K_PANEL16_BYTES: usize = 64 * 64 + 8 * 64 + 64;
 
     /// Packs sixteen Q8_K activation rows of `nb` super-blocks for [`q4_k_gemm_x8x16`].
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW; rows of at least `nb` Q8_K blocks; `out` writable
-    /// for `nb · Q4_K_PANEL16_BYTES` bytes.
+    /// for `nb · Q8_K_PANEL16_BYTES` bytes.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
-    pub(super) unsafe fn q4_k_pack16(a: &[&[u8]; 16], nb: usize, out: *mut u8) {
+    pub(super) unsafe fn q8_k_pack16(a: &[&[u8]; 16], nb: usize, out: *mut u8) {
         for b in 0..nb {
             let y: [*const u8; 16] = std::array::from_fn(|c| a[c].as_ptr().add(292 * b));
-            let o = out.add(b * Q4_K_PANEL16_BYTES);
+            let o = out.add(b * Q8_K_PANEL16_BYTES);
             // Column groups of the 32 bytes at `at` of every column, 16 lanes each.
             let join = |at: usize, dst: *mut u8| {
                 let half = |h: usize| {
@@ -825,7 +844,7 @@ mod x86 {
         }
     }
 
-    /// [`q4_k_gemm_x8x8`] for eight rows × sixteen columns packed by [`q4_k_pack16`], the
+    /// [`q4_k_gemm_x8x8`] for eight rows × sixteen columns packed by [`q8_k_pack16`], the
     /// columns in the lanes of 512-bit vectors: each lane's integers and fused
     /// multiply-adds are the 8 × 8 tile's, so each output is the same bit for bit. Every
     /// intrinsic is inlined (`vpmaddwd` on 512 bits needs AVX-512BW enabled here: without it
@@ -852,7 +871,7 @@ mod x86 {
         let mut sc = [[0u32; 16]; 8];
         let mut dx = [0f32; 8];
         for b in 0..nb {
-            let o = panel.add(b * Q4_K_PANEL16_BYTES);
+            let o = panel.add(b * Q8_K_PANEL16_BYTES);
             let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
             let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
             for (i, row) in w.iter().enumerate() {
@@ -925,6 +944,131 @@ mod x86 {
             _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
         }
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// The tiled K-quant order of [`crate::handwritten::qdot_tiled`] for the types without
+    /// mins and with sixteen 16-value sub-blocks (Q3_K, Q6_K), eight rows × sixteen Q8_K
+    /// columns packed by [`q8_k_pack16`], the columns in the lanes of 512-bit vectors: per
+    /// super-block and column the exact `s1 = Σ_j sc_j · (q · y) - 2^SHIFT · Σ_j sc_j ·
+    /// bsums[j]` (`q` the unsigned quants: `vpdpbusd` against the transposed activations,
+    /// then `vpmulld` by the sub-block scale), then `out = fma(d · s1, yd, out)` from 0, as
+    /// `qdot_tiled`'s `k16_step`: each output the same bit for bit. `block_bytes` is the
+    /// weight block's size; `unpack(x, q)` writes block `x`'s 256 unsigned quants into `q`
+    /// (value vector `v`, 4-byte group `k`) and returns its sixteen signed scales (bytes)
+    /// and its `d`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW (inlined into such a caller); eight whole rows of
+    /// `nb` blocks; `panel` packed from `nb` Q8_K blocks.
+    #[inline(always)]
+    unsafe fn k16_x8x16<const SHIFT: u32>(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+        block_bytes: usize,
+        unpack: impl Fn(*const u8, &mut [[u32; 8]; 8]) -> (__m128i, f32),
+    ) -> [[f32; 8]; 16] {
+        let mut out = [_mm512_setzero_ps(); 8];
+        let mut q = [[[0u32; 8]; 8]; 8];
+        // Row `i`'s scales: one per sub-block (i32), then in pairs of i16 for `vpmaddwd`.
+        let mut sc = [[0u32; 16]; 8];
+        let mut pairs = [[0u32; 8]; 8];
+        let mut dx = [0f32; 8];
+        for b in 0..nb {
+            let o = panel.add(b * Q8_K_PANEL16_BYTES);
+            let mut offset = [_mm512_setzero_si512(); 8];
+            for (i, row) in w.iter().enumerate() {
+                let (scales, d) = unpack(row.as_ptr().add(block_bytes * b), &mut q[i]);
+                dx[i] = d;
+                _mm512_storeu_si512(
+                    sc[i].as_mut_ptr() as *mut __m512i,
+                    _mm512_cvtepi8_epi32(scales),
+                );
+                _mm256_storeu_si256(
+                    pairs[i].as_mut_ptr() as *mut __m256i,
+                    _mm256_cvtepi8_epi16(scales),
+                );
+            }
+            // Through memory: each scale is broadcast by a load, not moved from a register.
+            let (q, sc, pairs) = std::hint::black_box((&q, &sc, &pairs));
+            for (i, off) in offset.iter_mut().enumerate() {
+                for j in 0..8 {
+                    let bsum = _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
+                    *off = _mm512_dpwssd_epi32(*off, bsum, _mm512_set1_epi32(pairs[i][j] as i32));
+                }
+            }
+            let mut s1 = [_mm512_setzero_si512(); 8];
+            for v in 0..8 {
+                let g: [__m512i; 8] = std::array::from_fn(|k| {
+                    _mm512_loadu_si512(o.add(64 * (8 * v + k)) as *const __m512i)
+                });
+                // A loop, not `array::from_fn`: its closure is not inlined.
+                for (i, s) in s1.iter_mut().enumerate() {
+                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for k in 0..4 {
+                        let wq = |k: usize| _mm512_set1_epi32(q[i][v][k] as i32);
+                        lo = _mm512_dpbusd_epi32(lo, wq(k), g[k]);
+                        hi = _mm512_dpbusd_epi32(hi, wq(k + 4), g[k + 4]);
+                    }
+                    let scale = |j: usize| _mm512_set1_epi32(sc[i][j] as i32);
+                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(lo, scale(2 * v)));
+                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(hi, scale(2 * v + 1)));
+                }
+            }
+            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            for i in 0..8 {
+                let s = _mm512_sub_epi32(s1[i], _mm512_slli_epi32::<SHIFT>(offset[i]));
+                let r = _mm512_mul_ps(_mm512_set1_ps(dx[i]), _mm512_cvtepi32_ps(s));
+                out[i] = _mm512_fmadd_ps(r, dy, out[i]);
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), out[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// Q6_K (210-byte blocks: `ql[128]`, `qh[64]`, `scales[16]`, `d`) in the tiled order,
+    /// eight rows × sixteen columns ([`k16_x8x16`], quants `q + 32`).
+    ///
+    /// # Safety
+    /// As [`k16_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q6_k_tiled_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m3 = _mm256_set1_epi8(0x03);
+        k16_x8x16::<5>(w, panel, nb, 210, |x, q| {
+            for half in 0..2 {
+                let ql = |k: usize| _mm256_loadu_si256(x.add(64 * half + 32 * k) as *const __m256i);
+                let qh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
+                let (l0, l1) = (ql(0), ql(1));
+                let low = [
+                    _mm256_and_si256(l0, m4),
+                    _mm256_and_si256(l1, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                ];
+                let high = [
+                    _mm256_and_si256(qh, m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(qh), m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3),
+                ];
+                for k in 0..4 {
+                    let v = _mm256_or_si256(low[k], _mm256_slli_epi16::<4>(high[k]));
+                    _mm256_storeu_si256(q[4 * half + k].as_mut_ptr() as *mut __m256i, v);
+                }
+            }
+            (
+                _mm_loadu_si128(x.add(192) as *const __m128i),
+                f16_at(x.add(208)),
+            )
+        })
     }
 
     /// Q4_0, eight rows ([`super::RepackDot8Fn`]).
