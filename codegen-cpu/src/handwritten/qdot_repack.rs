@@ -211,22 +211,29 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 }
 
 /// The packed 8 × 16 tile of llama.cpp's tiled K-quant order (`qdot_tiled`: the numbers of
-/// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q6_K.
+/// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q5_K, Q6_K.
 pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q6_K => Some(Packed8x16 {
-                pack: x86::q8_k_pack16,
-                tile: x86::q6_k_tiled_x8x16,
-                block_bytes: x86::Q8_K_PANEL16_BYTES,
-                gemm_only: false,
-            }),
+            GgmlType::Q5_K => Some(tiled_packed(x86::q5_k_tiled_x8x16)),
+            GgmlType::Q6_K => Some(tiled_packed(x86::q6_k_tiled_x8x16)),
             _ => None,
         };
     }
     let _ = wtype;
     None
+}
+
+/// A tiled-order tile over the Q8_K panel of [`x86::q8_k_pack16`].
+#[cfg(target_arch = "x86_64")]
+fn tiled_packed(tile: unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16]) -> Packed8x16 {
+    Packed8x16 {
+        pack: x86::q8_k_pack16,
+        tile,
+        block_bytes: x86::Q8_K_PANEL16_BYTES,
+        gemm_only: false,
+    }
 }
 
 /// The packed 8 × 16 form of [`block_dot8x8_fn`] (the block order of `--kernels fast`).
@@ -1027,6 +1034,118 @@ mod x86 {
             _mm512_storeu_ps(by_row[i].as_mut_ptr(), out[i]);
         }
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// The tiled K-quant order for the types with mins and eight 32-value sub-blocks
+    /// (Q5_K), eight rows × sixteen Q8_K columns packed by [`q8_k_pack16`], the columns in
+    /// the lanes: per super-block and column the exact `s1 = Σ_j sc_j · (q · y)` and `s2 =
+    /// Σ_j m_j · (bsums[2j] + bsums[2j + 1])`, then `out = fma(fma(-dmin, s2, d · s1), yd,
+    /// out)` from 0, as `qdot_tiled`'s `k4_step`: each output the same bit for bit.
+    /// `unpack(x, q)` writes block `x`'s 256 unsigned quants into `q` (value vector `v`,
+    /// 4-byte group `k`).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW (inlined into such a caller); eight whole rows of
+    /// `nb` blocks of `block_bytes` with `d`, `dmin` and the 12 bytes of 6-bit scales and
+    /// mins at 0, 2 and 4; `panel` packed from `nb` Q8_K blocks.
+    #[inline(always)]
+    unsafe fn k32_min_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+        block_bytes: usize,
+        unpack: impl Fn(*const u8, &mut [[u32; 8]; 8]),
+    ) -> [[f32; 8]; 16] {
+        let mut out = [_mm512_setzero_ps(); 8];
+        let mut q = [[[0u32; 8]; 8]; 8];
+        // Row `i`'s eight scales, then its eight mins in both halves of a u32.
+        let mut sc = [[0u32; 16]; 8];
+        for b in 0..nb {
+            let o = panel.add(b * Q8_K_PANEL16_BYTES);
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(block_bytes * b);
+                unpack(x, &mut q[i]);
+                let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                    scales_mins_k4(x.add(4)).as_ptr() as *const __m128i
+                ));
+                let sm = _mm512_mask_or_epi32(sm, 0xff00, sm, _mm512_slli_epi32(sm, 16));
+                _mm512_storeu_si512(sc[i].as_mut_ptr() as *mut __m512i, sm);
+            }
+            // Through memory: each scale is broadcast by a load, not moved from a register.
+            let (q, sc) = std::hint::black_box((&q, &sc));
+            let mut s2 = [_mm512_setzero_si512(); 8];
+            for (i, s) in s2.iter_mut().enumerate() {
+                for j in 0..8 {
+                    let bsum = _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
+                    *s = _mm512_dpwssd_epi32(*s, bsum, _mm512_set1_epi32(sc[i][8 + j] as i32));
+                }
+            }
+            let mut s1 = [_mm512_setzero_si512(); 8];
+            for v in 0..8 {
+                let g: [__m512i; 8] = std::array::from_fn(|k| {
+                    _mm512_loadu_si512(o.add(64 * (8 * v + k)) as *const __m512i)
+                });
+                // A loop, not `array::from_fn`: its closure is not inlined.
+                for (i, s) in s1.iter_mut().enumerate() {
+                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for k in (0..8).step_by(2) {
+                        let wq = |k: usize| _mm512_set1_epi32(q[i][v][k] as i32);
+                        lo = _mm512_dpbusd_epi32(lo, wq(k), g[k]);
+                        hi = _mm512_dpbusd_epi32(hi, wq(k + 1), g[k + 1]);
+                    }
+                    let isum = _mm512_add_epi32(lo, hi);
+                    let scale = _mm512_set1_epi32(sc[i][v] as i32);
+                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(isum, scale));
+                }
+            }
+            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            for i in 0..8 {
+                let x = w[i].as_ptr().add(block_bytes * b);
+                let (d, dmin) = (f16_at(x), f16_at(x.add(2)));
+                let r = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s1[i]));
+                let r = _mm512_fmadd_ps(_mm512_set1_ps(-dmin), _mm512_cvtepi32_ps(s2[i]), r);
+                out[i] = _mm512_fmadd_ps(r, dy, out[i]);
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), out[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
+    /// Q5_K (176-byte blocks: `d`, `dmin`, `scales[12]`, `qh[32]`, `qs[128]`) in the tiled
+    /// order, eight rows × sixteen columns ([`k32_min_x8x16`]).
+    ///
+    /// # Safety
+    /// As [`k32_min_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q5_k_tiled_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let one = _mm256_set1_epi8(1);
+        k32_min_x8x16(w, panel, nb, 176, |x, q| {
+            let qh = _mm256_loadu_si256(x.add(16) as *const __m256i);
+            for j in 0..4 {
+                let v = _mm256_loadu_si256(x.add(48 + 32 * j) as *const __m256i);
+                // Bits 2j and 2j + 1 of `qh` (each byte's own: the mask drops what the
+                // 16-bit shifts bring in from the neighbouring byte), at bit 4.
+                let bit = |s: i32| {
+                    let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(s));
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(h, one))
+                };
+                let lo = _mm256_or_si256(_mm256_and_si256(v, m4), bit(2 * j as i32));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                    bit(2 * j as i32 + 1),
+                );
+                _mm256_storeu_si256(q[2 * j].as_mut_ptr() as *mut __m256i, lo);
+                _mm256_storeu_si256(q[2 * j + 1].as_mut_ptr() as *mut __m256i, hi);
+            }
+        })
     }
 
     /// Q6_K (210-byte blocks: `ql[128]`, `qh[64]`, `scales[16]`, `d`) in the tiled order,
