@@ -606,7 +606,7 @@ unsafe fn products_chunk(
         }
     };
     // Eight rows × eight columns where the type has that tile without the eight-row forms
-    // above (Q4_K, Q5_K, Q6_K; the block order); the columns left over go through the 4 × 4 tiles of
+    // above (the K-quants; the block order); the columns left over go through the 4 × 4 tiles of
     // each half.
     let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
         || dot.block8x8.is_some()
@@ -889,7 +889,7 @@ mod tests {
     /// (whole and partial groups of eight and sixteen) and row counts with and without a
     /// multiple of eight: every output is what `ir::ggml` computes for its column (the
     /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of
-    /// Q5_K / Q6_K from 8 columns, the `vec_dot` order of the others).
+    /// Q2_K / Q3_K / Q5_K / Q6_K from 8 columns, the `vec_dot` order of the others).
     #[test]
     fn packed_products_are_llama_cpp_s() {
         let mut s = 0x51ed_270b_u64;
@@ -904,6 +904,8 @@ mod tests {
             GgmlType::Q4_0,
             GgmlType::IQ4_NL,
             GgmlType::Q4_K,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
             GgmlType::Q8_0,
@@ -925,6 +927,8 @@ mod tests {
                             &[0, 2]
                         }
                         GgmlType::Q6_K => &[208],
+                        GgmlType::Q3_K => &[108],
+                        GgmlType::Q2_K => &[80, 82],
                         _ => &[0],
                     };
                     for &o in f16s {

@@ -211,11 +211,14 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 }
 
 /// The packed 8 × 16 tile of llama.cpp's tiled K-quant order (`qdot_tiled`: the numbers of
-/// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q5_K, Q6_K.
+/// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q2_K, Q3_K,
+/// Q5_K, Q6_K.
 pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
+            GgmlType::Q2_K => Some(tiled_packed(x86::q2_k_tiled_x8x16)),
+            GgmlType::Q3_K => Some(tiled_packed(x86::q3_k_tiled_x8x16)),
             GgmlType::Q5_K => Some(tiled_packed(x86::q5_k_tiled_x8x16)),
             GgmlType::Q6_K => Some(tiled_packed(x86::q6_k_tiled_x8x16)),
             _ => None,
@@ -953,55 +956,65 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
-    /// The tiled K-quant order of [`crate::handwritten::qdot_tiled`] for the types without
-    /// mins and with sixteen 16-value sub-blocks (Q3_K, Q6_K), eight rows × sixteen Q8_K
-    /// columns packed by [`q8_k_pack16`], the columns in the lanes of 512-bit vectors: per
-    /// super-block and column the exact `s1 = Σ_j sc_j · (q · y) - 2^SHIFT · Σ_j sc_j ·
-    /// bsums[j]` (`q` the unsigned quants: `vpdpbusd` against the transposed activations,
-    /// then `vpmulld` by the sub-block scale), then `out = fma(d · s1, yd, out)` from 0, as
-    /// `qdot_tiled`'s `k16_step`: each output the same bit for bit. `block_bytes` is the
-    /// weight block's size; `unpack(x, q)` writes block `x`'s 256 unsigned quants into `q`
-    /// (value vector `v`, 4-byte group `k`) and returns its sixteen signed scales (bytes)
-    /// and its `d`.
+    /// What [`k16_x8x16`]'s `unpack` returns for one weight block besides its quants: the
+    /// sixteen sub-block scales as i8 bytes, the sixteen factors of the `bsums` term (the
+    /// scales again for the types without mins, the mins for Q2_K), `d`, and `dmin` (0 for
+    /// the types without mins).
+    type K16Block = (__m128i, __m128i, f32, f32);
+
+    /// The tiled K-quant order of [`crate::handwritten::qdot_tiled`] for the types with
+    /// sixteen 16-value sub-blocks (Q2_K, Q3_K, Q6_K), eight rows × sixteen Q8_K columns
+    /// packed by [`q8_k_pack16`], the columns in the lanes of 512-bit vectors: per
+    /// super-block and column the exact `s1 = Σ_j sc_j · (q · y)` (`q` the unsigned quants:
+    /// `vpdpbusd` against the transposed activations, then `vpmulld` by the sub-block scale)
+    /// and `t = Σ_j f_j · bsums[j]`; then without mins (`MIN` false; `f` the scales, the
+    /// quants offset by `2^SHIFT`: 2 for Q3_K, 5 for Q6_K) `out = fma(d · (s1 - 2^SHIFT ·
+    /// t), yd, out)` as `qdot_tiled`'s `k16_step`, with mins (`f` the mins) `out =
+    /// fma(fma(-dmin, t, d · s1), yd, out)` as its Q2_K step, from 0: each output the same
+    /// bit for bit. `block_bytes` is the weight block's size; `unpack(x, q)` writes block
+    /// `x`'s 256 unsigned quants into `q` (value vector `v`, 4-byte group `k`) and returns
+    /// the rest ([`K16Block`]).
     ///
     /// # Safety
     /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW (inlined into such a caller); eight whole rows of
     /// `nb` blocks; `panel` packed from `nb` Q8_K blocks.
     #[inline(always)]
-    unsafe fn k16_x8x16<const SHIFT: u32>(
+    unsafe fn k16_x8x16<const SHIFT: u32, const MIN: bool>(
         w: &[&[u8]; 8],
         panel: *const u8,
         nb: usize,
         block_bytes: usize,
-        unpack: impl Fn(*const u8, &mut [[u32; 8]; 8]) -> (__m128i, f32),
+        unpack: impl Fn(*const u8, &mut [[u32; 8]; 8]) -> K16Block,
     ) -> [[f32; 8]; 16] {
         let mut out = [_mm512_setzero_ps(); 8];
         let mut q = [[[0u32; 8]; 8]; 8];
-        // Row `i`'s scales: one per sub-block (i32), then in pairs of i16 for `vpmaddwd`.
+        // Row `i`'s scales, one per sub-block (i32), and its `bsums` factors in pairs of
+        // i16 for `vpdpwssd`.
         let mut sc = [[0u32; 16]; 8];
         let mut pairs = [[0u32; 8]; 8];
-        let mut dx = [0f32; 8];
+        let mut dx = [(0f32, 0f32); 8];
         for b in 0..nb {
             let o = panel.add(b * Q8_K_PANEL16_BYTES);
-            let mut offset = [_mm512_setzero_si512(); 8];
             for (i, row) in w.iter().enumerate() {
-                let (scales, d) = unpack(row.as_ptr().add(block_bytes * b), &mut q[i]);
-                dx[i] = d;
+                let (scales, factors, d, dmin) =
+                    unpack(row.as_ptr().add(block_bytes * b), &mut q[i]);
+                dx[i] = (d, dmin);
                 _mm512_storeu_si512(
                     sc[i].as_mut_ptr() as *mut __m512i,
                     _mm512_cvtepi8_epi32(scales),
                 );
                 _mm256_storeu_si256(
                     pairs[i].as_mut_ptr() as *mut __m256i,
-                    _mm256_cvtepi8_epi16(scales),
+                    _mm256_cvtepi8_epi16(factors),
                 );
             }
             // Through memory: each scale is broadcast by a load, not moved from a register.
             let (q, sc, pairs) = std::hint::black_box((&q, &sc, &pairs));
-            for (i, off) in offset.iter_mut().enumerate() {
+            let mut t = [_mm512_setzero_si512(); 8];
+            for (i, ti) in t.iter_mut().enumerate() {
                 for j in 0..8 {
                     let bsum = _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
-                    *off = _mm512_dpwssd_epi32(*off, bsum, _mm512_set1_epi32(pairs[i][j] as i32));
+                    *ti = _mm512_dpwssd_epi32(*ti, bsum, _mm512_set1_epi32(pairs[i][j] as i32));
                 }
             }
             let mut s1 = [_mm512_setzero_si512(); 8];
@@ -1024,8 +1037,14 @@ mod x86 {
             }
             let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
             for i in 0..8 {
-                let s = _mm512_sub_epi32(s1[i], _mm512_slli_epi32::<SHIFT>(offset[i]));
-                let r = _mm512_mul_ps(_mm512_set1_ps(dx[i]), _mm512_cvtepi32_ps(s));
+                let (d, dmin) = dx[i];
+                let r = if MIN {
+                    let r = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s1[i]));
+                    _mm512_fmadd_ps(_mm512_set1_ps(-dmin), _mm512_cvtepi32_ps(t[i]), r)
+                } else {
+                    let s = _mm512_sub_epi32(s1[i], _mm512_slli_epi32::<SHIFT>(t[i]));
+                    _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s))
+                };
                 out[i] = _mm512_fmadd_ps(r, dy, out[i]);
             }
         }
@@ -1161,7 +1180,7 @@ mod x86 {
     ) -> [[f32; 8]; 16] {
         let m4 = _mm256_set1_epi8(0x0f);
         let m3 = _mm256_set1_epi8(0x03);
-        k16_x8x16::<5>(w, panel, nb, 210, |x, q| {
+        k16_x8x16::<5, false>(w, panel, nb, 210, |x, q| {
             for half in 0..2 {
                 let ql = |k: usize| _mm256_loadu_si256(x.add(64 * half + 32 * k) as *const __m256i);
                 let qh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
@@ -1183,10 +1202,88 @@ mod x86 {
                     _mm256_storeu_si256(q[4 * half + k].as_mut_ptr() as *mut __m256i, v);
                 }
             }
-            (
-                _mm_loadu_si128(x.add(192) as *const __m128i),
-                f16_at(x.add(208)),
-            )
+            let scales = _mm_loadu_si128(x.add(192) as *const __m128i);
+            (scales, scales, f16_at(x.add(208)), 0.0)
+        })
+    }
+
+    /// Q3_K (110-byte blocks: `hmask[32]`, `qs[64]`, `scales[12]`, `d`) in the tiled order,
+    /// eight rows × sixteen columns ([`k16_x8x16`], quants `q + 4`: two low bits, the
+    /// `hmask` bit as 4).
+    ///
+    /// # Safety
+    /// As [`k16_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q3_k_tiled_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m3 = _mm256_set1_epi8(3);
+        let one = _mm256_set1_epi8(1);
+        k16_x8x16::<2, false>(w, panel, nb, 110, |x, q| {
+            let hm = _mm256_loadu_si256(x as *const __m256i);
+            for half in 0..2 {
+                let v = _mm256_loadu_si256(x.add(32 + 32 * half) as *const __m256i);
+                for k in 0..4 {
+                    let low = _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * k as i32));
+                    let low = _mm256_and_si256(low, m3);
+                    // Bit `4 half + k` of each `hmask` byte, at bit 2.
+                    let h = _mm256_srl_epi16(hm, _mm_cvtsi32_si128((4 * half + k) as i32));
+                    let h = _mm256_slli_epi16::<2>(_mm256_and_si256(h, one));
+                    let g = _mm256_or_si256(low, h);
+                    _mm256_storeu_si256(q[4 * half + k].as_mut_ptr() as *mut __m256i, g);
+                }
+            }
+            let scales = q3_k_scales(x.add(96));
+            (scales, scales, f16_at(x.add(108)), 0.0)
+        })
+    }
+
+    /// The sixteen 6-bit scales of a Q3_K super-block minus 32, as i8 bytes in order
+    /// (ggml's packing: low nibbles from bytes 0..8, two high bits from bytes 8..12).
+    ///
+    /// # Safety
+    /// `p` valid for 12 bytes of reads (SSE2, which every x86-64 has).
+    #[inline(always)]
+    unsafe fn q3_k_scales(p: *const u8) -> __m128i {
+        let word = |k: usize| std::ptr::read_unaligned(p.add(4 * k) as *const u32);
+        let (u0, u1, u2) = (word(0), word(1), word(2));
+        let (k4, k2) = (0x0f0f_0f0f_u32, 0x0303_0303_u32);
+        let b0 = (u0 & k4) | ((u2 & k2) << 4);
+        let b1 = (u1 & k4) | (((u2 >> 2) & k2) << 4);
+        let b2 = ((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4);
+        let b3 = ((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4);
+        let v = _mm_setr_epi32(b0 as i32, b1 as i32, b2 as i32, b3 as i32);
+        _mm_sub_epi8(v, _mm_set1_epi8(32))
+    }
+
+    /// Q2_K (84-byte blocks: `scales[16]` (scale and min nibbles), `qs[64]`, `d`, `dmin`)
+    /// in the tiled order, eight rows × sixteen columns ([`k16_x8x16`] with mins).
+    ///
+    /// # Safety
+    /// As [`k16_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q2_k_tiled_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m3 = _mm256_set1_epi8(3);
+        let m4 = _mm_set1_epi8(0x0f);
+        k16_x8x16::<0, true>(w, panel, nb, 84, |x, q| {
+            for half in 0..2 {
+                let v = _mm256_loadu_si256(x.add(16 + 32 * half) as *const __m256i);
+                for k in 0..4 {
+                    let g = _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * k as i32));
+                    let g = _mm256_and_si256(g, m3);
+                    _mm256_storeu_si256(q[4 * half + k].as_mut_ptr() as *mut __m256i, g);
+                }
+            }
+            let sm = _mm_loadu_si128(x as *const __m128i);
+            let scales = _mm_and_si128(sm, m4);
+            let mins = _mm_and_si128(_mm_srli_epi16::<4>(sm), m4);
+            (scales, mins, f16_at(x.add(80)), f16_at(x.add(82)))
         })
     }
 
