@@ -424,8 +424,14 @@ pub(crate) unsafe fn products(
     let chunk = if dot.packed8x16.is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile.
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(16, 64) & !15
-    } else if dot.packed4x8(n_cols).is_some() {
-        (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(8, 64) & !7
+    } else if let Some(pk) = dot.packed4x8(n_cols) {
+        if pk.widen.is_some() {
+            // Rows widened to f32 once per chunk: as many tokens as a chunk may hold (the
+            // f32 panel stays in L2; the four widened rows in L1).
+            64
+        } else {
+            (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(8, 64) & !7
+        }
     } else {
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3
     };
@@ -473,6 +479,8 @@ thread_local! {
     /// Each thread's buffer for [`products_chunk`]'s packed activation panels (kept between
     /// calls so that a step allocates nothing once warm).
     static PANELS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's buffer for the f32 rows of [`qdot::Packed4x8::widen`].
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// [`products`] for one chunk of `n` tokens (columns `col0..col0 + n`).
@@ -571,11 +579,34 @@ unsafe fn products_chunk(
         r += 8;
     }
     // Rows r..r + 4 for tokens t0..n: 4 × 4 tiles where they apply, the rest one by one.
+    // F16 / BF16 rows widened to f32 for the packed tile, four at a time, once per call
+    // of `four_rows` (not once per eight columns).
+    let widen = packed.and_then(|pk| pk.widen);
+    let mut wide = match widen {
+        Some(_) => WIDE.with(|p| std::mem::take(&mut *p.borrow_mut())),
+        None => Vec::new(),
+    };
+    if widen.is_some() {
+        wide.resize(4 * nb, 0.0);
+    }
+    let wide_ptr = wide.as_mut_ptr();
     let four_rows = |r: usize, t0: usize| {
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
+        let tile_ws: [&[u8]; 4] = match widen.filter(|_| t0 + 8 <= n) {
+            Some(widen) => std::array::from_fn(|i| {
+                let dst = wide_ptr.add(i * nb);
+                widen(ws[i].as_ptr(), nb, dst);
+                std::slice::from_raw_parts(dst as *const u8, 4 * nb)
+            }),
+            None => ws,
+        };
         let mut t = t0;
         while let Some(pk) = packed.filter(|_| t + 8 <= n) {
-            let v = (pk.tile)(&ws, panel.as_ptr().add(t / 8 * nb * pk.block_bytes), nb);
+            let v = (pk.tile)(
+                &tile_ws,
+                panel.as_ptr().add(t / 8 * nb * pk.block_bytes),
+                nb,
+            );
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
             }
@@ -680,6 +711,9 @@ unsafe fn products_chunk(
     }
     if packed.is_some() || packed16.is_some() {
         PANELS.with(|p| *p.borrow_mut() = panel);
+    }
+    if widen.is_some() {
+        WIDE.with(|p| *p.borrow_mut() = wide);
     }
 }
 
@@ -885,11 +919,12 @@ mod tests {
         }
     }
 
-    /// The quantized types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens
+    /// The types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens
     /// (whole and partial groups of eight and sixteen) and row counts with and without a
     /// multiple of eight: every output is what `ir::ggml` computes for its column (the
     /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of
-    /// Q2_K / Q3_K / Q5_K / Q6_K from 8 columns, the `vec_dot` order of the others).
+    /// Q2_K / Q3_K / Q5_K / Q6_K from 8 columns, tinyBLAS's of the float types (F16 and
+    /// BF16 rows widened to f32 for the packed tile), the `vec_dot` order of the others).
     #[test]
     fn packed_products_are_llama_cpp_s() {
         let mut s = 0x51ed_270b_u64;
@@ -912,6 +947,9 @@ mod tests {
             GgmlType::Q5_0,
             GgmlType::Q4_1,
             GgmlType::Q5_1,
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
         ];
         for t in types {
             let k = 512;
@@ -920,8 +958,29 @@ mod tests {
                 // Random blocks with moderate f16 scales (d, and m / dmin where the type
                 // has one); Q8_0 quants in -127..=127, as ggml's quantizer writes them.
                 let mut w: Vec<u8> = (0..rb * m).map(|_| next() as u8).collect();
+                // Float weights: values in [-1, 1] (random bytes would be NaNs and
+                // subnormals).
+                let value = |r: u64| (r % 2001) as f32 / 1000.0 - 1.0;
+                match t {
+                    GgmlType::F32 => {
+                        w = (0..k * m)
+                            .flat_map(|_| value(next()).to_le_bytes())
+                            .collect()
+                    }
+                    GgmlType::F16 => {
+                        w = (0..k * m)
+                            .flat_map(|_| half::f16::from_f32(value(next())).to_le_bytes())
+                            .collect()
+                    }
+                    GgmlType::BF16 => {
+                        w = (0..k * m)
+                            .flat_map(|_| half::bf16::from_f32(value(next())).to_le_bytes())
+                            .collect()
+                    }
+                    _ => {}
+                }
                 let ts = t.type_size();
-                for blk in w.chunks_exact_mut(ts) {
+                for blk in w.chunks_exact_mut(ts).filter(|_| t.block_size() > 1) {
                     let f16s: &[usize] = match t {
                         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
                             &[0, 2]

@@ -41,7 +41,7 @@ struct Args {
     /// Whether `--types` was given (the row-dot benchmarks then take only those types).
     types_given: bool,
     disasm: Option<MatmulSpec>,
-    /// The weight `{K, M}` of the `rows` benchmark.
+    /// The weight `{K, M}` of the `rows` benchmarks (decode copies and the prompt shape).
     rows_shape: (usize, usize),
 }
 
@@ -413,7 +413,7 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
     println!("| type | weight {{K, M}} x tokens | threads | µs/call (median) | GMAC/s (best) |");
     println!("|---|---|---|---|---|");
     let mut rng = Rng(0x1f83_d9ab_fb41_bd6b);
-    let (k, m, n) = (N_FF.next_multiple_of(256), N_EMBD, 64);
+    let ((k, m), n) = (a.rows_shape, 64);
     for t in GgmlType::ALL
         .iter()
         .copied()

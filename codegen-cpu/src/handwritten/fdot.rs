@@ -118,20 +118,20 @@ pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
 pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
     #[cfg(target_arch = "x86_64")]
     if super::qdot::host_isa() == Some(Isa::Vnni) {
-        let (pack, tile): (
-            unsafe fn(&[&[u8]; 8], usize, *mut u8),
-            unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
-        ) = match wtype {
-            GgmlType::F32 => (x86::f32_pack8, x86::f32_tinyblas_4x8_packed),
-            GgmlType::F16 => (x86::f16_pack8, x86::f16_tinyblas_4x8_packed),
-            GgmlType::BF16 => (x86::bf16_pack8, x86::bf16_tinyblas_4x8_packed),
+        // F16 / BF16 weights widened to f32 once per four rows and chunk of tokens, then
+        // the F32 tile: the same products and sums (the widening is exact).
+        let (pack, widen): (unsafe fn(&[&[u8]; 8], usize, *mut u8), _) = match wtype {
+            GgmlType::F32 => (x86::f32_pack8, None),
+            GgmlType::F16 => (x86::f16_pack8, Some(x86::f16_widen as _)),
+            GgmlType::BF16 => (x86::bf16_pack8, Some(x86::bf16_widen as _)),
             _ => return None,
         };
         return Some(super::qdot::Packed4x8 {
             pack,
-            tile,
+            tile: x86::f32_tinyblas_4x8_packed,
             block_bytes: x86::PANEL_VALUE_BYTES,
             multiple: 8,
+            widen,
         });
     }
     let _ = wtype;
@@ -213,6 +213,10 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
+            if lo == hi {
+                // One load, no shuffle: `vbroadcastf64x4`.
+                return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(lo as *const f64)));
+            }
             let l = _mm512_castps256_ps512(_mm256_loadu_ps(lo as *const f32));
             let h = _mm256_castps_pd(_mm256_loadu_ps(hi as *const f32));
             _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(l), h))
@@ -464,9 +468,9 @@ mod x86 {
         out
     }
 
-    /// The packing and the tile of [`tinyblas_4x8_packed`] for one value type.
-    macro_rules! packed {
-        ($h:ty, $pack:ident, $tile:ident) => {
+    /// The packing of [`pack8`] for one value type.
+    macro_rules! pack {
+        ($h:ty, $pack:ident) => {
             /// [`pack8`] for this type.
             ///
             /// # Safety
@@ -475,25 +479,48 @@ mod x86 {
             pub(super) unsafe fn $pack(a: &[&[u8]; 8], n: usize, out: *mut u8) {
                 pack8::<$h>(a, n, out)
             }
-
-            /// [`tinyblas_4x8_packed`] for this type.
-            ///
-            /// # Safety
-            /// As [`tinyblas_4x8_packed`] (the host has AVX-512F/VL).
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-            pub(super) unsafe fn $tile(
-                w: &[&[u8]; 4],
-                panel: *const u8,
-                n: usize,
-            ) -> [[f32; 4]; 8] {
-                tinyblas_4x8_packed::<$h>(w, panel, n)
-            }
         };
     }
 
-    packed!(F32, f32_pack8, f32_tinyblas_4x8_packed);
-    packed!(F16, f16_pack8, f16_tinyblas_4x8_packed);
-    packed!(Bf16, bf16_pack8, bf16_tinyblas_4x8_packed);
+    pack!(F32, f32_pack8);
+    pack!(F16, f16_pack8);
+    pack!(Bf16, bf16_pack8);
+
+    /// [`tinyblas_4x8_packed`] for F32 weight rows: the tile of all three float types (F16
+    /// and BF16 rows are widened to f32 first: [`f16_widen`], [`bf16_widen`]).
+    ///
+    /// # Safety
+    /// As [`tinyblas_4x8_packed`] (the host has AVX-512F/VL).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    pub(super) unsafe fn f32_tinyblas_4x8_packed(
+        w: &[&[u8]; 4],
+        panel: *const u8,
+        n: usize,
+    ) -> [[f32; 4]; 8] {
+        tinyblas_4x8_packed::<F32>(w, panel, n)
+    }
+
+    /// `n` (a multiple of 8) F16 values at `src` as f32 at `dst` (exact).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C; `2 · n` readable bytes at `src`, `n` writable f32 at `dst`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f16_widen(src: *const u8, n: usize, dst: *mut f32) {
+        for l in (0..n).step_by(8) {
+            _mm256_storeu_ps(dst.add(l), F16::load8(src.add(2 * l)));
+        }
+    }
+
+    /// `n` (a multiple of 8) BF16 values at `src` as f32 at `dst` (exact).
+    ///
+    /// # Safety
+    /// AVX2; `2 · n` readable bytes at `src`, `n` writable f32 at `dst`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn bf16_widen(src: *const u8, n: usize, dst: *mut f32) {
+        for l in (0..n).step_by(8) {
+            _mm256_storeu_ps(dst.add(l), Bf16::load8(src.add(2 * l)));
+        }
+    }
 
     /// Whether `rows` (of `bytes`-byte values) are of one length and whole tinyBLAS chunks.
     fn tinyblas_rows(rows: &[&[u8]], bytes: usize) -> bool {
@@ -648,6 +675,12 @@ mod x86 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// The bytes of `v` (the f32 rows a widened tile reads).
+    fn bytemuck_f32(v: &[f32]) -> &[u8] {
+        // SAFETY: any f32 is 4 initialized bytes; the slice covers exactly `v`.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, 4 * v.len()) }
+    }
     use ir::ggml;
 
     /// Random F16 / BF16 rows of `n` values in `[-2, 2)` (a deterministic generator).
@@ -728,10 +761,26 @@ mod tests {
                 if let Some(pk) = packed4x8_fn(t).filter(|pk| n % pk.multiple == 0) {
                     let a8: [&[u8]; 8] = std::array::from_fn(|c| a[(c + 1) % 4].as_slice());
                     let mut panel = vec![0u8; n * pk.block_bytes];
+                    // The rows the tile reads: widened to f32 where the type says so.
+                    let mut wide = vec![0f32; 4 * n];
+                    let wide_rows: Vec<&[u8]> = match pk.widen {
+                        Some(widen) => wide
+                            .chunks_exact_mut(n)
+                            .zip(&w4)
+                            .map(|(dst, src)| {
+                                // SAFETY: chosen for this host; `n` values each side.
+                                unsafe { widen(src.as_ptr(), n, dst.as_mut_ptr()) };
+                                let bytes: &[u8] = bytemuck_f32(dst);
+                                bytes
+                            })
+                            .collect(),
+                        None => w4.to_vec(),
+                    };
+                    let tile_rows: [&[u8]; 4] = std::array::from_fn(|r| wide_rows[r]);
                     // SAFETY: chosen for this host; rows of `n` values, `n` a multiple of 8.
                     let tile = unsafe {
                         (pk.pack)(&a8, n, panel.as_mut_ptr());
-                        (pk.tile)(&w4, panel.as_ptr(), n)
+                        (pk.tile)(&tile_rows, panel.as_ptr(), n)
                     };
                     for (c, tc) in tile.iter().enumerate() {
                         for (r, v) in tc.iter().enumerate() {

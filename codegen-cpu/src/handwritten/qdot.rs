@@ -193,6 +193,15 @@ pub(crate) struct Packed4x8 {
     pub block_bytes: usize,
     /// The tile takes rows of a multiple of this many blocks only.
     pub multiple: usize,
+    /// Where the tile reads f32 weight rows made from the weight's own (F16 / BF16): the
+    /// routine that writes `n` values of the row at the first pointer as f32 at the second
+    /// (exact), run once per four rows and chunk of tokens instead of converting each
+    /// value again for every eight columns.
+    ///
+    /// # Safety (of the routine)
+    /// The host has the features the tile was chosen for; `2 · n` readable bytes, `n`
+    /// writable f32.
+    pub widen: Option<unsafe fn(*const u8, usize, *mut f32)>,
 }
 
 /// The packed 4 × 8 tile of `wtype` on AVX-512 hosts (F, VL, BW, VNNI), two columns to a
@@ -210,6 +219,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
             tile,
             block_bytes: x86::PANEL_BLOCK_BYTES,
             multiple: 1,
+            widen: None,
         }
     }
     #[cfg(target_arch = "x86_64")]
