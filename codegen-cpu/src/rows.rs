@@ -348,6 +348,17 @@ impl RowDot {
         }
     }
 
+    /// The packed 8 × 16 tile for columns of llama.cpp's `n_cols`, where it computes their
+    /// numbers: the repacked types' (gemm columns only where `gemm_only`), the block order,
+    /// and the tiled K-quant order only where `n_cols` selects llama.cpp's tiled kernel (a
+    /// batched decode step of several one-token sequences has `n_cols` 1: `vec_dot`).
+    fn packed8x16(&self, n_cols: usize) -> Option<qdot_repack::Packed8x16> {
+        match self.order {
+            Order::X86 if self.block8x8.is_none() && vec_dot_order(self.wtype, n_cols) => None,
+            _ => self.packed8x16,
+        }
+    }
+
     /// [`RowDot::dot4x4`] for eight activation rows (eight columns of llama.cpp's
     /// `n_cols`), where the type has that tile (tinyBLAS's order: the column does not
     /// matter); else `None`.
@@ -421,7 +432,7 @@ pub(crate) unsafe fn products(
     // Tokens in chunks whose prepared activations stay in L1 while every row of the range
     // passes over them (each weight row is read once per chunk, from L2 at worst); whole
     // groups of eight where the packed 4 × 8 tile takes them.
-    let chunk = if dot.packed8x16.is_some() {
+    let chunk = if dot.packed8x16(n_cols).is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile.
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(16, 64) & !15
     } else if let Some(pk) = dot.packed4x8(n_cols) {
@@ -508,7 +519,7 @@ unsafe fn products_chunk(
     // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it (a
     // last group of fewer is padded with copies of the chunk's last column, whose
     // products are computed and dropped).
-    let packed16 = dot.packed8x16.filter(|_| n >= 8);
+    let packed16 = dot.packed8x16(n_cols).filter(|_| n >= 8);
     let mut panel = Vec::new();
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
