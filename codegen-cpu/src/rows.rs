@@ -441,8 +441,10 @@ pub(crate) unsafe fn products(
     // passes over them (each weight row is read once per chunk, from L2 at worst); whole
     // groups of eight where the packed 4 × 8 tile takes them.
     let chunk = if dot.packed8x16(n_cols).is_some() {
-        // Whole groups of sixteen for the packed 8 × 16 tile.
-        (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(16, 64) & !15
+        // Whole groups of sixteen for the packed 8 × 16 tile, as many as a chunk may hold:
+        // each row tile then runs over every group's panel (from L2) while its rows stay
+        // in L1, and the weights are read once per 64 tokens, not once per 16.
+        64
     } else if let Some(pk) = dot.packed4x8(n_cols) {
         if pk.widen.is_some() {
             // Rows widened to f32 once per chunk: as many tokens as a chunk may hold (the
