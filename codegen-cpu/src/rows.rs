@@ -437,22 +437,20 @@ pub(crate) unsafe fn products(
     out_stride: usize,
     (r0, r1): (usize, usize),
 ) {
-    // Tokens in chunks whose prepared activations stay in L1 while every row of the range
-    // passes over them (each weight row is read once per chunk, from L2 at worst); whole
-    // groups of eight where the packed 4 × 8 tile takes them.
+    // Tokens in chunks: 64 for the packed tiles (their panels stay in L2, the rows of a
+    // tile in L1), else chunks whose prepared activations stay in L1 while every row of
+    // the range passes over them (each weight row is read once per chunk, from L2 at
+    // worst).
     let chunk = if dot.packed8x16(n_cols).is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile, as many as a chunk may hold:
         // each row tile then runs over every group's panel (from L2) while its rows stay
         // in L1, and the weights are read once per 64 tokens, not once per 16.
         64
-    } else if let Some(pk) = dot.packed4x8(n_cols) {
-        if pk.widen.is_some() {
-            // Rows widened to f32 once per chunk: as many tokens as a chunk may hold (the
-            // f32 panel stays in L2; the four widened rows in L1).
-            64
-        } else {
-            (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(8, 64) & !7
-        }
+    } else if dot.packed4x8(n_cols).is_some() {
+        // As many tokens as a chunk may hold: each four rows (in L1; F16 / BF16 rows
+        // widened to f32 once) run over every group's panel (from L2), and the weights
+        // are read once per 64 tokens.
+        64
     } else {
         (TOKEN_CHUNK_BYTES / act_row.max(1)).clamp(4, 64) & !3
     };
