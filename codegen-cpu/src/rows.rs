@@ -146,16 +146,8 @@ impl RowDot {
     /// The dot product of `--kernels fast` for `wtype`, where this host has a block-order
     /// tile for it (`qdot_repack::block_dot8x8_fn`: Q4_1, Q5_0, Q5_1, Q8_0 with AVX-512
     /// VNNI): eight columns at a time in the block order, fewer columns (decode) in
-    /// llama.cpp's; BF16's `vdpbf16ps` tile for prompts where the host has AVX-512 BF16
-    /// (`fdot::block_packed4x8_fn`); else `None` (the caller keeps its other kernels).
+    /// llama.cpp's; else `None` (the caller keeps its other kernels).
     pub fn for_weight_block(wtype: GgmlType) -> Option<RowDot> {
-        if let Some(pk) = fdot::block_packed4x8_fn(wtype) {
-            let dot = RowDot::new(wtype)?;
-            return Some(RowDot {
-                packed_cols4x8: Some(pk),
-                ..dot
-            });
-        }
         let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype)?);
         let dot = RowDot::new(wtype)?;
         let packed8x16 = qdot_repack::block_packed8x16_fn(wtype);

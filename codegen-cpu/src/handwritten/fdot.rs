@@ -138,27 +138,6 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
     None
 }
 
-/// The `--kernels fast` tile of BF16 weights on hosts with AVX-512 BF16: four rows × eight
-/// columns of BF16 activations (llama.cpp's `vec_dot_type` for BF16, as in the exact
-/// order) by `vdpbf16ps`, two products per f32 lane and instruction where the exact
-/// (tinyBLAS AVX2) order takes one fused multiply-add per product. It is what llama.cpp's
-/// own AVX512-BF16 build computes in kind (not lane for lane: within rounding of the exact
-/// order). Rows must be whole chunks of sixteen values (`multiple`).
-pub(crate) fn block_packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
-    #[cfg(target_arch = "x86_64")]
-    if wtype == GgmlType::BF16 && super::has_avx512_bf16() {
-        return Some(super::qdot::Packed4x8 {
-            pack: x86::bf16_dp_pack8,
-            tile: x86::bf16_dp_4x8_packed,
-            block_bytes: x86::PANEL_VALUE_BYTES / 2,
-            multiple: 16,
-            widen: None,
-        });
-    }
-    let _ = wtype;
-    None
-}
-
 /// A tile of four weight rows × eight activation rows: `out[c][r]` is what the tinyBLAS
 /// routine gives for row `w[r]` and column `a[c]`.
 ///
@@ -532,65 +511,6 @@ mod x86 {
         tinyblas_4x8_packed::<F32>(w, panel, n)
     }
 
-    /// Packs eight BF16 activation rows of `n` values (a multiple of 16) for
-    /// [`bf16_dp_4x8_packed`]: per sixteen values, for each pair of columns, the first
-    /// column's sixteen values then the second's (64 bytes: one 512-bit operand whose lanes
-    /// 0..8 take the first column's value pairs, 8..16 the second's).
-    ///
-    /// # Safety
-    /// AVX-512F; rows of at least `n` values; `out` writable for `16 · n` bytes.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-    pub(super) unsafe fn bf16_dp_pack8(a: &[&[u8]; 8], n: usize, out: *mut u8) {
-        for l in (0..n).step_by(16) {
-            let dst = out.add(16 * l);
-            for c in 0..8 {
-                let v = _mm256_loadu_si256(a[c].as_ptr().add(2 * l) as *const __m256i);
-                _mm256_storeu_si256(dst.add(32 * c) as *mut __m256i, v);
-            }
-        }
-    }
-
-    /// Four BF16 weight rows × eight columns packed by [`bf16_dp_pack8`] (`n` values, a
-    /// multiple of 16): `vdpbf16ps` into sixteen accumulators (each two columns × eight
-    /// lanes), each weight chunk of sixteen values loaded once into both halves; then each
-    /// column's eight lanes summed.
-    ///
-    /// # Safety
-    /// AVX-512F/VL and AVX-512 BF16; weight rows of at least `n` values; `panel` packed
-    /// from `n` values.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bf16")]
-    pub(super) unsafe fn bf16_dp_4x8_packed(
-        w: &[&[u8]; 4],
-        panel: *const u8,
-        n: usize,
-    ) -> [[f32; 4]; 8] {
-        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-        for l in (0..n).step_by(16) {
-            let pb = panel.add(16 * l);
-            let cols: [__m512bh; 4] = std::array::from_fn(|p| {
-                std::mem::transmute(_mm512_loadu_si512(pb.add(64 * p) as *const __m512i))
-            });
-            for r in 0..4 {
-                let wv = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                    w[r].as_ptr().add(2 * l) as *const __m256i
-                ));
-                let wv: __m512bh = std::mem::transmute(wv);
-                for p in 0..4 {
-                    acc[p][r] = _mm512_dpbf16_ps(acc[p][r], wv, cols[p]);
-                }
-            }
-        }
-        let mut out = [[0f32; 4]; 8];
-        for p in 0..4 {
-            for r in 0..4 {
-                let v = hsum8_pair(acc[p][r]);
-                out[2 * p][r] = v[0];
-                out[2 * p + 1][r] = v[1];
-            }
-        }
-        out
-    }
-
     /// `n` (a multiple of 8) F16 values at `src` as f32 at `dst` (exact).
     ///
     /// # Safety
@@ -791,51 +711,6 @@ mod tests {
                 b
             })
             .collect()
-    }
-
-    /// The BF16 `vdpbf16ps` tile of the fast kernels computes each product within f32
-    /// rounding of the exact sum (the products of two bf16 values are exact; only the
-    /// additions round): random rows, every output of a tile, lengths of one and several
-    /// chunks of sixteen.
-    #[test]
-    fn bf16_dot_product_tile_is_the_sum_within_rounding() {
-        let Some(pk) = block_packed4x8_fn(GgmlType::BF16) else {
-            eprintln!("no AVX-512 BF16 on this host");
-            return;
-        };
-        let value = |b: &[u8], i: usize| {
-            f32::from_bits(u32::from(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])) << 16)
-        };
-        for n in [16usize, 48, 576] {
-            let w = rows(GgmlType::BF16, n, 4, 7 + n as u64);
-            let a = rows(GgmlType::BF16, n, 8, 11 + n as u64);
-            let w4: [&[u8]; 4] = std::array::from_fn(|r| w[r].as_slice());
-            let a8: [&[u8]; 8] = std::array::from_fn(|c| a[c].as_slice());
-            let mut panel = vec![0u8; n * pk.block_bytes];
-            // SAFETY: chosen for this host; rows of `n` values, `n` a multiple of 16.
-            let tile = unsafe {
-                (pk.pack)(&a8, n, panel.as_mut_ptr());
-                (pk.tile)(&w4, panel.as_ptr(), n)
-            };
-            for c in 0..8 {
-                for r in 0..4 {
-                    let (exact, size) = (0..n).fold((0f64, 0f64), |(s, m), i| {
-                        let p = f64::from(value(w4[r], i)) * f64::from(value(a8[c], i));
-                        (s + p, m + p.abs())
-                    });
-                    let err = (f64::from(tile[c][r]) - exact).abs();
-                    assert!(
-                        err <= size * n as f64 * f32::EPSILON as f64,
-                        "n={n} row {r} column {c}: {} vs {exact}",
-                        tile[c][r]
-                    );
-                    assert!(
-                        err <= 1e-3 * size.max(1.0),
-                        "n={n} row {r} column {c}: {err}"
-                    );
-                }
-            }
-        }
     }
 
     /// Every routine equals `ir::ggml`'s reference bit for bit, at lengths with and without

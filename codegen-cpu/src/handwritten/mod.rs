@@ -70,14 +70,6 @@ pub(crate) fn has_avx512() -> bool {
     })
 }
 
-/// Whether the host has AVX-512 BF16 (`vdpbf16ps`: two bf16 products added into each f32
-/// lane in one instruction), besides [`has_avx512`]. `MODELC_NO_AVX512=1` turns it off.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx512_bf16() -> bool {
-    static BF16: OnceLock<bool> = OnceLock::new();
-    *BF16.get_or_init(|| has_avx512() && std::is_x86_feature_detected!("avx512bf16"))
-}
-
 /// Whether the host also has AVX-512 VNNI and AVX-512VL: `vpdpbusd` on 256-bit vectors
 /// (four u8 × i8 products summed into each i32 lane in one instruction, where AVX2 needs
 /// `maddubs` then `madd`) and 32 vector registers instead of 16. The integers are the same;
