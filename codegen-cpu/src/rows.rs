@@ -934,7 +934,7 @@ mod tests {
     /// (whole and partial groups of eight and sixteen) and row counts with and without a
     /// multiple of eight: every output is what `ir::ggml` computes for its column (the
     /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of
-    /// Q2_K / Q3_K / Q5_K / Q6_K from 8 columns, tinyBLAS's of the float types (F16 and
+    /// Q2_K / Q3_K / Q5_K / Q6_K / IQ4_XS from 8 columns, tinyBLAS's of the float types (F16 and
     /// BF16 rows widened to f32 for the packed tile), the `vec_dot` order of the others).
     #[test]
     fn packed_products_are_llama_cpp_s() {
@@ -954,6 +954,7 @@ mod tests {
             GgmlType::Q3_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
             GgmlType::Q8_0,
             GgmlType::Q5_0,
             GgmlType::Q4_1,
@@ -999,6 +1000,7 @@ mod tests {
                         GgmlType::Q6_K => &[208],
                         GgmlType::Q3_K => &[108],
                         GgmlType::Q2_K => &[80, 82],
+                        GgmlType::IQ4_XS => &[0],
                         _ => &[0],
                     };
                     for &o in f16s {

@@ -212,7 +212,7 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 
 /// The packed 8 × 16 tile of llama.cpp's tiled K-quant order (`qdot_tiled`: the numbers of
 /// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q2_K, Q3_K,
-/// Q5_K, Q6_K.
+/// Q5_K, Q6_K, IQ4_XS.
 pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
@@ -220,6 +220,7 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::Q2_K => Some(tiled_packed(x86::q2_k_tiled_x8x16)),
             GgmlType::Q3_K => Some(tiled_packed(x86::q3_k_tiled_x8x16)),
             GgmlType::Q5_K => Some(tiled_packed(x86::q5_k_tiled_x8x16)),
+            GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
             GgmlType::Q6_K => Some(tiled_packed(x86::q6_k_tiled_x8x16)),
             _ => None,
         };
@@ -1133,6 +1134,116 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// IQ4_XS (136-byte blocks: `d`, `scales_h`, `scales_l[4]`, `qs[128]`) in the tiled
+    /// order, eight rows × sixteen Q8_K columns packed by [`q8_k_pack16`], the columns in
+    /// the lanes: per super-block and column `s1 = Σ_b (ls_b - 32) · p_b` over the eight
+    /// 32-value blocks, `out = fma(d · s1, yd, out)` from 0, as `qdot_tiled`'s IQ4_XS
+    /// routine. `p_b` is ggml's sum of products through the sign trick, `|v| · sign(y, v)`:
+    /// `Σ v · y` except where an activation byte is -128 against a negative table value,
+    /// which the trick wraps to `-128 · |v|` (256 · v below the true product). Computed as
+    /// `vpdpbusd` of `v + 128` against the activations, minus `128 · bsums`, plus `256 ·
+    /// Σ min(v, 0)` over the -128 bytes (found per group once for the eight rows; only the
+    /// groups holding one take a second `vpdpbusd`): each output the same bit for bit.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW (the host has them); eight whole rows of `nb`
+    /// blocks; `panel` packed from `nb` Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn iq4_xs_tiled_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_set_m128i(t, t);
+        let mut out = [_mm512_setzero_ps(); 8];
+        // Row `i`'s values `v + 128` and `min(v, 0)` (block, 4-byte group) and block scales.
+        let mut q = [[[0u32; 8]; 8]; 8];
+        let mut neg = [[[0u32; 8]; 8]; 8];
+        let mut sc = [[0u32; 8]; 8];
+        let mut dx = [0f32; 8];
+        for b in 0..nb {
+            let o = panel.add(b * Q8_K_PANEL16_BYTES);
+            for (i, row) in w.iter().enumerate() {
+                let x = row.as_ptr().add(136 * b);
+                dx[i] = f16_at(x);
+                let sh = u16::from_le_bytes([*x.add(2), *x.add(3)]) as u32;
+                let sl = std::ptr::read_unaligned(x.add(4) as *const u32);
+                for (blk, s) in sc[i].iter_mut().enumerate() {
+                    let ls = ((sl >> (4 * blk)) & 0x0f) | (((sh >> (2 * blk)) & 3) << 4);
+                    *s = (ls as i32 - 32) as u32;
+                }
+                for p in 0..4 {
+                    let qs = _mm256_loadu_si256(x.add(8 + 32 * p) as *const __m256i);
+                    let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(qs, m4));
+                    let hi =
+                        _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4));
+                    // Block 2p: its 16 bytes' low nibbles then high nibbles; block 2p + 1 the
+                    // upper halves.
+                    let v = [
+                        _mm256_permute2x128_si256::<0x20>(lo, hi),
+                        _mm256_permute2x128_si256::<0x31>(lo, hi),
+                    ];
+                    for (h, vh) in v.into_iter().enumerate() {
+                        let blk = 2 * p + h;
+                        let u = _mm256_xor_si256(vh, bias);
+                        let m = _mm256_min_epi8(vh, _mm256_setzero_si256());
+                        _mm256_storeu_si256(q[i][blk].as_mut_ptr() as *mut __m256i, u);
+                        _mm256_storeu_si256(neg[i][blk].as_mut_ptr() as *mut __m256i, m);
+                    }
+                }
+            }
+            // Through memory: each value group is broadcast by a load.
+            let (q, neg, sc) = std::hint::black_box((&q, &neg, &sc));
+            let mut s1 = [_mm512_setzero_si512(); 8];
+            let minus128 = _mm512_set1_epi8(-128);
+            let one = _mm512_set1_epi8(1);
+            for v in 0..8 {
+                let g: [__m512i; 8] = std::array::from_fn(|k| {
+                    _mm512_loadu_si512(o.add(64 * (8 * v + k)) as *const __m512i)
+                });
+                // The -128 activation bytes of each group (1 where one is, else 0).
+                let flags: [u64; 8] =
+                    std::array::from_fn(|k| _mm512_cmpeq_epi8_mask(g[k], minus128));
+                let bsum = _mm512_loadu_si512(o.add(4096 + 64 * v) as *const __m512i);
+                let offset = _mm512_madd_epi16(bsum, _mm512_set1_epi16(128));
+                // A loop, not `array::from_fn`: its closure is not inlined.
+                for (i, s) in s1.iter_mut().enumerate() {
+                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for k in (0..8).step_by(2) {
+                        let wq = |k: usize| _mm512_set1_epi32(q[i][v][k] as i32);
+                        lo = _mm512_dpbusd_epi32(lo, wq(k), g[k]);
+                        hi = _mm512_dpbusd_epi32(hi, wq(k + 1), g[k + 1]);
+                    }
+                    let mut corr = _mm512_setzero_si512();
+                    for k in 0..8 {
+                        if flags[k] != 0 {
+                            let f = _mm512_maskz_mov_epi8(flags[k], one);
+                            let m = _mm512_set1_epi32(neg[i][v][k] as i32);
+                            corr = _mm512_dpbusd_epi32(corr, f, m);
+                        }
+                    }
+                    let p = _mm512_sub_epi32(_mm512_add_epi32(lo, hi), offset);
+                    let p = _mm512_add_epi32(p, _mm512_slli_epi32::<8>(corr));
+                    let scale = _mm512_set1_epi32(sc[i][v] as i32);
+                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(p, scale));
+                }
+            }
+            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            for i in 0..8 {
+                let r = _mm512_mul_ps(_mm512_set1_ps(dx[i]), _mm512_cvtepi32_ps(s1[i]));
+                out[i] = _mm512_fmadd_ps(r, dy, out[i]);
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), out[i]);
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
     /// Q5_K (176-byte blocks: `d`, `dmin`, `scales[12]`, `qh[32]`, `qs[128]`) in the tiled
     /// order, eight rows × sixteen columns ([`k32_min_x8x16`]).
     ///
@@ -1701,6 +1812,91 @@ mod tests {
                         assert!(
                             (got[c][i] - want).abs() <= 1e-4 * mag.max(1.0),
                             "{t} row {i} col {c}: {} vs {want}",
+                            got[c][i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The packed tiles of the tiled K-quant order equal `ir::ggml`'s reproduction of that
+    /// kernel for every column, on activations that hold -128 bytes too (which ggml's
+    /// quantizer never writes, but the sign trick of IQ4_XS wraps: the tile must give the
+    /// reference's number even then).
+    #[test]
+    fn tiled_order_tiles_match_the_reference() {
+        let mut seed = 0x7113_d0u64;
+        for t in [
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
+        ] {
+            let Some(pk) = tiled_packed8x16_fn(t) else {
+                eprintln!("no tiled-order 8 x 16 tile for {t} on this host");
+                continue;
+            };
+            let (ts, f16s): (usize, &[usize]) = match t {
+                GgmlType::Q2_K => (84, &[80, 82]),
+                GgmlType::Q3_K => (110, &[108]),
+                GgmlType::Q5_K => (176, &[0, 2]),
+                GgmlType::Q6_K => (210, &[208]),
+                _ => (136, &[0]),
+            };
+            assert_eq!(ts, t.type_size());
+            for nb in [1usize, 3] {
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for blk in w.chunks_exact_mut(ts) {
+                    for &o in f16s {
+                        let v =
+                            half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
+                        blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+                let acts: Vec<Vec<u8>> = (0..16)
+                    .map(|c| {
+                        let x: Vec<f32> = (0..256 * nb)
+                            .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                            .collect();
+                        let mut a = ir::ggml::quantize_activations(t, &x, Q8Flavor::X86)
+                            .expect("quantizes")
+                            .1;
+                        // A few -128 bytes (more in some columns), the bsums kept true.
+                        for blk in a.chunks_exact_mut(292) {
+                            for _ in 0..=(c % 3) {
+                                let at = (rng(&mut seed) % 256) as usize;
+                                blk[4 + at] = 0x80;
+                            }
+                            for j in 0..16 {
+                                let sum: i32 = blk[4 + 16 * j..][..16]
+                                    .iter()
+                                    .map(|&q| q as i8 as i32)
+                                    .sum();
+                                blk[260 + 2 * j..][..2]
+                                    .copy_from_slice(&(sum as i16).to_le_bytes());
+                            }
+                        }
+                        a
+                    })
+                    .collect();
+                let a: [&[u8]; 16] = std::array::from_fn(|c| &acts[c][..]);
+                let mut panel = vec![0u8; nb * pk.block_bytes];
+                // SAFETY: chosen for this host; whole rows of `nb` blocks.
+                let got = unsafe {
+                    (pk.pack)(&a, nb, panel.as_mut_ptr());
+                    (pk.tile)(&rows, panel.as_ptr(), nb)
+                };
+                for c in 0..16 {
+                    for i in 0..8 {
+                        let want = ir::ggml::vec_dot_avx2_mul_mat(t, rows[i], a[c], 16)
+                            .expect("reference");
+                        assert_eq!(
+                            got[c][i].to_bits(),
+                            want.to_bits(),
+                            "{t} nb={nb} row {i} col {c}: {} vs {want}",
                             got[c][i]
                         );
                     }
