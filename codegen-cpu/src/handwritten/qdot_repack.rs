@@ -212,7 +212,8 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 
 /// The packed 8 × 16 tile of llama.cpp's tiled K-quant order (`qdot_tiled`: the numbers of
 /// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q2_K, Q3_K,
-/// Q5_K, Q6_K, IQ4_XS.
+/// Q5_K, Q6_K, IQ4_XS and the grid I-quants (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+/// IQ1_M).
 pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
@@ -221,6 +222,13 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::Q3_K => Some(tiled_packed(x86::q3_k_tiled_x8x16)),
             GgmlType::Q5_K => Some(tiled_packed(x86::q5_k_tiled_x8x16)),
             GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
+            GgmlType::IQ3_XXS => Some(tiled_packed(x86::iq3_xxs_tiled_x8x16)),
+            GgmlType::IQ3_S => Some(tiled_packed(x86::iq3_s_tiled_x8x16)),
+            GgmlType::IQ2_XXS => Some(tiled_packed(x86::iq2_xxs_tiled_x8x16)),
+            GgmlType::IQ2_XS => Some(tiled_packed(x86::iq2_xs_tiled_x8x16)),
+            GgmlType::IQ2_S => Some(tiled_packed(x86::iq2_s_tiled_x8x16)),
+            GgmlType::IQ1_S => Some(tiled_packed(x86::iq1_s_tiled_x8x16)),
+            GgmlType::IQ1_M => Some(tiled_packed(x86::iq1_m_tiled_x8x16)),
             GgmlType::Q6_K => Some(tiled_packed(x86::q6_k_tiled_x8x16)),
             _ => None,
         };
@@ -281,7 +289,10 @@ pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKerne
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::qdot::x86::{f16_at, nibbles32 as nibbles, q5_unsigned};
+    use super::super::qdot::x86::{
+        f16_at, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts,
+        iq3_s_parts, iq3_xxs_parts, nibbles32 as nibbles, q5_unsigned,
+    };
     use ir::ggml::grids::KVALUES_MXFP4;
     use ir::ggml::{e8m0_to_f32_half, scale_min_k4, RepackKernel, KVALUES_IQ4NL};
 
@@ -1134,6 +1145,80 @@ mod x86 {
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
+    /// The I-quants' tiled order (`qdot_tiled`'s `grid_tiled`: IQ3_XXS, IQ3_S, IQ2_XXS,
+    /// IQ2_XS, IQ2_S, IQ1_S, IQ1_M) through [`k16_x8x16`] (offset `2^7`): block `x`'s
+    /// signed grid values `w` (`|w| <= 62`) written as `w + 128` into `q`, each 16-value
+    /// sub-block's multiplier from the lanes of `parts`' scale vector, and `d · d_scale`
+    /// (IQ1_M's assembled scale when `iq1m`): so the tile computes the exact `s1 = Σ scale ·
+    /// (w · y)`, then `out = fma(d · s1, yd, out)`, each output the same bit for bit.
+    ///
+    /// # Safety
+    /// AVX2 (inlined into such a caller); `x` a whole block that `parts` reads.
+    #[inline(always)]
+    unsafe fn grid_unpack(
+        x: *const u8,
+        q: &mut [[u32; 8]; 8],
+        (d_scale, iq1m): (f32, bool),
+        parts: unsafe fn(*const u8, usize) -> (__m256i, __m256i, __m256i),
+    ) -> K16Block {
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
+        let mut scales = [0i8; 16];
+        for (b, qb) in q.iter_mut().enumerate() {
+            let (mag, signs, scale) = parts(x, b);
+            let v = _mm256_sign_epi8(mag, signs);
+            _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, _mm256_xor_si256(v, bias));
+            // The i16 multiplier of values 2k, 2k + 1 in lane k: lanes 0 and 8 are the two
+            // 16-value halves'.
+            let mut lanes = [0i16; 16];
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, scale);
+            scales[2 * b] = lanes[0] as i8;
+            scales[2 * b + 1] = lanes[8] as i8;
+        }
+        let scales = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
+        let d = if iq1m { iq1_m_d(x) } else { f16_at(x) } * d_scale;
+        (scales, scales, d, 0.0)
+    }
+
+    /// The I-quant tiles of [`grid_unpack`], one per type: each type's unpacking is a
+    /// function with the tile's target features (a closure has none, and as a call its
+    /// intrinsics and `parts` stayed out of line: 2 × slower than the per-column kernels).
+    macro_rules! grid_tiles {
+        ($($name:ident, $unpack:ident: $parts:ident, $bytes:expr, $d_scale:expr, $iq1m:expr;)*) => {$(
+            /// [`grid_unpack`] for this type.
+            ///
+            /// # Safety
+            /// As [`grid_unpack`] (the host has AVX-512F/VL/VNNI/BW).
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+            unsafe fn $unpack(x: *const u8, q: &mut [[u32; 8]; 8]) -> K16Block {
+                grid_unpack(x, q, ($d_scale, $iq1m), $parts)
+            }
+
+            /// [`k16_x8x16`] over [`grid_unpack`] for this type.
+            ///
+            /// # Safety
+            /// As [`k16_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+            pub(super) unsafe fn $name(
+                w: &[&[u8]; 8],
+                panel: *const u8,
+                nb: usize,
+            ) -> [[f32; 8]; 16] {
+                k16_x8x16::<7, false>(w, panel, nb, $bytes, |x, q| $unpack(x, q))
+            }
+        )*};
+    }
+
+    grid_tiles! {
+        iq3_xxs_tiled_x8x16, iq3_xxs_unpack: iq3_xxs_parts, 98, 0.25, false;
+        iq3_s_tiled_x8x16, iq3_s_unpack: iq3_s_parts, 110, 1.0, false;
+        iq2_xxs_tiled_x8x16, iq2_xxs_unpack: iq2_xxs_parts, 66, 0.125, false;
+        iq2_xs_tiled_x8x16, iq2_xs_unpack: iq2_xs_parts, 74, 0.125, false;
+        iq2_s_tiled_x8x16, iq2_s_unpack: iq2_s_parts, 82, 0.125, false;
+        iq1_s_tiled_x8x16, iq1_s_unpack: iq1_s_parts, 50, 0.125, false;
+        iq1_m_tiled_x8x16, iq1_m_unpack: iq1_m_parts, 56, 0.125, true;
+    }
+
     /// IQ4_XS (136-byte blocks: `d`, `scales_h`, `scales_l[4]`, `qs[128]`) in the tiled
     /// order, eight rows × sixteen Q8_K columns packed by [`q8_k_pack16`], the columns in
     /// the lanes: per super-block and column `s1 = Σ_b (ls_b - 32) · p_b` over the eight
@@ -1833,6 +1918,13 @@ mod tests {
             GgmlType::Q5_K,
             GgmlType::Q6_K,
             GgmlType::IQ4_XS,
+            GgmlType::IQ3_XXS,
+            GgmlType::IQ3_S,
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ2_XS,
+            GgmlType::IQ2_S,
+            GgmlType::IQ1_S,
+            GgmlType::IQ1_M,
         ] {
             let Some(pk) = tiled_packed8x16_fn(t) else {
                 eprintln!("no tiled-order 8 x 16 tile for {t} on this host");
@@ -1843,7 +1935,9 @@ mod tests {
                 GgmlType::Q3_K => (110, &[108]),
                 GgmlType::Q5_K => (176, &[0, 2]),
                 GgmlType::Q6_K => (210, &[208]),
-                _ => (136, &[0]),
+                // IQ1_M's scale is assembled from its `scales` nibbles (made finite below).
+                GgmlType::IQ1_M => (56, &[]),
+                _ => (t.type_size(), &[0]),
             };
             assert_eq!(ts, t.type_size());
             for nb in [1usize, 3] {
@@ -1853,6 +1947,10 @@ mod tests {
                         let v =
                             half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
                         blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                    if t == GgmlType::IQ1_M {
+                        // The scale's top nibble (sign and high exponent bits) 0x2.
+                        blk[55] = (blk[55] & 0x0f) | 0x20;
                     }
                 }
                 let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
