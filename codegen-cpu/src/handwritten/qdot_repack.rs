@@ -293,6 +293,7 @@ mod x86 {
         f16_at, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts,
         iq3_s_parts, iq3_xxs_parts, nibbles32 as nibbles, q5_unsigned,
     };
+    use super::super::qdot_tiled::x86::q3_k_scales;
     use ir::ggml::grids::KVALUES_MXFP4;
     use ir::ggml::{e8m0_to_f32_half, scale_min_k4, RepackKernel, KVALUES_IQ4NL};
 
@@ -970,12 +971,13 @@ mod x86 {
 
     /// What [`k16_x8x16`]'s `unpack` returns for one weight block besides its quants: the
     /// sixteen sub-block scales as i8 bytes, the sixteen factors of the `bsums` term (the
-    /// scales again for the types without mins, the mins for Q2_K), `d`, and `dmin` (0 for
-    /// the types without mins).
+    /// scales again for the types without mins, the mins for Q2_K / Q5_K), `d`, and `dmin`
+    /// (0 for the types without mins).
     type K16Block = (__m128i, __m128i, f32, f32);
 
     /// The tiled K-quant order of [`crate::handwritten::qdot_tiled`] for the types with
-    /// sixteen 16-value sub-blocks (Q2_K, Q3_K, Q6_K), eight rows × sixteen Q8_K columns
+    /// sixteen 16-value sub-blocks (Q2_K, Q3_K, Q6_K; Q5_K's 32-value ones as pairs of
+    /// halves with one scale; the I-quants), eight rows × sixteen Q8_K columns
     /// packed by [`q8_k_pack16`], the columns in the lanes of 512-bit vectors: per
     /// super-block and column the exact `s1 = Σ_j sc_j · (q · y)` (`q` the unsigned quants:
     /// `vpdpbusd` against the transposed activations, then `vpmulld` by the sub-block scale)
@@ -1057,84 +1059,6 @@ mod x86 {
                     let s = _mm512_sub_epi32(s1[i], _mm512_slli_epi32::<SHIFT>(t[i]));
                     _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s))
                 };
-                out[i] = _mm512_fmadd_ps(r, dy, out[i]);
-            }
-        }
-        let mut by_row = [[0f32; 16]; 8];
-        for i in 0..8 {
-            _mm512_storeu_ps(by_row[i].as_mut_ptr(), out[i]);
-        }
-        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
-    }
-
-    /// The tiled K-quant order for the types with mins and eight 32-value sub-blocks
-    /// (Q5_K), eight rows × sixteen Q8_K columns packed by [`q8_k_pack16`], the columns in
-    /// the lanes: per super-block and column the exact `s1 = Σ_j sc_j · (q · y)` and `s2 =
-    /// Σ_j m_j · (bsums[2j] + bsums[2j + 1])`, then `out = fma(fma(-dmin, s2, d · s1), yd,
-    /// out)` from 0, as `qdot_tiled`'s `k4_step`: each output the same bit for bit.
-    /// `unpack(x, q)` writes block `x`'s 256 unsigned quants into `q` (value vector `v`,
-    /// 4-byte group `k`).
-    ///
-    /// # Safety
-    /// AVX2, FMA, F16C, AVX-512F/VL/VNNI/BW (inlined into such a caller); eight whole rows of
-    /// `nb` blocks of `block_bytes` with `d`, `dmin` and the 12 bytes of 6-bit scales and
-    /// mins at 0, 2 and 4; `panel` packed from `nb` Q8_K blocks.
-    #[inline(always)]
-    unsafe fn k32_min_x8x16(
-        w: &[&[u8]; 8],
-        panel: *const u8,
-        nb: usize,
-        block_bytes: usize,
-        unpack: impl Fn(*const u8, &mut [[u32; 8]; 8]),
-    ) -> [[f32; 8]; 16] {
-        let mut out = [_mm512_setzero_ps(); 8];
-        let mut q = [[[0u32; 8]; 8]; 8];
-        // Row `i`'s eight scales, then its eight mins in both halves of a u32.
-        let mut sc = [[0u32; 16]; 8];
-        for b in 0..nb {
-            let o = panel.add(b * Q8_K_PANEL16_BYTES);
-            for (i, row) in w.iter().enumerate() {
-                let x = row.as_ptr().add(block_bytes * b);
-                unpack(x, &mut q[i]);
-                let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                    scales_mins_k4(x.add(4)).as_ptr() as *const __m128i
-                ));
-                let sm = _mm512_mask_or_epi32(sm, 0xff00, sm, _mm512_slli_epi32(sm, 16));
-                _mm512_storeu_si512(sc[i].as_mut_ptr() as *mut __m512i, sm);
-            }
-            // Through memory: each scale is broadcast by a load, not moved from a register.
-            let (q, sc) = std::hint::black_box((&q, &sc));
-            let mut s2 = [_mm512_setzero_si512(); 8];
-            for (i, s) in s2.iter_mut().enumerate() {
-                for j in 0..8 {
-                    let bsum = _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
-                    *s = _mm512_dpwssd_epi32(*s, bsum, _mm512_set1_epi32(sc[i][8 + j] as i32));
-                }
-            }
-            let mut s1 = [_mm512_setzero_si512(); 8];
-            for v in 0..8 {
-                let g: [__m512i; 8] = std::array::from_fn(|k| {
-                    _mm512_loadu_si512(o.add(64 * (8 * v + k)) as *const __m512i)
-                });
-                // A loop, not `array::from_fn`: its closure is not inlined.
-                for (i, s) in s1.iter_mut().enumerate() {
-                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-                    for k in (0..8).step_by(2) {
-                        let wq = |k: usize| _mm512_set1_epi32(q[i][v][k] as i32);
-                        lo = _mm512_dpbusd_epi32(lo, wq(k), g[k]);
-                        hi = _mm512_dpbusd_epi32(hi, wq(k + 1), g[k + 1]);
-                    }
-                    let isum = _mm512_add_epi32(lo, hi);
-                    let scale = _mm512_set1_epi32(sc[i][v] as i32);
-                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(isum, scale));
-                }
-            }
-            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
-            for i in 0..8 {
-                let x = w[i].as_ptr().add(block_bytes * b);
-                let (d, dmin) = (f16_at(x), f16_at(x.add(2)));
-                let r = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(s1[i]));
-                let r = _mm512_fmadd_ps(_mm512_set1_ps(-dmin), _mm512_cvtepi32_ps(s2[i]), r);
                 out[i] = _mm512_fmadd_ps(r, dy, out[i]);
             }
         }
@@ -1330,10 +1254,13 @@ mod x86 {
     }
 
     /// Q5_K (176-byte blocks: `d`, `dmin`, `scales[12]`, `qh[32]`, `qs[128]`) in the tiled
-    /// order, eight rows × sixteen columns ([`k32_min_x8x16`]).
+    /// order, eight rows × sixteen columns: [`k16_x8x16`] with mins, each 32-value
+    /// sub-block's 6-bit scale and min given to both its 16-value halves (the same exact
+    /// integers `s1` and `s2 = Σ_j m_j · (bsums[2j] + bsums[2j + 1])` as `qdot_tiled`'s
+    /// `k4_step`, so the same outputs bit for bit).
     ///
     /// # Safety
-    /// As [`k32_min_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
+    /// As [`k16_x8x16`] (the host has AVX-512F/VL/VNNI/BW).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
     pub(super) unsafe fn q5_k_tiled_x8x16(
         w: &[&[u8]; 8],
@@ -1342,7 +1269,7 @@ mod x86 {
     ) -> [[f32; 8]; 16] {
         let m4 = _mm256_set1_epi8(0x0f);
         let one = _mm256_set1_epi8(1);
-        k32_min_x8x16(w, panel, nb, 176, |x, q| {
+        k16_x8x16::<0, true>(w, panel, nb, 176, |x, q| {
             let qh = _mm256_loadu_si256(x.add(16) as *const __m256i);
             for j in 0..4 {
                 let v = _mm256_loadu_si256(x.add(48 + 32 * j) as *const __m256i);
@@ -1360,6 +1287,10 @@ mod x86 {
                 _mm256_storeu_si256(q[2 * j].as_mut_ptr() as *mut __m256i, lo);
                 _mm256_storeu_si256(q[2 * j + 1].as_mut_ptr() as *mut __m256i, hi);
             }
+            // Eight scales then eight mins (6 bits: fit i8), each byte twice.
+            let sm = _mm_loadu_si128(scales_mins_k4(x.add(4)).as_ptr() as *const __m128i);
+            let (scales, mins) = (_mm_unpacklo_epi8(sm, sm), _mm_unpackhi_epi8(sm, sm));
+            (scales, mins, f16_at(x), f16_at(x.add(2)))
         })
     }
 
@@ -1434,24 +1365,6 @@ mod x86 {
             let scales = q3_k_scales(x.add(96));
             (scales, scales, f16_at(x.add(108)), 0.0)
         })
-    }
-
-    /// The sixteen 6-bit scales of a Q3_K super-block minus 32, as i8 bytes in order
-    /// (ggml's packing: low nibbles from bytes 0..8, two high bits from bytes 8..12).
-    ///
-    /// # Safety
-    /// `p` valid for 12 bytes of reads (SSE2, which every x86-64 has).
-    #[inline(always)]
-    unsafe fn q3_k_scales(p: *const u8) -> __m128i {
-        let word = |k: usize| std::ptr::read_unaligned(p.add(4 * k) as *const u32);
-        let (u0, u1, u2) = (word(0), word(1), word(2));
-        let (k4, k2) = (0x0f0f_0f0f_u32, 0x0303_0303_u32);
-        let b0 = (u0 & k4) | ((u2 & k2) << 4);
-        let b1 = (u1 & k4) | (((u2 >> 2) & k2) << 4);
-        let b2 = ((u0 >> 4) & k4) | (((u2 >> 4) & k2) << 4);
-        let b3 = ((u1 >> 4) & k4) | (((u2 >> 6) & k2) << 4);
-        let v = _mm_setr_epi32(b0 as i32, b1 as i32, b2 as i32, b3 as i32);
-        _mm_sub_epi8(v, _mm_set1_epi8(32))
     }
 
     /// Q2_K (84-byte blocks: `scales[16]` (scale and min nibbles), `qs[64]`, `d`, `dmin`)

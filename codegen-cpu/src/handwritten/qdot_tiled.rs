@@ -151,7 +151,7 @@ pub(crate) fn tiled4_fn_on(wtype: GgmlType, vnni: bool) -> Option<Tiled4Fn> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(in crate::handwritten) mod x86 {
     use std::arch::x86_64::*;
 
     use crate::handwritten::qdot::x86::{
@@ -777,7 +777,7 @@ mod x86 {
     /// `p` valid for the 12 bytes of `scales`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q3_k_scales(p: *const u8) -> __m128i {
+    pub(in crate::handwritten) unsafe fn q3_k_scales(p: *const u8) -> __m128i {
         let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
         let k4 = 0x0f0f_0f0f;
         let k2 = 0x0303_0303;
