@@ -120,7 +120,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
     if super::qdot::host_isa() == Some(Isa::Vnni) {
         // F16 / BF16 weights widened to f32 once per four rows and chunk of tokens, then
         // the F32 tile: the same products and sums (the widening is exact).
-        let (pack, widen): (unsafe fn(&[&[u8]; 8], usize, *mut u8), _) = match wtype {
+        let (pack, widen): (super::qdot::Pack8Fn, _) = match wtype {
             GgmlType::F32 => (x86::f32_pack8, None),
             GgmlType::F16 => (x86::f16_pack8, Some(x86::f16_widen as _)),
             GgmlType::BF16 => (x86::bf16_pack8, Some(x86::bf16_widen as _)),

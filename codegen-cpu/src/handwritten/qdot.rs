@@ -187,8 +187,8 @@ pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
 /// multiple of `multiple`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Packed4x8 {
-    pub pack: unsafe fn(&[&[u8]; 8], usize, *mut u8),
-    pub tile: unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
+    pub pack: Pack8Fn,
+    pub tile: Tile4x8Fn,
     /// Panel bytes per activation block (eight columns).
     pub block_bytes: usize,
     /// The tile takes rows of a multiple of this many blocks only.
@@ -201,8 +201,17 @@ pub(crate) struct Packed4x8 {
     /// # Safety (of the routine)
     /// The host has the features the tile was chosen for; `2 · n` readable bytes, `n`
     /// writable f32.
-    pub widen: Option<unsafe fn(*const u8, usize, *mut f32)>,
+    pub widen: Option<WidenFn>,
 }
+
+/// [`Packed4x8::pack`]: eight activation rows of `nb` blocks into a panel.
+pub(crate) type Pack8Fn = unsafe fn(&[&[u8]; 8], usize, *mut u8);
+
+/// [`Packed4x8::tile`]: four weight rows against a panel of `nb` blocks, `out[c][r]`.
+pub(crate) type Tile4x8Fn = unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8];
+
+/// [`Packed4x8::widen`]: `n` values of a row as f32.
+pub(crate) type WidenFn = unsafe fn(*const u8, usize, *mut f32);
 
 /// The packed 4 × 8 tile of `wtype` on AVX-512 hosts (F, VL, BW, VNNI), two columns to a
 /// 512-bit register (`x86::tile32x8`): Q8_0, Q5_0, Q4_1 and Q5_1, whose `vec_dot` order
@@ -210,10 +219,7 @@ pub(crate) struct Packed4x8 {
 /// `fdot::packed4x8_fn`.)
 pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
-    fn quantized(
-        pack: unsafe fn(&[&[u8]; 8], usize, *mut u8),
-        tile: unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8],
-    ) -> Packed4x8 {
+    fn quantized(pack: Pack8Fn, tile: Tile4x8Fn) -> Packed4x8 {
         Packed4x8 {
             pack,
             tile,
