@@ -551,16 +551,15 @@ unsafe fn products_chunk(
     // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered.
     let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
         let Some(pk) = packed16 else { return 0 };
-        let end = end16;
         let mut t = 0;
-        while t < end {
+        while t < end16 {
             let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
-            for (c, vc) in v.iter().enumerate().take(end - t) {
+            for (c, vc) in v.iter().enumerate().take(end16 - t) {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
             }
             t += 16;
         }
-        end
+        end16
     };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
@@ -650,8 +649,8 @@ unsafe fn products_chunk(
         }
     };
     // Eight rows × eight columns where the type has that tile without the eight-row forms
-    // above (the K-quants; the block order); the columns left over go through the 4 × 4 tiles of
-    // each half.
+    // above (the K- and I-quants; the block order); the columns left over go through the
+    // 4 × 4 tiles of each half.
     let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
         || dot.block8x8.is_some()
         || packed16.is_some();
@@ -728,6 +727,30 @@ unsafe fn products_chunk(
     if widen.is_some() {
         WIDE.with(|p| *p.borrow_mut() = wide);
     }
+}
+
+/// The offsets of a block's f16 scale-like fields (`d`, `m`, `dmin`) from `ir::ggml`'s
+/// description of the format: where tests write moderate scales into random blocks (random
+/// bytes would give NaN, infinity and subnormals). Empty for the float types and IQ1_M.
+#[cfg(test)]
+pub(crate) fn f16_scale_offsets(t: GgmlType) -> Vec<usize> {
+    use ir::ggml::{FieldKind, ScalarKind};
+    ggml::block_format(t)
+        .map(|f| {
+            f.fields
+                .iter()
+                .filter(|field| {
+                    matches!(
+                        field.kind,
+                        FieldKind::Scale(ScalarKind::F16)
+                            | FieldKind::Min(ScalarKind::F16)
+                            | FieldKind::MinScale(ScalarKind::F16)
+                    )
+                })
+                .map(|field| field.offset)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The repacked kernel (gemm or gemv) of columns `col..col + 4` of llama.cpp's `n_cols`, if
@@ -932,12 +955,12 @@ mod tests {
         }
     }
 
-    /// The types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens
-    /// (whole and partial groups of eight and sixteen) and row counts with and without a
-    /// multiple of eight: every output is what `ir::ggml` computes for its column (the
-    /// repacked gemm / gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of
-    /// Q2_K / Q3_K / Q5_K / Q6_K / IQ4_XS from 8 columns, tinyBLAS's of the float types (F16 and
-    /// BF16 rows widened to f32 for the packed tile), the `vec_dot` order of the others).
+    /// The types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens (whole and
+    /// partial groups of eight and sixteen) and row counts with and without a multiple of
+    /// eight: every output is what `ir::ggml` computes for its column (the repacked gemm /
+    /// gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of Q2_K / Q3_K / Q5_K /
+    /// Q6_K / IQ4_XS from 8 columns, tinyBLAS's of the float types (F16 and BF16 rows
+    /// widened to f32 for the packed tile), the `vec_dot` order of the others).
     #[test]
     fn packed_products_are_llama_cpp_s() {
         let mut s = 0x51ed_270b_u64;
@@ -994,18 +1017,9 @@ mod tests {
                     _ => {}
                 }
                 let ts = t.type_size();
+                let f16s = f16_scale_offsets(t);
                 for blk in w.chunks_exact_mut(ts).filter(|_| t.block_size() > 1) {
-                    let f16s: &[usize] = match t {
-                        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
-                            &[0, 2]
-                        }
-                        GgmlType::Q6_K => &[208],
-                        GgmlType::Q3_K => &[108],
-                        GgmlType::Q2_K => &[80, 82],
-                        GgmlType::IQ4_XS => &[0],
-                        _ => &[0],
-                    };
-                    for &o in f16s {
+                    for &o in &f16s {
                         let v = half::f16::from_f32((next() % 1000) as f32 / 20000.0 - 0.02);
                         blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
                     }

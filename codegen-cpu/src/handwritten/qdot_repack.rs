@@ -1847,20 +1847,13 @@ mod tests {
                 eprintln!("no tiled-order 8 x 16 tile for {t} on this host");
                 continue;
             };
-            let (ts, f16s): (usize, &[usize]) = match t {
-                GgmlType::Q2_K => (84, &[80, 82]),
-                GgmlType::Q3_K => (110, &[108]),
-                GgmlType::Q5_K => (176, &[0, 2]),
-                GgmlType::Q6_K => (210, &[208]),
-                // IQ1_M's scale is assembled from its `scales` nibbles (made finite below).
-                GgmlType::IQ1_M => (56, &[]),
-                _ => (t.type_size(), &[0]),
-            };
-            assert_eq!(ts, t.type_size());
+            // IQ1_M has no f16 field: its scale is assembled from its `scales` nibbles
+            // (made finite below).
+            let (ts, f16s) = (t.type_size(), crate::rows::f16_scale_offsets(t));
             for nb in [1usize, 3] {
                 let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
                 for blk in w.chunks_exact_mut(ts) {
-                    for &o in f16s {
+                    for &o in &f16s {
                         let v =
                             half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
                         blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
