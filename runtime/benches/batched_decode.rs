@@ -6,7 +6,9 @@
 //! engine call for all of them), and prints the aggregate generated tokens/s and its
 //! speed-up over one sequence. The sizes are measured in alternating rounds (one step of
 //! each size per round, 40 rounds) and reported as medians, so a machine whose speed drifts
-//! affects every size alike. Default model: the cached SmolLM2 Q4_1; 2 threads.
+//! affects every size alike. Default model: the cached SmolLM2 Q4_1; 2 threads. With
+//! `MODELC_BENCH_PROFILE=1` it then prints where the largest size's steps spend their time,
+//! per fused kernel.
 
 use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
@@ -76,6 +78,11 @@ fn main() -> anyhow::Result<()> {
             times[i].push(t0.elapsed().as_secs_f64());
         }
     }
+    drop(s);
+    let profile = std::env::var_os("MODELC_BENCH_PROFILE").is_some();
+    if profile {
+        profile_largest(&mut engine, &first, n_seq as usize)?;
+    }
     println!(
         "{} ({threads} threads, {PROMPT}-token prompts, median of {ROUNDS} alternating rounds)",
         path.display()
@@ -93,5 +100,56 @@ fn main() -> anyhow::Result<()> {
             n as f64 * one / t
         );
     }
+    Ok(())
+}
+
+/// Times `ROUNDS` steps of the largest size again with the engine's per-kernel profiling on
+/// and prints each kernel's time: the profile of the prompts and steps less that of the
+/// prompts alone.
+fn profile_largest(engine: &mut CpuEngine, first: &[u32], n_seq: usize) -> anyhow::Result<()> {
+    let i = SIZES.len() - 1;
+    let n = SIZES[i];
+    let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 1000 + 7 * i).collect();
+    let mut run = |steps: u32| -> anyhow::Result<Vec<(String, f64, u64)>> {
+        engine.compiled_mut().set_profiling(true);
+        engine.compiled_mut().reset_profile();
+        let mut s = Session::new(Box::new(&mut *engine), n_seq)?;
+        for seq in first[i]..first[i] + n {
+            s.eval(seq, &prompt, false)?;
+        }
+        for round in 0..steps {
+            let batch: Vec<BatchToken> = (first[i]..first[i] + n)
+                .map(|seq| BatchToken {
+                    token: 3000 + round,
+                    seq,
+                    logits: true,
+                })
+                .collect();
+            s.decode_batch(&batch)?;
+        }
+        drop(s);
+        let p = engine.compiled().profile();
+        Ok(p.into_iter()
+            .map(|k| (k.kind.to_string(), k.seconds, k.calls))
+            .collect())
+    };
+    let prompts = run(0)?;
+    let all = run(ROUNDS as u32)?;
+    println!();
+    println!("per-kernel time of {ROUNDS} steps of {n} sequences:");
+    let mut total = 0.0;
+    for (kind, seconds, calls) in &all {
+        let (s0, c0) = prompts
+            .iter()
+            .find(|p| &p.0 == kind)
+            .map_or((0.0, 0), |p| (p.1, p.2));
+        total += seconds - s0;
+        println!(
+            "  {:>8.3} ms  {:>6} calls  {kind}",
+            (seconds - s0) * 1e3,
+            calls - c0
+        );
+    }
+    println!("  {:>8.3} ms in all", total * 1e3);
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
 //!     [--only bandwidth|shapes|decode|pp|rows] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
-//!     [--rows-shape K,M]
+//!     [--rows-shape K,M] [--rows-tokens N] [--rows-copies N]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -15,7 +15,10 @@
 //! shapes (one token), GB/s of weight bytes streamed (weights larger than the caches, so
 //! they come from DRAM as in a real step); `--rows-shape K,M` sets the weight shape (default
 //! SmolLM2's FFN down, {1536, 576}: its 64 copies still fit a large L3; a 1B model's
-//! {2048, 5632} shows what DRAM gives).
+//! {2048, 5632} shows what DRAM gives). Their prompt table takes `--rows-tokens` tokens
+//! (default 64; 8 is an 8-slot server's decode step, whose columns take the same kernels
+//! where the type's order does not depend on llama.cpp's column count) over
+//! `--rows-copies` copies of the weight cycled (default 1: hot in the caches).
 
 use std::time::Instant;
 
@@ -43,6 +46,10 @@ struct Args {
     disasm: Option<MatmulSpec>,
     /// The weight `{K, M}` of the `rows` benchmarks (decode copies and the prompt shape).
     rows_shape: (usize, usize),
+    /// Tokens of the `rows` prompt table.
+    rows_tokens: usize,
+    /// Weight copies the `rows` prompt table cycles through.
+    rows_copies: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -61,6 +68,8 @@ fn parse_args() -> Result<Args, String> {
         disasm: None,
         types_given: false,
         rows_shape: (N_FF.next_multiple_of(256), N_EMBD),
+        rows_tokens: 64,
+        rows_copies: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -140,8 +149,22 @@ fn parse_args() -> Result<Args, String> {
                     _ => return Err("--rows-shape K,M (both above 0, K·M at most 2^28)".into()),
                 }
             }
+            "--rows-tokens" | "--rows-copies" => {
+                let n: usize = val()?
+                    .parse()
+                    .map_err(|e| format!("{flag}: {e}"))
+                    .and_then(|n| match n {
+                        1..=4096 => Ok(n),
+                        _ => Err(format!("{flag}: 1 to 4096")),
+                    })?;
+                if flag == "--rows-tokens" {
+                    a.rows_tokens = n
+                } else {
+                    a.rows_copies = n
+                }
+            }
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M] [--rows-tokens N] [--rows-copies N]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -407,13 +430,14 @@ fn moderate_exponents(t: GgmlType, w: &mut [u8]) {
 }
 
 /// The row-dot kernels at a prompt shape: one FFN-down-like weight (hot after the first
-/// call), 64 tokens, as a plan's chunk computes them; GMAC/s of multiply-adds.
+/// call, or `--rows-copies` of them cycled), `--rows-tokens` tokens (64), as a plan's chunk
+/// computes them; GMAC/s of multiply-adds.
 fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
     use codegen_cpu::rows::RowsMatmul;
     println!("| type | weight {{K, M}} x tokens | threads | µs/call (median) | GMAC/s (best) |");
     println!("|---|---|---|---|---|");
     let mut rng = Rng(0x1f83_d9ab_fb41_bd6b);
-    let ((k, m), n) = (a.rows_shape, 64);
+    let ((k, m), n) = (a.rows_shape, a.rows_tokens);
     for t in GgmlType::ALL
         .iter()
         .copied()
@@ -423,7 +447,8 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
         let Ok(kern) = RowsMatmul::new(t, k, m, n) else {
             continue;
         };
-        let mut w: Vec<u8> = (0..kern.weight_bytes())
+        let copies = a.rows_copies;
+        let mut w: Vec<u8> = (0..kern.weight_bytes() * copies)
             .map(|_| rng.next() as u8 & 0x3f)
             .collect();
         moderate_exponents(t, &mut w);
@@ -432,9 +457,13 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
             panic!("prepare: {e}");
         }
         let mut out = vec![0f32; m * n];
+        let wb = kern.weight_bytes();
+        let mut i = 0;
         for pool in pools {
             let s = time_it(a.reps, || {
-                if let Err(e) = kern.run(pool, &w, &act, &mut out) {
+                i = (i + 1) % copies;
+                let w = &w[i * wb..(i + 1) * wb];
+                if let Err(e) = kern.run(pool, w, &act, &mut out) {
                     panic!("run: {e}");
                 }
             });

@@ -239,9 +239,10 @@ impl Attention {
         ))
     }
 
-    /// f32 scratch values per thread for one query of flash attention.
+    /// f32 scratch values per thread for a group of queries of flash attention
+    /// ([`flash::query_group`]).
     pub fn query_floats(&self) -> usize {
-        flash::query_scratch(self.q.ne[0], self.v.ne[0], self.k.ne[2])
+        flash::group_scratch(self.q.ne[0], self.v.ne[0], self.k.ne[2])
     }
 }
 
@@ -310,7 +311,7 @@ impl Op {
             Op::GetRows(g) => g.n.div_ceil(ROWS_PER_CHUNK),
             Op::MulMat(m) => m.n_chunks(ph),
             Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
-            Op::Attention(a) if seqs > 0 => a.q.ne[1] * seqs,
+            Op::Attention(a) if seqs > 0 => a.k.ne[1] * seqs,
             Op::Attention(a) => a.n_chunks(),
             Op::Unary { y, .. }
             | Op::Binary { y, .. }
@@ -659,16 +660,17 @@ impl Attention {
 }
 
 impl Attention {
-    /// Chunk `c` of a multi-sequence step ([`Ctx::row_kv`]): query head `c % n_head` of
-    /// real token `c / n_head`, attending over its own sequence's cache as the one token of
-    /// a llama.cpp ubatch would (flash: the one-query kernel with the KV length padded from
-    /// its own position; soft_max: the one-token path). The chunk of the last real token's
-    /// last head also zeroes the padding rows.
+    /// Chunk `c` of a multi-sequence step ([`Ctx::row_kv`]): the query heads of KV head
+    /// `c % n_head_kv` of real token `c / n_head_kv`, attending over its own sequence's cache
+    /// as the one token of a llama.cpp ubatch would (flash: the one-query kernel with the KV
+    /// length padded from its own position, the group's queries through
+    /// [`flash::query_group`]; soft_max: the one-token path). The chunk of the last real
+    /// token's last KV head also zeroes the padding rows.
     unsafe fn run_rows(&self, c: usize, cx: &Ctx<'_>, rows: &[Ptr]) {
         let (d_k, n_head, n_tokens) = (self.q.ne[0], self.q.ne[1], self.q.ne[2]);
-        let (d_v, n_head_kv) = (self.v.ne[0], self.k.ne[1]);
-        let (t, h) = (c / n_head, c % n_head);
-        if c + 1 == n_head * rows.len() {
+        let (d_v, n_head_kv) = (self.v.ne[0], self.k.ne[1].max(1));
+        let (t, kvh) = (c / n_head_kv, c % n_head_kv);
+        if c + 1 == n_head_kv * rows.len() {
             for tp in rows.len()..n_tokens {
                 for hp in 0..n_head {
                     std::slice::from_raw_parts_mut(self.out.at(hp, tp, 0) as *mut f32, d_v)
@@ -678,7 +680,8 @@ impl Attention {
         }
         let Some(&kv) = rows.get(t) else { return };
         let (k, v) = (self.k.rebase(kv), self.v.rebase(kv));
-        let kvh = h / (n_head / n_head_kv.max(1)).max(1);
+        let group = (n_head / n_head_kv).max(1);
+        let heads = kvh * group..(kvh + 1) * group;
         let pos = *(self.pos.add(4 * t) as *const i32) as i64;
         let vis = self.visible(pos, k.dims(cx.kv_len)[2]);
         let (lo, hi) = (vis.lo, vis.hi);
@@ -692,31 +695,40 @@ impl Attention {
             v_q8: cx.flash && v.dtype == Q8_0,
             gap: vis.gap,
         };
-        let (q, out) = (
-            self.q.at(h, t, 0) as *const f32,
-            self.out.at(h, t, 0) as *mut f32,
-        );
         if cx.flash {
-            flash::query(
-                q,
-                d_k,
-                &kv_rows(k.dtype == DType::F16 || v.dtype == DType::F16),
-                lo,
-                hi,
-                1,
-                padded_kv(
-                    self.cache_kv(pos as usize + 1),
-                    cx.n_cells.min(k.ne[2]).min(self.cells),
-                ),
-                cx.llama_threads,
-                &FlashParams::new(self.params.kq_scale, self.params.softcap),
-                cx.scratch.scores[cx.ti].0 as *mut f32,
-                out,
-                d_v,
+            let mut qs = [std::ptr::null::<f32>(); flash::GROUP];
+            let mut outs = [std::ptr::null_mut::<f32>(); flash::GROUP];
+            let kv = kv_rows(k.dtype == DType::F16 || v.dtype == DType::F16);
+            let nek1 = padded_kv(
+                self.cache_kv(pos as usize + 1),
+                cx.n_cells.min(k.ne[2]).min(self.cells),
             );
-        } else {
+            for part in heads
+                .step_by(flash::GROUP)
+                .map(|h| h..(h + flash::GROUP).min(kvh * group + group))
+            {
+                let n = part.len();
+                for (i, h) in part.enumerate() {
+                    qs[i] = self.q.at(h, t, 0) as *const f32;
+                    outs[i] = self.out.at(h, t, 0) as *mut f32;
+                }
+                flash::query_group(
+                    &qs[..n],
+                    &outs[..n],
+                    d_k,
+                    &kv,
+                    (lo, hi),
+                    (1, nek1, cx.llama_threads),
+                    &FlashParams::new(self.params.kq_scale, self.params.softcap),
+                    cx.scratch.scores[cx.ti].0 as *mut f32,
+                    d_v,
+                );
+            }
+            return;
+        }
+        for h in heads {
             attend_exact(&ExactQuery {
-                q,
+                q: self.q.at(h, t, 0) as *const f32,
                 d_k,
                 kv: &kv_rows(v.dtype == DType::F16),
                 lo,
@@ -727,7 +739,7 @@ impl Attention {
                     softcap: self.params.softcap,
                 },
                 scratch: cx.scratch.attn[cx.ti].0 as *mut f32,
-                out,
+                out: self.out.at(h, t, 0) as *mut f32,
                 d_v,
             });
         }
@@ -768,23 +780,6 @@ impl Attention {
         };
         let plain = a.k.dtype == a.v.dtype && a.k.dtype != Q8_0;
         let scratch = cx.scratch.scores[cx.ti].0 as *mut f32;
-        let one = |t: usize, h: usize| {
-            let v = vis(t);
-            flash::query(
-                a.q.at(h, t, 0) as *const f32,
-                d_k,
-                &kv_rows(h / group, v.gap),
-                v.lo,
-                v.hi,
-                n_llama,
-                nek1,
-                cx.llama_threads,
-                &p,
-                scratch,
-                a.out.at(h, t, 0) as *mut f32,
-                d_v,
-            )
-        };
         let (heads, ta, tb) = a.chunk_queries(c);
         let kvh = heads.start / group;
         for t in ta.max(n_real)..tb {
@@ -800,9 +795,29 @@ impl Attention {
             return;
         }
         if n_llama < Q_TILE || !d_v.is_multiple_of(8) || !plain {
+            // A token's query heads of one KV head share their rows and visible cells.
+            let mut qs = [std::ptr::null::<f32>(); flash::GROUP];
+            let mut outs = [std::ptr::null_mut::<f32>(); flash::GROUP];
             for t in ta..tb {
-                for h in heads.clone() {
-                    one(t, h);
+                let v = vis(t);
+                for h0 in heads.clone().step_by(flash::GROUP) {
+                    let part = h0..(h0 + flash::GROUP).min(heads.end);
+                    let n = part.len();
+                    for (i, h) in part.enumerate() {
+                        qs[i] = a.q.at(h, t, 0) as *const f32;
+                        outs[i] = a.out.at(h, t, 0) as *mut f32;
+                    }
+                    flash::query_group(
+                        &qs[..n],
+                        &outs[..n],
+                        d_k,
+                        &kv_rows(kvh, v.gap),
+                        (v.lo, v.hi),
+                        (n_llama, nek1, cx.llama_threads),
+                        &p,
+                        scratch,
+                        d_v,
+                    );
                 }
             }
             return;

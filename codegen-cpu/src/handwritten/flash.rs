@@ -145,7 +145,210 @@ pub(crate) unsafe fn query(
     query_body::<false>(&a)
 }
 
+/// Queries [`query_group`] runs through the weighted sum of V together (their serial
+/// online softmaxes interleaved: one alone is bound by the latency of its f16 rounding).
+pub(crate) const GROUP: usize = 4;
+
+/// Scratch floats [`query_group`] needs: [`query_scratch`] per query of a [`GROUP`].
+pub(crate) fn group_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
+    GROUP * query_scratch(d_k, d_v, n_ctx)
+}
+
+/// [`query`] for queries that share their KV rows and visible cells (the query heads of
+/// one KV head, for one token): `outs[i]` from `qs[i]`, each bit for bit what [`query`]
+/// gives it alone. Up to [`GROUP`] at a time share the pass over V where the host has
+/// AVX-512 and the V rows are f16 or f32 of a head size that is a multiple of 16 (else, and
+/// for the split-KV path, one at a time).
+///
+/// # Safety
+/// As [`query`] for each query; `scratch` holds [`group_scratch`] floats; no output
+/// overlaps another or an input.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn query_group(
+    qs: &[*const f32],
+    outs: &[*mut f32],
+    d_k: usize,
+    kv: &KvRows,
+    (lo, hi): (usize, usize),
+    (n_tokens, nek1, llama_threads): (usize, usize, usize),
+    p: &FlashParams,
+    scratch: *mut f32,
+    d_v: usize,
+) {
+    let one = |q: *const f32, out: *mut f32, scratch: *mut f32| Query {
+        q,
+        d_k,
+        kv,
+        lo,
+        hi,
+        n_tokens,
+        nek1,
+        llama_threads,
+        p,
+        scratch,
+        out,
+        d_v,
+    };
+    let split = n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8;
+    #[cfg(target_arch = "x86_64")]
+    if qs.len() > 1 && !split && !kv.v_q8 && super::qdot::host_isa() == Some(super::qdot::Isa::Vnni)
+    {
+        let stride = query_scratch(d_k, d_v, hi - lo);
+        for (qs, outs) in qs.chunks(GROUP).zip(outs.chunks(GROUP)) {
+            let n = qs.len();
+            let queries: [Query<'_>; GROUP] = std::array::from_fn(|i| {
+                let i = i.min(n - 1);
+                one(qs[i], outs[i], scratch.add(i * stride))
+            });
+            let queries = &queries[..n];
+            if group_avx512(queries) {
+                continue;
+            }
+            for a in queries {
+                query_avx2(a);
+            }
+        }
+        return;
+    }
+    for (&q, &out) in qs.iter().zip(outs) {
+        query(
+            q,
+            d_k,
+            kv,
+            lo,
+            hi,
+            n_tokens,
+            nek1,
+            llama_threads,
+            p,
+            scratch,
+            out,
+            d_v,
+        );
+    }
+}
+
+/// Up to [`GROUP`] queries of [`query_group`]: the scores of each, then one pass over the V
+/// rows for all of them (`false`, having done nothing, for a head size it has no form for).
+///
+/// # Safety
+/// As [`query_group`]; the host has AVX-512F/VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+unsafe fn group_avx512(queries: &[Query<'_>]) -> bool {
+    let Some(a) = queries.first() else {
+        return true;
+    };
+    let (kv, d_k, d_v, lo, hi) = (a.kv, a.d_k, a.d_v, a.lo, a.hi);
+    macro_rules! pass {
+        ($g:literal, $nv:literal) => {{
+            for a in queries {
+                query_scores::<true>(a);
+            }
+            let acc: [*mut f32; $g] = std::array::from_fn(|i| queries[i].scratch.add(d_k));
+            let scores: [*const f32; $g] = std::array::from_fn(|i| acc[i].add(d_v) as *const f32);
+            for i in 0..$g {
+                softmax_weights(kv, lo, lo, hi, scores[i] as *mut f32);
+            }
+            let sums = if kv.f16 {
+                v_pass::<$g, $nv, V_F16>(kv, lo, hi, scores, acc)
+            } else {
+                v_pass::<$g, $nv, V_F32>(kv, lo, hi, scores, acc)
+            };
+            for (i, a) in queries.iter().enumerate() {
+                finish(acc[i], sums[i], a.out, d_v);
+            }
+            true
+        }};
+    }
+    macro_rules! sizes {
+        ($g:literal) => {
+            match d_v {
+                64 => pass!($g, 4),
+                128 => pass!($g, 8),
+                256 => pass!($g, 16),
+                _ => false,
+            }
+        };
+    }
+    match queries.len() {
+        1 => sizes!(1),
+        2 => sizes!(2),
+        3 => sizes!(3),
+        4 => sizes!(4),
+        _ => false,
+    }
+}
+
+/// Sixteen f32 values rounded to f16 (to nearest even) and back.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round16(x: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<
+        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+    >(x))
+}
+
+/// [`one_chunk_reg`] over cells `lo..hi` for `G` queries at once, `NV` vectors of 16 per
+/// accumulator (`d_v = 16·NV`): each query's maximum, sum and f16-rounded accumulator
+/// take the same operations in the same order as alone (each lane's value does not depend
+/// on the vector width); the V row is loaded once for all. Returns each query's sum `S`;
+/// `acc[i][0..d_v]` receives its accumulator.
+///
+/// # Safety
+/// AVX-512F/VL and F16C; `scores[i]` holds query `i`'s scores of `lo..hi`; `acc[i]` valid for
+/// `d_v` writes; V rows of kind `V` (f16 or f32).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // i indexes the V row and every query's accumulator
+unsafe fn v_pass<const G: usize, const NV: usize, const V: u8>(
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    scores: [*const f32; G],
+    acc: [*mut f32; G],
+) -> [f32; G] {
+    let mut a = [[_mm512_setzero_ps(); NV]; G];
+    let mut sum = [0f32; G];
+    for j in kv.ranges(lo, hi).into_iter().flatten() {
+        let mut vs = [1f32; G];
+        for g in 0..G {
+            let (ms, w) = split_weight(*scores[g].add(j - lo));
+            vs[g] = w;
+            if ms != 1.0 {
+                let v = _mm512_set1_ps(ms);
+                for x in a[g].iter_mut() {
+                    *x = round16(_mm512_mul_ps(*x, v));
+                }
+            }
+            sum[g] = sum[g].mul_add(ms, w);
+        }
+        let vr = kv.v.add(j * kv.v_stride);
+        let mut vv = [_mm512_setzero_ps(); G];
+        for g in 0..G {
+            vv[g] = _mm512_set1_ps(vs[g]);
+        }
+        for i in 0..NV {
+            let x = if V == V_F16 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(vr.add(32 * i) as *const __m256i))
+            } else {
+                _mm512_loadu_ps(vr.add(64 * i) as *const f32)
+            };
+            for g in 0..G {
+                a[g][i] = round16(_mm512_fmadd_ps(x, vv[g], a[g][i]));
+            }
+        }
+    }
+    for g in 0..G {
+        for (i, x) in a[g].iter().enumerate() {
+            _mm512_storeu_ps(acc[g].add(16 * i), *x);
+        }
+    }
+    sum
+}
+
 /// The arguments of [`query`], passed on to its instruction-set variants.
+#[derive(Clone, Copy)]
 struct Query<'a> {
     q: *const f32,
     d_k: usize,
@@ -170,7 +373,6 @@ unsafe fn query_avx2(a: &Query<'_>) {
 #[inline(always)]
 unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
     let Query {
-        q,
         d_k,
         kv,
         lo,
@@ -178,14 +380,49 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
         n_tokens,
         nek1,
         llama_threads,
-        p,
         scratch,
         out,
         d_v,
+        ..
     } = *a;
-    let q16 = scratch;
     let acc = scratch.add(d_k);
     let scores = acc.add(d_v);
+    query_scores::<SIMD>(a);
+    // ggml's split-KV path takes F16 or F32 caches of one type only.
+    if n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8 {
+        split::<SIMD>(kv, lo, hi, nek1, llama_threads, scores, acc, out, d_v);
+        return;
+    }
+    let (_, s) = one_chunk::<SIMD>(kv, lo, lo, hi, scores, acc, d_v);
+    finish(acc, s, out, d_v);
+}
+
+/// `out = acc / s` (zeros where `s` is 0: no visible cell), ggml's final normalization.
+#[inline(always)]
+unsafe fn finish(acc: *const f32, s: f32, out: *mut f32, d_v: usize) {
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for i in 0..d_v {
+        *out.add(i) = *acc.add(i) * inv;
+    }
+}
+
+/// The scores of [`query`]'s visible cells into its scratch (after Q, rounded to f16 or
+/// quantized to Q8_0, and the accumulator: [`query_scratch`]), `scores[j - lo]` for cell `j`.
+#[inline(always)]
+unsafe fn query_scores<const SIMD: bool>(a: &Query<'_>) {
+    let Query {
+        q,
+        d_k,
+        kv,
+        lo,
+        hi,
+        p,
+        scratch,
+        d_v,
+        ..
+    } = *a;
+    let q16 = scratch;
+    let scores = scratch.add(d_k + d_v);
     // Scores of the visible cells (the split's chunks only cut this range).
     if kv.k_q8 {
         // Q as Q8_0 blocks (ggml's `q_to_vec_dot`) in Q's scratch: d_k / 32 · 34 bytes.
@@ -213,16 +450,6 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
                 *scores.add(j - lo) = p.score(dot_f16::<SIMD>(kr, kv.f16, q16, d_k));
             }
         }
-    }
-    // ggml's split-KV path takes F16 or F32 caches of one type only.
-    if n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8 {
-        split::<SIMD>(kv, lo, hi, nek1, llama_threads, scores, acc, out, d_v);
-        return;
-    }
-    let (_, s) = one_chunk::<SIMD>(kv, lo, lo, hi, scores, acc, d_v);
-    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    for i in 0..d_v {
-        *out.add(i) = *acc.add(i) * inv;
     }
 }
 
@@ -428,7 +655,7 @@ unsafe fn one_chunk<const SIMD: bool>(
     lo: usize,
     c0: usize,
     c1: usize,
-    scores: *const f32,
+    scores: *mut f32,
     acc: *mut f32,
     d_v: usize,
 ) -> (f32, f32) {
@@ -446,7 +673,7 @@ unsafe fn one_chunk_v<const SIMD: bool, const V: u8>(
     lo: usize,
     c0: usize,
     c1: usize,
-    scores: *const f32,
+    scores: *mut f32,
     acc: *mut f32,
     d_v: usize,
 ) -> (f32, f32) {
@@ -518,9 +745,46 @@ unsafe fn scores64(
     }
 }
 
+/// The online softmax's weights of cells `c0..c1` in place of their scores
+/// (`scores[j - lo]` for cell `j`), with the libm `expf` calls in a loop of their own (a call
+/// clobbers every vector register, so calls inside the weighted sum of V spill its
+/// accumulator): where cell `j`'s score `s` raises the running maximum `M`, `-expf(M - s)`
+/// (the accumulator's scale `ms`, sign bit set, also for 0); else `expf(s - M)` (the V
+/// row's weight `vs`, sign bit clear). Returns the final maximum. The values are ggml's
+/// (`_one_chunk`): each comes from the same maximum and the same `expf`.
+///
+/// # Safety
+/// `scores` valid for the cells' reads and writes.
+#[inline(always)]
+unsafe fn softmax_weights(kv: &KvRows, lo: usize, c0: usize, c1: usize, scores: *mut f32) -> f32 {
+    let mut m = f32::NEG_INFINITY;
+    for j in kv.ranges(c0, c1).into_iter().flatten() {
+        let x = scores.add(j - lo);
+        let s = *x;
+        if s > m {
+            *x = -(m - s).exp();
+            m = s;
+        } else {
+            *x = (s - m).exp();
+        }
+    }
+    m
+}
+
+/// A weight of [`softmax_weights`] as `(ms, vs)`: the accumulator's scale and the V row's
+/// weight (one of them 1).
+#[inline(always)]
+fn split_weight(x: f32) -> (f32, f32) {
+    if x.is_sign_negative() {
+        (-x, 1.0)
+    } else {
+        (1.0, x)
+    }
+}
+
 /// [`one_chunk`] with the accumulator in registers: `NV` vectors of 8 (`d_v = 8·NV`). (The
 /// scores are computed before, in a loop of their own: computing each in this loop is
-/// slower, measured.)
+/// slower, measured; so are the exponentials, [`softmax_weights`].)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn one_chunk_reg<const NV: usize, const V: u8>(
@@ -528,25 +792,20 @@ unsafe fn one_chunk_reg<const NV: usize, const V: u8>(
     lo: usize,
     c0: usize,
     c1: usize,
-    scores: *const f32,
+    scores: *mut f32,
     out: *mut f32,
 ) -> (f32, f32) {
+    let m = softmax_weights(kv, lo, c0, c1, scores);
     let mut acc = [_mm256_setzero_ps(); NV];
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    let mut sum = 0f32;
     for j in kv.ranges(c0, c1).into_iter().flatten() {
-        let s = *scores.add(j - lo);
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        let (ms, vs) = split_weight(*scores.add(j - lo));
         let vr = kv.v.add(j * kv.v_stride);
-        if s > m {
-            let old = m;
-            m = s;
-            ms = (old - m).exp();
+        if ms != 1.0 {
             let v = _mm256_set1_ps(ms);
             for a in acc.iter_mut() {
                 *a = round_v8::<V>(_mm256_mul_ps(*a, v));
             }
-        } else {
-            vs = (s - m).exp();
         }
         let v = _mm256_set1_ps(vs);
         for (i, a) in acc.iter_mut().enumerate() {
@@ -614,7 +873,7 @@ unsafe fn split<const SIMD: bool>(
     hi: usize,
     nek1: usize,
     threads: usize,
-    scores: *const f32,
+    scores: *mut f32,
     part: *mut f32,
     out: *mut f32,
     d_v: usize,
@@ -1138,6 +1397,108 @@ unsafe fn tiled_scalar(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`query_group`] gives each query what [`query`] gives it alone, bit for bit: F16 and
+    /// F32 rows, head sizes 64, 128 and 256 (and 80, which has no group form), groups of 1
+    /// to 6 (more than [`GROUP`]), a ring's gap, a soft-cap, the split-KV path (a padded
+    /// KV length of 512) and ubatches of several tokens (the reference kernel).
+    #[test]
+    fn query_groups_match_one_query_at_a_time() {
+        let mut st = 11u64;
+        let mut r = move || {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            (st >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let n = 300usize;
+        for (d, f16, cap, gap, nek1, n_tokens) in [
+            (64usize, true, None, (0, 0), 512, 1),
+            (64, true, None, (40, 90), 256, 1),
+            (64, false, None, (0, 0), 256, 3),
+            (128, true, Some(30.0f32), (0, 0), 512, 2),
+            (256, false, Some(30.0), (10, 20), 512, 1),
+            (256, true, None, (0, 0), 256, 1),
+            (80, true, None, (0, 0), 256, 1),
+        ] {
+            let bytes = if f16 { 2 } else { 4 };
+            let row = |r: &mut dyn FnMut() -> f32| -> Vec<u8> {
+                (0..n * d)
+                    .flat_map(|_| {
+                        let x = r();
+                        if f16 {
+                            half::f16::from_f32(x).to_le_bytes().to_vec()
+                        } else {
+                            half::f16::from_f32(x).to_f32().to_le_bytes().to_vec()
+                        }
+                    })
+                    .collect()
+            };
+            let (k, v) = (row(&mut r), row(&mut r));
+            let kv = KvRows {
+                k: k.as_ptr(),
+                k_stride: bytes * d,
+                v: v.as_ptr(),
+                v_stride: bytes * d,
+                f16,
+                k_q8: false,
+                v_q8: false,
+                gap,
+            };
+            let p = FlashParams::new(1.0 / (d as f32).sqrt(), cap);
+            let (lo, hi) = (3, 290);
+            for len in 1..=6 {
+                let qs: Vec<Vec<f32>> = (0..len)
+                    .map(|_| (0..d).map(|_| r() * 4.0).collect())
+                    .collect();
+                let mut outs = vec![vec![f32::NAN; d]; len];
+                let qp: Vec<*const f32> = qs.iter().map(|q| q.as_ptr()).collect();
+                let op: Vec<*mut f32> = outs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                let mut scratch = vec![f32::NAN; group_scratch(d, d, n)];
+                unsafe {
+                    query_group(
+                        &qp,
+                        &op,
+                        d,
+                        &kv,
+                        (lo, hi),
+                        (n_tokens, nek1, 4),
+                        &p,
+                        scratch.as_mut_ptr(),
+                        d,
+                    )
+                };
+                for (q, got) in qs.iter().zip(&outs) {
+                    let mut want = vec![0f32; d];
+                    let mut scratch = vec![f32::NAN; query_scratch(d, d, n)];
+                    unsafe {
+                        query(
+                            q.as_ptr(),
+                            d,
+                            &kv,
+                            lo,
+                            hi,
+                            n_tokens,
+                            nek1,
+                            4,
+                            &p,
+                            scratch.as_mut_ptr(),
+                            want.as_mut_ptr(),
+                            d,
+                        )
+                    };
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "d {d}, f16 {f16}, group of {len}: {got:?} != {want:?}"
+                    );
+                }
+            }
+        }
+    }
 
     /// A group of queries gives each query what it gets alone, bit for bit: different
     /// visible ranges (causal ends, a sliding window's starts, a wrapped ring's gap), a
