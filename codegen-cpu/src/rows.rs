@@ -599,7 +599,7 @@ unsafe fn products_chunk(
         None => Vec::new(),
     };
     if widen.is_some() {
-        wide.resize(4 * nb, 0.0);
+        wide.resize(6 * nb, 0.0);
     }
     let wide_ptr = wide.as_mut_ptr();
     let four_rows = |r: usize, t0: usize| {
@@ -672,6 +672,38 @@ unsafe fn products_chunk(
         four_rows(r, t);
         four_rows(r + 4, t);
         r += 8;
+    }
+    // Six rows at a time where the packed tile has that form (the float types: a panel
+    // load then feeds six multiply-adds), the columns past the last whole panel one by one.
+    let tile6 = packed.and_then(|pk| pk.tile6).filter(|_| n >= 8);
+    while let Some(tile6) = tile6.filter(|_| r + 6 <= r1) {
+        if r + 6 + PREFETCH_ROWS < r1 {
+            prefetch(w.add((r + 6 + PREFETCH_ROWS) * row_bytes), 6 * row_bytes);
+        }
+        let ws: [&[u8]; 6] = std::array::from_fn(|i| row(r + i));
+        let mut tile_ws = ws;
+        if let Some(widen) = widen {
+            for (i, tw) in tile_ws.iter_mut().enumerate() {
+                let dst = wide_ptr.add(i * nb);
+                widen(ws[i].as_ptr(), nb, dst);
+                *tw = std::slice::from_raw_parts(dst as *const u8, 4 * nb);
+            }
+        }
+        let group = nb * packed.map_or(0, |pk| pk.block_bytes);
+        let mut t = 0;
+        while t + 8 <= n {
+            let v = tile6(&tile_ws, panel.as_ptr().add(t / 8 * group), nb);
+            for (c, vc) in v.iter().enumerate() {
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 6);
+            }
+            t += 8;
+        }
+        for (i, wr) in ws.iter().enumerate() {
+            for t in t..n {
+                *out.add(t * out_stride + r + i) = dot.dot(wr, arow(t), col0 + t, n_cols);
+            }
+        }
+        r += 6;
     }
     while dot.has_tile4x4() && r + 4 <= r1 && n >= 4 {
         if r + 4 + PREFETCH_ROWS < r1 {

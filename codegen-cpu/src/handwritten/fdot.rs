@@ -129,6 +129,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
         return Some(super::qdot::Packed4x8 {
             pack,
             tile: x86::f32_tinyblas_4x8_packed,
+            tile6: Some(x86::f32_tinyblas_6x8_packed),
             block_bytes: x86::PANEL_VALUE_BYTES,
             multiple: 8,
             widen,
@@ -409,7 +410,7 @@ mod x86 {
     pub(super) const PANEL_VALUE_BYTES: usize = 32;
 
     /// Packs eight activation rows of `n` values (a multiple of 8) for
-    /// [`tinyblas_4x8_packed`]: per chunk of eight values and column pair `p`, columns
+    /// [`tinyblas_rx8_packed`]: per chunk of eight values and column pair `p`, columns
     /// `2p` and `2p + 1` as f32 in lanes 0..8 and 8..16 (the conversion and the joining of
     /// the pair done once per chunk of tokens instead of once per four weight rows).
     ///
@@ -430,34 +431,41 @@ mod x86 {
         }
     }
 
-    /// [`tinyblas_4x8`] over activations packed by [`pack8`] (`n` values, a multiple of 8):
-    /// the same fused multiply-adds in the same order.
+    /// [`tinyblas_4x8`] for `R` weight rows over activations packed by [`pack8`] (`n`
+    /// values, a multiple of 8): the same fused multiply-adds in the same order, `out[c][r]`.
+    /// Each chunk's `R` weight vectors stay in registers while each panel vector is loaded
+    /// once for all of them (six rows: 24 accumulators, and a panel load feeds six
+    /// multiply-adds where four rows' fed four).
     ///
     /// # Safety
     /// As [`pack8`]; weight rows of at least `n` values.
     #[inline(always)]
-    unsafe fn tinyblas_4x8_packed<H: Half>(
-        w: &[&[u8]; 4],
+    unsafe fn tinyblas_rx8_packed<H: Half, const R: usize>(
+        w: &[&[u8]; R],
         panel: *const u8,
         n: usize,
-    ) -> [[f32; 4]; 8] {
-        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    ) -> [[f32; R]; 8] {
+        let mut acc = [[_mm512_setzero_ps(); R]; 4];
         let mut l = 0;
         while l < n {
             let o = H::BYTES * l;
             let pb = panel.add(l * PANEL_VALUE_BYTES) as *const f32;
-            for r in 0..4 {
+            let mut av = [_mm512_setzero_ps(); R];
+            for (r, a) in av.iter_mut().enumerate() {
                 let wp = w[r].as_ptr().add(o);
-                let av = H::load8x2(wp, wp);
-                for (p, accp) in acc.iter_mut().enumerate() {
-                    accp[r] = _mm512_fmadd_ps(av, _mm512_loadu_ps(pb.add(16 * p)), accp[r]);
+                *a = H::load8x2(wp, wp);
+            }
+            for (p, accp) in acc.iter_mut().enumerate() {
+                let b = _mm512_loadu_ps(pb.add(16 * p));
+                for (r, a) in accp.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(av[r], b, *a);
                 }
             }
             l += 8;
         }
-        let mut out = [[0f32; 4]; 8];
+        let mut out = [[0f32; R]; 8];
         for p in 0..4 {
-            for r in 0..4 {
+            for r in 0..R {
                 let v = hsum8_pair(acc[p][r]);
                 out[2 * p][r] = v[0];
                 out[2 * p + 1][r] = v[1];
@@ -497,18 +505,31 @@ mod x86 {
     pack!(F16, f16_pack8);
     pack!(Bf16, bf16_pack8);
 
-    /// [`tinyblas_4x8_packed`] for F32 weight rows: the tile of all three float types (F16
-    /// and BF16 rows are widened to f32 first: [`f16_widen`], [`bf16_widen`]).
+    /// [`tinyblas_rx8_packed`] for four F32 weight rows: the tile of all three float types
+    /// (F16 and BF16 rows are widened to f32 first: [`f16_widen`], [`bf16_widen`]).
     ///
     /// # Safety
-    /// As [`tinyblas_4x8_packed`] (the host has AVX-512F/VL).
+    /// As [`tinyblas_rx8_packed`] (the host has AVX-512F/VL).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
     pub(super) unsafe fn f32_tinyblas_4x8_packed(
         w: &[&[u8]; 4],
         panel: *const u8,
         n: usize,
     ) -> [[f32; 4]; 8] {
-        tinyblas_4x8_packed::<F32>(w, panel, n)
+        tinyblas_rx8_packed::<F32, 4>(w, panel, n)
+    }
+
+    /// [`f32_tinyblas_4x8_packed`] for six rows.
+    ///
+    /// # Safety
+    /// As [`tinyblas_rx8_packed`] (the host has AVX-512F/VL).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    pub(super) unsafe fn f32_tinyblas_6x8_packed(
+        w: &[&[u8]; 6],
+        panel: *const u8,
+        n: usize,
+    ) -> [[f32; 6]; 8] {
+        tinyblas_rx8_packed::<F32, 6>(w, panel, n)
     }
 
     /// `n` (a multiple of 8) F16 values at `src` as f32 at `dst` (exact).

@@ -189,6 +189,8 @@ pub(crate) fn dot4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
 pub(crate) struct Packed4x8 {
     pub pack: Pack8Fn,
     pub tile: Tile4x8Fn,
+    /// The same products for six weight rows at a time, where the type has that form.
+    pub tile6: Option<Tile6x8Fn>,
     /// Panel bytes per activation block (eight columns).
     pub block_bytes: usize,
     /// The tile takes rows of a multiple of this many blocks only.
@@ -210,6 +212,9 @@ pub(crate) type Pack8Fn = unsafe fn(&[&[u8]; 8], usize, *mut u8);
 /// [`Packed4x8::tile`]: four weight rows against a panel of `nb` blocks, `out[c][r]`.
 pub(crate) type Tile4x8Fn = unsafe fn(&[&[u8]; 4], *const u8, usize) -> [[f32; 4]; 8];
 
+/// [`Packed4x8::tile6`]: six weight rows against a panel of `nb` blocks, `out[c][r]`.
+pub(crate) type Tile6x8Fn = unsafe fn(&[&[u8]; 6], *const u8, usize) -> [[f32; 6]; 8];
+
 /// [`Packed4x8::widen`]: `n` values of a row as f32.
 pub(crate) type WidenFn = unsafe fn(*const u8, usize, *mut f32);
 
@@ -223,6 +228,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
         Packed4x8 {
             pack,
             tile,
+            tile6: None,
             block_bytes: x86::PANEL_BLOCK_BYTES,
             multiple: 1,
             widen: None,
