@@ -12,13 +12,15 @@
 //! plan ([`LogitRows::Both`]). A call asking for all rows from a plan that only has
 //! last-row steps fails with a clear error, and vice versa.
 
-use crate::engine::{check_decode_args, check_seqs_args, Engine, EngineMemory, KvStream};
+use crate::engine::{
+    check_decode_args, check_runs_args, check_seqs_args, Engine, EngineMemory, KvStream, SeqRun,
+};
 
 /// llama.cpp's default `n_ubatch` (`-ub`): it decodes a call in ubatches of this many tokens,
 /// and its flash-attention kernel choice depends on the ubatch's size.
 pub const LLAMA_N_UBATCH: usize = 512;
 use anyhow::Context;
-use codegen_cpu::exec::{CompiledPlan, ExecOptions, StepArgs};
+use codegen_cpu::exec::{CompiledPlan, ExecOptions, RowRun, StepArgs};
 use codegen_cpu::SumOrder;
 use compiler::passes::{compile, CompileOptions};
 use ir::graph::KvTypes;
@@ -257,6 +259,83 @@ impl<'a> CpuEngine<'a> {
     }
 }
 
+/// Runs of a mixed step are shorter than this (llama.cpp's tiled flash-attention kernel,
+/// which longer ubatches take, is not in the mixed step: `flash::Q_TILE`).
+const MIXED_RUN_MAX: usize = 64;
+
+impl CpuEngine<'_> {
+    /// The smallest step with a logit row per token that holds `total` tokens (0: none).
+    fn padded_size(&self, total: usize) -> usize {
+        self.all_sizes
+            .iter()
+            .map(|&s| s as usize)
+            .filter(|&s| s >= total)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// `runs` (of `total` tokens, at most the largest step) in one mixed step: each run the
+    /// whole of its llama.cpp ubatch; appends each run's last logit row to `out`.
+    fn step_mixed(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        runs: &[SeqRun<'_>],
+        total: usize,
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        let size = self
+            .all_sizes
+            .iter()
+            .copied()
+            .filter(|&s| s as usize >= total)
+            .min()
+            .context("no step holds the runs")?;
+        self.tokens.clear();
+        self.positions.clear();
+        let mut rows = Vec::with_capacity(runs.len());
+        for r in runs {
+            rows.push(RowRun {
+                start: self.tokens.len(),
+                len: r.tokens.len(),
+                n_llama: r.tokens.len(),
+                col0: 0,
+            });
+            self.tokens.extend(r.tokens.iter().map(|&t| t as i32));
+            self.positions
+                .extend((r.pos0..r.pos0 + r.tokens.len()).map(|p| p as i32));
+        }
+        // Padding rows repeat the last real row (they store nothing).
+        let (pad_t, pad_p) = (self.tokens[total - 1], self.positions[total - 1]);
+        self.tokens.resize(size as usize, pad_t);
+        self.positions.resize(size as usize, pad_p);
+        // Each run's output row first (only those reach the head), then repeats.
+        self.out_ids.clear();
+        self.out_ids
+            .extend(rows.iter().map(|r| (r.start + r.len - 1) as i32));
+        self.out_ids.resize(size as usize, (total - 1) as i32);
+        let kv_len = runs
+            .iter()
+            .map(|r| r.pos0 + r.tokens.len())
+            .max()
+            .unwrap_or(1);
+        let args = StepArgs {
+            tokens: &self.tokens,
+            positions: &self.positions,
+            output_ids: &self.out_ids,
+            kv_len,
+            data: &[],
+        };
+        // Marked before the step: a failed step may have stored its rows.
+        for (kv, r) in kvs.iter_mut().zip(runs) {
+            kv.written = kv.written.max(r.pos0 + r.tokens.len());
+        }
+        let mut mems: Vec<&mut [u8]> = kvs.iter_mut().map(|k| &mut *k.mem).collect();
+        let logits = self.exec.step_runs(&mut mems, &rows, size, &args)?;
+        out.extend_from_slice(&logits[..rows.len() * self.n_vocab]);
+        Ok(())
+    }
+}
+
 impl Engine for CpuEngine<'_> {
     fn n_vocab(&self) -> usize {
         self.n_vocab
@@ -303,6 +382,64 @@ impl Engine for CpuEngine<'_> {
             weights: s.repacked_bytes as u64,
             work: (s.arena_bytes + s.scratch_bytes) as u64,
         }
+    }
+
+    fn mixes_runs(&self) -> bool {
+        true
+    }
+
+    /// Runs of fewer than 64 tokens go through the plan's mixed steps
+    /// ([`CompiledPlan::step_runs`]), packed in order into the smallest step with a logit
+    /// row per token that holds them (a group of one-token runs only through
+    /// [`Engine::decode_seqs`]'s grouping); a longer run, a run alone, and every run of a
+    /// model with sliding-window ring caches (whose prompts llama.cpp cuts its own way) are
+    /// decoded alone.
+    fn decode_runs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        runs: &[SeqRun<'_>],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        check_runs_args(kvs, runs)?;
+        for r in runs {
+            check_decode_args(self, r.tokens, r.pos0)?;
+        }
+        let max = self.all_sizes.iter().copied().max().unwrap_or(0) as usize;
+        let layout = self.exec.kv_layout();
+        let ring = layout.caches.iter().any(|c| c.n_cells < layout.n_cells);
+        let mixable =
+            |r: &SeqRun<'_>| !ring && r.tokens.len() < MIXED_RUN_MAX && r.tokens.len() <= max;
+        let mut i = 0;
+        while i < runs.len() {
+            let mut j = i;
+            let mut total = 0;
+            while j < runs.len() && mixable(&runs[j]) && total + runs[j].tokens.len() <= max {
+                total += runs[j].tokens.len();
+                j += 1;
+            }
+            // At most as many padding rows as real ones (the elementwise kernels and some
+            // products cost padding rows as much as real ones): the last runs wait for
+            // the next step.
+            while j > i + 1 && self.padded_size(total) > 2 * total {
+                j -= 1;
+                total -= runs[j].tokens.len();
+            }
+            if j <= i + 1 {
+                let logits = self.decode(&mut kvs[i], runs[i].tokens, runs[i].pos0, false)?;
+                out.extend_from_slice(logits);
+                i += 1;
+                continue;
+            }
+            if runs[i..j].iter().all(|r| r.tokens.len() == 1) {
+                let tokens: Vec<u32> = runs[i..j].iter().map(|r| r.tokens[0]).collect();
+                let positions: Vec<usize> = runs[i..j].iter().map(|r| r.pos0).collect();
+                self.decode_seqs(&mut kvs[i..j], &tokens, &positions, out)?;
+            } else {
+                self.step_mixed(&mut kvs[i..j], &runs[i..j], total, out)?;
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     /// Groups of sequences go through the plan's multi-sequence steps

@@ -70,6 +70,39 @@ pub trait Engine {
     /// The logits the last successful [`Engine::decode`] returned (empty before any).
     fn last_logits(&self) -> &[f32];
 
+    /// Whether [`Engine::decode_runs`] evaluates runs of several tokens together (else a
+    /// caller keeps generated tokens together through [`Engine::decode_seqs`] and gives
+    /// prompt chunks their own calls).
+    fn mixes_runs(&self) -> bool {
+        false
+    }
+
+    /// Evaluates a run of tokens of each of several sequences: `runs[i]` continues the
+    /// sequence whose KV memory is `kvs[i]` (each stream at most once) at its positions
+    /// `pos0..pos0 + tokens.len()`, and the logit row of each run's last token is appended
+    /// to `out`, in order. Each row, and each sequence's cache, is what
+    /// [`Engine::decode`] of that run alone (`all_logits` false) gives, bit for bit; an
+    /// engine with mixed steps evaluates short runs together in one step, prompt chunks and
+    /// generated tokens alike (llama-server's continuous batching). The default decodes
+    /// them one after another.
+    ///
+    /// # Errors
+    /// Lengths that differ, and what [`Engine::decode`] reports for any run (the cells
+    /// written before the error are marked in each stream's `written`).
+    fn decode_runs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        runs: &[SeqRun<'_>],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        check_runs_args(kvs, runs)?;
+        for (kv, run) in kvs.iter_mut().zip(runs) {
+            let logits = self.decode(kv, run.tokens, run.pos0, false)?;
+            out.extend_from_slice(logits);
+        }
+        Ok(())
+    }
+
     /// Evaluates one token of each of several sequences: `tokens[i]` at position
     /// `positions[i]` of the sequence whose KV memory is `kvs[i]` (each stream at most
     /// once), appending a logit row per sequence to `out`, in order. Each row is what
@@ -172,6 +205,30 @@ pub fn check_decode_args(engine: &dyn Engine, tokens: &[u32], pos0: usize) -> an
     Ok(())
 }
 
+/// A run of tokens of one sequence for [`Engine::decode_runs`]: `tokens` at positions
+/// `pos0..pos0 + tokens.len()`.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqRun<'a> {
+    /// The tokens (not empty).
+    pub tokens: &'a [u32],
+    /// The position of the first (the sequence's past is `0..pos0`).
+    pub pos0: usize,
+}
+
+/// Checks the arguments of [`Engine::decode_runs`]: as many runs as streams.
+///
+/// # Errors
+/// Lengths that differ, one line.
+pub fn check_runs_args(kvs: &[KvStream<'_>], runs: &[SeqRun<'_>]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        kvs.len() == runs.len(),
+        "decode_runs: {} streams and {} runs",
+        kvs.len(),
+        runs.len()
+    );
+    Ok(())
+}
+
 /// Checks that the arguments of [`Engine::decode_seqs`] have one entry per sequence.
 ///
 /// # Errors
@@ -223,6 +280,19 @@ impl<E: Engine + ?Sized> Engine for &mut E {
 
     fn last_logits(&self) -> &[f32] {
         (**self).last_logits()
+    }
+
+    fn mixes_runs(&self) -> bool {
+        (**self).mixes_runs()
+    }
+
+    fn decode_runs(
+        &mut self,
+        kvs: &mut [KvStream<'_>],
+        runs: &[SeqRun<'_>],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        (**self).decode_runs(kvs, runs, out)
     }
 
     fn decode_seqs(

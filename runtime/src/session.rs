@@ -10,7 +10,7 @@
 //! evaluates each run of one sequence's tokens against that sequence's memory (module doc
 //! of [`crate::kv_cache`]): every sequence computes what it would alone.
 
-use crate::engine::{Engine, EngineMemory};
+use crate::engine::{Engine, EngineMemory, SeqRun};
 use crate::kv_cache::{KvCache, SeqId};
 use crate::tokenizer::TokenId;
 
@@ -204,13 +204,16 @@ impl<'w> Session<'w> {
     }
 
     /// Evaluates a batch of tokens of one or more sequences, each continuing its sequence,
-    /// and returns the logits rows of the tokens marked `logits`, in batch order. Sequences
-    /// with one token in the batch (the slots that are generating) are evaluated together,
-    /// one engine call reading the weights once for all of them
-    /// ([`Engine::decode_seqs`]); the others are cut into runs of consecutive tokens of one
-    /// sequence, each evaluated against that sequence's memory (llama.cpp splits a batch
-    /// per sequence the same way for a non-unified cache). Either way each sequence gets
-    /// the logits it would get alone, bit for bit.
+    /// and returns the logits rows of the tokens marked `logits`, in batch order. Where the
+    /// engine has mixed steps ([`Engine::mixes_runs`]) and each sequence's tokens are one
+    /// run that wants only its last logits (a slot's prompt chunk, a generating slot's
+    /// token), all runs go to one [`Engine::decode_runs`] call, which evaluates short ones
+    /// in shared steps. Otherwise sequences with one token in the batch (the slots that are
+    /// generating) are evaluated together, one engine call reading the weights once for all
+    /// of them ([`Engine::decode_seqs`]); the others are cut into runs of consecutive tokens
+    /// of one sequence, each evaluated against that sequence's memory (llama.cpp splits a
+    /// batch per sequence the same way for a non-unified cache). Either way each sequence
+    /// gets the logits it would get alone, bit for bit.
     ///
     /// # Errors
     /// As [`Session::eval`] for each run; an engine without all-token logits steps when a
@@ -226,6 +229,18 @@ impl<'w> Session<'w> {
             n_rows += usize::from(b.logits);
         }
         let mut out = vec![0f32; n_rows * n_vocab];
+        if self.engine.mixes_runs() {
+            if let Some(runs) = self.mixable_runs(batch) {
+                let rows = self.decode_runs(batch, &runs)?;
+                for (j, &(_, end)) in runs.iter().enumerate() {
+                    if let Some(r) = row_of[end - 1] {
+                        out[r * n_vocab..(r + 1) * n_vocab]
+                            .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                    }
+                }
+                return Ok(out);
+            }
+        }
         let mut count: std::collections::HashMap<SeqId, usize> = Default::default();
         for b in batch {
             *count.entry(b.seq).or_default() += 1;
@@ -268,6 +283,71 @@ impl<'w> Session<'w> {
             start = end;
         }
         Ok(out)
+    }
+
+    /// The batch cut into runs of consecutive tokens of one sequence (`batch[start..end]`),
+    /// where every sequence makes one run of at most [`Session::max_ubatch`] tokens that
+    /// asks for no logits but its last token's (and there are at least two runs); else
+    /// `None`.
+    fn mixable_runs(&self, batch: &[BatchToken]) -> Option<Vec<(usize, usize)>> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut start = 0;
+        while start < batch.len() {
+            let seq = batch[start].seq;
+            let mut end = start + 1;
+            while end < batch.len() && batch[end].seq == seq {
+                end += 1;
+            }
+            let first_logits = batch[start..end - 1].iter().any(|b| b.logits);
+            if !seen.insert(seq) || end - start > self.max_ubatch() || first_logits {
+                return None;
+            }
+            runs.push((start, end));
+            start = end;
+        }
+        (runs.len() >= 2).then_some(runs)
+    }
+
+    /// The runs `batch[start..end]` of distinct sequences in one [`Engine::decode_runs`]
+    /// call; returns each run's last logit row, in order. On an error every run's sequence
+    /// is left as it was.
+    fn decode_runs(
+        &mut self,
+        batch: &[BatchToken],
+        runs: &[(usize, usize)],
+    ) -> anyhow::Result<Vec<f32>> {
+        let mut streams = Vec::with_capacity(runs.len());
+        for &(start, _) in runs {
+            streams.push(self.kv.stream_for(batch[start].seq)?);
+        }
+        let positions: Vec<usize> = streams.iter().map(|&s| self.kv.n_past(s)).collect();
+        let tokens: Vec<Vec<TokenId>> = runs
+            .iter()
+            .map(|&(a, b)| batch[a..b].iter().map(|t| t.token).collect())
+            .collect();
+        self.kv.check_room(batch.len())?;
+        let seq_runs: Vec<SeqRun<'_>> = tokens
+            .iter()
+            .zip(&positions)
+            .map(|(t, &pos0)| SeqRun { tokens: t, pos0 })
+            .collect();
+        let mut rows = Vec::with_capacity(runs.len() * self.n_vocab());
+        let mut kvs = self.kv.lend_many(&streams)?;
+        let done = self.engine.decode_runs(&mut kvs, &seq_runs, &mut rows);
+        let written: Vec<usize> = kvs.iter().map(|k| k.written).collect();
+        drop(kvs);
+        for (j, &s) in streams.iter().enumerate() {
+            match done {
+                Ok(()) => self.kv.commit(s, &tokens[j], written[j]),
+                Err(_) => {
+                    // Cells the failed call wrote are zeroed; each sequence keeps its past.
+                    self.kv.commit(s, &[], written[j]);
+                    self.truncate_stream(s, positions[j]);
+                }
+            }
+        }
+        done.map(|()| rows)
     }
 
     /// One token of each of the sequences of `batch[i]` for `i` in `which` (distinct

@@ -1,6 +1,7 @@
 //! Continuous batching: one token of each of several sequences evaluated in one step of the
-//! compiled CPU plan ([`Session::decode_batch`] → `Engine::decode_seqs`) gives every
-//! sequence the logits it gets alone, bit for bit — on weight types that take each kernel
+//! compiled CPU plan ([`Session::decode_batch`] → `Engine::decode_seqs`), and prompt chunks
+//! mixed with other sequences' generated tokens in one step (`Engine::decode_runs`), give
+//! every sequence the logits it gets alone, bit for bit — on weight types that take each kernel
 //! family (generated Q4_1 kernels, repacked Q4_0 / Q4_K, row-dot Q8_0 / Q6_K), both
 //! attention paths, and Gemma 3's sliding-window layers. The fast kernels
 //! (`SumOrder::Block`) add a one-token product in another order than a many-token one (two
@@ -140,6 +141,76 @@ fn check_kv(
     assert_eq!(s.n_past(12), PROMPTS[2].len() + NEXT.len());
 }
 
+/// Sequences `0..5` read their prompts (one batch), then one batch gives each of them its
+/// first `NEXT` token while sequences `5..9` read their whole prompts (mixed steps: the
+/// runs are packed in order into steps of at most 16 tokens), then one batch gives all
+/// nine a token. Every logit row, prompts' included, equals the sequence's alone.
+fn check_mixed(path: Option<std::path::PathBuf>, flash: bool, kv: KvTypes) {
+    let Some(path) = path else { return };
+    let gguf = GgufFile::open(&path).expect("model opens");
+    let model = compiler::load_model(&gguf).expect("model lowers");
+    let plan = build_plan(&model, &[1, 2, 4, 8, 16], 64, kv, LogitRows::Both).expect("plan");
+    let mut e = CpuEngine::new(&gguf, plan, 2).expect("compiles");
+    e.set_flash_attn(flash).expect("attention path");
+    let prompt_alone: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| {
+            let mut s = Session::single(&mut e).expect("session");
+            bits(s.eval(0, p, false).expect("prompt"))
+        })
+        .collect();
+    let want: Vec<_> = PROMPTS.iter().map(|p| alone(&mut e, p)).collect();
+    let mut s = Session::new(Box::new(&mut e), PROMPTS.len()).expect("session");
+    let n_vocab = s.n_vocab();
+    let prompt = |q: usize| -> Vec<BatchToken> {
+        PROMPTS[q]
+            .iter()
+            .enumerate()
+            .map(|(i, &token)| BatchToken {
+                token,
+                seq: q as u32,
+                logits: i + 1 == PROMPTS[q].len(),
+            })
+            .collect()
+    };
+    let one = |q: usize, token: u32| BatchToken {
+        token,
+        seq: q as u32,
+        logits: true,
+    };
+    let first: Vec<BatchToken> = (0..5).flat_map(prompt).collect();
+    s.decode_batch(&first).expect("first prompts");
+    let mixed: Vec<BatchToken> = (0..5)
+        .map(|q| one(q, NEXT[0]))
+        .chain((5..PROMPTS.len()).flat_map(prompt))
+        .collect();
+    let out = s.decode_batch(&mixed).expect("mixed step");
+    assert_eq!(out.len(), PROMPTS.len() * n_vocab);
+    for q in 0..PROMPTS.len() {
+        let (got, want) = (
+            bits(&out[q * n_vocab..(q + 1) * n_vocab]),
+            if q < 5 { &want[q][0] } else { &prompt_alone[q] },
+        );
+        assert!(
+            &got == want,
+            "{}: sequence {q} in the mixed step: logits differ from the sequence alone",
+            path.display()
+        );
+    }
+    let next: Vec<BatchToken> = (0..PROMPTS.len())
+        .map(|q| one(q, if q < 5 { NEXT[1] } else { NEXT[0] }))
+        .collect();
+    let out = s.decode_batch(&next).expect("next step");
+    for q in 0..PROMPTS.len() {
+        let got = bits(&out[q * n_vocab..(q + 1) * n_vocab]);
+        assert!(
+            got == want[q][if q < 5 { 1 } else { 0 }],
+            "{}: sequence {q} after the mixed step: logits differ from the sequence alone",
+            path.display()
+        );
+    }
+}
+
 fn variant(name: &str) -> Option<std::path::PathBuf> {
     modelc_tests::require(
         modelc_tests::models_dir().join(format!("SmolLM2-135M-Instruct.{name}.gguf")),
@@ -191,4 +262,41 @@ fn q4_k_m_mix() {
 #[test]
 fn gemma3() {
     check(modelc_tests::gemma3(), true, codegen_cpu::SumOrder::Ggml);
+}
+
+#[test]
+fn mixed_q4_1() {
+    check_mixed(modelc_tests::smollm2(), true, KvTypes::F16);
+}
+
+#[test]
+fn mixed_q4_1_soft_max_path() {
+    check_mixed(modelc_tests::smollm2(), false, KvTypes::F16);
+}
+
+#[test]
+fn mixed_q4_1_quantized_kv_cache() {
+    let q8 = ir::graph::DType::Block(ir::ggml::GgmlType::Q8_0);
+    check_mixed(modelc_tests::smollm2(), true, KvTypes::same(q8));
+}
+
+#[test]
+fn mixed_q8_0_row_dot() {
+    check_mixed(variant("Q8_0"), true, KvTypes::F16);
+}
+
+#[test]
+fn mixed_q4_0_repacked() {
+    check_mixed(variant("Q4_0"), true, KvTypes::F16);
+}
+
+#[test]
+fn mixed_q4_k_m_mix() {
+    check_mixed(variant("Q4_K_M"), true, KvTypes::F16);
+}
+
+/// Gemma 3's ring caches keep prompt chunks out of mixed steps (decoded alone).
+#[test]
+fn mixed_gemma3() {
+    check_mixed(modelc_tests::gemma3(), true, KvTypes::F16);
 }

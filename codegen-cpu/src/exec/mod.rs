@@ -150,6 +150,24 @@ pub struct LoadStats {
     pub fast_act_quant: bool,
 }
 
+/// Rows `start..start + len` of a multi-sequence step ([`CompiledPlan::step_runs`]) that
+/// are columns `col0..col0 + len` of one llama.cpp ubatch of `n_llama` tokens of one
+/// sequence: a slot's prompt chunk (`col0` 0, `len == n_llama`) or one generated token
+/// (`1, 0`). The ubatch's size chooses the kernels of its rows (llama.cpp's `mul_mat`
+/// dispatch by column count, its flash-attention kernel by token count), and the column
+/// the kernel of a repacked weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowRun {
+    /// First row.
+    pub start: usize,
+    /// Rows.
+    pub len: usize,
+    /// Tokens of the ubatch.
+    pub n_llama: usize,
+    /// Its column of the first row.
+    pub col0: usize,
+}
+
 /// Time spent in one kind of kernel ([`ir::plan::KernelOp::name`]) while profiling.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
@@ -242,6 +260,8 @@ pub struct CompiledPlan<'w> {
     last_step: Option<usize>,
     /// The per-row KV memory of a multi-sequence step (kept to reuse its allocation).
     row_kv: Vec<Ptr>,
+    /// The one-token runs of [`CompiledPlan::step_seqs`] (kept to reuse its allocation).
+    runs: Vec<RowRun>,
     stats: LoadStats,
     _w: PhantomData<&'w [u8]>,
 }
@@ -575,6 +595,7 @@ impl<'w> CompiledPlan<'w> {
             llama_threads: n_threads,
             last_step: None,
             row_kv: Vec::new(),
+            runs: Vec::new(),
             stats,
             _w: PhantomData,
         })
@@ -891,10 +912,83 @@ impl<'w> CompiledPlan<'w> {
         n_tokens: u32,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
-        let n_real = kvs.len();
-        if n_real == 0 || n_real > n_tokens as usize {
+        let mut runs = std::mem::take(&mut self.runs);
+        runs.clear();
+        runs.extend((0..kvs.len()).map(|t| RowRun {
+            start: t,
+            len: 1,
+            n_llama: 1,
+            col0: 0,
+        }));
+        let done = self.step_runs_inner(kvs, &runs, n_tokens, args);
+        self.runs = runs;
+        done?;
+        Ok(self.logits_of(self.last_step.unwrap_or(0)))
+    }
+
+    /// A step of several sequences, each a run of tokens ([`RowRun`]; a slot's prompt chunk
+    /// of fewer than 64 tokens, or its one generated token): the step compiled for
+    /// `n_tokens` tokens with a logit row per token, `runs[i]` (in row order, covering the
+    /// rows `0..` without gaps) continuing the sequence whose KV memory is `kvs[i]` at the
+    /// positions `args.positions` gives its rows (consecutive, after the sequence's
+    /// past). Each row computes the numbers a [`CompiledPlan::step_real`] of its run alone
+    /// computes (its cache, its causal mask, the kernels of its ubatch's size and its
+    /// column); the matrix products read each weight once per run (once for all one-token
+    /// runs). `args.output_ids` must list each run's last row first, in run order (the
+    /// rest repeat one of them): the logit rows are computed for those only. Returns
+    /// `n_tokens` logit rows, the first `runs.len()` of them real, each its run's output.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::step`]; no run, runs that do not tile `0..n_real` in order, a run
+    /// of [`flash::Q_TILE`] tokens or more, more rows than `n_tokens`, a KV memory too short.
+    pub fn step_runs(
+        &mut self,
+        kvs: &mut [&mut [u8]],
+        runs: &[RowRun],
+        n_tokens: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
+        let mut next = 0;
+        for r in runs {
+            if r.start != next || r.len == 0 || r.len > r.n_llama || r.col0 + r.len > r.n_llama {
+                return Err(ExecError::Input(format!(
+                    "run {r:?} does not continue the rows at {next}"
+                )));
+            }
+            if r.n_llama >= crate::handwritten::flash::Q_TILE {
+                return Err(ExecError::Input(format!(
+                    "a run of a ubatch of {} tokens: runs take fewer than {}",
+                    r.n_llama,
+                    crate::handwritten::flash::Q_TILE
+                )));
+            }
+            next += r.len;
+        }
+        if runs.len() != kvs.len() {
             return Err(ExecError::Input(format!(
-                "{n_real} sequences in a step of {n_tokens} tokens"
+                "{} runs for {} sequences",
+                runs.len(),
+                kvs.len()
+            )));
+        }
+        self.step_runs_inner(kvs, runs, n_tokens, args)?;
+        Ok(self.logits_of(self.last_step.unwrap_or(0)))
+    }
+
+    /// [`CompiledPlan::step_runs`] after its checks of the runs: runs the step and marks it
+    /// the last.
+    fn step_runs_inner(
+        &mut self,
+        kvs: &mut [&mut [u8]],
+        runs: &[RowRun],
+        n_tokens: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<(), ExecError> {
+        let n_real = runs.last().map_or(0, |r| r.start + r.len);
+        if kvs.is_empty() || n_real > n_tokens as usize {
+            return Err(ExecError::Input(format!(
+                "{n_real} rows of {} sequences in a step of {n_tokens} tokens",
+                kvs.len()
             )));
         }
         for kv in kvs.iter() {
@@ -904,12 +998,24 @@ impl<'w> CompiledPlan<'w> {
         self.write_inputs(si, args)?;
         let mut rows = std::mem::take(&mut self.row_kv);
         rows.clear();
-        rows.extend(kvs.iter_mut().map(|kv| Ptr(kv.as_mut_ptr())));
+        for (kv, r) in kvs.iter_mut().zip(runs) {
+            let p = Ptr(kv.as_mut_ptr());
+            rows.extend(std::iter::repeat_n(p, r.len));
+        }
         let all = self.steps[si].ops.len();
-        let done = self.run(si, rows[0], Some(&rows), args.kv_len, n_real, (1, 0), all);
+        let done = self.run(
+            si,
+            rows[0],
+            Some((&rows, runs)),
+            args.kv_len,
+            n_real,
+            (1, 0),
+            all,
+        );
         self.row_kv = rows;
         done?;
-        Ok(self.logits_of(si))
+        self.last_step = Some(si);
+        Ok(())
     }
 
     /// Output `i` of the last step run, its elements in `ne` order (tests, debugging).
@@ -998,7 +1104,7 @@ impl<'w> CompiledPlan<'w> {
         &self,
         si: usize,
         kv: Ptr,
-        row_kv: Option<&[Ptr]>,
+        row_kv: Option<(&[Ptr], &[RowRun])>,
         kv_len: usize,
         n_real: usize,
         (n_llama, llama_col0): (usize, usize),
@@ -1027,14 +1133,16 @@ impl<'w> CompiledPlan<'w> {
                 llama_col0,
                 flash,
                 llama_threads,
-                row_kv,
+                row_kv: row_kv.map(|r| r.0),
+                runs: row_kv.map_or(&[], |r| r.1),
+                out_rows: row_kv.map_or(0, |r| r.1.len()),
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
                 for (i, op) in st.ops[..end].iter().enumerate() {
                     let t0 = (profiling && ti == 0).then(Instant::now);
                     for ph in 0..op.phases() {
                         let id = st.phase_base[i] + ph;
-                        let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, <[Ptr]>::len));
+                        let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, |r| r.0.len()));
                         let mut started = false;
                         loop {
                             let c = sync.grab(id);

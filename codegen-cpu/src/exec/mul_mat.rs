@@ -350,14 +350,45 @@ impl MulMat {
                 // The language-model head of a step with one output is llama.cpp's one-column
                 // product of the last token; every other product has a column per token.
                 // A multi-sequence step's rows are each the one column of its own product.
+                let rows = (g0 * GROUP_ROWS, (g1 * GROUP_ROWS).min(mat.m));
+                // A multi-sequence step: each run of rows is its own ubatch's columns, and
+                // neighbouring one-token runs (generated tokens) share one call as
+                // one-column products, each weight row read once for all of them; the
+                // head's rows (one output per run) are one-column products.
+                if cx.row_kv.is_some() && !self.lm_head {
+                    let mut r = 0;
+                    while r < cx.runs.len() && cx.runs[r].start < self.n {
+                        let run = cx.runs[r];
+                        let mut end = r + 1;
+                        if run.n_llama == 1 {
+                            while end < cx.runs.len() && cx.runs[end].n_llama == 1 {
+                                end += 1;
+                            }
+                        }
+                        let last = cx.runs[end - 1];
+                        let len = (last.start + last.len).min(self.n) - run.start;
+                        crate::rows::products(
+                            dot,
+                            data.0 as *const u8,
+                            *row_bytes,
+                            act.add(run.start * arb),
+                            arb,
+                            (len, run.col0, run.n_llama.max(1)),
+                            out.add(run.start * mat.m_pad),
+                            mat.m_pad,
+                            rows,
+                        );
+                        r = end;
+                    }
+                    return;
+                }
                 let (n, n_cols, col0) = if self.lm_head && self.n == 1 {
                     (1, 1, 0)
                 } else if cx.row_kv.is_some() {
-                    (cx.n_real.min(self.n), 1, 0)
+                    (cx.out_rows.min(self.n), 1, 0)
                 } else {
                     (cx.n_real.min(self.n), cx.n_llama.max(1), cx.llama_col0)
                 };
-                let rows = (g0 * GROUP_ROWS, (g1 * GROUP_ROWS).min(mat.m));
                 crate::rows::products(
                     dot,
                     data.0 as *const u8,

@@ -78,6 +78,13 @@ pub(crate) struct Ctx<'a> {
     /// kernels of a one-token llama.cpp ubatch. `None`: every row is of the sequence at
     /// `kv`.
     pub row_kv: Option<&'a [Ptr]>,
+    /// With [`Ctx::row_kv`]: the runs of real rows that are one llama.cpp ubatch each (a
+    /// slot's prompt chunk, or one generated token), in row order and covering every real
+    /// row ([`super::RowRun`]).
+    pub runs: &'a [super::RowRun],
+    /// With [`Ctx::row_kv`]: the real rows after the last layer keeps only the output rows
+    /// (the step's output ids put each run's output row first, in run order).
+    pub out_rows: usize,
 }
 
 /// Where `ggml_get_rows` reads.
@@ -662,10 +669,13 @@ impl Attention {
 impl Attention {
     /// Chunk `c` of a multi-sequence step ([`Ctx::row_kv`]): the query heads of KV head
     /// `c % n_head_kv` of real token `c / n_head_kv`, attending over its own sequence's cache
-    /// as the one token of a llama.cpp ubatch would (flash: the one-query kernel with the KV
-    /// length padded from its own position, the group's queries through
-    /// [`flash::query_group`]; soft_max: the one-token path). The chunk of the last real
-    /// token's last KV head also zeroes the padding rows.
+    /// (the cells its causal mask shows, its run's tokens stored before by this step) as
+    /// a token of its run's llama.cpp ubatch would (flash: the reference kernel, the KV
+    /// length of a one-token ubatch padded from its own position for the split-KV path,
+    /// the group's queries through [`flash::query_group`]; soft_max: the one-token or the
+    /// batched path by the ubatch's size). Runs take fewer than [`Q_TILE`] tokens (the
+    /// caller's contract: the tiled kernel is not here). The chunk of the last real token's
+    /// last KV head also zeroes the padding rows.
     unsafe fn run_rows(&self, c: usize, cx: &Ctx<'_>, rows: &[Ptr]) {
         let (d_k, n_head, n_tokens) = (self.q.ne[0], self.q.ne[1], self.q.ne[2]);
         let (d_v, n_head_kv) = (self.v.ne[0], self.k.ne[1].max(1));
@@ -679,6 +689,12 @@ impl Attention {
             }
         }
         let Some(&kv) = rows.get(t) else { return };
+        // The llama.cpp ubatch of the row: its size chooses the kernel.
+        let n_llama = cx
+            .runs
+            .iter()
+            .find(|r| (r.start..r.start + r.len).contains(&t))
+            .map_or(1, |r| r.n_llama);
         let (k, v) = (self.k.rebase(kv), self.v.rebase(kv));
         let group = (n_head / n_head_kv).max(1);
         let heads = kvh * group..(kvh + 1) * group;
@@ -718,7 +734,7 @@ impl Attention {
                     d_k,
                     &kv,
                     (lo, hi),
-                    (1, nek1, cx.llama_threads),
+                    (n_llama, nek1, cx.llama_threads),
                     &FlashParams::new(self.params.kq_scale, self.params.softcap),
                     cx.scratch.scores[cx.ti].0 as *mut f32,
                     d_v,
@@ -733,7 +749,7 @@ impl Attention {
                 kv: &kv_rows(v.dtype == DType::F16),
                 lo,
                 hi,
-                batch: false,
+                batch: n_llama >= 2,
                 p: &ScoreParams {
                     kq_scale: self.params.kq_scale,
                     softcap: self.params.softcap,

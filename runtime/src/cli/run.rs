@@ -180,13 +180,14 @@ pub fn open_session_seqs<'a>(
                 (true, _) => LogitRows::All,
                 (false, 1) => LogitRows::Last,
                 // Several sequences (server slots) decode together through the steps with
-                // a logit row per token (`Engine::decode_seqs`): sizes 2, 4, ... up to the
-                // slots, besides the prompt's.
+                // a logit row per token (`Engine::decode_seqs`, `Engine::decode_runs`):
+                // sizes 2, 4, ... up to the slots and at least to 64 (short prompt chunks
+                // share steps with the other slots' tokens), besides the prompt's.
                 (false, _) => LogitRows::Both,
             };
             let mut ub = vec![1, args.n_ubatch as u32];
             if logits == LogitRows::Both {
-                let top = n_seq.next_power_of_two().min(args.n_ubatch.max(2)) as u32;
+                let top = n_seq.next_power_of_two().max(64).min(args.n_ubatch.max(2)) as u32;
                 ub.extend((1..).map(|i| 1u32 << i).take_while(|&s| s <= top));
             }
             let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
