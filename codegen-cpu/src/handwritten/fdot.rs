@@ -47,10 +47,13 @@ pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
 pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
     let _ = isa;
     #[cfg(target_arch = "x86_64")]
-    return match wtype {
-        GgmlType::F32 => Some(x86::f32_vec_dot_4rows),
-        GgmlType::F16 => Some(x86::f16_vec_dot_4rows),
-        GgmlType::BF16 => Some(x86::bf16_vec_dot_4rows),
+    return match (wtype, isa) {
+        (GgmlType::F32, Isa::Vnni) => Some(x86::f32_vec_dot_4rows_avx512),
+        (GgmlType::F16, Isa::Vnni) => Some(x86::f16_vec_dot_4rows_avx512),
+        (GgmlType::BF16, Isa::Vnni) => Some(x86::bf16_vec_dot_4rows_avx512),
+        (GgmlType::F32, _) => Some(x86::f32_vec_dot_4rows),
+        (GgmlType::F16, _) => Some(x86::f16_vec_dot_4rows),
+        (GgmlType::BF16, _) => Some(x86::bf16_vec_dot_4rows),
         _ => None,
     };
     #[cfg(not(target_arch = "x86_64"))]
@@ -194,6 +197,11 @@ mod x86 {
         /// # Safety
         /// AVX-512F; `8 · BYTES` readable bytes at each pointer.
         unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512;
+        /// The 16 values at byte `p` (one 256-bit or 512-bit load).
+        ///
+        /// # Safety
+        /// AVX-512F (BW for BF16's widening); `16 · BYTES` readable bytes at `p`.
+        unsafe fn load16(p: *const u8) -> __m512;
     }
 
     struct F32;
@@ -222,6 +230,10 @@ mod x86 {
             let h = _mm256_castps_pd(_mm256_loadu_ps(hi as *const f32));
             _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(l), h))
         }
+        #[inline(always)]
+        unsafe fn load16(p: *const u8) -> __m512 {
+            _mm512_loadu_ps(p as *const f32)
+        }
     }
 
     impl Half for F16 {
@@ -239,6 +251,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
             _mm512_cvtph_ps(pair(lo, hi))
+        }
+        #[inline(always)]
+        unsafe fn load16(p: *const u8) -> __m512 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
         }
     }
 
@@ -272,6 +288,11 @@ mod x86 {
         #[inline(always)]
         unsafe fn load8x2(lo: *const u8, hi: *const u8) -> __m512 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(pair(lo, hi))))
+        }
+        #[inline(always)]
+        unsafe fn load16(p: *const u8) -> __m512 {
+            let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w))
         }
     }
 
@@ -320,6 +341,69 @@ mod x86 {
         let mut out = [0f32; R];
         for r in 0..R {
             let c = acc[r];
+            let vec = if H::VEC_DOT_FMA {
+                reduce_4x8(c)
+            } else {
+                hsum8(_mm256_add_ps(
+                    _mm256_add_ps(c[0], c[2]),
+                    _mm256_add_ps(c[1], c[3]),
+                ))
+            };
+            let tail = (np..n).map(|k| H::at(w[r], H::BYTES * k) * H::at(a, H::BYTES * k));
+            out[r] = if H::TAIL_F64 {
+                tail.fold(vec as f64, |s, p| s + p as f64) as f32
+            } else {
+                tail.fold(vec, |s, p| s + p)
+            };
+        }
+        out
+    }
+
+    /// Lanes 0..8 of `v`.
+    #[inline(always)]
+    unsafe fn low8(v: __m512) -> __m256 {
+        _mm512_castps512_ps256(v)
+    }
+
+    /// Lanes 8..16 of `v`.
+    #[inline(always)]
+    unsafe fn high8(v: __m512) -> __m256 {
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+    }
+
+    /// [`vec_dot`] with 512-bit vectors: ggml's accumulators `2p` and `2p + 1` (values
+    /// `i + 16p .. i + 16p + 16` of each chunk of 32) share one register, so each load,
+    /// widening, multiply and add serves sixteen lanes; the lanes' operations and the
+    /// final reduction are [`vec_dot`]'s.
+    #[inline(always)]
+    unsafe fn vec_dot_512<H: Half, const R: usize>(w: [&[u8]; R], a: &[u8]) -> [f32; R] {
+        let n = a.len() / H::BYTES;
+        let np = n & !31;
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let ap = a.as_ptr();
+        let mut i = 0;
+        while i < np {
+            for p in 0..2 {
+                let av = H::load16(ap.add(H::BYTES * (i + 16 * p)));
+                for (r, accr) in acc.iter_mut().enumerate() {
+                    let wv = H::load16(w[r].as_ptr().add(H::BYTES * (i + 16 * p)));
+                    accr[p] = if H::VEC_DOT_FMA {
+                        _mm512_fmadd_ps(wv, av, accr[p])
+                    } else {
+                        _mm512_add_ps(_mm512_mul_ps(wv, av), accr[p])
+                    };
+                }
+            }
+            i += 32;
+        }
+        let mut out = [0f32; R];
+        for r in 0..R {
+            let c = [
+                low8(acc[r][0]),
+                high8(acc[r][0]),
+                low8(acc[r][1]),
+                high8(acc[r][1]),
+            ];
             let vec = if H::VEC_DOT_FMA {
                 reduce_4x8(c)
             } else {
@@ -566,7 +650,7 @@ mod x86 {
     }
 
     macro_rules! routines {
-        ($h:ty, $dot:ident, $dot4rows:ident, $tb:ident, $tb1x4:ident, $tb4x4:ident, $tb4x4_512:ident, $tb4x8_512:ident) => {
+        ($h:ty, $dot:ident, $dot4rows:ident, $dot4rows512:ident, $tb:ident, $tb1x4:ident, $tb4x4:ident, $tb4x4_512:ident, $tb4x8_512:ident) => {
             /// tinyBLAS, four rows × eight columns, two columns per 512-bit register.
             ///
             /// # Safety
@@ -607,6 +691,19 @@ mod x86 {
                 let x = vec_dot::<$h, 2>([w[0], w[1]], a);
                 let y = vec_dot::<$h, 2>([w[2], w[3]], a);
                 [x[0], x[1], y[0], y[1]]
+            }
+
+            /// `vec_dot` of four rows with 512-bit vectors ([`vec_dot_512`]: the
+            /// activation loaded once for the four rows).
+            ///
+            /// # Safety
+            /// As the one-row form, for each row; AVX-512F/VL/BW.
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw")]
+            pub(super) unsafe fn $dot4rows512(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+                if w.iter().any(|r| r.len() != a.len()) {
+                    return std::array::from_fn(|r| reference(<$h>::TYPE, w[r], a, 1));
+                }
+                vec_dot_512::<$h, 4>(*w, a)
             }
 
             /// tinyBLAS, one row and one column.
@@ -676,6 +773,7 @@ mod x86 {
         F32,
         f32_vec_dot,
         f32_vec_dot_4rows,
+        f32_vec_dot_4rows_avx512,
         f32_tinyblas,
         f32_tinyblas_1x4,
         f32_tinyblas_4x4,
@@ -686,6 +784,7 @@ mod x86 {
         F16,
         f16_vec_dot,
         f16_vec_dot_4rows,
+        f16_vec_dot_4rows_avx512,
         f16_tinyblas,
         f16_tinyblas_1x4,
         f16_tinyblas_4x4,
@@ -696,6 +795,7 @@ mod x86 {
         Bf16,
         bf16_vec_dot,
         bf16_vec_dot_4rows,
+        bf16_vec_dot_4rows_avx512,
         bf16_tinyblas,
         bf16_tinyblas_1x4,
         bf16_tinyblas_4x4,
