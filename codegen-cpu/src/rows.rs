@@ -89,7 +89,7 @@ pub(crate) struct RowDot {
     /// (Q4_K).
     fast4x4: Option<qdot::Dot4x4Fn>,
     /// A 4 × 8 tile of the `vec_dot` order over packed activations (Q8_0, Q5_0, Q4_1,
-    /// Q5_1 on AVX-512 hosts), and of tinyBLAS's order (F32, F16, BF16).
+    /// Q5_1, Q6_K on AVX-512 hosts), and of tinyBLAS's order (F32, F16, BF16).
     packed4x8: Option<qdot::Packed4x8>,
     packed_cols4x8: Option<qdot::Packed4x8>,
     /// Eight rows × sixteen packed columns of the repacked order (Q4_0, IQ4_NL) or the
@@ -133,7 +133,8 @@ impl RowDot {
             fast_repack8x8: None,
             block8x8: None,
             fast4x4: qdot::dot4x4_fn(wtype),
-            packed4x8: qdot::packed4x8_fn(wtype),
+            packed4x8: qdot::packed4x8_fn(wtype)
+                .or_else(|| crate::handwritten::qdot_kpacked::packed4x8_fn(wtype)),
             packed_cols4x8: fdot::packed4x8_fn(wtype),
             packed8x16: qdot_repack::tiled_packed8x16_fn(wtype),
             fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
@@ -705,7 +706,7 @@ unsafe fn products_chunk(
         }
         r += 6;
     }
-    while dot.has_tile4x4() && r + 4 <= r1 && n >= 4 {
+    while (dot.has_tile4x4() || packed.is_some()) && r + 4 <= r1 && n >= 4 {
         if r + 4 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 4 + PREFETCH_ROWS) * row_bytes), 4 * row_bytes);
         }
@@ -820,6 +821,9 @@ pub struct RowsMatmul {
     n: usize,
     row_bytes: usize,
     act_row: usize,
+    /// llama.cpp's column count for each token: `n` (one product of `n` columns, a
+    /// prompt) or 1 (each token its own product: a batched decode step).
+    n_cols: usize,
 }
 
 impl RowsMatmul {
@@ -841,7 +845,14 @@ impl RowsMatmul {
             n,
             row_bytes,
             act_row,
+            n_cols: n,
         })
+    }
+
+    /// The same product with each token its own one-column product, as in a batched decode
+    /// step of `n` sequences (llama.cpp's kernel for one column, `vec_dot` or gemv).
+    pub fn batched(self) -> RowsMatmul {
+        RowsMatmul { n_cols: 1, ..self }
     }
 
     /// Whether the products are llama.cpp's x86 numbers ([`RowDot::exact`]).
@@ -907,7 +918,7 @@ impl RowsMatmul {
                     self.row_bytes,
                     act.as_ptr(),
                     self.act_row,
-                    (self.n, 0, self.n),
+                    (self.n, 0, self.n_cols),
                     out_ptr as *mut f32,
                     self.m,
                     (r0, r1),
@@ -1064,11 +1075,19 @@ mod tests {
                     }
                 }
                 let repacked = ggml::repacked_by_llama_cpp(t, [k as u64, m as u64, 1, 1]);
-                for n in [1usize, 4, 8, 9, 13, 16, 21, 40] {
+                // Prompts (`n` columns), then batched decode (`n` one-column products).
+                let sizes = [1usize, 4, 8, 9, 13, 16, 21, 40];
+                for (n, batched) in sizes
+                    .iter()
+                    .map(|&n| (n, false))
+                    .chain([8usize, 9, 16, 21].iter().map(|&n| (n, true)))
+                {
+                    let n_cols = if batched { 1 } else { n };
                     let x: Vec<f32> = (0..k * n)
                         .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
                         .collect();
                     let mm = RowsMatmul::new(t, k, m, n).expect("row-dot kernels");
+                    let mm = if batched { mm.batched() } else { mm };
                     let mut act = vec![0u8; mm.act_bytes()];
                     mm.prepare(&x, &mut act).expect("prepares");
                     let mut out = vec![0f32; m * n];
@@ -1079,18 +1098,19 @@ mod tests {
                                 .expect("quantizes");
                         for r in 0..m {
                             let row = &w[rb * r..rb * (r + 1)];
+                            let col = if batched { 0 } else { c };
                             let want = if repacked {
                                 ggml::RepackedRow::new(t, row)
-                                    .and_then(|p| p.dot(&a, RepackKernel::for_column(c, n)))
+                                    .and_then(|p| p.dot(&a, RepackKernel::for_column(col, n_cols)))
                             } else {
-                                ggml::vec_dot_avx2_mul_mat(t, row, &a, n)
+                                ggml::vec_dot_avx2_mul_mat(t, row, &a, n_cols)
                             }
                             .expect("product");
                             let got = out[c * m + r];
                             assert_eq!(
                                 got.to_bits(),
                                 want.to_bits(),
-                                "{} m {m}, {n} tokens, row {r} column {c}: {got} vs {want}",
+                                "{} m {m}, {n} tokens (batched {batched}), row {r} column {c}: {got} vs {want}",
                                 t.name()
                             );
                         }

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
 //!     [--only bandwidth|shapes|decode|pp|rows] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
-//!     [--rows-shape K,M] [--rows-tokens N] [--rows-copies N]
+//!     [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-batched]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -18,7 +18,9 @@
 //! {2048, 5632} shows what DRAM gives). Their prompt table takes `--rows-tokens` tokens
 //! (default 64; 8 is an 8-slot server's decode step, whose columns take the same kernels
 //! where the type's order does not depend on llama.cpp's column count) over
-//! `--rows-copies` copies of the weight cycled (default 1: hot in the caches).
+//! `--rows-copies` copies of the weight cycled (default 1: hot in the caches); with
+//! `--rows-batched` each token is its own one-column product (a batched decode step of
+//! that many sequences: llama.cpp's one-column kernel, whatever the type).
 
 use std::time::Instant;
 
@@ -50,6 +52,8 @@ struct Args {
     rows_tokens: usize,
     /// Weight copies the `rows` prompt table cycles through.
     rows_copies: usize,
+    /// Whether the `rows` prompt table's tokens are one-column products each.
+    rows_batched: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -70,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
         rows_shape: (N_FF.next_multiple_of(256), N_EMBD),
         rows_tokens: 64,
         rows_copies: 1,
+        rows_batched: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -163,8 +168,9 @@ fn parse_args() -> Result<Args, String> {
                     a.rows_copies = n
                 }
             }
+            "--rows-batched" => a.rows_batched = true,
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M] [--rows-tokens N] [--rows-copies N]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-batched]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -447,6 +453,7 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
         let Ok(kern) = RowsMatmul::new(t, k, m, n) else {
             continue;
         };
+        let kern = if a.rows_batched { kern.batched() } else { kern };
         let copies = a.rows_copies;
         let mut w: Vec<u8> = (0..kern.weight_bytes() * copies)
             .map(|_| rng.next() as u8 & 0x3f)

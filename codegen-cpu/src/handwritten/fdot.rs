@@ -169,7 +169,7 @@ pub(crate) fn tinyblas4x8_fn(wtype: GgmlType) -> Option<Dot4x8Fn> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(in crate::handwritten) mod x86 {
     use std::arch::x86_64::*;
 
     use ir::ggml::{self, GgmlType};
@@ -562,7 +562,7 @@ mod x86 {
     /// tree: `x_l + x_(l+4)`, then lanes 0 + 2 and 1 + 3, then those two), without moving
     /// either half out first.
     #[inline(always)]
-    unsafe fn hsum8_pair(v: __m512) -> [f32; 2] {
+    pub(in crate::handwritten) unsafe fn hsum8_pair(v: __m512) -> [f32; 2] {
         let a = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0b10_11_00_01>(v, v));
         let b = _mm512_add_ps(a, _mm512_permute_ps::<0b01_00_11_10>(a));
         let c = _mm512_add_ps(b, _mm512_permute_ps::<0b10_11_00_01>(b));

@@ -34,6 +34,7 @@ pub(crate) mod fdot;
 pub(crate) mod flash;
 pub(crate) mod norm;
 pub(crate) mod qdot;
+pub(crate) mod qdot_kpacked;
 pub(crate) mod qdot_repack;
 pub(crate) mod qdot_tiled;
 pub(crate) mod rope;
