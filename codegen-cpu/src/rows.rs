@@ -519,6 +519,20 @@ unsafe fn products_chunk(
     let packed = dot
         .packed4x8(n_cols)
         .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
+    // A type with no other tile (Q6_K) also takes it for a last group of four to seven
+    // columns, padded with copies of the chunk's last column (their products are
+    // computed and dropped): cheaper than one product at a time.
+    let packed = packed.or_else(|| {
+        dot.packed4x8(n_cols)
+            .filter(|pk| n >= 4 && !dot.has_tile4x4() && nb.is_multiple_of(pk.multiple))
+    });
+    // Columns the packed 4 × 8 tile computes: whole groups of eight, and a padded last
+    // group where the type takes it.
+    let end8 = match packed {
+        Some(_) if !dot.has_tile4x4() && n % 8 >= 4 => n,
+        Some(_) => n / 8 * 8,
+        None => 0,
+    };
     // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it (a
     // last group of fewer is padded with copies of the chunk's last column, whose
     // products are computed and dropped).
@@ -527,9 +541,11 @@ unsafe fn products_chunk(
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
         panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        panel.resize(n / 8 * group, 0);
-        for g in 0..n / 8 {
-            (pk.pack)(&arows8(8 * g), nb, panel.as_mut_ptr().add(g * group));
+        let groups = end8.div_ceil(8);
+        panel.resize(groups * group, 0);
+        for g in 0..groups {
+            let cols: [&[u8]; 8] = std::array::from_fn(|c| arow((8 * g + c).min(n - 1)));
+            (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
         }
     } else if let Some(pk) = packed16 {
         let group = nb * pk.block_bytes;
@@ -614,17 +630,18 @@ unsafe fn products_chunk(
             None => ws,
         };
         let mut t = t0;
-        while let Some(pk) = packed.filter(|_| t + 8 <= n) {
+        while let Some(pk) = packed.filter(|_| t < end8) {
             let v = (pk.tile)(
                 &tile_ws,
                 panel.as_ptr().add(t / 8 * nb * pk.block_bytes),
                 nb,
             );
-            for (c, vc) in v.iter().enumerate() {
+            for (c, vc) in v.iter().enumerate().take(end8 - t) {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
             }
             t += 8;
         }
+        let mut t = t.min(n);
         while t + 8 <= n {
             let Some(v) = dot.dot4x8(&ws, &arows8(t), n_cols) else {
                 break;
