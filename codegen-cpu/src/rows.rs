@@ -576,7 +576,19 @@ unsafe fn products_chunk(
             }
             t += 16;
         }
-        end16
+        // The gemv columns after them, where the type has that tile too (a group the gemm
+        // columns began is computed again, its gemv columns kept).
+        let Some(gemv) = pk.gemv else { return end16 };
+        let mut g = end16 / 16;
+        while 16 * g < n {
+            let v = gemv(ws, panel.as_ptr().add(g * nb * pk.block_bytes), nb);
+            for c in (16 * g).max(end16)..n.min(16 * g + 16) {
+                let vc = &v[c - 16 * g];
+                std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add(c * out_stride + r), 8);
+            }
+            g += 1;
+        }
+        n
     };
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {

@@ -187,6 +187,9 @@ pub(crate) struct Packed8x16 {
     /// Whether the tile is the gemm kernel's order only (Q4_K): columns that llama.cpp's
     /// gemv computes (past the last whole four of its `ncols`) must not take it.
     pub gemm_only: bool,
+    /// For a gemm-only tile, the same form in the gemv kernel's order (over the same
+    /// panel), for those columns — all of them in a batched decode step.
+    pub gemv: Option<Tile8x16Fn>,
 }
 
 /// [`Packed8x16::pack`]: sixteen activation rows of `nb` blocks into a panel.
@@ -208,6 +211,7 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
                 tile: x86::q4_k_gemm_x8x16,
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
+                gemv: Some(x86::q4_k_gemv_x8x16),
             }),
             _ => None,
         };
@@ -251,6 +255,7 @@ fn tiled_packed(tile: Tile8x16Fn) -> Packed8x16 {
         tile,
         block_bytes: x86::Q8_K_PANEL16_BYTES,
         gemm_only: false,
+        gemv: None,
     }
 }
 
@@ -278,6 +283,7 @@ fn b32_packed(pack: Pack16Fn, tile: Tile8x16Fn) -> Packed8x16 {
         tile,
         block_bytes: x86::PANEL16_BLOCK_BYTES,
         gemm_only: false,
+        gemv: None,
     }
 }
 
@@ -885,6 +891,38 @@ mod x86 {
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
+        q4_k_x8x16::<false>(w, panel, nb)
+    }
+
+    /// [`q4_k_gemm_x8x16`] in the gemv kernel's order (`ir::ggml::RepackedRow::dot` with
+    /// `RepackKernel::Gemv`): the same integer sums, added over the whole super-block before
+    /// one fused multiply-add each for the values and the mins.
+    ///
+    /// # Safety
+    /// As [`q4_k_gemm_x8x16`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q4_k_gemv_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        q4_k_x8x16::<true>(w, panel, nb)
+    }
+
+    /// [`q4_k_gemm_x8x16`] (`GEMV` false: a fused multiply-add per pair of sub-blocks) and
+    /// [`q4_k_gemv_x8x16`] (`GEMV` true: one per super-block). A `target_feature` function
+    /// itself, so that the closures inside get the features (a closure takes those of the
+    /// function it is written in).
+    ///
+    /// # Safety
+    /// As [`q4_k_gemm_x8x16`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    #[inline]
+    unsafe fn q4_k_x8x16<const GEMV: bool>(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
         let m4 = _mm256_set1_epi8(0x0f);
         let mut acc = [_mm512_setzero_ps(); 8];
         let mut acc_min = [_mm512_setzero_ps(); 8];
@@ -922,6 +960,7 @@ mod x86 {
             for i in 0..8 {
                 let dmin =
                     _mm512_mul_ps(_mm512_set1_ps(f16_at(w[i].as_ptr().add(144 * b + 2))), dy);
+                let mut all = _mm512_setzero_si512();
                 for p in 0..4 {
                     let m = |j: usize| _mm512_set1_epi32(sc[i][8 + j] as i32);
                     let mins = _mm512_dpwssd_epi32(
@@ -929,7 +968,14 @@ mod x86 {
                         bsum(2 * p + 1),
                         m(2 * p + 1),
                     );
-                    acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dmin, acc_min[i]);
+                    if GEMV {
+                        all = _mm512_add_epi32(all, mins);
+                    } else {
+                        acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dmin, acc_min[i]);
+                    }
+                }
+                if GEMV {
+                    acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(all), dmin, acc_min[i]);
                 }
             }
             let q = std::hint::black_box(&q);
@@ -955,13 +1001,24 @@ mod x86 {
                 }
                 out
             };
+            let mut all = [_mm512_setzero_si512(); 8];
             for p in 0..4 {
                 let even = scaled(2 * p);
                 let odd = scaled(2 * p + 1);
                 for i in 0..8 {
-                    let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
                     let sums = _mm512_add_epi32(even[i], odd[i]);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc[i]);
+                    if GEMV {
+                        all[i] = _mm512_add_epi32(all[i], sums);
+                    } else {
+                        let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
+                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc[i]);
+                    }
+                }
+            }
+            if GEMV {
+                for i in 0..8 {
+                    let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(all[i]), d, acc[i]);
                 }
             }
         }
