@@ -536,7 +536,11 @@ unsafe fn products_chunk(
     // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it (a
     // last group of fewer is padded with copies of the chunk's last column, whose
     // products are computed and dropped).
-    let packed16 = dot.packed8x16(n_cols).filter(|_| n >= 8);
+    // (A gemm-only tile's gemv form takes six or more: each of those columns alone costs
+    // more than a padded group of sixteen.)
+    let packed16 = dot
+        .packed8x16(n_cols)
+        .filter(|pk| n >= 8 || n >= 6 && pk.gemv.is_some());
     let mut panel = Vec::new();
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
@@ -684,7 +688,7 @@ unsafe fn products_chunk(
     let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
         || dot.block8x8.is_some()
         || packed16.is_some();
-    while tile8x8 && r % 8 == 0 && r + 8 <= r1 && n >= 8 {
+    while tile8x8 && r % 8 == 0 && r + 8 <= r1 && (n >= 8 || packed16.is_some()) {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         if r + 8 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
