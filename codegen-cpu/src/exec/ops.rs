@@ -667,6 +667,40 @@ impl Attention {
 }
 
 impl Attention {
+    /// The query heads `heads` of token `t`, which share the KV rows `kv` and the visible
+    /// cells `lo..hi` (one KV head's), by llama.cpp's reference kernel for a ubatch of
+    /// `n_llama` tokens ([`flash::query_group`], [`flash::GROUP`] at a time).
+    ///
+    /// # Safety
+    /// As [`flash::query_group`]: `kv` rows `0..hi` valid, `scratch` the thread's score
+    /// scratch.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn flash_heads(
+        &self,
+        t: usize,
+        heads: std::ops::Range<usize>,
+        kv: &KvRows,
+        (lo, hi): (usize, usize),
+        ub: (usize, usize, usize),
+        p: &FlashParams,
+        scratch: *mut f32,
+    ) {
+        let mut qs = [std::ptr::null::<f32>(); flash::GROUP];
+        let mut outs = [std::ptr::null_mut::<f32>(); flash::GROUP];
+        for h0 in heads.clone().step_by(flash::GROUP) {
+            let part = h0..(h0 + flash::GROUP).min(heads.end);
+            let n = part.len();
+            for (i, h) in part.enumerate() {
+                qs[i] = self.q.at(h, t, 0) as *const f32;
+                outs[i] = self.out.at(h, t, 0) as *mut f32;
+            }
+            let (d_k, d_v) = (self.q.ne[0], self.v.ne[0]);
+            flash::query_group(&qs[..n], &outs[..n], d_k, kv, (lo, hi), ub, p, scratch, d_v);
+        }
+    }
+}
+
+impl Attention {
     /// Chunk `c` of a multi-sequence step ([`Ctx::row_kv`]): the query heads of KV head
     /// `c % n_head_kv` of real token `c / n_head_kv`, attending over its own sequence's cache
     /// (the cells its causal mask shows, its run's tokens stored before by this step) as
@@ -712,34 +746,20 @@ impl Attention {
             gap: vis.gap,
         };
         if cx.flash {
-            let mut qs = [std::ptr::null::<f32>(); flash::GROUP];
-            let mut outs = [std::ptr::null_mut::<f32>(); flash::GROUP];
             let kv = kv_rows(k.dtype == DType::F16 || v.dtype == DType::F16);
             let nek1 = padded_kv(
                 self.cache_kv(pos as usize + 1),
                 cx.n_cells.min(k.ne[2]).min(self.cells),
             );
-            for part in heads
-                .step_by(flash::GROUP)
-                .map(|h| h..(h + flash::GROUP).min(kvh * group + group))
-            {
-                let n = part.len();
-                for (i, h) in part.enumerate() {
-                    qs[i] = self.q.at(h, t, 0) as *const f32;
-                    outs[i] = self.out.at(h, t, 0) as *mut f32;
-                }
-                flash::query_group(
-                    &qs[..n],
-                    &outs[..n],
-                    d_k,
-                    &kv,
-                    (lo, hi),
-                    (n_llama, nek1, cx.llama_threads),
-                    &FlashParams::new(self.params.kq_scale, self.params.softcap),
-                    cx.scratch.scores[cx.ti].0 as *mut f32,
-                    d_v,
-                );
-            }
+            self.flash_heads(
+                t,
+                heads,
+                &kv,
+                (lo, hi),
+                (n_llama, nek1, cx.llama_threads),
+                &FlashParams::new(self.params.kq_scale, self.params.softcap),
+                cx.scratch.scores[cx.ti].0 as *mut f32,
+            );
             return;
         }
         for h in heads {
@@ -812,29 +832,17 @@ impl Attention {
         }
         if n_llama < Q_TILE || !d_v.is_multiple_of(8) || !plain {
             // A token's query heads of one KV head share their rows and visible cells.
-            let mut qs = [std::ptr::null::<f32>(); flash::GROUP];
-            let mut outs = [std::ptr::null_mut::<f32>(); flash::GROUP];
             for t in ta..tb {
                 let v = vis(t);
-                for h0 in heads.clone().step_by(flash::GROUP) {
-                    let part = h0..(h0 + flash::GROUP).min(heads.end);
-                    let n = part.len();
-                    for (i, h) in part.enumerate() {
-                        qs[i] = a.q.at(h, t, 0) as *const f32;
-                        outs[i] = a.out.at(h, t, 0) as *mut f32;
-                    }
-                    flash::query_group(
-                        &qs[..n],
-                        &outs[..n],
-                        d_k,
-                        &kv_rows(kvh, v.gap),
-                        (v.lo, v.hi),
-                        (n_llama, nek1, cx.llama_threads),
-                        &p,
-                        scratch,
-                        d_v,
-                    );
-                }
+                a.flash_heads(
+                    t,
+                    heads.clone(),
+                    &kv_rows(kvh, v.gap),
+                    (v.lo, v.hi),
+                    (n_llama, nek1, cx.llama_threads),
+                    &p,
+                    scratch,
+                );
             }
             return;
         }

@@ -340,23 +340,30 @@ pub(in crate::handwritten) mod x86 {
         }
         let mut out = [0f32; R];
         for r in 0..R {
-            let c = acc[r];
-            let vec = if H::VEC_DOT_FMA {
-                reduce_4x8(c)
-            } else {
-                hsum8(_mm256_add_ps(
-                    _mm256_add_ps(c[0], c[2]),
-                    _mm256_add_ps(c[1], c[3]),
-                ))
-            };
-            let tail = (np..n).map(|k| H::at(w[r], H::BYTES * k) * H::at(a, H::BYTES * k));
-            out[r] = if H::TAIL_F64 {
-                tail.fold(vec as f64, |s, p| s + p as f64) as f32
-            } else {
-                tail.fold(vec, |s, p| s + p)
-            };
+            out[r] = vec_dot_end::<H>(acc[r], w[r], a, np);
         }
         out
+    }
+
+    /// The end of `vec_dot` for one row: ggml's reduction of the four accumulators, then
+    /// the values from `np` on (past the last chunk of 32) added one by one.
+    #[inline(always)]
+    unsafe fn vec_dot_end<H: Half>(c: [__m256; 4], w: &[u8], a: &[u8], np: usize) -> f32 {
+        let n = a.len() / H::BYTES;
+        let vec = if H::VEC_DOT_FMA {
+            reduce_4x8(c)
+        } else {
+            hsum8(_mm256_add_ps(
+                _mm256_add_ps(c[0], c[2]),
+                _mm256_add_ps(c[1], c[3]),
+            ))
+        };
+        let tail = (np..n).map(|k| H::at(w, H::BYTES * k) * H::at(a, H::BYTES * k));
+        if H::TAIL_F64 {
+            tail.fold(vec as f64, |s, p| s + p as f64) as f32
+        } else {
+            tail.fold(vec, |s, p| s + p)
+        }
     }
 
     /// Lanes 0..8 of `v`.
@@ -404,20 +411,7 @@ pub(in crate::handwritten) mod x86 {
                 low8(acc[r][1]),
                 high8(acc[r][1]),
             ];
-            let vec = if H::VEC_DOT_FMA {
-                reduce_4x8(c)
-            } else {
-                hsum8(_mm256_add_ps(
-                    _mm256_add_ps(c[0], c[2]),
-                    _mm256_add_ps(c[1], c[3]),
-                ))
-            };
-            let tail = (np..n).map(|k| H::at(w[r], H::BYTES * k) * H::at(a, H::BYTES * k));
-            out[r] = if H::TAIL_F64 {
-                tail.fold(vec as f64, |s, p| s + p as f64) as f32
-            } else {
-                tail.fold(vec, |s, p| s + p)
-            };
+            out[r] = vec_dot_end::<H>(c, w[r], a, np);
         }
         out
     }

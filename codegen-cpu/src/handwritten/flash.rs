@@ -110,6 +110,9 @@ pub(crate) fn query_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
 /// `q` valid for `d_k` reads, `out` for `d_v` writes; `kv` rows `0..hi` valid; `scratch`
 /// holds [`query_scratch`] floats (with `n_ctx ≥ hi`); nothing overlaps `out`.
 #[allow(clippy::too_many_arguments)]
+// The executor calls `query_group` (groups of one take this path); the tests compare
+// groups against this one-query form.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) unsafe fn query(
     q: *const f32,
     d_k: usize,
@@ -124,25 +127,30 @@ pub(crate) unsafe fn query(
     out: *mut f32,
     d_v: usize,
 ) {
-    let a = Query {
-        q,
+    // A group of one: the one-query path, in `scratch` as it is.
+    query_group(
+        &[q],
+        &[out],
         d_k,
         kv,
-        lo,
-        hi,
-        n_tokens,
-        nek1,
-        llama_threads,
+        (lo, hi),
+        (n_tokens, nek1, llama_threads),
         p,
         scratch,
-        out,
         d_v,
-    };
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        return query_avx2(&a);
+    )
+}
+
+/// [`query`] on the best instruction set the host has.
+fn run_query(a: &Query<'_>) {
+    // SAFETY: the caller's contract ([`query`]); the AVX2 build only where the host has it.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            return query_avx2(a);
+        }
+        query_body::<false>(a)
     }
-    query_body::<false>(&a)
 }
 
 /// Queries [`query_group`] runs through the weighted sum of V together (their serial
@@ -161,8 +169,8 @@ pub(crate) fn group_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
 /// for the split-KV path, one at a time).
 ///
 /// # Safety
-/// As [`query`] for each query; `scratch` holds [`group_scratch`] floats; no output
-/// overlaps another or an input.
+/// As [`query`] for each query; `scratch` holds [`group_scratch`] floats ([`query_scratch`]
+/// for one query); no output overlaps another or an input.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn query_group(
     qs: &[*const f32],
@@ -211,20 +219,7 @@ pub(crate) unsafe fn query_group(
         return;
     }
     for (&q, &out) in qs.iter().zip(outs) {
-        query(
-            q,
-            d_k,
-            kv,
-            lo,
-            hi,
-            n_tokens,
-            nek1,
-            llama_threads,
-            p,
-            scratch,
-            out,
-            d_v,
-        );
+        run_query(&one(q, out, scratch));
     }
 }
 
