@@ -582,9 +582,13 @@ unsafe fn products_chunk(
         }
         // The gemv columns after them, where the type has that tile too (a group the gemm
         // columns began is computed again, its gemv columns kept).
-        let Some(gemv) = pk.gemv else { return end16 };
+        let Some([gemv16, gemv8]) = pk.gemv else {
+            return end16;
+        };
         let mut g = end16 / 16;
         while 16 * g < n {
+            // The eight-column form where no column past the group's eighth is needed.
+            let gemv = if n <= 16 * g + 8 { gemv8 } else { gemv16 };
             let v = gemv(ws, panel.as_ptr().add(g * nb * pk.block_bytes), nb);
             for c in (16 * g).max(end16)..n.min(16 * g + 16) {
                 let vc = &v[c - 16 * g];

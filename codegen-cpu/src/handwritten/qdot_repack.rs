@@ -188,8 +188,9 @@ pub(crate) struct Packed8x16 {
     /// gemv computes (past the last whole four of its `ncols`) must not take it.
     pub gemm_only: bool,
     /// For a gemm-only tile, the same form in the gemv kernel's order (over the same
-    /// panel), for those columns — all of them in a batched decode step.
-    pub gemv: Option<Tile8x16Fn>,
+    /// panel), for those columns — all of them in a batched decode step: for the sixteen
+    /// columns, and for the first eight only (zeros after them).
+    pub gemv: Option<[Tile8x16Fn; 2]>,
 }
 
 /// [`Packed8x16::pack`]: sixteen activation rows of `nb` blocks into a panel.
@@ -211,7 +212,7 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
                 tile: x86::q4_k_gemm_x8x16,
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
-                gemv: Some(x86::q4_k_gemv_x8x16),
+                gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
             }),
             _ => None,
         };
@@ -891,7 +892,7 @@ mod x86 {
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
-        q4_k_x8x16::<false>(w, panel, nb)
+        q4_k_x8x16::<false, Cols16>(w, panel, nb)
     }
 
     /// [`q4_k_gemm_x8x16`] in the gemv kernel's order (`ir::ggml::RepackedRow::dot` with
@@ -906,7 +907,192 @@ mod x86 {
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
-        q4_k_x8x16::<true>(w, panel, nb)
+        q4_k_x8x16::<true, Cols16>(w, panel, nb)
+    }
+
+    /// [`q4_k_gemv_x8x16`] for the first eight columns of the panel only, on 256-bit
+    /// vectors (a group of eight or fewer real columns: a batched step of eight sequences
+    /// pays for eight lanes, not sixteen); columns 8..16 of the result are zeros.
+    ///
+    /// # Safety
+    /// As [`q4_k_gemm_x8x16`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q4_k_gemv_x8x8(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        q4_k_x8x16::<true, Cols8>(w, panel, nb)
+    }
+
+    /// The vectors of [`q4_k_x8x16`]: all sixteen columns of a [`q8_k_pack16`] panel in
+    /// 512-bit registers ([`Cols16`]), or its first eight in 256-bit ones ([`Cols8`]). Each
+    /// lane's operations are the same either way.
+    trait Cols {
+        type I: Copy;
+        type F: Copy;
+        /// # Safety (of every method)
+        /// AVX-512F/VL/VNNI/BW (inlined into such a caller); loads read 64 (`Cols16`) or 32
+        /// bytes, stores write 16 or 8 f32.
+        unsafe fn zero_i() -> Self::I;
+        unsafe fn zero_f() -> Self::F;
+        unsafe fn load_i(p: *const u8) -> Self::I;
+        unsafe fn load_f(p: *const u8) -> Self::F;
+        unsafe fn set1_i(x: i32) -> Self::I;
+        unsafe fn set1_f(x: f32) -> Self::F;
+        unsafe fn add_i(a: Self::I, b: Self::I) -> Self::I;
+        unsafe fn mullo(a: Self::I, b: Self::I) -> Self::I;
+        unsafe fn madd(a: Self::I, b: Self::I) -> Self::I;
+        unsafe fn dpbusd(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+        unsafe fn dpwssd(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+        unsafe fn mul_f(a: Self::F, b: Self::F) -> Self::F;
+        unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+        unsafe fn sub_f(a: Self::F, b: Self::F) -> Self::F;
+        unsafe fn cvt(a: Self::I) -> Self::F;
+        unsafe fn store_f(p: *mut f32, v: Self::F);
+    }
+
+    /// Sixteen columns, 512-bit vectors.
+    struct Cols16;
+    /// The first eight columns, 256-bit vectors.
+    struct Cols8;
+
+    impl Cols for Cols16 {
+        type I = __m512i;
+        type F = __m512;
+        #[inline(always)]
+        unsafe fn zero_i() -> __m512i {
+            _mm512_setzero_si512()
+        }
+        #[inline(always)]
+        unsafe fn zero_f() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn load_i(p: *const u8) -> __m512i {
+            _mm512_loadu_si512(p as *const __m512i)
+        }
+        #[inline(always)]
+        unsafe fn load_f(p: *const u8) -> __m512 {
+            _mm512_loadu_ps(p as *const f32)
+        }
+        #[inline(always)]
+        unsafe fn set1_i(x: i32) -> __m512i {
+            _mm512_set1_epi32(x)
+        }
+        #[inline(always)]
+        unsafe fn set1_f(x: f32) -> __m512 {
+            _mm512_set1_ps(x)
+        }
+        #[inline(always)]
+        unsafe fn add_i(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_add_epi32(a, b)
+        }
+        #[inline(always)]
+        unsafe fn mullo(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_mullo_epi32(a, b)
+        }
+        #[inline(always)]
+        unsafe fn madd(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_madd_epi16(a, b)
+        }
+        #[inline(always)]
+        unsafe fn dpbusd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+            _mm512_dpbusd_epi32(acc, a, b)
+        }
+        #[inline(always)]
+        unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+            _mm512_dpwssd_epi32(acc, a, b)
+        }
+        #[inline(always)]
+        unsafe fn mul_f(a: __m512, b: __m512) -> __m512 {
+            _mm512_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+            _mm512_fmadd_ps(a, b, c)
+        }
+        #[inline(always)]
+        unsafe fn sub_f(a: __m512, b: __m512) -> __m512 {
+            _mm512_sub_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn cvt(a: __m512i) -> __m512 {
+            _mm512_cvtepi32_ps(a)
+        }
+        #[inline(always)]
+        unsafe fn store_f(p: *mut f32, v: __m512) {
+            _mm512_storeu_ps(p, v)
+        }
+    }
+
+    impl Cols for Cols8 {
+        type I = __m256i;
+        type F = __m256;
+        #[inline(always)]
+        unsafe fn zero_i() -> __m256i {
+            _mm256_setzero_si256()
+        }
+        #[inline(always)]
+        unsafe fn zero_f() -> __m256 {
+            _mm256_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn load_i(p: *const u8) -> __m256i {
+            _mm256_loadu_si256(p as *const __m256i)
+        }
+        #[inline(always)]
+        unsafe fn load_f(p: *const u8) -> __m256 {
+            _mm256_loadu_ps(p as *const f32)
+        }
+        #[inline(always)]
+        unsafe fn set1_i(x: i32) -> __m256i {
+            _mm256_set1_epi32(x)
+        }
+        #[inline(always)]
+        unsafe fn set1_f(x: f32) -> __m256 {
+            _mm256_set1_ps(x)
+        }
+        #[inline(always)]
+        unsafe fn add_i(a: __m256i, b: __m256i) -> __m256i {
+            _mm256_add_epi32(a, b)
+        }
+        #[inline(always)]
+        unsafe fn mullo(a: __m256i, b: __m256i) -> __m256i {
+            _mm256_mullo_epi32(a, b)
+        }
+        #[inline(always)]
+        unsafe fn madd(a: __m256i, b: __m256i) -> __m256i {
+            _mm256_madd_epi16(a, b)
+        }
+        #[inline(always)]
+        unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(acc, a, b)
+        }
+        #[inline(always)]
+        unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            _mm256_dpwssd_epi32(acc, a, b)
+        }
+        #[inline(always)]
+        unsafe fn mul_f(a: __m256, b: __m256) -> __m256 {
+            _mm256_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+            _mm256_fmadd_ps(a, b, c)
+        }
+        #[inline(always)]
+        unsafe fn sub_f(a: __m256, b: __m256) -> __m256 {
+            _mm256_sub_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn cvt(a: __m256i) -> __m256 {
+            _mm256_cvtepi32_ps(a)
+        }
+        #[inline(always)]
+        unsafe fn store_f(p: *mut f32, v: __m256) {
+            _mm256_storeu_ps(p, v)
+        }
     }
 
     /// [`q4_k_gemm_x8x16`] (`GEMV` false: a fused multiply-add per pair of sub-blocks) and
@@ -918,14 +1104,14 @@ mod x86 {
     /// As [`q4_k_gemm_x8x16`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
     #[inline]
-    unsafe fn q4_k_x8x16<const GEMV: bool>(
+    unsafe fn q4_k_x8x16<const GEMV: bool, C: Cols>(
         w: &[&[u8]; 8],
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
         let m4 = _mm256_set1_epi8(0x0f);
-        let mut acc = [_mm512_setzero_ps(); 8];
-        let mut acc_min = [_mm512_setzero_ps(); 8];
+        let mut acc = [C::zero_f(); 8];
+        let mut acc_min = [C::zero_f(); 8];
         // Per super-block: each row's nibbles (row, sub-block, 4-byte group), scales and
         // `d`, then the sub-blocks outermost so that each one's eight activation groups
         // are loaded once for the eight rows. Integer sums are exact in any order; every
@@ -936,8 +1122,8 @@ mod x86 {
         let mut dx = [0f32; 8];
         for b in 0..nb {
             let o = panel.add(b * Q8_K_PANEL16_BYTES);
-            let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
-            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            let bsum = |j: usize| C::load_i(o.add(4096 + 64 * j));
+            let dy = C::load_f(o.add(4608));
             for (i, row) in w.iter().enumerate() {
                 let x = row.as_ptr().add(144 * b);
                 for p in 0..4 {
@@ -958,73 +1144,66 @@ mod x86 {
             let sc = std::hint::black_box(&sc);
             // The mins part (exact integers `m·bsum` by `vpmaddwd` / `vpdpwssd`).
             for i in 0..8 {
-                let dmin =
-                    _mm512_mul_ps(_mm512_set1_ps(f16_at(w[i].as_ptr().add(144 * b + 2))), dy);
-                let mut all = _mm512_setzero_si512();
+                let dmin = C::mul_f(C::set1_f(f16_at(w[i].as_ptr().add(144 * b + 2))), dy);
+                let mut all = C::zero_i();
                 for p in 0..4 {
-                    let m = |j: usize| _mm512_set1_epi32(sc[i][8 + j] as i32);
-                    let mins = _mm512_dpwssd_epi32(
-                        _mm512_madd_epi16(bsum(2 * p), m(2 * p)),
+                    let m = |j: usize| C::set1_i(sc[i][8 + j] as i32);
+                    let mins = C::dpwssd(
+                        C::madd(bsum(2 * p), m(2 * p)),
                         bsum(2 * p + 1),
                         m(2 * p + 1),
                     );
                     if GEMV {
-                        all = _mm512_add_epi32(all, mins);
+                        all = C::add_i(all, mins);
                     } else {
-                        acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dmin, acc_min[i]);
+                        acc_min[i] = C::fmadd(C::cvt(mins), dmin, acc_min[i]);
                     }
                 }
                 if GEMV {
-                    acc_min[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(all), dmin, acc_min[i]);
+                    acc_min[i] = C::fmadd(C::cvt(all), dmin, acc_min[i]);
                 }
             }
             let q = std::hint::black_box(&q);
             // Σ q·y of sub-block `j` for every row, scaled by the row's `sc`.
-            let scaled = |j: usize| -> [__m512i; 8] {
-                let g: [__m512i; 8] = std::array::from_fn(|k| {
-                    _mm512_loadu_si512(o.add(64 * (8 * j + k)) as *const __m512i)
-                });
+            let scaled = |j: usize| -> [C::I; 8] {
+                let g: [C::I; 8] = std::array::from_fn(|k| C::load_i(o.add(64 * (8 * j + k))));
                 // A loop, not `array::from_fn`: its closure is not inlined.
-                let mut out = [_mm512_setzero_si512(); 8];
+                let mut out = [C::zero_i(); 8];
                 for (i, o) in out.iter_mut().enumerate() {
-                    let (mut u, mut v) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    let (mut u, mut v) = (C::zero_i(), C::zero_i());
                     for k in (0..8).step_by(2) {
-                        u = _mm512_dpbusd_epi32(u, _mm512_set1_epi32(q[i][j][k] as i32), g[k]);
-                        v = _mm512_dpbusd_epi32(
-                            v,
-                            _mm512_set1_epi32(q[i][j][k + 1] as i32),
-                            g[k + 1],
-                        );
+                        u = C::dpbusd(u, C::set1_i(q[i][j][k] as i32), g[k]);
+                        v = C::dpbusd(v, C::set1_i(q[i][j][k + 1] as i32), g[k + 1]);
                     }
-                    let sum = _mm512_add_epi32(u, v);
-                    *o = _mm512_mullo_epi32(sum, _mm512_set1_epi32(sc[i][j] as i32));
+                    let sum = C::add_i(u, v);
+                    *o = C::mullo(sum, C::set1_i(sc[i][j] as i32));
                 }
                 out
             };
-            let mut all = [_mm512_setzero_si512(); 8];
+            let mut all = [C::zero_i(); 8];
             for p in 0..4 {
                 let even = scaled(2 * p);
                 let odd = scaled(2 * p + 1);
                 for i in 0..8 {
-                    let sums = _mm512_add_epi32(even[i], odd[i]);
+                    let sums = C::add_i(even[i], odd[i]);
                     if GEMV {
-                        all[i] = _mm512_add_epi32(all[i], sums);
+                        all[i] = C::add_i(all[i], sums);
                     } else {
-                        let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
-                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc[i]);
+                        let d = C::mul_f(C::set1_f(dx[i]), dy);
+                        acc[i] = C::fmadd(C::cvt(sums), d, acc[i]);
                     }
                 }
             }
             if GEMV {
                 for i in 0..8 {
-                    let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(all[i]), d, acc[i]);
+                    let d = C::mul_f(C::set1_f(dx[i]), dy);
+                    acc[i] = C::fmadd(C::cvt(all[i]), d, acc[i]);
                 }
             }
         }
         let mut by_row = [[0f32; 16]; 8];
         for i in 0..8 {
-            _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
+            C::store_f(by_row[i].as_mut_ptr(), C::sub_f(acc[i], acc_min[i]));
         }
         std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
