@@ -536,11 +536,11 @@ unsafe fn products_chunk(
     // Sixteen columns at a time packed once for the 8 × 16 tile, where the type has it (a
     // last group of fewer is padded with copies of the chunk's last column, whose
     // products are computed and dropped).
-    // (A gemm-only tile's gemv form takes six or more: each of those columns alone costs
-    // more than a padded group of sixteen.)
+    // (A gemm-only tile's gemv form takes four or more, in its eight-column form up to
+    // eight: each of those columns alone costs more than a padded group of eight.)
     let packed16 = dot
         .packed8x16(n_cols)
-        .filter(|pk| n >= 8 || n >= 6 && pk.gemv.is_some());
+        .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some());
     let mut panel = Vec::new();
     if let Some(pk) = packed {
         let group = nb * pk.block_bytes;
