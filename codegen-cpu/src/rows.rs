@@ -38,6 +38,17 @@ pub(crate) fn tiles_prompts(wtype: GgmlType) -> bool {
         .is_some_and(|d| d.exact() && (d.fast4x4.is_some() || d.fast_cols4x4.is_some()))
 }
 
+/// Whether `--kernels fast` takes the row-dot kernels' prompt products of a `wtype` weight
+/// `ne` (ggml order) in llama.cpp's order: where they run on a packed 8 × 16 tile and the
+/// generated block-order kernel measured slower (`modelc bench --kernels fast -p 512`,
+/// SmolLM2, same minutes: Q4_0 806 → 1309–1322 t/s, Q2_K 868–875 → 1288–1296, Q3_K_M
+/// 904–915 → 1333–1354; Q6_K, Q4_K and Q5_K measured 1–3% slower that way and keep the
+/// generated kernel).
+pub(crate) fn packs_prompts(wtype: GgmlType, ne: [u64; 4]) -> bool {
+    matches!(wtype, GgmlType::Q4_0 | GgmlType::Q2_K | GgmlType::Q3_K)
+        && RowDot::for_weight(wtype, ne).is_some_and(|d| d.exact() && d.packed8x16.is_some())
+}
+
 /// Whether the row-dot kernels also take decode steps of `wtype` weights in the exact
 /// order: types with a four-row routine (Q4_1), whose decode measured faster than the
 /// generated kernel's (SmolLM2 Q4_1, one thread: about 20% less CPU time per token), so

@@ -874,8 +874,14 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             // Prompt steps of a type the row-dot kernels tile in the exact order (Q8_0) take
             // them: 4 × 4 tiles beat the generated kernels' 2-token tiles there. Decode
             // steps (and the language-model head, one token) keep the generated kernel.
-            let prompt_tiles =
-                self.order == SumOrder::Ggml && n > 1 && !lm_head && crate::rows::tiles_prompts(t);
+            // In the block order, prompts of a type whose exact prompt tile is packed take
+            // it: faster than the generated block-order kernel (`rows::packs_prompts`).
+            let prompt_tiles = n > 1
+                && !lm_head
+                && match self.order {
+                    SumOrder::Ggml => crate::rows::tiles_prompts(t),
+                    SumOrder::Block => crate::rows::packs_prompts(t, wv.shape.ne),
+                };
             // Types whose row-dot kernels decode faster too (Q4_1) take them at every size;
             // in the block order, where this host has the block-order tile for them.
             // F32 / F16 / BF16 take them in both modes: their row-dot products are
