@@ -283,13 +283,10 @@ impl CpuEngine<'_> {
         total: usize,
         out: &mut Vec<f32>,
     ) -> anyhow::Result<()> {
-        let size = self
-            .all_sizes
-            .iter()
-            .copied()
-            .filter(|&s| s as usize >= total)
-            .min()
-            .context("no step holds the runs")?;
+        let size = match self.padded_size(total) {
+            0 => anyhow::bail!("no step holds {total} tokens"),
+            s => s as u32,
+        };
         self.tokens.clear();
         self.positions.clear();
         let mut rows = Vec::with_capacity(runs.len());
@@ -390,10 +387,9 @@ impl Engine for CpuEngine<'_> {
 
     /// Runs of fewer than 64 tokens go through the plan's mixed steps
     /// ([`CompiledPlan::step_runs`]), packed in order into the smallest step with a logit
-    /// row per token that holds them (a group of one-token runs only through
-    /// [`Engine::decode_seqs`]'s grouping); a longer run, a run alone, and every run of a
-    /// model with sliding-window ring caches (whose prompts llama.cpp cuts its own way) are
-    /// decoded alone.
+    /// row per token that holds them, padded to at most twice their tokens; a longer run, a
+    /// run alone, and the prompt chunks of a model with sliding-window ring caches (whose
+    /// prompts llama.cpp cuts its own way) are decoded alone.
     fn decode_runs(
         &mut self,
         kvs: &mut [KvStream<'_>],
@@ -407,8 +403,10 @@ impl Engine for CpuEngine<'_> {
         let max = self.all_sizes.iter().copied().max().unwrap_or(0) as usize;
         let layout = self.exec.kv_layout();
         let ring = layout.caches.iter().any(|c| c.n_cells < layout.n_cells);
-        let mixable =
-            |r: &SeqRun<'_>| !ring && r.tokens.len() < MIXED_RUN_MAX && r.tokens.len() <= max;
+        let mixable = |r: &SeqRun<'_>| {
+            let n = r.tokens.len();
+            (n == 1 || !ring && n < MIXED_RUN_MAX) && n <= max
+        };
         let mut i = 0;
         while i < runs.len() {
             let mut j = i;
@@ -430,23 +428,14 @@ impl Engine for CpuEngine<'_> {
                 i += 1;
                 continue;
             }
-            if runs[i..j].iter().all(|r| r.tokens.len() == 1) {
-                let tokens: Vec<u32> = runs[i..j].iter().map(|r| r.tokens[0]).collect();
-                let positions: Vec<usize> = runs[i..j].iter().map(|r| r.pos0).collect();
-                self.decode_seqs(&mut kvs[i..j], &tokens, &positions, out)?;
-            } else {
-                self.step_mixed(&mut kvs[i..j], &runs[i..j], total, out)?;
-            }
+            self.step_mixed(&mut kvs[i..j], &runs[i..j], total, out)?;
             i = j;
         }
         Ok(())
     }
 
-    /// Groups of sequences go through the plan's multi-sequence steps
-    /// ([`CompiledPlan::step_seqs`]): the steps with a logit row per token, each group the
-    /// size of one of them or padded to one at most twice its size (padding rows cost the
-    /// generated matmul kernels as much as real ones); a group of one is a one-token
-    /// decode.
+    /// One-token runs through [`Engine::decode_runs`]: groups of them share the plan's
+    /// steps with a logit row per token.
     fn decode_seqs(
         &mut self,
         kvs: &mut [KvStream<'_>],
@@ -455,67 +444,15 @@ impl Engine for CpuEngine<'_> {
         out: &mut Vec<f32>,
     ) -> anyhow::Result<()> {
         check_seqs_args(kvs, tokens, positions)?;
-        for (&t, &pos) in tokens.iter().zip(positions) {
-            check_decode_args(self, &[t], pos)?;
-        }
-        let mut done = 0;
-        while done < kvs.len() {
-            let left = kvs.len() - done;
-            let size = self
-                .all_sizes
-                .iter()
-                .copied()
-                .find(|&s| s as usize >= left && s as usize <= 2 * left)
-                .or_else(|| {
-                    self.all_sizes
-                        .iter()
-                        .rev()
-                        .copied()
-                        .find(|&s| s >= 2 && s as usize <= left)
-                });
-            let Some(size) = size.filter(|&s| s >= 2) else {
-                let logits = self.decode(
-                    &mut kvs[done],
-                    &tokens[done..done + 1],
-                    positions[done],
-                    false,
-                )?;
-                out.extend_from_slice(logits);
-                done += 1;
-                continue;
-            };
-            let n = left.min(size as usize);
-            let group = done..done + n;
-            self.tokens.clear();
-            self.tokens
-                .extend(tokens[group.clone()].iter().map(|&t| t as i32));
-            self.positions.clear();
-            self.positions
-                .extend(positions[group.clone()].iter().map(|&p| p as i32));
-            // Padding rows repeat the last real row (they store nothing).
-            let (pad_t, pad_p) = (self.tokens[n - 1], self.positions[n - 1]);
-            self.tokens.resize(size as usize, pad_t);
-            self.positions.resize(size as usize, pad_p);
-            self.out_ids.clear();
-            self.out_ids.extend(0..size as i32);
-            let kv_len = positions[group.clone()].iter().max().map_or(1, |&p| p + 1);
-            let args = StepArgs {
-                tokens: &self.tokens,
-                positions: &self.positions,
-                output_ids: &self.out_ids,
-                kv_len,
-                data: &[],
-            };
-            // Marked before the step: a failed step may have stored its rows.
-            for (kv, &pos) in kvs[group.clone()].iter_mut().zip(&positions[group.clone()]) {
-                kv.written = kv.written.max(pos + 1);
-            }
-            let mut mems: Vec<&mut [u8]> = kvs[group].iter_mut().map(|k| &mut *k.mem).collect();
-            let logits = self.exec.step_seqs(&mut mems, size, &args)?;
-            out.extend_from_slice(&logits[..n * self.n_vocab]);
-            done += n;
-        }
-        Ok(())
+        let runs: Vec<SeqRun<'_>> = tokens
+            .iter()
+            .zip(positions)
+            .map(|(t, &pos0)| SeqRun {
+                tokens: std::slice::from_ref(t),
+                pos0,
+            })
+            .collect();
+        self.decode_runs(kvs, &runs, out)
     }
 
     fn decode(

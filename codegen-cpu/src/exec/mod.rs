@@ -260,8 +260,6 @@ pub struct CompiledPlan<'w> {
     last_step: Option<usize>,
     /// The per-row KV memory of a multi-sequence step (kept to reuse its allocation).
     row_kv: Vec<Ptr>,
-    /// The one-token runs of [`CompiledPlan::step_seqs`] (kept to reuse its allocation).
-    runs: Vec<RowRun>,
     stats: LoadStats,
     _w: PhantomData<&'w [u8]>,
 }
@@ -595,7 +593,6 @@ impl<'w> CompiledPlan<'w> {
             llama_threads: n_threads,
             last_step: None,
             row_kv: Vec::new(),
-            runs: Vec::new(),
             stats,
             _w: PhantomData,
         })
@@ -893,39 +890,6 @@ impl<'w> CompiledPlan<'w> {
         unsafe { std::slice::from_raw_parts(p.0 as *const f32, n) }
     }
 
-    /// One token of each of several sequences in one step: the step compiled for
-    /// `n_tokens` tokens with a logit row per token, its real row `t` continuing the
-    /// sequence whose KV memory is `kvs[t]` (`kvs.len()` real rows, the rest padding) at
-    /// position `args.positions[t]`. Each row computes the numbers a one-token
-    /// [`CompiledPlan::step`] of its sequence computes (its cache, its causal mask and
-    /// padded KV length, the kernels of a one-token llama.cpp ubatch); the matrix products
-    /// read each weight once for all rows, which is what makes serving several sequences
-    /// cheaper than running them one after another. `args.kv_len` is one past the highest
-    /// position. Returns `n_tokens` logit rows, the first `kvs.len()` of them real.
-    ///
-    /// # Errors
-    /// As [`CompiledPlan::step`]; no sequence, more sequences than `n_tokens`, or a KV memory
-    /// too short.
-    pub fn step_seqs(
-        &mut self,
-        kvs: &mut [&mut [u8]],
-        n_tokens: u32,
-        args: &StepArgs<'_>,
-    ) -> Result<&[f32], ExecError> {
-        let mut runs = std::mem::take(&mut self.runs);
-        runs.clear();
-        runs.extend((0..kvs.len()).map(|t| RowRun {
-            start: t,
-            len: 1,
-            n_llama: 1,
-            col0: 0,
-        }));
-        let done = self.step_runs_inner(kvs, &runs, n_tokens, args);
-        self.runs = runs;
-        done?;
-        Ok(self.logits_of(self.last_step.unwrap_or(0)))
-    }
-
     /// A step of several sequences, each a run of tokens ([`RowRun`]; a slot's prompt chunk
     /// of fewer than 64 tokens, or its one generated token): the step compiled for
     /// `n_tokens` tokens with a logit row per token, `runs[i]` (in row order, covering the
@@ -971,19 +935,6 @@ impl<'w> CompiledPlan<'w> {
                 kvs.len()
             )));
         }
-        self.step_runs_inner(kvs, runs, n_tokens, args)?;
-        Ok(self.logits_of(self.last_step.unwrap_or(0)))
-    }
-
-    /// [`CompiledPlan::step_runs`] after its checks of the runs: runs the step and marks it
-    /// the last.
-    fn step_runs_inner(
-        &mut self,
-        kvs: &mut [&mut [u8]],
-        runs: &[RowRun],
-        n_tokens: u32,
-        args: &StepArgs<'_>,
-    ) -> Result<(), ExecError> {
         let n_real = runs.last().map_or(0, |r| r.start + r.len);
         if kvs.is_empty() || n_real > n_tokens as usize {
             return Err(ExecError::Input(format!(
@@ -1014,8 +965,7 @@ impl<'w> CompiledPlan<'w> {
         );
         self.row_kv = rows;
         done?;
-        self.last_step = Some(si);
-        Ok(())
+        Ok(self.logits_of(si))
     }
 
     /// Output `i` of the last step run, its elements in `ne` order (tests, debugging).
@@ -1135,7 +1085,6 @@ impl<'w> CompiledPlan<'w> {
                 llama_threads,
                 row_kv: row_kv.map(|r| r.0),
                 runs: row_kv.map_or(&[], |r| r.1),
-                out_rows: row_kv.map_or(0, |r| r.1.len()),
             };
             let r = catch_unwind(AssertUnwindSafe(|| {
                 for (i, op) in st.ops[..end].iter().enumerate() {

@@ -385,7 +385,7 @@ impl MulMat {
                 let (n, n_cols, col0) = if self.lm_head && self.n == 1 {
                     (1, 1, 0)
                 } else if cx.row_kv.is_some() {
-                    (cx.out_rows.min(self.n), 1, 0)
+                    (cx.runs.len().min(self.n), 1, 0)
                 } else {
                     (cx.n_real.min(self.n), cx.n_llama.max(1), cx.llama_col0)
                 };

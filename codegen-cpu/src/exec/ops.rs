@@ -71,20 +71,18 @@ pub(crate) struct Ctx<'a> {
     pub flash: bool,
     /// llama.cpp's thread count (its split-KV flash decode cuts the cache per thread).
     pub llama_threads: usize,
-    /// A step of one token of each of several sequences ([`super::CompiledPlan::step_seqs`]):
-    /// byte 0 of the KV memory of real row `t`'s sequence, one row per sequence (the
-    /// padding rows store nothing). Each row computes what a one-token step of its
-    /// sequence computes: its own cache, its own positions' mask and KV length, and the
-    /// kernels of a one-token llama.cpp ubatch. `None`: every row is of the sequence at
-    /// `kv`.
+    /// A step of several sequences ([`super::CompiledPlan::step_runs`]): byte 0 of the KV
+    /// memory of real row `t`'s sequence (the padding rows store nothing). Each row
+    /// computes what a step of its run alone computes: its own cache, its own positions'
+    /// mask and KV length, and the kernels of its run's llama.cpp ubatch. `None`: every row
+    /// is of the sequence at `kv`.
     pub row_kv: Option<&'a [Ptr]>,
     /// With [`Ctx::row_kv`]: the runs of real rows that are one llama.cpp ubatch each (a
     /// slot's prompt chunk, or one generated token), in row order and covering every real
-    /// row ([`super::RowRun`]).
+    /// row ([`super::RowRun`]). Each run has one output row, and the step's output ids put
+    /// them first, in run order: the real rows after the last layer keeps only the output
+    /// rows are `runs.len()`.
     pub runs: &'a [super::RowRun],
-    /// With [`Ctx::row_kv`]: the real rows after the last layer keeps only the output rows
-    /// (the step's output ids put each run's output row first, in run order).
-    pub out_rows: usize,
 }
 
 /// Where `ggml_get_rows` reads.
