@@ -455,9 +455,19 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
         };
         let kern = if a.rows_batched { kern.batched() } else { kern };
         let copies = a.rows_copies;
-        let mut w: Vec<u8> = (0..kern.weight_bytes() * copies)
-            .map(|_| rng.next() as u8 & 0x3f)
-            .collect();
+        // The copies are held at once: refuse more than 4 GiB of them.
+        let Some(bytes) = kern
+            .weight_bytes()
+            .checked_mul(copies)
+            .filter(|&b| b <= 1 << 32)
+        else {
+            println!(
+                "| {} | {{{k}, {m}}} x {n} | skipped: {copies} copies exceed 4 GiB | | |",
+                t.name()
+            );
+            continue;
+        };
+        let mut w: Vec<u8> = (0..bytes).map(|_| rng.next() as u8 & 0x3f).collect();
         moderate_exponents(t, &mut w);
         let mut act = vec![0u8; kern.act_bytes()];
         if let Err(e) = kern.prepare(&bench_activations(k, n), &mut act) {

@@ -153,6 +153,13 @@ fn run_query(a: &Query<'_>) {
     }
 }
 
+/// Whether a query of a ubatch of `n_tokens` tokens over a padded KV length `nek1` takes
+/// ggml's split-KV path: one token, at least [`SPLIT_MIN`] cells, and F16 or F32 caches
+/// (not Q8_0).
+fn takes_split(n_tokens: usize, nek1: usize, kv: &KvRows) -> bool {
+    n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8
+}
+
 /// Queries [`query_group`] runs through the weighted sum of V together (their serial
 /// online softmaxes interleaved: one alone is bound by the latency of its f16 rounding).
 pub(crate) const GROUP: usize = 4;
@@ -197,7 +204,7 @@ pub(crate) unsafe fn query_group(
         out,
         d_v,
     };
-    let split = n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8;
+    let split = takes_split(n_tokens, nek1, kv);
     #[cfg(target_arch = "x86_64")]
     if qs.len() > 1 && !split && !kv.v_q8 && super::qdot::host_isa() == Some(super::qdot::Isa::Vnni)
     {
@@ -383,8 +390,7 @@ unsafe fn query_body<const SIMD: bool>(a: &Query<'_>) {
     let acc = scratch.add(d_k);
     let scores = acc.add(d_v);
     query_scores::<SIMD>(a);
-    // ggml's split-KV path takes F16 or F32 caches of one type only.
-    if n_tokens == 1 && nek1 >= SPLIT_MIN && !kv.k_q8 && !kv.v_q8 {
+    if takes_split(n_tokens, nek1, kv) {
         split::<SIMD>(kv, lo, hi, nek1, llama_threads, scores, acc, out, d_v);
         return;
     }

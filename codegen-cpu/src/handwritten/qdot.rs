@@ -489,7 +489,7 @@ pub(super) mod x86 {
     /// # Safety
     /// `p` valid for 4 bytes of reads.
     #[inline(always)]
-    unsafe fn f32_at(p: *const u8) -> f32 {
+    pub(in crate::handwritten) unsafe fn f32_at(p: *const u8) -> f32 {
         std::ptr::read_unaligned(p as *const f32)
     }
 

@@ -45,7 +45,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::qdot::x86::f16_at;
+    use super::super::qdot::x86::{f16_at, f32_at};
 
     /// Bytes of a Q8_K block: `d` (f32), 256 quants, 16 `bsums` (i16).
     const Q8_K_BYTES: usize = 4 + 256 + 32;
@@ -212,10 +212,5 @@ mod x86 {
     #[inline(always)]
     unsafe fn high2<const SHIFT: u32>(h: __m512i, three: __m512i) -> __m512i {
         _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<SHIFT>(h), three))
-    }
-
-    #[inline(always)]
-    unsafe fn f32_at(p: *const u8) -> f32 {
-        f32::from_le_bytes(std::ptr::read_unaligned(p as *const [u8; 4]))
     }
 }
