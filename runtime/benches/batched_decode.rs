@@ -8,7 +8,7 @@
 //! each size per round, 40 rounds) and reported as medians, so a machine whose speed drifts
 //! affects every size alike. Default model: the cached SmolLM2 Q4_1; 2 threads. With
 //! `MODELC_BENCH_PROFILE=1` it then prints where the largest size's steps spend their time,
-//! per fused kernel.
+//! per fused kernel (`MODELC_BENCH_PROFILE=N`, N one of the sizes: that size's steps).
 
 use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
@@ -79,9 +79,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     drop(s);
-    let profile = std::env::var_os("MODELC_BENCH_PROFILE").is_some();
-    if profile {
-        profile_largest(&mut engine, &first, n_seq as usize)?;
+    if let Some(v) = std::env::var_os("MODELC_BENCH_PROFILE") {
+        let i = SIZES
+            .iter()
+            .position(|&n| v.to_str() == Some(&n.to_string()))
+            .unwrap_or(SIZES.len() - 1);
+        profile_size(&mut engine, &first, i, n_seq as usize)?;
     }
     println!(
         "{} ({threads} threads, {PROMPT}-token prompts, median of {ROUNDS} alternating rounds)",
@@ -103,11 +106,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Times `ROUNDS` steps of the largest size again with the engine's per-kernel profiling on
-/// and prints each kernel's time: the profile of the prompts and steps less that of the
+/// Times `ROUNDS` steps of `SIZES[i]` sequences again with the engine's per-kernel profiling
+/// on and prints each kernel's time: the profile of the prompts and steps less that of the
 /// prompts alone.
-fn profile_largest(engine: &mut CpuEngine, first: &[u32], n_seq: usize) -> anyhow::Result<()> {
-    let i = SIZES.len() - 1;
+fn profile_size(
+    engine: &mut CpuEngine,
+    first: &[u32],
+    i: usize,
+    n_seq: usize,
+) -> anyhow::Result<()> {
     let n = SIZES[i];
     let prompt: Vec<u32> = (0..PROMPT as u32).map(|i| 1000 + 7 * i).collect();
     let mut run = |steps: u32| -> anyhow::Result<Vec<(String, f64, u64)>> {

@@ -956,7 +956,8 @@ pub(super) mod x86 {
     /// [`pack8`]: each 512-bit register holds two columns, eight lanes each, so every
     /// `vpdpbusd`, conversion and fused multiply-add serves two outputs while each keeps its
     /// own eight lanes in ggml's order (the products are `tile32`'s, bit for bit). The
-    /// weight block is built once per row and broadcast to both halves; d_x·d_y comes from
+    /// weight block is built once per row in both halves (`quants`); the four rows' f16
+    /// scales are converted at once and read back as memory broadcasts; d_x·d_y comes from
     /// one multiply per row and column pair (products of two f16 values: exact in f32).
     ///
     /// # Safety
@@ -970,7 +971,7 @@ pub(super) mod x86 {
         nb: usize,
         block_bytes: usize,
         products: Products,
-        quants: impl Fn(*const u8) -> __m256i,
+        quants: impl Fn(*const u8) -> __m512i,
     ) -> [[f32; 4]; 8] {
         // acc[p][r]: row r with columns 2p (lanes 0..8) and 2p + 1 (lanes 8..16).
         let mut acc = [[_mm512_setzero_ps(); 4]; 4];
@@ -978,14 +979,33 @@ pub(super) mod x86 {
         let mut summs = [_mm256_setzero_ps(); 4];
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let zero = _mm512_setzero_si512();
+        let unsigned = products == Products::Unsigned;
         for b in 0..nb {
             let mut ux = [zero; 4];
             let mut neg: [__mmask64; 4] = [0; 4];
-            let mut dx = [_mm512_setzero_ps(); 4];
             let pb = panel.add(b * PANEL_BLOCK_BYTES);
+            let x: [*const u8; 4] = std::array::from_fn(|r| w[r].as_ptr().add(b * block_bytes));
+            // The four rows' f16 scales converted at once and stored: [d_0, m_0, d_1, m_1,
+            // …] (Unsigned) or [d_0, d_1, d_2, d_3, …]. Read back as broadcasts from memory,
+            // which AVX-512 folds into the multiplies (a load, off the vector ALU ports the
+            // products need).
+            let raw = if unsigned {
+                _mm_setr_epi32(
+                    u32_at(x[0]) as i32,
+                    u32_at(x[1]) as i32,
+                    u32_at(x[2]) as i32,
+                    u32_at(x[3]) as i32,
+                )
+            } else {
+                let h = |r: usize| std::ptr::read_unaligned(x[r] as *const u16) as i16;
+                _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0)
+            };
+            let mut dm = [0f32; 8];
+            _mm256_storeu_ps(dm.as_mut_ptr(), _mm256_cvtph_ps(raw));
+            let dm = std::hint::black_box(&dm);
+            let stride = if unsigned { 2 } else { 1 };
             for r in 0..4 {
-                let x = w[r].as_ptr().add(b * block_bytes);
-                let q = _mm512_broadcast_i64x4(quants(x));
+                let q = quants(x[r]);
                 match products {
                     Products::Offset => ux[r] = _mm512_xor_si512(q, bias),
                     Products::Sign => {
@@ -994,13 +1014,12 @@ pub(super) mod x86 {
                     }
                     Products::Unsigned => {
                         ux[r] = q;
-                        // m_x·s_y of the eight columns: products of two f16 values, exact.
+                        // m_x·s_y of the eight columns: products of two f16 values, exact
+                        // in f32, so the fused multiply-add rounds as ggml's add does.
                         let sy = _mm256_loadu_ps(pb.add(4 * 192) as *const f32);
-                        let p = _mm256_mul_ps(_mm256_set1_ps(f16_at(x.add(2))), sy);
-                        summs[r] = _mm256_add_ps(summs[r], p);
+                        summs[r] = _mm256_fmadd_ps(sy, _mm256_set1_ps(dm[2 * r + 1]), summs[r]);
                     }
                 }
-                dx[r] = _mm512_set1_ps(f16_at(x));
             }
             for (p, accp) in acc.iter_mut().enumerate() {
                 let o = pb.add(p * 192);
@@ -1017,7 +1036,7 @@ pub(super) mod x86 {
                         ),
                         Products::Unsigned => _mm512_dpbusd_epi32(zero, ux[r], qy),
                     };
-                    let d = _mm512_mul_ps(dy, dx[r]);
+                    let d = _mm512_mul_ps(dy, _mm512_set1_ps(dm[stride * r]));
                     *accr = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), *accr);
                 }
             }
@@ -1030,7 +1049,7 @@ pub(super) mod x86 {
                 out[2 * p + 1][r] = hsum(hi);
             }
         }
-        if products == Products::Unsigned {
+        if unsigned {
             for (r, sr) in summs.iter().enumerate() {
                 let mut m = [0f32; 8];
                 _mm256_storeu_ps(m.as_mut_ptr(), *sr);
@@ -1040,6 +1059,27 @@ pub(super) mod x86 {
             }
         }
         out
+    }
+
+    /// A 32-value block's quants (256 bits) in both halves of a 512-bit register.
+    ///
+    /// # Safety
+    /// AVX-512 F (inlined into such a `target_feature` caller).
+    #[inline(always)]
+    unsafe fn both_halves(q: __m256i) -> __m512i {
+        _mm512_broadcast_i64x4(q)
+    }
+
+    /// [`nibbles32`] in both halves of a 512-bit register: the 16 bytes at `p` broadcast
+    /// by the load, one shift and one mask.
+    ///
+    /// # Safety
+    /// AVX-512 F (inlined into such a `target_feature` caller); `p` valid for 16 bytes.
+    #[inline(always)]
+    unsafe fn nibbles32x2(p: *const u8) -> __m512i {
+        let all = _mm512_broadcast_i32x4(_mm_loadu_si128(p as *const __m128i));
+        let shifted = _mm512_srlv_epi64(all, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+        _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f))
     }
 
     /// The packing and the 4 × 8 tile routines of one weight format ([`pack8`],
@@ -1075,24 +1115,24 @@ pub(super) mod x86 {
         q8_0_q8_0_4x8,
         Q8_0_BYTES,
         Products::Offset,
-        |x| load32(x.add(2))
+        |x| both_halves(load32(x.add(2)))
     );
     packed8!(q5_0_pack8, q5_0_q8_0_4x8, Q5_0_BYTES, Products::Sign, |x| {
-        q5_0_quants(x)
+        both_halves(q5_0_quants(x))
     });
     packed8!(
         q4_1_pack8,
         q4_1_q8_1_4x8,
         Q4_1_BYTES,
         Products::Unsigned,
-        |x| nibbles32(x.add(4))
+        |x| nibbles32x2(x.add(4))
     );
     packed8!(
         q5_1_pack8,
         q5_1_q8_1_4x8,
         Q5_1_BYTES,
         Products::Unsigned,
-        |x| q5_1_quants(x)
+        |x| both_halves(q5_1_quants(x))
     );
 
     /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
