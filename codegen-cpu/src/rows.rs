@@ -903,6 +903,13 @@ impl RowsMatmul {
         RowsMatmul { n_cols: 1, ..self }
     }
 
+    /// The same product in the block order of `--kernels fast` ([`RowDot::for_weight_block`]),
+    /// where this host has that tile for the type; else `None`.
+    pub fn block_order(self) -> Option<RowsMatmul> {
+        let dot = RowDot::for_weight_block(self.dot.wtype)?;
+        Some(RowsMatmul { dot, ..self })
+    }
+
     /// Whether the products are llama.cpp's x86 numbers ([`RowDot::exact`]).
     pub fn exact(&self) -> bool {
         self.dot.exact()

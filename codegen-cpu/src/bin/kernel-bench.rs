@@ -20,7 +20,8 @@
 //! where the type's order does not depend on llama.cpp's column count) over
 //! `--rows-copies` copies of the weight cycled (default 1: hot in the caches); with
 //! `--rows-batched` each token is its own one-column product (a batched decode step of
-//! that many sequences: llama.cpp's one-column kernel, whatever the type).
+//! that many sequences: llama.cpp's one-column kernel, whatever the type); with
+//! `--order block`, the block-order tiles of `--kernels fast` (the types that have them).
 
 use std::time::Instant;
 
@@ -454,6 +455,13 @@ fn bench_rows_pp(a: &Args, pools: &[ThreadPool]) {
             continue;
         };
         let kern = if a.rows_batched { kern.batched() } else { kern };
+        let kern = match a.order {
+            SumOrder::Ggml => kern,
+            SumOrder::Block => match kern.block_order() {
+                Some(kern) => kern,
+                None => continue,
+            },
+        };
         let copies = a.rows_copies;
         // The copies are held at once: refuse more than 4 GiB of them.
         let Some(bytes) = kern
