@@ -111,7 +111,8 @@ pub(crate) struct RowDot {
     fast_cols4x4: Option<qdot::Dot4x4Fn>,
     fast_cols4x8: Option<fdot::Dot4x8Fn>,
     fast_repack4x4: Option<qdot_repack::RepackDot4x4Fn>,
-    /// Four rows of `fast` with one column (decode).
+    /// Four rows of `fast` with one column (decode), or of the repacked order's gemv
+    /// (Q4_K on AVX-512 VNNI hosts).
     fast4rows: Option<qdot::Dot4RowsFn>,
 }
 
@@ -199,7 +200,7 @@ impl RowDot {
             fast_cols4x4: None,
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
-            fast4rows: None,
+            fast4rows: qdot_repack::gemv4rows_fn(wtype),
         })
     }
 
@@ -335,17 +336,24 @@ impl RowDot {
     }
 
     /// [`RowDot::dot`] of four weight rows with the activation row `a` (column `col` of
-    /// llama.cpp's `n_cols`), where a four-row routine computes them in the kernel's order;
-    /// else `None`.
+    /// llama.cpp's `n_cols`), where a four-row routine computes them in the kernel's order
+    /// (`vec_dot`, or the repacked types' gemv); else `None`.
     #[inline]
-    pub fn dot4rows(&self, w: &[&[u8]; 4], a: &[u8], n_cols: usize) -> Option<[f32; 4]> {
-        match self.order {
-            // SAFETY: `dot4rows_fn` chose it for this host; whole rows of equal length.
-            Order::X86 if vec_dot_order(self.wtype, n_cols) => {
-                self.fast4rows.map(|f| unsafe { f(w, a) })
-            }
-            _ => None,
-        }
+    pub fn dot4rows(
+        &self,
+        w: &[&[u8]; 4],
+        a: &[u8],
+        col: usize,
+        n_cols: usize,
+    ) -> Option<[f32; 4]> {
+        let order = match self.order {
+            Order::X86 => vec_dot_order(self.wtype, n_cols),
+            Order::Repacked => RepackKernel::for_column(col, n_cols) == RepackKernel::Gemv,
+            Order::Scalar => false,
+        };
+        // SAFETY: `dot4rows_fn` / `gemv4rows_fn` chose it for this host; whole rows of
+        // equal length.
+        order.then_some(self.fast4rows?).map(|f| unsafe { f(w, a) })
     }
 
     /// The packed 4 × 8 tile, where the type has one for the order `n_cols` columns take
@@ -768,7 +776,7 @@ unsafe fn products_chunk(
             prefetch(w.add((r + 4) * row_bytes), 4 * row_bytes);
         }
         for t in 0..n {
-            match dot.dot4rows(&ws, arow(t), n_cols) {
+            match dot.dot4rows(&ws, arow(t), col0 + t, n_cols) {
                 Some(v) => {
                     std::ptr::copy_nonoverlapping(v.as_ptr(), out.add(t * out_stride + r), 4)
                 }

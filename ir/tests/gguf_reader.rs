@@ -468,3 +468,53 @@ fn every_fixture_model_reads() {
         }
     }
 }
+
+/// `Load::Read` (`--no-mmap`) holds the same bytes as the mapping, for every shard of a split
+/// model and for a file larger than one reader's range; releasing its pages is a no-op (they
+/// hold the only copy), so the data stays intact.
+#[test]
+fn read_into_memory_matches_the_mapping() {
+    use ir::gguf::Load;
+    let dir = std::env::temp_dir().join(format!("modelc-read-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 5 MiB of varied bytes: more than one 2 MiB piece, so every reader thread has a range.
+    let big: Vec<u8> = (0..5u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut w = sample();
+    w.add_tensor("big", &[big.len() as u64], GgmlType::I8, big.clone())
+        .unwrap();
+    let path = dir.join("one.gguf");
+    w.write_to_file(&path).unwrap();
+    let mapped = GgufFile::open_with(&path, Load::Mmap).unwrap();
+    let read = GgufFile::open_with(&path, Load::Read).unwrap();
+    assert_eq!(read.tensors().len(), mapped.tensors().len());
+    for t in mapped.tensors() {
+        let r = read.tensor(&t.name).unwrap();
+        assert_eq!(read.tensor_data(r), mapped.tensor_data(t), "{}", t.name);
+    }
+    assert_eq!(read.release_all_pages().unwrap(), 0);
+    assert_eq!(read.tensor_data(read.tensor("big").unwrap()), &big[..]);
+    // A split model: each shard read.
+    for (no, names) in [(0u16, &["a"][..]), (1, &["b", "c"][..])] {
+        let mut w = GgufWriter::new();
+        w.add_kv("split.no", Value::U16(no));
+        w.add_kv("split.count", Value::U16(2));
+        for n in names {
+            w.add_tensor(*n, &[8], GgmlType::F32, vec![no as u8 + 1; 32])
+                .unwrap();
+        }
+        w.write_to_file(&dir.join(format!("s-{:05}-of-00002.gguf", no + 1)))
+            .unwrap();
+    }
+    let f = GgufFile::open_with(dir.join("s-00001-of-00002.gguf"), Load::Read).unwrap();
+    assert_eq!(f.n_shards(), 2);
+    assert_eq!(f.tensor_data(f.tensor("c").unwrap()), &[2u8; 32][..]);
+    // A missing file is the same one-line error either way.
+    let e = GgufFile::open_with(dir.join("none.gguf"), Load::Read).unwrap_err();
+    assert!(
+        e.to_string().contains("none.gguf") && !e.to_string().contains('\n'),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1656,7 +1656,7 @@ pub(super) mod x86 {
     /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
     /// valid for 12 bytes of reads.
     #[inline(always)]
-    unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
+    pub(in crate::handwritten) unsafe fn k4_scales_mins(p: *const u8) -> __m256i {
         let (u0, u1, u2) = (u32_at(p), u32_at(p.add(4)), u32_at(p.add(8)));
         let (m6, m4, m2) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
         let scales_lo = u0 & m6;

@@ -101,6 +101,20 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
     None
 }
 
+/// The four-row routine of the gemv order ([`RepackKernel::Gemv`]) for `wtype` on this
+/// host, if there is one (Q4_K with AVX-512 VNNI): `out[r]` is what [`RepackDotFn`] gives
+/// for row `w[r]`, the activation row and the gemv kernel (a decode token's product;
+/// llama.cpp's gemv for the last `ncols % 4` columns). Safety: as [`RepackDotFn`], for each
+/// row.
+pub(crate) fn gemv4rows_fn(wtype: GgmlType) -> Option<super::qdot::Dot4RowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_vnni512() && wtype == GgmlType::Q4_K {
+        return Some(x86::q4_k_gemv_4rows);
+    }
+    let _ = wtype;
+    None
+}
+
 /// Eight rows × four columns: `out[c][i]` is what [`RepackDot8Fn`] gives for row `i` and
 /// column `a[c]` (llama.cpp's gemm tile: each weight block is unpacked once for the four
 /// columns). Q4_0, IQ4_NL and MXFP4 only.
@@ -301,7 +315,7 @@ mod x86 {
 
     use super::super::qdot::x86::{
         f16_at, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts,
-        iq3_s_parts, iq3_xxs_parts, nibbles32 as nibbles, q5_unsigned,
+        iq3_s_parts, iq3_xxs_parts, k4_scales_mins, nibbles32 as nibbles, q5_unsigned,
     };
     use super::super::qdot_tiled::x86::q3_k_scales;
     use ir::ggml::grids::KVALUES_MXFP4;
@@ -1878,6 +1892,95 @@ mod x86 {
         out
     }
 
+    /// [`q4_k`] in the gemv order for four rows and one activation row
+    /// ([`super::RepackGemv4RowsFn`]), on AVX-512 VNNI. Per super-block and row the two
+    /// integers of the gemv order are formed otherwise, exactly: `isum` from `vpdpbusd` of
+    /// a pair of sub-blocks (low nibbles in the low half, high nibbles in the high half;
+    /// each lane at most `4 · 15 · 128`, so it is its own low 16 bits) then `vpdpwssd` by
+    /// the pair's 6-bit scales; `imin` from `madd` of the mins with the bsums' pair sums.
+    /// The float steps are the gemv order's, the four rows in the lanes of one vector:
+    /// `acc = fma(isum, d_x·d_y, acc)`, `acc_min = fma(imin, dmin_x·d_y, acc_min)`, then
+    /// `acc - acc_min`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI; four whole rows of equal length and a Q8_K
+    /// row of at least as many blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q4_k_gemv_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
+        let nb = rows.min(a.len() / 292);
+        let m4 = _mm512_set1_epi8(0x0f);
+        // The nibble shift of each 64-bit lane: the low half keeps the low nibbles, the
+        // high half takes the high ones.
+        let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+        // Lanes 0..8 take scale 2p, lanes 8..16 scale 2p + 1 (of the i32 scales 0..8).
+        let pick: [__m512i; 4] = std::array::from_fn(|p| {
+            let (lo, hi) = (2 * p as i32, 2 * p as i32 + 1);
+            _mm512_setr_epi32(
+                lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi,
+            )
+        });
+        let zero = _mm512_setzero_si512();
+        let (mut acc, mut acc_min) = (_mm_setzero_ps(), _mm_setzero_ps());
+        for b in 0..nb {
+            let y = a.as_ptr().add(292 * b);
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            let qy: [__m512i; 4] =
+                std::array::from_fn(|p| _mm512_loadu_si512(y.add(4 + 64 * p) as *const __m512i));
+            // s_j = bsums[2j] + bsums[2j + 1] (i16: at most 32 · 128).
+            let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
+            let s = _mm_hadd_epi16(
+                _mm256_castsi256_si128(bsums),
+                _mm256_extracti128_si256::<1>(bsums),
+            );
+            let mut isum = [zero; 4];
+            let mut imin = [_mm_setzero_si128(); 4];
+            let mut dm = [0u32; 4];
+            for r in 0..4 {
+                let x = w[r].as_ptr().add(144 * b);
+                dm[r] = std::ptr::read_unaligned(x as *const u32);
+                // i16 lanes 0..8: the scales, 8..16: the mins.
+                let ms = k4_scales_mins(x.add(4));
+                let sc32 = _mm512_cvtepu16_epi32(ms);
+                imin[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), s);
+                for p in 0..4 {
+                    let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        x.add(16 + 32 * p) as *const __m256i
+                    ));
+                    let q = _mm512_and_si512(_mm512_srlv_epi64(qs, shift), m4);
+                    let lanes = _mm512_dpbusd_epi32(zero, q, qy[p]);
+                    let sc = _mm512_permutexvar_epi32(pick[p], sc32);
+                    isum[r] = _mm512_dpwssd_epi32(isum[r], lanes, sc);
+                }
+            }
+            // [d_0, dmin_0, d_1, dmin_1, …] of the four rows, times d_y.
+            let dmx = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
+            let dd = _mm256_mul_ps(dmx, _mm256_set1_ps(dy));
+            // Even lanes (d) and odd lanes (dmin), four each.
+            let even = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+            let (d4, dmin4) = (
+                _mm256_castps256_ps128(even),
+                _mm256_extractf128_ps::<1>(even),
+            );
+            let halves: [__m256i; 4] = std::array::from_fn(|r| {
+                _mm256_add_epi32(
+                    _mm512_castsi512_si256(isum[r]),
+                    _mm512_extracti64x4_epi64::<1>(isum[r]),
+                )
+            });
+            let isum4 = hsum4_i32_vec(halves);
+            let imin4 = _mm_hadd_epi32(
+                _mm_hadd_epi32(imin[0], imin[1]),
+                _mm_hadd_epi32(imin[2], imin[3]),
+            );
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(isum4), d4, acc);
+            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(imin4), dmin4, acc_min);
+        }
+        let mut out = [0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(acc, acc_min));
+        out
+    }
+
     /// [`q4_k`] for `C` columns of one row.
     #[inline(always)]
     unsafe fn q4_k_cols<const C: usize>(
@@ -2393,6 +2496,21 @@ mod tests {
                         for c in 0..4 {
                             let want = dot_plain(t, rows[0], a[c], k);
                             assert_eq!(got[c].to_bits(), want.to_bits(), "{t} {k:?} col {c}");
+                        }
+                    }
+                    if let (Some(f), RepackKernel::Gemv) = (gemv4rows_fn(t), k) {
+                        for c in 0..4 {
+                            let four: [&[u8]; 4] = std::array::from_fn(|i| rows[i + c % 2]);
+                            // SAFETY: as above.
+                            let got = unsafe { f(&four, a[c]) };
+                            for r in 0..4 {
+                                let want = dot_plain(t, four[r], a[c], k);
+                                assert_eq!(
+                                    got[r].to_bits(),
+                                    want.to_bits(),
+                                    "{t} gemv 4 rows r{r} c{c}"
+                                );
+                            }
                         }
                     }
                     if let Some(f) = dot4x4_fn(t) {

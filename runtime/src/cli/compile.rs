@@ -95,9 +95,23 @@ pub struct EngineArgs {
     /// `-c` from 1024), written as a ring: less memory, and llama.cpp's numbers past them.
     #[arg(long = "swa-full")]
     pub swa_full: bool,
+    /// Read the model into memory instead of mapping it (llama.cpp's `--no-mmap`): a longer
+    /// start (the whole file is read), then faster decode of models larger than the caches
+    /// where the page cache's pages are scattered (huge pages on Linux).
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
 }
 
 impl EngineArgs {
+    /// How the model file is opened (`--no-mmap`).
+    pub fn load(&self) -> ir::gguf::Load {
+        if self.no_mmap {
+            ir::gguf::Load::Read
+        } else {
+            ir::gguf::Load::Mmap
+        }
+    }
+
     /// Whether attention is llama.cpp's flash attention (`-fa` not `off`).
     pub fn flash(&self) -> bool {
         self.flash_attn != "off"

@@ -76,9 +76,12 @@ pub struct RunArgs {
     pub gen: GenArgs,
 }
 
-/// Opens the model and its tokenizer.
-pub fn open_model(path: &std::path::Path) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
-    let gguf = GgufFile::open(path)?;
+/// Opens the model (mapped or read, as `load` says) and its tokenizer.
+pub fn open_model(
+    path: &std::path::Path,
+    load: ir::gguf::Load,
+) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
+    let gguf = GgufFile::open_with(path, load)?;
     let model = compiler::load_model(&gguf).with_context(|| format!("{}", path.display()))?;
     let vocab =
         Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
@@ -266,7 +269,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         p.enable_steady_tick(std::time::Duration::from_millis(80));
         p
     });
-    let (gguf, model, vocab) = open_model(&args.model.model)?;
+    let (gguf, model, vocab) = open_model(&args.model.model, args.model.engine.load())?;
     let mut session = open_session(&args.model, &gguf, &model, false)?;
     if let Some(p) = spinner {
         p.finish_and_clear();
@@ -422,7 +425,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         "--chunks must be at least 1 (-1: all)"
     );
     args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
-    let (gguf, model, vocab) = open_model(&args.model.model)?;
+    let (gguf, model, vocab) = open_model(&args.model.model, args.model.engine.load())?;
     let mut session = open_session(&args.model, &gguf, &model, true)?;
     print_perplexity(&mut session, &vocab, &args.text, args.model.n_ctx)
 }
