@@ -78,7 +78,8 @@ struct Shard {
 }
 
 /// A GGUF model: the metadata and tensor table of its first (or only) file, the tensors of all
-/// its shards, and the tensor data, memory-mapped and exposed without copying.
+/// its shards, and the tensor data, memory-mapped (or read into memory: [`Load::Read`]) and
+/// exposed without copying.
 pub struct GgufFile {
     version: u32,
     alignment: u64,
@@ -198,11 +199,38 @@ impl GgufFile {
     /// Errors: as [`GgufFile::open`].
     pub fn open_with(path: impl AsRef<Path>, load: Load) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let first = Self::open_one(path, load)?;
-        split::gather_shards(path, first, load)
+        let first = Self::open_one(path)?;
+        let mut file = split::gather_shards(path, first)?;
+        if load == Load::Read {
+            file.read_into_memory()?;
+        }
+        Ok(file)
     }
 
-    fn open_one(path: &Path, load: Load) -> Result<GgufFile, GgufError> {
+    /// Replaces the mapping of every shard by a copy of its file in anonymous memory
+    /// ([`Load::Read`]); data already in memory stays as it is. Call it before borrowing
+    /// tensor data.
+    ///
+    /// Errors: [`GgufError::Io`] naming the file when it cannot be read, or when its length
+    /// changed since it was opened (then nothing of that shard is replaced).
+    pub fn read_into_memory(&mut self) -> Result<(), GgufError> {
+        for s in &mut self.shards {
+            let (Backing::Mmap(map), Some(path)) = (&s.backing, &s.path) else {
+                continue;
+            };
+            let copy = read_anon(path)?;
+            if copy.len() != map.len() {
+                return Err(GgufError::Io {
+                    path: path.clone(),
+                    error: std::io::Error::other("the file changed while it was being read"),
+                });
+            }
+            s.backing = Backing::Anon(copy);
+        }
+        Ok(())
+    }
+
+    fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
         let meta = std::fs::metadata(path).map_err(|error| GgufError::Io {
             path: path.to_path_buf(),
             error,
@@ -214,10 +242,7 @@ impl GgufFile {
                 msg: "not a regular file".into(),
             });
         }
-        let backing = match load {
-            Load::Mmap => Backing::Mmap(map_file(path)?),
-            Load::Read => Backing::Anon(read_anon(path)?),
-        };
+        let backing = Backing::Mmap(map_file(path)?);
         Self::from_backing(Some(path.to_path_buf()), backing).map_err(|e| e.with_path(path))
     }
 

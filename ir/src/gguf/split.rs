@@ -35,11 +35,7 @@ fn shard_path(dir: &Path, prefix: &str, no: u32, count: u32) -> PathBuf {
 }
 
 /// Completes `first` (already opened from `path`) with its other shards, if it is split.
-pub(crate) fn gather_shards(
-    path: &Path,
-    mut first: GgufFile,
-    load: super::Load,
-) -> Result<GgufFile, GgufError> {
+pub(crate) fn gather_shards(path: &Path, mut first: GgufFile) -> Result<GgufFile, GgufError> {
     let md = first.metadata();
     let count = md.get_u32("split.count")?.unwrap_or(1);
     let no = md.get_u32("split.no")?.unwrap_or(0);
@@ -83,7 +79,7 @@ pub(crate) fn gather_shards(
                 format!("shard {} of {count} is missing", i + 1),
             ));
         }
-        let mut shard = GgufFile::open_one(&p, load)?;
+        let mut shard = GgufFile::open_one(&p)?;
         let s_no = shard.metadata.get_u32("split.no")?;
         let s_count = shard.metadata.get_u32("split.count")?;
         if s_no != Some(i) || s_count != Some(count) {

@@ -178,7 +178,7 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let f = &args.flags;
     let threads = f.thread_counts()?;
-    let (gguf, model, _vocab) = super::run::open_model(&args.model, f.engine.load())?;
+    let (gguf, model, _vocab) = super::run::open_model(&args.model, &f.engine)?;
     let model_args = super::run::ModelArgs {
         model: args.model.clone(),
         backend: super::run::Backend::Cpu,

@@ -76,12 +76,13 @@ pub struct RunArgs {
     pub gen: GenArgs,
 }
 
-/// Opens the model (mapped or read, as `load` says) and its tokenizer.
+/// Opens the model (mapped or read, as `engine` says: [`super::compile::EngineArgs::open`])
+/// and its tokenizer.
 pub fn open_model(
     path: &std::path::Path,
-    load: ir::gguf::Load,
+    engine: &super::compile::EngineArgs,
 ) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
-    let gguf = GgufFile::open_with(path, load)?;
+    let gguf = engine.open(path)?;
     let model = compiler::load_model(&gguf).with_context(|| format!("{}", path.display()))?;
     let vocab =
         Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
@@ -269,7 +270,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         p.enable_steady_tick(std::time::Duration::from_millis(80));
         p
     });
-    let (gguf, model, vocab) = open_model(&args.model.model, args.model.engine.load())?;
+    let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
     let mut session = open_session(&args.model, &gguf, &model, false)?;
     if let Some(p) = spinner {
         p.finish_and_clear();
@@ -425,7 +426,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         "--chunks must be at least 1 (-1: all)"
     );
     args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
-    let (gguf, model, vocab) = open_model(&args.model.model, args.model.engine.load())?;
+    let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
     let mut session = open_session(&args.model, &gguf, &model, true)?;
     print_perplexity(&mut session, &vocab, &args.text, args.model.n_ctx)
 }

@@ -156,7 +156,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = config(&args.gen, &args.server)?;
     let n_parallel = cfg.args.parallel;
     let load: Loader = Box::new(move |run| {
-        let (gguf, model, vocab) = open_model(&args.model.model, args.model.engine.load())?;
+        let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
         let n_ctx = resolve_n_ctx(args.model.n_ctx, model.hparams.n_ctx_train as usize);
         let per_slot = slot_ctx(n_ctx, n_parallel, args.server.kv_unified)?;
         let mut margs = args.model.clone();
