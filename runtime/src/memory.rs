@@ -62,19 +62,6 @@ pub fn limit_bytes() -> Option<u64> {
         .min()
 }
 
-/// Bytes this process could take now without pushing anything out: the kernel's estimate
-/// (`MemAvailable` of `/proc/meminfo`), capped by [`limit_bytes`]. `None` where it cannot be
-/// read.
-pub fn available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())?;
-    let avail = kib.saturating_mul(1024);
-    Some(limit_bytes().map_or(avail, |l| l.min(avail)))
-}
-
 /// `b` bytes as `"1.5 GiB"` or, below 1 GiB, `"292.9 MiB"`.
 pub fn human(b: u64) -> String {
     if b >= 1 << 30 {

@@ -95,14 +95,15 @@ pub struct EngineArgs {
     /// `-c` from 1024), written as a ring: less memory, and llama.cpp's numbers past them.
     #[arg(long = "swa-full")]
     pub swa_full: bool,
-    /// Read the model into memory (huge pages on Linux), as llama.cpp's `--no-mmap`. The
-    /// default wherever the file takes at most half of the memory available: decode of a
-    /// model larger than the caches reads it faster than through the page cache's mapping
-    /// (measured on a 2-core VM at 1B Q4_K_M: 17 → 29 tokens/s), and the start is no slower.
+    /// Read the model into memory (huge pages on Linux), as llama.cpp's `--no-mmap`: the
+    /// start reads the whole file; decode of a model larger than the caches then streams its
+    /// weights from the process's own pages. Where the page cache holds the file in small
+    /// pages (a file first read through a mapping) that is much faster (measured on a 2-core
+    /// VM at 1B Q4_K_M: 18 → 29 tokens/s; a freshly written copy mapped: 28).
     #[arg(long = "no-mmap", conflicts_with = "mmap")]
     pub no_mmap: bool,
-    /// Map the model instead (llama.cpp's `--mmap`, its default): nothing is read at start,
-    /// pages come in as they are used and are shared with other processes.
+    /// Map the model (llama.cpp's `--mmap`; the default): nothing is read at start, pages
+    /// come in as they are used and are shared with other processes.
     #[arg(long = "mmap")]
     pub mmap: bool,
 }
@@ -119,18 +120,12 @@ impl EngineArgs {
         }
     }
 
-    /// Opens the model at `path` mapped or read into memory: `--mmap`, `--no-mmap`, else read
-    /// where its files take at most half of [`crate::memory::available_bytes`] (mapped where
-    /// that is unknown).
+    /// Opens the model at `path`: mapped, or read into memory with `--no-mmap`.
     ///
     /// Errors: as [`ir::gguf::GgufFile::open`].
     pub fn open(&self, path: &std::path::Path) -> Result<ir::gguf::GgufFile, ir::gguf::GgufError> {
         let mut gguf = ir::gguf::GgufFile::open(path)?;
-        let read = self.no_mmap
-            || !self.mmap
-                && crate::memory::available_bytes()
-                    .is_some_and(|avail| gguf.file_size().saturating_mul(2) <= avail);
-        if read {
+        if self.no_mmap {
             gguf.read_into_memory()?;
         }
         Ok(gguf)
