@@ -455,6 +455,70 @@ fn flash_attn_spellings_cache_types_and_chunks() {
     );
 }
 
+/// `-lm` (llama.cpp's `--load-mode`) and older llama.cpp's `--no-mmap`: a bad mode, `dio` and
+/// the two together are one-line errors; every mode the runtime implements gives the mapped
+/// model's greedy text, in `modelc run` and in a runner.
+#[test]
+fn load_modes_read_or_map_the_same_model() {
+    let missing = "/nonexistent/model.gguf";
+    for (args, want) in [
+        (
+            vec!["-lm", "bogus"],
+            "invalid value 'bogus' for '-lm <MODE>'",
+        ),
+        (vec!["-lm", "dio"], "-lm dio: direct I/O is not supported"),
+        (vec!["--no-mmap", "-lm", "mmap"], "cannot be used with"),
+    ] {
+        let out = modelc()
+            .args(["run", missing, "-p", "x"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, want);
+    }
+    let Some(m) = model() else { return };
+    let gen = [
+        "-p",
+        "The capital of France is",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ];
+    let text = |args: &[&str]| {
+        let out = modelc()
+            .arg("run")
+            .arg(&m)
+            .args(gen)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mapped = text(&[]);
+    assert!(!mapped.trim().is_empty());
+    for args in [
+        &["-lm", "none"][..],
+        &["-lm=mmap"],
+        &["--load-mode", "mlock"],
+        &["-lm", "mmap+mlock"],
+        &["--no-mmap"],
+    ] {
+        assert_eq!(text(args), mapped, "{args:?}");
+    }
+    let Some(r) = runner() else { return };
+    let out = Command::new(r)
+        .args(gen)
+        .args(["-lm", "none"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), mapped);
+}
+
 /// Every numeric generation flag takes llama.cpp's range (`common/arg.cpp`,
 /// `tools/completion` at 0c1e570) or is refused in one line that says modelc is stricter:
 /// `--repeat-last-n` below 0 and `--repeat-penalty` 0 or infinite are refused as llama.cpp

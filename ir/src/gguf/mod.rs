@@ -230,6 +230,26 @@ impl GgufFile {
         Ok(())
     }
 
+    /// Locks every shard's pages in RAM (`mlock`: llama.cpp's `-lm mlock` / `mmap+mlock`), so
+    /// the kernel neither swaps nor evicts them. Data held as bytes ([`GgufFile::from_bytes`])
+    /// is left as it is.
+    ///
+    /// Errors: [`GgufError::Io`] naming the file when the kernel refuses (typically the
+    /// `RLIMIT_MEMLOCK` limit, `ulimit -l`).
+    pub fn lock_in_memory(&self) -> Result<(), GgufError> {
+        for s in &self.shards {
+            let map = match &s.backing {
+                Backing::Mmap(m) | Backing::Anon(m) => m,
+                Backing::Owned(_) => continue,
+            };
+            map.lock().map_err(|error| GgufError::Io {
+                path: s.path.clone().unwrap_or_default(),
+                error,
+            })?;
+        }
+        Ok(())
+    }
+
     fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
         let meta = std::fs::metadata(path).map_err(|error| GgufError::Io {
             path: path.to_path_buf(),

@@ -95,38 +95,54 @@ pub struct EngineArgs {
     /// `-c` from 1024), written as a ring: less memory, and llama.cpp's numbers past them.
     #[arg(long = "swa-full")]
     pub swa_full: bool,
-    /// Read the model into memory (huge pages on Linux), as llama.cpp's `--no-mmap`: the
-    /// start reads the whole file; decode of a model larger than the caches then streams its
-    /// weights from the process's own pages. Where the page cache holds the file in small
-    /// pages (a file first read through a mapping) that is much faster (measured on a 2-core
-    /// VM at 1B Q4_K_M: 18 → 29 tokens/s; a freshly written copy mapped: 28).
-    #[arg(long = "no-mmap", conflicts_with = "mmap")]
+    /// How the model file is loaded (`-lm`, llama.cpp's `--load-mode`): `auto` and `mmap`
+    /// map it (nothing read at start, pages shared with other processes); `none` reads it into
+    /// memory (huge pages on Linux): a longer start, then decode that does not depend on how
+    /// the page cache holds the file (on a 2-core VM, a file the page cache took in from disk
+    /// decoded a 1B Q4_K_M at 18 tokens/s mapped, 29 read); `mlock` reads it and locks it in
+    /// RAM, `mmap+mlock` maps and locks it (a lock that fails is a warning, as in llama.cpp).
+    #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = ["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"])]
+    pub load_mode: String,
+    /// `-lm none` (older llama.cpp's flag).
+    #[arg(long = "no-mmap", conflicts_with = "load_mode")]
     pub no_mmap: bool,
-    /// Map the model (llama.cpp's `--mmap`; the default): nothing is read at start, pages
-    /// come in as they are used and are shared with other processes.
-    #[arg(long = "mmap")]
-    pub mmap: bool,
 }
 
 impl EngineArgs {
-    /// The defaults with `--mmap`: for opening a model only to check its header.
+    /// The defaults (the model mapped): for opening a model only to check its header.
     pub fn mapped() -> EngineArgs {
         EngineArgs {
             kv: KvArgs::default(),
             flash_attn: "on".into(),
             swa_full: false,
+            load_mode: "auto".into(),
             no_mmap: false,
-            mmap: true,
         }
     }
 
-    /// Opens the model at `path`: mapped, or read into memory with `--no-mmap`.
+    /// Opens the model at `path` as `-lm` says (module doc of the flag).
     ///
-    /// Errors: as [`ir::gguf::GgufFile::open`].
-    pub fn open(&self, path: &std::path::Path) -> Result<ir::gguf::GgufFile, ir::gguf::GgufError> {
+    /// Errors: as [`ir::gguf::GgufFile::open`]; `-lm dio` (direct I/O is not implemented).
+    pub fn open(&self, path: &std::path::Path) -> anyhow::Result<ir::gguf::GgufFile> {
+        let mode = if self.no_mmap {
+            "none"
+        } else {
+            self.load_mode.as_str()
+        };
+        anyhow::ensure!(
+            mode != "dio",
+            "-lm dio: direct I/O is not supported; use none (read into memory) or mmap"
+        );
         let mut gguf = ir::gguf::GgufFile::open(path)?;
-        if self.no_mmap {
+        if matches!(mode, "none" | "mlock") {
             gguf.read_into_memory()?;
+        }
+        if mode.ends_with("mlock") {
+            if let Err(e) = gguf.lock_in_memory() {
+                eprintln!(
+                    "modelc: warning: failed to lock the model in RAM ({e}); raise `ulimit -l`"
+                );
+            }
         }
         Ok(gguf)
     }

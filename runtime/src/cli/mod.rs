@@ -68,8 +68,9 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 11] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 12] = [
     ("-np", "--parallel"),
+    ("-lm", "--load-mode"),
     ("-kvu", "--kv-unified"),
     ("-no-kvu", "--no-kv-unified"),
     ("-ub", "--ubatch-size"),
