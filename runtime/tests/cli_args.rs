@@ -464,9 +464,9 @@ fn load_modes_read_or_map_the_same_model() {
     for (args, want) in [
         (
             vec!["-lm", "bogus"],
-            "invalid value 'bogus' for '-lm <MODE>'",
+            "expected auto, none, mmap, mlock or mmap+mlock",
         ),
-        (vec!["-lm", "dio"], "-lm dio: direct I/O is not supported"),
+        (vec!["-lm", "dio"], "direct I/O (dio) is not supported"),
         (vec!["--no-mmap", "-lm", "mmap"], "cannot be used with"),
     ] {
         let out = modelc()
@@ -517,6 +517,18 @@ fn load_modes_read_or_map_the_same_model() {
         .unwrap();
     assert_ok(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout), mapped);
+    // Refused as an argument: not blamed on the model file the runner was compiled for.
+    let out = Command::new(r)
+        .args(gen)
+        .args(["-lm", "dio"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "direct I/O (dio) is not supported");
+    assert!(
+        !stderr(&out).contains("could not be opened"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Every numeric generation flag takes llama.cpp's range (`common/arg.cpp`,

@@ -78,6 +78,19 @@ pub fn parse_flash_attn(s: &str) -> Result<String, String> {
     }
 }
 
+/// `-lm MODE` as llama.cpp's `--load-mode` names its modes (`common/arg.cpp`): `auto`,
+/// `none`, `mmap`, `mlock`, `mmap+mlock`. `dio` (direct I/O) is refused with what to use
+/// instead, at parse time, before anything is opened or bound.
+pub fn parse_load_mode(s: &str) -> Result<String, String> {
+    match s {
+        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" => Ok(s.into()),
+        "dio" => {
+            Err("direct I/O (dio) is not supported; use none (read into memory) or mmap".into())
+        }
+        _ => Err("expected auto, none, mmap, mlock or mmap+mlock".into()),
+    }
+}
+
 /// The settings of the engine every generating command takes (`modelc run`, `modelc
 /// perplexity`, a runner and its `bench` / `perplexity`), whatever the backend: KV cache
 /// types, flash attention. A backend's own flags live with it ([`BackendArgs`]).
@@ -95,13 +108,14 @@ pub struct EngineArgs {
     /// `-c` from 1024), written as a ring: less memory, and llama.cpp's numbers past them.
     #[arg(long = "swa-full")]
     pub swa_full: bool,
-    /// How the model file is loaded (`-lm`, llama.cpp's `--load-mode`): `auto` and `mmap`
+    /// `-lm`: how the model file is loaded (llama.cpp's `--load-mode`): `auto` and `mmap`
     /// map it (nothing read at start, pages shared with other processes); `none` reads it into
     /// memory (huge pages on Linux): a longer start, then decode that does not depend on how
     /// the page cache holds the file (on a 2-core VM, a file the page cache took in from disk
-    /// decoded a 1B Q4_K_M at 18 tokens/s mapped, 29 read); `mlock` reads it and locks it in
-    /// RAM, `mmap+mlock` maps and locks it (a lock that fails is a warning, as in llama.cpp).
-    #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = ["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"])]
+    /// decoded a 1B Q4_K_M at 18 tokens/s mapped, 29 read; pass it to `serve`); `mlock` reads
+    /// it and locks it in RAM, `mmap+mlock` maps and locks it (a lock that fails is a warning,
+    /// as in llama.cpp). llama.cpp's `dio` is not supported.
+    #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
     pub load_mode: String,
     /// `-lm none` (older llama.cpp's flag).
     #[arg(long = "no-mmap", conflicts_with = "load_mode")]
@@ -122,17 +136,13 @@ impl EngineArgs {
 
     /// Opens the model at `path` as `-lm` says (module doc of the flag).
     ///
-    /// Errors: as [`ir::gguf::GgufFile::open`]; `-lm dio` (direct I/O is not implemented).
+    /// Errors: as [`ir::gguf::GgufFile::open`].
     pub fn open(&self, path: &std::path::Path) -> anyhow::Result<ir::gguf::GgufFile> {
         let mode = if self.no_mmap {
             "none"
         } else {
             self.load_mode.as_str()
         };
-        anyhow::ensure!(
-            mode != "dio",
-            "-lm dio: direct I/O is not supported; use none (read into memory) or mmap"
-        );
         let mut gguf = ir::gguf::GgufFile::open(path)?;
         if matches!(mode, "none" | "mlock") {
             gguf.read_into_memory()?;
