@@ -460,22 +460,12 @@ fn flash_attn_spellings_cache_types_and_chunks() {
 /// model's greedy text, in `modelc run` and in a runner.
 #[test]
 fn load_modes_read_or_map_the_same_model() {
-    let missing = "/nonexistent/model.gguf";
-    for (args, want) in [
-        (
-            vec!["-lm", "bogus"],
-            "expected auto, none, mmap, mlock or mmap+mlock",
-        ),
-        (vec!["-lm", "dio"], "direct I/O (dio) is not supported"),
-        (vec!["--no-mmap", "-lm", "mmap"], "cannot be used with"),
-    ] {
-        let out = modelc()
-            .args(["run", missing, "-p", "x"])
-            .args(&args)
-            .output()
-            .unwrap();
-        assert_one_line_error(&out, want);
-    }
+    refused_up_front(
+        &["-lm", "bogus"],
+        "expected auto, none, mmap, mlock or mmap+mlock",
+    );
+    refused_up_front(&["-lm", "dio"], "direct I/O (dio) is not supported");
+    refused_up_front(&["--no-mmap", "-lm", "mmap"], "cannot be used with");
     let Some(m) = model() else { return };
     let gen = [
         "-p",
