@@ -494,6 +494,8 @@ fn read_into_memory_matches_the_mapping() {
         assert_eq!(read.tensor_data(r), mapped.tensor_data(t), "{}", t.name);
     }
     assert_eq!(read.release_all_pages().unwrap(), 0);
+    assert_eq!(mapped.bytes_in_memory(), 0);
+    assert_eq!(read.bytes_in_memory(), mapped.file_size());
     assert_eq!(read.tensor_data(read.tensor("big").unwrap()), &big[..]);
     // A split model: each shard read.
     for (no, names) in [(0u16, &["a"][..]), (1, &["b", "c"][..])] {

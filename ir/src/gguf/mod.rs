@@ -411,6 +411,16 @@ impl GgufFile {
             .sum()
     }
 
+    /// Bytes of the files held in this process's memory ([`Load::Read`]); 0 where they are
+    /// mapped.
+    pub fn bytes_in_memory(&self) -> u64 {
+        self.shards
+            .iter()
+            .filter(|s| matches!(s.backing, Backing::Anon(_)))
+            .map(|s| s.backing.bytes().len() as u64)
+            .sum()
+    }
+
     /// Number of files the model was read from.
     pub fn n_shards(&self) -> usize {
         self.shards.len()

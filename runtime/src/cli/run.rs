@@ -276,8 +276,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         p.finish_and_clear();
         let m = session.memory();
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        // `-lm none` / `mlock`: the file itself is in the process's memory too.
+        let read = match gguf.bytes_in_memory() {
+            0 => String::new(),
+            b => format!(", model file read into memory {:.1} MiB", mib(b)),
+        };
         eprintln!(
-            "modelc: ready in {:.0} ms: n_ctx {}, weights {:.1} MiB (copies), KV cache {:.1} MiB, work buffers {:.1} MiB",
+            "modelc: ready in {:.0} ms: n_ctx {}, weights {:.1} MiB (copies){read}, KV cache {:.1} MiB, work buffers {:.1} MiB",
             t0.elapsed().as_secs_f64() * 1e3,
             session.n_ctx(),
             mib(m.engine.weights),
