@@ -989,17 +989,20 @@ pub(super) mod x86 {
             // once and stored, read back as broadcasts from memory (loads, off the vector ALU
             // ports the products need). The other types convert each row's d on its own,
             // which measured faster there (their tile spills accumulators otherwise).
-            let mut dm = [0f32; 8];
-            if unsigned {
+            let mut dm_buf = [0f32; 8];
+            let dm = if unsigned {
                 let raw = _mm_setr_epi32(
                     u32_at(x[0]) as i32,
                     u32_at(x[1]) as i32,
                     u32_at(x[2]) as i32,
                     u32_at(x[3]) as i32,
                 );
-                _mm256_storeu_ps(dm.as_mut_ptr(), _mm256_cvtph_ps(raw));
-            }
-            let dm = std::hint::black_box(&dm);
+                _mm256_storeu_ps(dm_buf.as_mut_ptr(), _mm256_cvtph_ps(raw));
+                std::hint::black_box(&dm_buf)
+            } else {
+                // Never read: the other types' `dx` come from `f16_at`.
+                &dm_buf
+            };
             let dx: [__m512; 4] = std::array::from_fn(|r| {
                 _mm512_set1_ps(if unsigned { dm[2 * r] } else { f16_at(x[r]) })
             });
