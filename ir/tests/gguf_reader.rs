@@ -469,12 +469,11 @@ fn every_fixture_model_reads() {
     }
 }
 
-/// `Load::Read` (`--no-mmap`) holds the same bytes as the mapping, for every shard of a split
+/// `read_into_memory` (`-lm none`) holds the same bytes as the mapping, for every shard of a split
 /// model and for a file larger than one reader's range; releasing its pages is a no-op (they
 /// hold the only copy), so the data stays intact.
 #[test]
 fn read_into_memory_matches_the_mapping() {
-    use ir::gguf::Load;
     let dir = std::env::temp_dir().join(format!("modelc-read-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // 5 MiB of varied bytes: more than one 2 MiB piece, so every reader thread has a range.
@@ -486,8 +485,9 @@ fn read_into_memory_matches_the_mapping() {
         .unwrap();
     let path = dir.join("one.gguf");
     w.write_to_file(&path).unwrap();
-    let mapped = GgufFile::open_with(&path, Load::Mmap).unwrap();
-    let read = GgufFile::open_with(&path, Load::Read).unwrap();
+    let mapped = GgufFile::open(&path).unwrap();
+    let mut read = GgufFile::open(&path).unwrap();
+    read.read_into_memory().unwrap();
     assert_eq!(read.tensors().len(), mapped.tensors().len());
     for t in mapped.tensors() {
         let r = read.tensor(&t.name).unwrap();
@@ -509,13 +509,18 @@ fn read_into_memory_matches_the_mapping() {
         w.write_to_file(&dir.join(format!("s-{:05}-of-00002.gguf", no + 1)))
             .unwrap();
     }
-    let f = GgufFile::open_with(dir.join("s-00001-of-00002.gguf"), Load::Read).unwrap();
+    let mut f = GgufFile::open(dir.join("s-00001-of-00002.gguf")).unwrap();
+    f.read_into_memory().unwrap();
     assert_eq!(f.n_shards(), 2);
     assert_eq!(f.tensor_data(f.tensor("c").unwrap()), &[2u8; 32][..]);
-    // A missing file is the same one-line error either way.
-    let e = GgufFile::open_with(dir.join("none.gguf"), Load::Read).unwrap_err();
+    // A file gone between the open and the read: a one-line error naming it.
+    let gone = dir.join("gone.gguf");
+    std::fs::copy(&path, &gone).unwrap();
+    let mut g = GgufFile::open(&gone).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    let e = g.read_into_memory().unwrap_err();
     assert!(
-        e.to_string().contains("none.gguf") && !e.to_string().contains('\n'),
+        e.to_string().contains("gone.gguf") && !e.to_string().contains('\n'),
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -40,7 +40,8 @@ fn main() -> anyhow::Result<()> {
     let threads: usize = args.next().map_or(Ok(2), |t| t.parse())?;
     // Read into memory (`--no-mmap`): step times that do not depend on how the page cache
     // holds the file (README, `--no-mmap`).
-    let gguf = GgufFile::open_with(&path, ir::gguf::Load::Read)?;
+    let mut gguf = GgufFile::open(&path)?;
+    gguf.read_into_memory()?;
     let model = compiler::load_model(&gguf)?;
     let plan = build_plan(
         &model,

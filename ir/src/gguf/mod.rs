@@ -56,8 +56,8 @@ impl TensorInfo {
 
 enum Backing {
     Mmap(memmap2::Mmap),
-    /// The file read into anonymous memory ([`Load::Read`]): never released (its pages hold
-    /// the only copy).
+    /// The file read into anonymous memory ([`GgufFile::read_into_memory`]): never released
+    /// (its pages hold the only copy).
     Anon(memmap2::Mmap),
     Owned(Vec<u8>),
 }
@@ -78,8 +78,8 @@ struct Shard {
 }
 
 /// A GGUF model: the metadata and tensor table of its first (or only) file, the tensors of all
-/// its shards, and the tensor data, memory-mapped (or read into memory: [`Load::Read`]) and
-/// exposed without copying.
+/// its shards, and the tensor data, memory-mapped (or read into memory:
+/// [`GgufFile::read_into_memory`]) and exposed without copying.
 pub struct GgufFile {
     version: u32,
     alignment: u64,
@@ -110,21 +110,7 @@ fn map_file(path: &Path) -> Result<memmap2::Mmap, GgufError> {
     unsafe { memmap2::Mmap::map(&file) }.map_err(io)
 }
 
-/// How [`GgufFile::open_with`] holds the tensor data (llama.cpp's `use_mmap`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Load {
-    /// Mapped from the file, read-only: nothing is read at open, pages come in as they are
-    /// used and are shared with the page cache and other processes (llama.cpp's default).
-    #[default]
-    Mmap,
-    /// Read into anonymous memory (llama.cpp's `--no-mmap`), advised for transparent huge
-    /// pages on Linux: the open reads the whole file, and the process owns its copy. Decode of
-    /// a model larger than the caches streams it faster where the page cache's pages are
-    /// scattered (measured on a 2-core VM: 1B Q4_K_M 17 → 28 tokens/s), for a longer start.
-    Read,
-}
-
-/// The whole file at `path` read into read-only anonymous memory ([`Load::Read`]), the
+/// The whole file at `path` read into read-only anonymous memory ([`GgufFile::read_into_memory`]), the
 /// ranges read by as many threads as the machine has (the copy is bound by faulting in and
 /// zeroing fresh pages, not by the page cache).
 fn read_anon(path: &Path) -> Result<memmap2::Mmap, GgufError> {
@@ -191,25 +177,18 @@ impl GgufFile {
     /// Errors: I/O errors name the file; format errors name the byte offset and the key or
     /// tensor; split errors name the missing, extra or mismatched shard.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        Self::open_with(path, Load::Mmap)
-    }
-
-    /// [`GgufFile::open`], holding the data as `load` says (mapped, or read into memory).
-    ///
-    /// Errors: as [`GgufFile::open`].
-    pub fn open_with(path: impl AsRef<Path>, load: Load) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let first = Self::open_one(path)?;
-        let mut file = split::gather_shards(path, first)?;
-        if load == Load::Read {
-            file.read_into_memory()?;
-        }
-        Ok(file)
+        split::gather_shards(path, first)
     }
 
     /// Replaces the mapping of every shard by a copy of its file in anonymous memory
-    /// ([`Load::Read`]); data already in memory stays as it is. Call it before borrowing
-    /// tensor data.
+    /// (llama.cpp's `-lm none`), advised for transparent huge pages on Linux; data already in
+    /// memory stays as it is. Call it before borrowing tensor data. The mapping reads nothing
+    /// at open and shares its pages with the page cache; the copy costs reading the whole
+    /// file, and decode of a model larger than the caches then does not depend on how the
+    /// page cache holds it (measured on a 2-core VM, a file the page cache took in from disk:
+    /// 1B Q4_K_M 18 → 29 tokens/s).
     ///
     /// Errors: [`GgufError::Io`] naming the file when it cannot be read, or when its length
     /// changed since it was opened (then nothing of that shard is replaced).
@@ -329,9 +308,9 @@ impl GgufFile {
     /// bytes `range` of shard `shard`'s file (`madvise(MADV_DONTNEED)`), so they leave the
     /// resident set: what a loader calls once it has copied (repacked) the tensors there.
     /// The range is clipped to the file and widened to whole pages; returns the length of the
-    /// clipped range (0 for in-memory data from [`GgufFile::from_bytes`] or [`Load::Read`], an
-    /// empty range, an
-    /// unknown shard, and on platforms without `madvise`).
+    /// clipped range (0 for in-memory data from [`GgufFile::from_bytes`] or
+    /// [`GgufFile::read_into_memory`], an empty range, an unknown shard, and on platforms
+    /// without `madvise`).
     ///
     /// The data stays valid and unchanged: the map is private and read-only, and never
     /// written, so the kernel only drops the page-table entries; a later read of those bytes
@@ -411,8 +390,8 @@ impl GgufFile {
             .sum()
     }
 
-    /// Bytes of the files held in this process's memory ([`Load::Read`]); 0 where they are
-    /// mapped.
+    /// Bytes of the files held in this process's memory ([`GgufFile::read_into_memory`]); 0
+    /// where they are mapped.
     pub fn bytes_in_memory(&self) -> u64 {
         self.shards
             .iter()

@@ -78,12 +78,53 @@ pub fn parse_flash_attn(s: &str) -> Result<String, String> {
     }
 }
 
-/// `-lm MODE` as llama.cpp's `--load-mode` names its modes (`common/arg.cpp`): `auto`,
-/// `none`, `mmap`, `mlock`, `mmap+mlock`. `dio` (direct I/O) is refused with what to use
-/// instead, at parse time, before anything is opened or bound.
-pub fn parse_load_mode(s: &str) -> Result<String, String> {
+/// How the model file is loaded: llama.cpp's `-lm` / `--load-mode` modes (`common/arg.cpp`),
+/// but `dio`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadMode {
+    /// `auto`: mapped, as llama.cpp's CPU default.
+    Auto,
+    /// `none`: read into memory ([`ir::gguf::GgufFile::read_into_memory`]).
+    None,
+    /// `mmap`: mapped.
+    Mmap,
+    /// `mlock`: read into memory and locked in RAM.
+    Mlock,
+    /// `mmap+mlock`: mapped and locked in RAM.
+    MmapMlock,
+}
+
+impl LoadMode {
+    /// Opens the model at `path` in this mode. A lock that fails is a warning, as in
+    /// llama.cpp.
+    ///
+    /// Errors: as [`ir::gguf::GgufFile::open`] and [`ir::gguf::GgufFile::read_into_memory`].
+    pub fn open(self, path: &std::path::Path) -> anyhow::Result<ir::gguf::GgufFile> {
+        let mut gguf = ir::gguf::GgufFile::open(path)?;
+        if matches!(self, LoadMode::None | LoadMode::Mlock) {
+            gguf.read_into_memory()?;
+        }
+        if matches!(self, LoadMode::Mlock | LoadMode::MmapMlock) {
+            if let Err(e) = gguf.lock_in_memory() {
+                eprintln!(
+                    "modelc: warning: failed to lock the model in RAM ({e}); raise `ulimit -l`"
+                );
+            }
+        }
+        Ok(gguf)
+    }
+}
+
+/// `-lm MODE` as llama.cpp names its modes: `auto`, `none`, `mmap`, `mlock`, `mmap+mlock`.
+/// `dio` (direct I/O) is refused with what to use instead, at parse time, before anything is
+/// opened or bound.
+pub fn parse_load_mode(s: &str) -> Result<LoadMode, String> {
     match s {
-        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" => Ok(s.into()),
+        "auto" => Ok(LoadMode::Auto),
+        "none" => Ok(LoadMode::None),
+        "mmap" => Ok(LoadMode::Mmap),
+        "mlock" => Ok(LoadMode::Mlock),
+        "mmap+mlock" => Ok(LoadMode::MmapMlock),
         "dio" => {
             Err("direct I/O (dio) is not supported; use none (read into memory) or mmap".into())
         }
@@ -116,45 +157,20 @@ pub struct EngineArgs {
     /// it and locks it in RAM, `mmap+mlock` maps and locks it (a lock that fails is a warning,
     /// as in llama.cpp). llama.cpp's `dio` is not supported.
     #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
-    pub load_mode: String,
+    pub load_mode: LoadMode,
     /// `-lm none` (older llama.cpp's flag).
     #[arg(long = "no-mmap", conflicts_with = "load_mode")]
     pub no_mmap: bool,
 }
 
 impl EngineArgs {
-    /// The defaults (the model mapped): for opening a model only to check its header.
-    pub fn mapped() -> EngineArgs {
-        EngineArgs {
-            kv: KvArgs::default(),
-            flash_attn: "on".into(),
-            swa_full: false,
-            load_mode: "auto".into(),
-            no_mmap: false,
-        }
-    }
-
-    /// Opens the model at `path` as `-lm` says (module doc of the flag).
-    ///
-    /// Errors: as [`ir::gguf::GgufFile::open`].
-    pub fn open(&self, path: &std::path::Path) -> anyhow::Result<ir::gguf::GgufFile> {
-        let mode = if self.no_mmap {
-            "none"
+    /// The load mode `-lm` (or `--no-mmap`) asks for.
+    pub fn load_mode(&self) -> LoadMode {
+        if self.no_mmap {
+            LoadMode::None
         } else {
-            self.load_mode.as_str()
-        };
-        let mut gguf = ir::gguf::GgufFile::open(path)?;
-        if matches!(mode, "none" | "mlock") {
-            gguf.read_into_memory()?;
+            self.load_mode
         }
-        if mode.ends_with("mlock") {
-            if let Err(e) = gguf.lock_in_memory() {
-                eprintln!(
-                    "modelc: warning: failed to lock the model in RAM ({e}); raise `ulimit -l`"
-                );
-            }
-        }
-        Ok(gguf)
     }
 
     /// Whether attention is llama.cpp's flash attention (`-fa` not `off`).

@@ -76,13 +76,13 @@ pub struct RunArgs {
     pub gen: GenArgs,
 }
 
-/// Opens the model (mapped or read, as `engine` says: [`super::compile::EngineArgs::open`])
-/// and its tokenizer.
+/// Opens the model (mapped or read, as `-lm` says: [`super::compile::LoadMode::open`]) and
+/// its tokenizer.
 pub fn open_model(
     path: &std::path::Path,
     engine: &super::compile::EngineArgs,
 ) -> anyhow::Result<(GgufFile, compiler::Model, Vocab)> {
-    let gguf = engine.open(path)?;
+    let gguf = engine.load_mode().open(path)?;
     let model = compiler::load_model(&gguf).with_context(|| format!("{}", path.display()))?;
     let vocab =
         Vocab::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;

@@ -8,7 +8,7 @@
 //! NAME info
 //! ```
 
-use super::compile::{parse_cache_type, EngineArgs, KvArgs};
+use super::compile::{parse_cache_type, EngineArgs, KvArgs, LoadMode};
 use super::gen_args::{check_n_batch, resolve_threads, run_generation, GenArgs};
 use super::run::warn_ctx_train;
 use crate::artifact::{fingerprint, Artifact};
@@ -126,10 +126,10 @@ struct RunnerPerplexityArgs {
 fn open_checked(
     artifact: &Artifact,
     model: Option<&PathBuf>,
-    engine: &EngineArgs,
+    load: LoadMode,
 ) -> anyhow::Result<GgufFile> {
     let path = model.unwrap_or(&artifact.model_path);
-    let gguf = engine.open(path).with_context(|| {
+    let gguf = load.open(path).with_context(|| {
         if model.is_none() {
             "the model recorded at compile time could not be opened; pass its path with -m"
                 .to_string()
@@ -284,7 +284,11 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 use std::io::IsTerminal;
                 gen.conversation |= std::io::stdin().is_terminal();
             }
-            let gguf = open_checked(&artifact, cli.common.model.as_ref(), &cli.common.engine)?;
+            let gguf = open_checked(
+                &artifact,
+                cli.common.model.as_ref(),
+                cli.common.engine.load_mode(),
+            )?;
             let vocab = Vocab::from_gguf(&gguf)?;
             let n_ctx = match cli.common.n_ctx {
                 None | Some(0) => artifact.n_ctx,
@@ -306,7 +310,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
         Some(RunnerCommand::Bench(b)) => {
             let f = &b.flags;
             let threads = f.thread_counts()?;
-            let gguf = open_checked(&artifact, b.model.as_ref(), &b.flags.engine)?;
+            let gguf = open_checked(&artifact, b.model.as_ref(), b.flags.engine.load_mode())?;
             let n_ctx = f.n_ctx(artifact.n_ctx);
             let kv = compiled_kv(&artifact, &f.engine.kv)?;
             let rows = bench::run(
@@ -335,7 +339,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 "perplexity needs a context: -c must be above 0"
             );
             let n_ctx = p.text.n_ctx(p.n_ctx)?;
-            let gguf = open_checked(&artifact, p.model.as_ref(), &p.engine)?;
+            let gguf = open_checked(&artifact, p.model.as_ref(), p.engine.load_mode())?;
             let vocab = Vocab::from_gguf(&gguf)?;
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(p.threads);
@@ -410,7 +414,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
             }
             print!("{}", plan.summary());
             if let Some(m) = model {
-                open_checked(&artifact, Some(&m), &EngineArgs::mapped())?;
+                open_checked(&artifact, Some(&m), LoadMode::Auto)?;
                 println!("{}: matches", m.display());
             }
             Ok(())
@@ -436,7 +440,11 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
     check_ctx(&artifact, per_slot)?;
     compiled_kv(&artifact, &a.common.engine.kv)?;
     let load: crate::server::Loader = Box::new(move |run| {
-        let gguf = open_checked(&artifact, a.common.model.as_ref(), &a.common.engine)?;
+        let gguf = open_checked(
+            &artifact,
+            a.common.model.as_ref(),
+            a.common.engine.load_mode(),
+        )?;
         let vocab = Vocab::from_gguf(&gguf)?;
         warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
         let shape = SessionShape {
