@@ -435,8 +435,12 @@ impl RowDot {
 /// `act + t·act_row`, token `t` being column `col0 + t` of llama.cpp's `n_cols`. Eight rows
 /// at a time where the kernel has that form and `r` is a multiple of 8.
 ///
+/// With `reuse_panels`, the activations packed for a tile by an earlier call on this
+/// thread are used again when they are the same tokens at the same address: the caller
+/// calls [`new_inputs`] on this thread whenever activations it passes may have changed.
+///
 /// # Safety
-/// The pointers must cover those rows, tokens and outputs.
+/// The pointers must cover those rows, tokens and outputs; with `reuse_panels`, as above.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn products(
     dot: &RowDot,
@@ -448,6 +452,7 @@ pub(crate) unsafe fn products(
     out: *mut f32,
     out_stride: usize,
     (r0, r1): (usize, usize),
+    reuse_panels: bool,
 ) {
     // Tokens in chunks: 64 for the packed tiles (their panels stay in L2, the rows of a
     // tile in L1), else chunks whose prepared activations stay in L1 while every row of
@@ -477,6 +482,7 @@ pub(crate) unsafe fn products(
             out.add(t0 * out_stride),
             out_stride,
             (r0, r1),
+            reuse_panels,
         );
         t0 += nt;
     }
@@ -508,12 +514,39 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
 /// 32–48 KiB L1 data cache).
 const TOKEN_CHUNK_BYTES: usize = 20 * 1024;
 
+/// What a packed panel holds: the activations at `act` (`act_row` bytes per token), `n`
+/// tokens, packed by the function at address `pack`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PanelKey {
+    act: usize,
+    act_row: usize,
+    n: usize,
+    pack: usize,
+}
+
+/// Most panels a thread keeps for reuse between [`new_inputs`] calls (a multi-sequence
+/// step's runs each have their own).
+const MAX_PANELS: usize = 8;
+
+/// A thread's packed activation panels: `entries[..live]` are valid for reuse, the rest
+/// are spare buffers (kept so that a step allocates nothing once warm).
+#[derive(Debug, Default)]
+struct Panels {
+    entries: Vec<(PanelKey, Vec<u8>)>,
+    live: usize,
+}
+
 thread_local! {
-    /// Each thread's buffer for [`products_chunk`]'s packed activation panels (kept between
-    /// calls so that a step allocates nothing once warm).
-    static PANELS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's packed activation panels of [`products_chunk`].
+    static PANELS: std::cell::RefCell<Panels> = std::cell::RefCell::new(Panels::default());
     /// Each thread's buffer for the f32 rows of [`qdot::Packed4x8::widen`].
     static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Forgets the calling thread's packed panels: the activations [`products`] reads with
+/// `reuse_panels` may have changed since its last call on this thread.
+pub(crate) fn new_inputs() {
+    PANELS.with(|p| p.borrow_mut().live = 0);
 }
 
 /// [`products`] for one chunk of `n` tokens (columns `col0..col0 + n`).
@@ -528,6 +561,7 @@ unsafe fn products_chunk(
     out: *mut f32,
     out_stride: usize,
     (r0, r1): (usize, usize),
+    reuse_panels: bool,
 ) {
     let row = |r: usize| std::slice::from_raw_parts(w.add(r * row_bytes), row_bytes);
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
@@ -560,25 +594,62 @@ unsafe fn products_chunk(
     let packed16 = dot
         .packed8x16(n_cols)
         .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some());
-    let mut panel = Vec::new();
-    if let Some(pk) = packed {
-        let group = nb * pk.block_bytes;
-        panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        let groups = end8.div_ceil(8);
-        panel.resize(groups * group, 0);
-        for g in 0..groups {
-            let cols: [&[u8]; 8] = std::array::from_fn(|c| arow((8 * g + c).min(n - 1)));
-            (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
-        }
-    } else if let Some(pk) = packed16 {
-        let group = nb * pk.block_bytes;
-        panel = PANELS.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        panel.resize(n.div_ceil(16) * group, 0);
-        for g in 0..n.div_ceil(16) {
-            let cols: [&[u8]; 16] = std::array::from_fn(|c| arow((16 * g + c).min(n - 1)));
-            (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
-        }
+    // The panels: packed here, or (`reuse_panels`) found packed by an earlier chunk of
+    // this thread since its last `new_inputs`: one packing per thread and phase, not one
+    // per chunk (a quarter of an 8-sequence SmolLM2 step's time outside the tiles).
+    let key = match (packed, packed16) {
+        (Some(pk), _) => Some(pk.pack as usize),
+        (None, Some(pk)) => Some(pk.pack as usize),
+        (None, None) => None,
     }
+    .map(|pack| PanelKey {
+        act: act as usize,
+        act_row,
+        n,
+        pack,
+    });
+    let mut panels = match key {
+        Some(_) => PANELS.with(|p| std::mem::take(&mut *p.borrow_mut())),
+        None => Panels::default(),
+    };
+    let found = key.filter(|_| reuse_panels).and_then(|k| {
+        panels.entries[..panels.live]
+            .iter()
+            .position(|(e, _)| *e == k)
+    });
+    let slot = match (key, found) {
+        (Some(k), None) => {
+            // A new panel: into the first spare buffer, kept for reuse while there is room.
+            let i = panels.live.min(MAX_PANELS - 1);
+            if i == panels.entries.len() {
+                panels.entries.push((k, Vec::new()));
+            }
+            panels.entries[i].0 = k;
+            if reuse_panels && panels.live < MAX_PANELS {
+                panels.live += 1;
+            }
+            let panel = &mut panels.entries[i].1;
+            if let Some(pk) = packed {
+                let group = nb * pk.block_bytes;
+                let groups = end8.div_ceil(8);
+                panel.resize(groups * group, 0);
+                for g in 0..groups {
+                    let cols: [&[u8]; 8] = std::array::from_fn(|c| arow((8 * g + c).min(n - 1)));
+                    (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
+                }
+            } else if let Some(pk) = packed16 {
+                let group = nb * pk.block_bytes;
+                panel.resize(n.div_ceil(16) * group, 0);
+                for g in 0..n.div_ceil(16) {
+                    let cols: [&[u8]; 16] = std::array::from_fn(|c| arow((16 * g + c).min(n - 1)));
+                    (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
+                }
+            }
+            Some(i)
+        }
+        (_, found) => found,
+    };
+    let panel: &[u8] = slot.map_or(&[], |i| &panels.entries[i].1);
     // The columns the packed 8 × 16 tiles cover: all of them, or for a gemm-only tile
     // those before llama.cpp's first gemv column.
     let end16 = match packed16 {
@@ -810,8 +881,8 @@ unsafe fn products_chunk(
             *out.add(t * out_stride + r) = dot.dot(wr, arow(t), col0 + t, n_cols);
         }
     }
-    if packed.is_some() || packed16.is_some() {
-        PANELS.with(|p| *p.borrow_mut() = panel);
+    if key.is_some() {
+        PANELS.with(|p| *p.borrow_mut() = panels);
     }
     if widen.is_some() {
         WIDE.with(|p| *p.borrow_mut() = wide);
@@ -985,6 +1056,7 @@ impl RowsMatmul {
                     out_ptr as *mut f32,
                     self.m,
                     (r0, r1),
+                    false,
                 )
             };
         });

@@ -490,7 +490,7 @@ impl<'w> CompiledPlan<'w> {
                 times,
                 counts,
                 phase_base,
-                sync: StepSync::new(n_phases),
+                sync: StepSync::new(n_phases, n_threads),
                 tokens,
                 positions,
                 output_ids,
@@ -1093,11 +1093,8 @@ impl<'w> CompiledPlan<'w> {
                         let id = st.phase_base[i] + ph;
                         let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, |r| r.0.len()));
                         let mut started = false;
-                        loop {
-                            let c = sync.grab(id);
-                            if c >= n {
-                                break;
-                            }
+                        let mut victim = 0;
+                        while let Some(c) = sync.grab(id, ti, n, &mut victim) {
                             // SAFETY: the ops were lowered against this plan's buffers, the
                             // inputs were checked by `write_inputs`, every chunk of the
                             // previous phases is done (waited below), and `grab` hands each
@@ -1109,7 +1106,7 @@ impl<'w> CompiledPlan<'w> {
                                 }
                                 op.run_chunk(ph, c, &cx);
                             }
-                            sync.finish(id);
+                            sync.finish(id, ti);
                         }
                         if !sync.wait(id, n) {
                             return;

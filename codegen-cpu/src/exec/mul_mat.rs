@@ -206,11 +206,17 @@ impl MulMat {
         }
     }
 
-    /// Before a thread's first product chunk: its own prepared input (unsplit preparation).
+    /// Before a thread's first chunk of phase `ph`: its own prepared input (unsplit
+    /// preparation); before its first product chunk, its packed panels of earlier inputs
+    /// forgotten ([`crate::rows::new_inputs`]: chunks of this phase reuse what the first
+    /// packs).
     ///
     /// # Safety
     /// See [`super::ops::Op::run_chunk`].
     pub unsafe fn thread_init(&self, ph: usize, cx: &Ctx<'_>) {
+        if !self.is_prep(ph) {
+            crate::rows::new_inputs();
+        }
         if !self.split_prep && ph == 0 {
             self.prepare(cx.scratch.act_private[cx.ti], 0, self.n, cx);
         }
@@ -377,6 +383,7 @@ impl MulMat {
                             out.add(run.start * mat.m_pad),
                             mat.m_pad,
                             rows,
+                            true,
                         );
                         r = end;
                     }
@@ -399,6 +406,7 @@ impl MulMat {
                     out,
                     mat.m_pad,
                     rows,
+                    true,
                 );
             }
         }
