@@ -287,11 +287,14 @@ fn top_k_of_logits(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
     }
     const CHUNK: usize = 32;
     for (ci, chunk) in logits.chunks(CHUNK).enumerate() {
-        // A chunk with every logit below the k-th best so far changes nothing (a plain
-        // comparison, false for NaN, which then takes the full one).
+        // A chunk with every logit below the k-th best so far changes nothing: a plain
+        // comparison, false whenever a NaN is involved, which then takes the full one (a
+        // NaN with the sign bit set, x86's default NaN, ranks last in `total_cmp`).
         if out.len() == k {
             let worst = out[k - 1].1;
-            if !chunk.iter().fold(false, |any, &l| any | !(l < worst)) {
+            #[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN must count as "not below"
+            let any = chunk.iter().fold(false, |any, &l| any | !(l < worst));
+            if !any {
                 continue;
             }
         }
@@ -440,12 +443,19 @@ mod tests {
             &[-0.0, 0.0, -1.0],
             &[1.5, 1.5, 1.5, 0.5, f32::NAN],
         ];
-        for round in 0..400 {
+        let random = (0..400).map(|round| {
             let palette = palettes[round % palettes.len()];
             let n = 1 + (next() % 200) as usize;
-            let logits: Vec<f32> = (0..n)
+            (0..n)
                 .map(|_| palette[next() as usize % palette.len()])
-                .collect();
+                .collect::<Vec<f32>>()
+        });
+        // x86's default NaN (sign bit set: last in `total_cmp`) filling the best k, then
+        // whole chunks of ordinary logits that must replace it.
+        let default_nan = f32::from_bits(0xffc0_0000);
+        let nan_first: Vec<f32> = [default_nan; 40].into_iter().chain([3.0; 96]).collect();
+        for (round, logits) in std::iter::once(nan_first).chain(random).enumerate() {
+            let n = logits.len();
             // (k = 0 is "disabled" for `top_k`; `sample` never takes the one-pass form then.)
             for k in [1, 2, 3, 7, 40, n.saturating_sub(1), n, n + 5]
                 .into_iter()
