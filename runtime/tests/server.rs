@@ -419,6 +419,36 @@ fn serve_smollm2() {
         both["usage"]["completion_tokens"],
         2 * whole["usage"]["completion_tokens"].as_u64().unwrap()
     );
+    // Sampled choices: choice j draws with the seed plus j (llama-server's child tasks), so
+    // each is what a one-choice request with that seed gives, and they differ.
+    let sampled = |seed: i64, n: usize| {
+        let mut b = chat.clone();
+        b["temperature"] = json!(1.0);
+        b["seed"] = json!(seed);
+        b["n"] = json!(n);
+        let r = post(port, "/v1/chat/completions", &b).json();
+        let texts: Vec<String> = r["choices"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .map(|c| c["message"]["content"].as_str().unwrap().to_string())
+            .collect();
+        texts
+    };
+    let pair = sampled(7, 2);
+    assert_eq!(pair[0], sampled(7, 1)[0]);
+    assert_eq!(pair[1], sampled(8, 1)[0]);
+    assert_ne!(pair[0], pair[1]);
+    // A seed is a uint32_t, as llama-server's: -7 wraps to 4294967289.
+    assert_eq!(sampled(-7, 1), sampled(4294967289, 1));
+    // More choices than slots: llama-server's hard limit and message.
+    two["n"] = json!(3);
+    let r = post(port, "/v1/chat/completions", &two);
+    assert_error(&r, 400, "invalid_request_error");
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Field 'n': Value must be between 1 <= value <= 2, but got 3"
+    );
     let mut s = chat.clone();
     s["stream"] = json!(true);
     let r = post(port, "/v1/chat/completions", &s);

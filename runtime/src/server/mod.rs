@@ -230,8 +230,10 @@ impl Config {
         if let Some(p) = body.f32("presence_penalty")? {
             s.presence_penalty = p;
         }
-        s.seed = match body.i64("seed")? {
-            Some(n) if n >= 0 => n as u64 & 0xFFFF_FFFF,
+        // llama-server's seed is a `uint32_t`: a JSON number wraps to 32 bits (-7 is
+        // 4294967289), and -1 (`LLAMA_DEFAULT_SEED`, 0xFFFFFFFF) asks for the default.
+        s.seed = match body.i64("seed")?.map(|n| n as u64 & 0xFFFF_FFFF) {
+            Some(n) if n != 0xFFFF_FFFF => n,
             _ => self
                 .seed
                 .unwrap_or_else(|| u64::from(rand::random_range(0..u32::MAX))),

@@ -57,9 +57,6 @@ struct Request {
     created: u64,
 }
 
-/// Most `n` choices one OpenAI request may ask for.
-const MAX_CHOICES: usize = 16;
-
 /// `POST /completion`, `/completions`.
 pub async fn llama(
     State(st): State<AppState>,
@@ -131,11 +128,13 @@ async fn run(
         .map(|id| Producer::new(&st.streams, id));
     let mut receivers = Vec::with_capacity(req.prompts.len() * req.n_choices);
     let mut jobs = Vec::with_capacity(req.prompts.len() * req.n_choices);
+    // Choice `j` of a prompt samples with the seed plus `j` (llama-server's child tasks,
+    // `server_task::add_child`), so the choices differ and each repeats with its seed.
     let each = req
         .prompts
         .iter()
-        .flat_map(|p| std::iter::repeat_n(p, req.n_choices));
-    for prompt in each {
+        .flat_map(|p| (0..req.n_choices).map(move |j| (p, j as u64)));
+    for (prompt, choice) in each {
         if prompt.is_empty() {
             // llama-server answers an empty prompt at once: nothing generated.
             let (tx, rx) = mpsc::unbounded_channel();
@@ -151,9 +150,11 @@ async fn run(
             .into_response();
         };
         let (tx, rx) = mpsc::unbounded_channel();
+        let mut opts = req.opts.clone();
+        opts.sampler.seed = (opts.sampler.seed + choice) & 0xFFFF_FFFF;
         jobs.push(Job {
             prompt: prompt.clone(),
-            opts: req.opts.clone(),
+            opts,
             id_slot: req.id_slot,
             events: tx,
             progress: req.stream && req.return_progress,
@@ -195,7 +196,9 @@ async fn run(
                 Err(e) => return e.into_response(),
             }
         }
-        if req.n_choices > 1 {
+        // OpenAI's endpoints put the choices in one response; llama.cpp's `/completion`
+        // answers an array of results, as for several prompts.
+        if req.n_choices > 1 && api != Api::Llama {
             return axum::Json(merge_choices(results)).into_response();
         }
         match (results.len(), results.pop()) {
@@ -246,15 +249,22 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
             _ => return Err(ApiError::invalid(format!("\"id_slot\" {i}: no such slot"))),
         },
     };
-    let n_choices = match body.i64("n")? {
+    // llama-server's `n_cmpl` (alias `n`, the OpenAI field), on every endpoint: from 1 to
+    // the slot count (`server-schema.cpp`: a hard limit, its message).
+    let n_field = if body.get("n_cmpl").is_some() {
+        "n_cmpl"
+    } else {
+        "n"
+    };
+    let n_choices = match body.i64(n_field)? {
         None => 1,
-        Some(n) if api != Api::Llama && (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
-        Some(n) if api != Api::Llama => {
+        Some(n) if (1..=st.cfg.args.parallel as i64).contains(&n) => n as usize,
+        Some(n) => {
             return Err(ApiError::invalid(format!(
-                "\"n\" {n}: from 1 to {MAX_CHOICES} choices"
+                "Field '{n_field}': Value must be between 1 <= value <= {}, but got {n}",
+                st.cfg.args.parallel
             )))
         }
-        Some(_) => 1,
     };
     if n_choices > 1 && stream {
         return Err(ApiError::invalid(
