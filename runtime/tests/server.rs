@@ -1240,6 +1240,99 @@ fn llama_server_details() {
     let r = post(port, "/completion", &json!({"prompt": [], "n_predict": 2}));
     assert_error(&r, 400, "invalid_request_error");
     assert_eq!(r.json()["error"]["message"], "\"prompt\" must not be empty");
+
+    // Chat prompts as llama-server 0c1e570 renders them (its /apply-template answers,
+    // SmolLM2's template): text parts joined by a newline; a final assistant message
+    // continued (the prefill: its parts joined by a blank line; an empty one adds no
+    // header); `continue_final_message` on any final message; the errors.
+    let head = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by \
+                Hugging Face<|im_end|>\n<|im_start|>user\n";
+    let parts = json!([{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]);
+    let user_hi = json!({"role": "user", "content": "hi"});
+    let cases = [
+        (
+            json!({"messages": [{"role": "user", "content": parts}]}),
+            format!("{head}Wh\nill<|im_end|>\n<|im_start|>assistant\n"),
+        ),
+        (
+            json!({"messages": [user_hi, {"role": "assistant", "content": "Hello"}]}),
+            format!("{head}hi<|im_end|>\n<|im_start|>assistant\nHello"),
+        ),
+        (
+            json!({"messages": [user_hi, {"role": "assistant", "content": parts}]}),
+            format!("{head}hi<|im_end|>\n<|im_start|>assistant\nWh\n\nill"),
+        ),
+        (
+            json!({"messages": [user_hi, {"role": "assistant", "content": ""}]}),
+            format!("{head}hi<|im_end|>\n"),
+        ),
+        (
+            json!({"messages": [user_hi], "add_generation_prompt": false}),
+            format!("{head}hi<|im_end|>\n"),
+        ),
+        (
+            json!({"messages": [user_hi], "continue_final_message": true,
+                "add_generation_prompt": false}),
+            "<|im_start|>assistant\nhi".to_string(),
+        ),
+    ];
+    for (body, want) in cases {
+        let r = post(port, "/apply-template", &body);
+        assert_eq!(r.json()["prompt"], want, "{body}");
+    }
+    for (body, msg) in [
+        (
+            json!({"messages": [user_hi, {"role": "assistant", "content": "a"},
+                             {"role": "assistant", "content": "b"}]}),
+            "Cannot have 2 or more assistant messages at the end of the list.",
+        ),
+        (
+            json!({"messages": [user_hi, {"role": "assistant", "content": "a"}],
+                "continue_final_message": true}),
+            "Cannot set both add_generation_prompt and continue_final_message to true.",
+        ),
+    ] {
+        let r = post(port, "/apply-template", &body);
+        assert_error(&r, 400, "invalid_request_error");
+        assert_eq!(r.json()["error"]["message"], msg);
+    }
+    // The reply to a prefill starts with it (whole, and in the first streamed delta), and
+    // goes on as a plain completion of the rendered prompt does.
+    let prefill = json!({"max_tokens": 4, "temperature": 0, "messages": [
+        user_hi, {"role": "assistant", "content": "Sure, here is"}]});
+    let whole = post(port, "/v1/chat/completions", &prefill).json();
+    let text = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rendered = format!("{head}hi<|im_end|>\n<|im_start|>assistant\nSure, here is");
+    let plain = post(
+        port,
+        "/completion",
+        &json!({"prompt": rendered, "n_predict": 4, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(
+        text,
+        format!("Sure, here is{}", plain["content"].as_str().unwrap())
+    );
+    let mut s = prefill.clone();
+    s["stream"] = json!(true);
+    let ev = events(&post(port, "/v1/chat/completions", &s));
+    let deltas: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(deltas[0].starts_with("Sure, here is"), "{deltas:?}");
+    assert_eq!(deltas.concat(), text);
+
+    // /detokenize renders special tokens and keeps every piece as it is (llama-server's
+    // `tokens_to_str`).
+    let r = post(port, "/detokenize", &json!({"tokens": [1, 0, 2, 9]})).json();
+    assert_eq!(
+        r["content"],
+        "<|im_start|><|endoftext|><|im_end|><issue_comment>"
+    );
 }
 
 /// A compiled runner's `serve` refuses a context it cannot hold before it listens: the

@@ -93,6 +93,11 @@ pub struct ServerArgs {
     /// Do not serve /slots (the default).
     #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
+    /// A chat request ending with an assistant message continues it (llama-server's
+    /// assistant prefill, on by default; `--no-prefill-assistant` renders it as a whole
+    /// turn and adds a new assistant header after it).
+    #[arg(long = "no-prefill-assistant")]
+    pub no_prefill_assistant: bool,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,

@@ -53,6 +53,9 @@ struct Request {
     id_slot: Option<usize>,
     /// OpenAI's `n`: completions of each prompt, returned as that many `choices`.
     n_choices: usize,
+    /// The assistant prefill a chat prompt ends with ([`ChatPrompt::prefill`]): the reply's
+    /// content (and its first streamed delta) starts with it.
+    prefill: String,
     id: String,
     created: u64,
 }
@@ -83,7 +86,7 @@ pub async fn chat_input_tokens(
 ) -> Response {
     let counted = st.ready().and_then(|ready| {
         let body = Body::parse(&read_body(body)?)?;
-        Ok(chat_prompt(&ready, &body)?.len())
+        Ok(chat_prompt(&st, &ready, &body)?.0.len())
     });
     match counted {
         Ok(n) => axum::Json(json!({ "input_tokens": n })).into_response(),
@@ -216,11 +219,14 @@ async fn run(
 fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request, ApiError> {
     let body = Body::parse(bytes)?;
     let vocab = &ready.vocab;
-    let prompts = match api {
-        Api::OaiChat => vec![chat_prompt(ready, &body)?],
+    let (prompts, prefill) = match api {
+        Api::OaiChat => {
+            let (tokens, prefill) = chat_prompt(st, ready, &body)?;
+            (vec![tokens], prefill)
+        }
         _ => match body.get("prompt") {
             None => return Err(ApiError::invalid("\"prompt\" is required")),
-            Some(p) => prompt_list(vocab, p)?,
+            Some(p) => (prompt_list(vocab, p)?, String::new()),
         },
     };
     let n_ctx = ready.n_ctx_slot;
@@ -286,6 +292,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         verbose: body.bool("verbose")?.unwrap_or(false),
         id_slot,
         n_choices,
+        prefill,
         id: format!("chatcmpl-{:016x}", rand::random::<u64>()),
         created,
     })
@@ -350,19 +357,87 @@ fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
 }
 
 /// The prompt of a chat request: its `messages` rendered with the model's chat template
-/// (with the assistant's header), tokenized as `modelc run --chat` does.
-fn chat_prompt(ready: &Ready, body: &Body) -> Result<Vec<TokenId>, ApiError> {
-    let text = render_messages(ready, body)?;
-    Ok(ready.vocab.tokenize(&text, true, true))
+/// ([`render_messages`]), tokenized as `modelc run --chat` does, and the assistant prefill
+/// it ends with.
+fn chat_prompt(
+    st: &AppState,
+    ready: &Ready,
+    body: &Body,
+) -> Result<(Vec<TokenId>, String), ApiError> {
+    let chat = render_messages(ready, body, !st.cfg.args.no_prefill_assistant)?;
+    Ok((ready.vocab.tokenize(&chat.text, true, true), chat.prefill))
 }
 
-/// `messages` (a list of objects; a content given as a list of `{"type": "text"}` parts is
-/// joined) rendered with the model's chat template, ending with the assistant's header.
+/// A chat request's prompt ([`render_messages`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatPrompt {
+    /// The rendered text.
+    pub text: String,
+    /// The text of the final message it continues (llama-server's assistant prefill,
+    /// `continue_final_message`), at the end of `text`; empty when it continues none. The
+    /// reply's content starts with it, as llama-server's does.
+    pub prefill: String,
+}
+
+/// How a chat request continues its final message (`continue_final_message`, llama.cpp's
+/// `common_chat_continuation`): `true` or `"content"` continue its content;
+/// `"reasoning_content"` its reasoning (which this project's templates do not render).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Continuation {
+    None,
+    Content,
+    Reasoning,
+}
+
+/// A message's text parts joined: with `"\n"` in the messages a template renders
+/// (llama.cpp's `concat_content_parts`), with `"\n\n"` in a continued final message
+/// (`common_chat_msg::render_content`). A string content is itself; no content is empty.
+fn content_text(i: usize, content: Option<&Value>, sep: &str) -> Result<String, ApiError> {
+    let parts = match content {
+        None | Some(Value::Null) => return Ok(String::new()),
+        Some(Value::String(s)) => return Ok(s.clone()),
+        Some(Value::Array(parts)) => parts,
+        Some(v) => {
+            return Err(ApiError::invalid(format!(
+                "\"messages\"[{i}].content must be a string or a list of text parts, not {v}"
+            )))
+        }
+    };
+    let mut text = String::new();
+    for p in parts {
+        match (
+            p.get("type").and_then(Value::as_str),
+            p.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => {
+                if !text.is_empty() {
+                    text.push_str(sep);
+                }
+                text.push_str(t);
+            }
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "\"messages\"[{i}].content: only parts of type \"text\" are supported"
+                )))
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// `messages` (a list of objects) rendered with the model's chat template, as llama-server
+/// renders them (`oaicompat_chat_params_parse`, `common_chat_templates_apply`): ending with
+/// the assistant's header (`add_generation_prompt`, default true) — or, when the request
+/// continues its final message (`continue_final_message`, or with `prefill` a final
+/// assistant message: llama-server's `--prefill-assistant` default), the other messages
+/// rendered, the assistant's header, and that message's content, which the model then
+/// continues.
 ///
 /// # Errors
-/// 400 for missing or malformed messages or a template error; 501 for a model without a
-/// chat template.
-pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
+/// 400 for missing or malformed messages, two assistant messages at the end to prefill,
+/// `continue_final_message` with `add_generation_prompt`, or a template error; 501 for a
+/// model without a chat template.
+pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<ChatPrompt, ApiError> {
     let messages = match body.get("messages") {
         Some(Value::Array(m)) => m,
         Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
@@ -376,45 +451,99 @@ pub fn render_messages(ready: &Ready, body: &Body) -> Result<String, ApiError> {
             )));
         };
         let mut o = o.clone();
-        if let Some(Value::Array(parts)) = o.get("content") {
-            let mut text = String::new();
-            for p in parts {
-                match (
-                    p.get("type").and_then(Value::as_str),
-                    p.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(t)) => text.push_str(t),
-                    _ => {
-                        return Err(ApiError::invalid(format!(
-                            "\"messages\"[{i}].content: only parts of type \"text\" are supported"
-                        )))
-                    }
-                }
-            }
+        if let Some(Value::Array(_)) = o.get("content") {
+            let text = content_text(i, o.get("content"), "\n")?;
             o.insert("content".into(), Value::String(text));
         }
         flat.push(Value::Object(o));
     }
-    if body.bool("add_generation_prompt")? == Some(true)
-        && body.bool("continue_final_message")? == Some(true)
-    {
-        return Err(ApiError::invalid(
-            "\"add_generation_prompt\" and \"continue_final_message\" cannot both be true",
-        ));
-    }
+    let mut continuation = match body.get("continue_final_message") {
+        Some(Value::Bool(true)) => Continuation::Content,
+        Some(Value::String(s)) if s == "content" => Continuation::Content,
+        Some(Value::String(s)) if s == "reasoning_content" => Continuation::Reasoning,
+        _ => Continuation::None,
+    };
+    let mut add_generation_prompt = body.bool("add_generation_prompt")?.unwrap_or(true);
     let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
-    if let [.., a, b] = flat.as_slice() {
-        if role(a).as_deref() == Some("assistant") && role(b).as_deref() == Some("assistant") {
-            return Err(ApiError::invalid(
-                "Cannot have 2 or more assistant messages at the end of the list.",
-            ));
+    if continuation == Continuation::None
+        && prefill
+        && flat.last().and_then(role).as_deref() == Some("assistant")
+    {
+        if let [.., a, _] = flat.as_slice() {
+            if role(a).as_deref() == Some("assistant") {
+                return Err(ApiError::invalid(
+                    "Cannot have 2 or more assistant messages at the end of the list.",
+                ));
+            }
         }
+        continuation = Continuation::Content;
+        add_generation_prompt = false;
+    }
+    if continuation != Continuation::None && add_generation_prompt {
+        return Err(ApiError::invalid(
+            "Cannot set both add_generation_prompt and continue_final_message to true.",
+        ));
     }
     let Some(tmpl) = ready.template.as_ref() else {
         return Err(ApiError::not_supported("this model has no chat template"));
     };
-    tmpl.render(&flat, &RenderOptions::for_prompt(&ready.vocab, true))
+    let render = |msgs: &[Value], add_generation_prompt: bool| {
+        tmpl.render(
+            msgs,
+            &RenderOptions::for_prompt(&ready.vocab, add_generation_prompt),
+        )
         .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
+    };
+    let Some((last, before)) = flat
+        .split_last()
+        .filter(|_| continuation != Continuation::None)
+    else {
+        return Ok(ChatPrompt {
+            text: render(&flat, add_generation_prompt)?,
+            prefill: String::new(),
+        });
+    };
+    // The final message continued: the others rendered, then the assistant's header (what
+    // the generation prompt adds to them), then its content. A message with nothing in it
+    // adds neither (llama.cpp's `continue_msg.empty()`).
+    let i = flat.len() - 1;
+    let original = &messages[i];
+    let content = content_text(i, original.get("content"), "\n\n")?;
+    let reasoning = content_text(i, original.get("reasoning_content"), "\n\n")?;
+    let calls = last
+        .get("tool_calls")
+        .is_some_and(|c| c.as_array().is_some_and(|a| !a.is_empty()));
+    if calls {
+        return Err(ApiError::invalid(
+            "Cannot continue an assistant message that contains tool calls.",
+        ));
+    }
+    let mut text = render(before, false)?;
+    if content.is_empty() && reasoning.is_empty() {
+        return Ok(ChatPrompt {
+            text,
+            prefill: String::new(),
+        });
+    }
+    let with_header = render(before, true)?;
+    let mut common = text
+        .bytes()
+        .zip(with_header.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    while !with_header.is_char_boundary(common) {
+        common -= 1;
+    }
+    text.push_str(&with_header[common..]);
+    // Reasoning continues inside reasoning markers, which no template here has; content
+    // (also the `true` form when the message has content) is appended.
+    let prefill = match continuation {
+        Continuation::Reasoning => String::new(),
+        _ if content.is_empty() => String::new(),
+        _ => content,
+    };
+    text.push_str(&prefill);
+    Ok(ChatPrompt { text, prefill })
 }
 
 /// A non-streamed result: waits for it.
@@ -521,6 +650,13 @@ fn stream(
                     timings,
                 } => {
                     n_decoded += 1;
+                    // A continued message's text goes out with the first token, as
+                    // llama-server's first content delta carries it.
+                    let content = if n_decoded == 1 && !req.prefill.is_empty() {
+                        format!("{}{content}", req.prefill)
+                    } else {
+                        content
+                    };
                     let mut v = partial_json(
                         &ready,
                         &req,
@@ -764,7 +900,7 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             let mut choice = json!({
                 "finish_reason": finish_reason(f),
                 "index": 0,
-                "message": { "role": "assistant", "content": c.content },
+                "message": { "role": "assistant", "content": format!("{}{}", req.prefill, c.content) },
             });
             if let (Some(p), Some(o)) = (probs(), choice.as_object_mut()) {
                 o.insert("logprobs".into(), json!({ "content": p }));

@@ -75,18 +75,23 @@ pub async fn detokenize(
             .collect::<Result<Vec<_>, _>>()?,
         Some(v) => return Err(wrong_type("tokens", "a list of token ids", v)),
     };
-    Ok(Json(
-        json!({ "content": ready.vocab.detokenize_lossy(&ids, false) }),
-    ))
+    // llama-server's `tokens_to_str`: each token's piece with special tokens rendered
+    // (`common_token_to_piece`), concatenated as they are (no space stripped or cleaned up).
+    let bytes: Vec<u8> = ids
+        .iter()
+        .flat_map(|&id| ready.vocab.token_to_piece(id, true).iter().copied())
+        .collect();
+    Ok(Json(json!({ "content": String::from_utf8_lossy(&bytes) })))
 }
 
-/// `POST /apply-template`: `messages` rendered with the model's chat template, with the
-/// assistant's header → `{"prompt": text}`.
+/// `POST /apply-template`: `messages` rendered with the model's chat template as a chat
+/// request's prompt ([`render_messages`]: the assistant's header, or a continued final
+/// message) → `{"prompt": text}`.
 pub async fn apply_template(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (ready, body) = open(&st, body)?;
-    let prompt = render_messages(&ready, &body)?;
+    let prompt = render_messages(&ready, &body, !st.cfg.args.no_prefill_assistant)?.text;
     Ok(Json(json!({ "prompt": prompt })))
 }
