@@ -610,3 +610,55 @@ fn compile_refuses_to_overwrite_the_model() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// llama.cpp's `-m MODEL` in `modelc`'s subcommands (all spellings, anywhere on the line)
+/// gives what the positional model gives; `-no-cnv` is accepted; a compile for a context
+/// this machine cannot hold warns (once) and still writes the runner.
+#[test]
+fn model_flag_no_conversation_and_huge_compiled_context() {
+    let Some(model) = model() else { return };
+    let m = model.to_str().unwrap();
+    let gen = ["-p", "Once upon a time", "-n", "4", "--temp", "0", "-t", "1"];
+    let plain = modelc().arg("run").arg(m).args(gen).output().unwrap();
+    assert_ok(&plain);
+    for line in [
+        vec!["run", "-m", m],
+        vec!["run", "--model", m],
+        vec!["run", "-no-cnv", "--model=THE_MODEL"],
+    ] {
+        let line: Vec<String> = line.iter().map(|a| a.replace("THE_MODEL", m)).collect();
+        let (head, tail) = line.split_at(1);
+        let out = modelc()
+            .args(head)
+            .args(gen)
+            .args(tail)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        assert_eq!(out.stdout, plain.stdout, "{line:?}");
+    }
+    let out = modelc()
+        .args(["detokenize", "19556", "905", "-m", m])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Hello world");
+    let out = modelc().args(["run", "-m"]).output().unwrap();
+    assert_one_line_error(&out, "'-m'");
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args_huge_ctx");
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = dir.join("smol");
+    let out = modelc()
+        .args(["compile", m, "-o"])
+        .arg(&runner)
+        .args(["-c", "4000000000", "--ubatch", "1,16"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "{}", stderr(&out));
+    assert!(w[0].contains("could not run the runner"), "{}", w[0]);
+    assert!(runner.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

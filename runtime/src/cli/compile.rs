@@ -356,6 +356,15 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
             }
         })?;
     let summary = plan.summary();
+    // A context whose KV cache this machine cannot hold compiles (the runner may run
+    // elsewhere), but says so: here the runner would refuse it.
+    let needs = crate::memory::Needs {
+        resident: plan.kv_bytes().saturating_add(plan.arena_bytes()),
+        mapped: gguf.file_size(),
+    };
+    if let Err(e) = crate::memory::check_fits(n_ctx, needs) {
+        eprintln!("modelc: warning: {e:#} (this machine could not run the runner)");
+    }
     if let Some(dir) = &args.emit_source {
         let files = be.sources(&plan)?;
         std::fs::create_dir_all(dir)

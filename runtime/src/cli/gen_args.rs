@@ -85,8 +85,12 @@ pub struct GenArgs {
     pub stop: Vec<String>,
     /// Chat with the model (`-cnv`; a runner starts in it on a terminal without -p or -f):
     /// `-p` is then the first message.
-    #[arg(long = "conversation")]
+    #[arg(long = "conversation", overrides_with = "no_conversation")]
     pub conversation: bool,
+    /// Never chat (`-no-cnv`): a runner on a terminal without -p or -f then generates from
+    /// an empty prompt, as llama-completion.
+    #[arg(long = "no-conversation", overrides_with = "conversation")]
+    pub no_conversation: bool,
     /// The system prompt of a conversation (`-sys`).
     #[arg(long = "system-prompt", visible_alias = "system", value_name = "TEXT")]
     pub system: Option<String>,

@@ -40,6 +40,7 @@ enum Command {
     Repl(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it (and KL divergence from a
     /// base model's saved log-probabilities: --kl-divergence-base, --kl-divergence).
+    #[command(allow_negative_numbers = true)]
     Perplexity(run::PerplexityArgs),
     /// Measure speed (compiled in memory): llama-bench's table, the weight bytes per token
     /// and the share of the machine's read bandwidth.
@@ -68,7 +69,7 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 12] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 13] = [
     ("-np", "--parallel"),
     ("-lm", "--load-mode"),
     ("-kvu", "--kv-unified"),
@@ -79,6 +80,7 @@ const MULTI_LETTER_FLAGS: [(&str, &str); 12] = [
     ("-ngl", "--n-gpu-layers"),
     ("-fa", "--flash-attn"),
     ("-cnv", "--conversation"),
+    ("-no-cnv", "--no-conversation"),
     ("-sys", "--system-prompt"),
     ("-st", "--single-turn"),
 ];
@@ -102,6 +104,65 @@ pub(crate) fn normalize_args(
         a
     })
     .collect()
+}
+
+/// The subcommands whose first positional argument is the GGUF model: there llama.cpp's
+/// `-m MODEL` / `--model MODEL` is taken as that argument ([`model_flag_to_positional`]).
+const MODEL_FIRST: [&str; 11] = [
+    "run",
+    "repl",
+    "perplexity",
+    "bench",
+    "serve",
+    "compile",
+    "inspect",
+    "graph",
+    "template",
+    "tokenize",
+    "detokenize",
+];
+
+/// llama.cpp's `-m MODEL` (also `--model MODEL`, `-m=MODEL`, `--model=MODEL`) in a
+/// [`MODEL_FIRST`] subcommand moved to just after the subcommand's name, where its
+/// positional model goes: `modelc run -m M.gguf -p hi` is `modelc run M.gguf -p hi`. Other
+/// command lines are returned as they are.
+pub(crate) fn model_flag_to_positional(
+    mut args: Vec<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let Some(sub) = args.get(1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    if !MODEL_FIRST.contains(&sub) {
+        return args;
+    }
+    let mut i = 2;
+    while i < args.len() {
+        let Some(a) = args[i].to_str() else {
+            i += 1;
+            continue;
+        };
+        if a == "--" {
+            break;
+        }
+        let joined = ["-m=", "--model="]
+            .iter()
+            .find_map(|p| a.strip_prefix(p))
+            .map(std::ffi::OsString::from);
+        let (model, taken) = match (a, joined) {
+            (_, Some(m)) => (Some(m), 1),
+            ("-m" | "--model", None) if i + 1 < args.len() => (Some(args[i + 1].clone()), 2),
+            _ => (None, 0),
+        };
+        match model {
+            Some(m) => {
+                args.drain(i..i + taken);
+                args.insert(2, m);
+                i += 1;
+            }
+            None => i += 1,
+        }
+    }
+    args
 }
 
 /// `message` (clap's error line) with the long flags [`normalize_args`] wrote put back as
@@ -205,7 +266,8 @@ pub fn main() -> ExitCode {
         _ => {}
     }
     let typed: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = match parse_last_wins::<Cli>(normalize_args(typed.iter().cloned())) {
+    let args = model_flag_to_positional(normalize_args(typed.iter().cloned()));
+    let cli = match parse_last_wins::<Cli>(args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e, &typed),
     };

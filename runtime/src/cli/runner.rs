@@ -280,7 +280,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
             cli.gen.validate()?;
             let mut gen = cli.gen.clone();
             // As llama-cli: on a terminal without a prompt, chat.
-            if gen.prompt.is_none() && gen.file.is_none() {
+            if gen.prompt.is_none() && gen.file.is_none() && !gen.no_conversation {
                 use std::io::IsTerminal;
                 gen.conversation |= std::io::stdin().is_terminal();
             }
