@@ -30,7 +30,8 @@ pub struct Artifact {
     pub modelc_version: String,
     /// Absolute path of the GGUF file at compile time (overridable with `-m`).
     pub model_path: PathBuf,
-    /// [`fingerprint`] of that file's tensor table: the runner refuses any other file.
+    /// [`fingerprint`] of that file's tensors and hyperparameters: the runner refuses any
+    /// other file.
     pub fingerprint: String,
     /// `general.name` of the model, for messages.
     pub model_name: Option<String>,
@@ -56,8 +57,11 @@ pub struct Artifact {
     pub payload: Payload,
 }
 
-/// A 64-bit FNV-1a hash of the tensor table (names, types, shapes, offsets, sizes) and the
-/// data size: two files with the same fingerprint hold the same tensors at the same places.
+/// A 64-bit FNV-1a hash of the tensor table (names, types, shapes, offsets, sizes), the
+/// data size, and every metadata entry the compiled program may depend on (all but
+/// `general.*` and `tokenizer.*`: the runner reads the tokenizer from the file at start):
+/// two files with the same fingerprint hold the same tensors at the same places and the
+/// same hyperparameters (a changed `rope.freq_base` or `rms_epsilon` is another model).
 pub fn fingerprint(file: &GgufFile) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -76,6 +80,15 @@ pub fn fingerprint(file: &GgufFile) -> String {
         eat(&t.n_bytes.to_le_bytes());
     }
     eat(&file.tensor_data_bytes().to_le_bytes());
+    for (key, value) in file.metadata().iter() {
+        if key.starts_with("general.") || key.starts_with("tokenizer.") {
+            continue;
+        }
+        eat(key.as_bytes());
+        eat(&(value.value_type() as u32).to_le_bytes());
+        // The value's JSON form: its numbers exactly (shortest round-trip), its strings.
+        eat(&serde_json::to_vec(value).unwrap_or_default());
+    }
     format!("{h:016x}")
 }
 

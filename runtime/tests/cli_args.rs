@@ -618,7 +618,16 @@ fn compile_refuses_to_overwrite_the_model() {
 fn model_flag_no_conversation_and_huge_compiled_context() {
     let Some(model) = model() else { return };
     let m = model.to_str().unwrap();
-    let gen = ["-p", "Once upon a time", "-n", "4", "--temp", "0", "-t", "1"];
+    let gen = [
+        "-p",
+        "Once upon a time",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+    ];
     let plain = modelc().arg("run").arg(m).args(gen).output().unwrap();
     assert_ok(&plain);
     for line in [
@@ -628,12 +637,7 @@ fn model_flag_no_conversation_and_huge_compiled_context() {
     ] {
         let line: Vec<String> = line.iter().map(|a| a.replace("THE_MODEL", m)).collect();
         let (head, tail) = line.split_at(1);
-        let out = modelc()
-            .args(head)
-            .args(gen)
-            .args(tail)
-            .output()
-            .unwrap();
+        let out = modelc().args(head).args(gen).args(tail).output().unwrap();
         assert_ok(&out);
         assert_eq!(out.stdout, plain.stdout, "{line:?}");
     }
@@ -660,5 +664,48 @@ fn model_flag_no_conversation_and_huge_compiled_context() {
     assert_eq!(w.len(), 1, "{}", stderr(&out));
     assert!(w[0].contains("could not run the runner"), "{}", w[0]);
     assert!(runner.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A runner refuses a model whose hyperparameters changed after it was compiled (they are
+/// compiled into its program), not only one whose tensors changed.
+#[test]
+fn runner_refuses_changed_hyperparameters() {
+    let Some(model) = model() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args_hparams");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("m.gguf");
+    std::fs::copy(&model, &copy).unwrap();
+    let runner = dir.join("smol");
+    let out = modelc()
+        .arg("compile")
+        .arg(&copy)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", "128", "--ubatch", "1,16"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let gen = ["-p", "hi", "-n", "2", "--temp", "0", "-t", "1"];
+    assert_ok(&Command::new(&runner).args(gen).output().unwrap());
+    // The f32 after a metadata key (its type tag, then the value) rewritten in place.
+    let patch = |key: &str, value: f32| {
+        let mut bytes = std::fs::read(&copy).unwrap();
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key.as_bytes())
+            .unwrap_or_else(|| panic!("{key} not in the file"));
+        let v = at + key.len() + 4;
+        assert_eq!(
+            &bytes[at + key.len()..v],
+            &6u32.to_le_bytes(),
+            "{key}: not an f32"
+        );
+        bytes[v..v + 4].copy_from_slice(&value.to_le_bytes());
+        std::fs::write(&copy, bytes).unwrap();
+    };
+    patch("llama.rope.freq_base", 10.0);
+    let out = Command::new(&runner).args(gen).output().unwrap();
+    assert_one_line_error(&out, "its tensors or hyperparameters differ");
     let _ = std::fs::remove_dir_all(&dir);
 }

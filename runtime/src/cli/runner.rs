@@ -140,7 +140,7 @@ fn open_checked(
     let fp = fingerprint(&gguf);
     anyhow::ensure!(
         fp == artifact.fingerprint,
-        "{} is not the model this runner was compiled for ({}): its tensor table differs (fingerprint {fp}, expected {}); compile a runner for it with `modelc compile`",
+        "{} is not the model this runner was compiled for ({}): its tensors or hyperparameters differ (fingerprint {fp}, expected {}); compile a runner for it with `modelc compile`",
         path.display(),
         artifact.model_name.as_deref().unwrap_or("unnamed"),
         artifact.fingerprint
