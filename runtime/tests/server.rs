@@ -1280,22 +1280,66 @@ fn llama_server_details() {
         let r = post(port, "/apply-template", &body);
         assert_eq!(r.json()["prompt"], want, "{body}");
     }
-    for (body, msg) in [
+    // Malformed messages: llama-server's statuses and messages, in its order of checks.
+    let bad = |m: Value| json!({"messages": [m]});
+    let cases = [
         (
             json!({"messages": [user_hi, {"role": "assistant", "content": "a"},
                              {"role": "assistant", "content": "b"}]}),
+            400,
             "Cannot have 2 or more assistant messages at the end of the list.",
         ),
         (
             json!({"messages": [user_hi, {"role": "assistant", "content": "a"}],
                 "continue_final_message": true}),
+            400,
             "Cannot set both add_generation_prompt and continue_final_message to true.",
         ),
-    ] {
+        (
+            bad(json!({"role": "user"})),
+            400,
+            "All non-assistant messages must contain 'content'",
+        ),
+        (
+            bad(json!({"role": "assistant"})),
+            400,
+            "Assistant message must contain either 'content' or 'tool_calls'!",
+        ),
+        (
+            bad(json!({"role": "user", "content": 123})),
+            400,
+            "Expected 'content' to be a string or an array",
+        ),
+        (
+            bad(json!({"role": "user", "content": [{"text": "a"}]})),
+            400,
+            "unsupported content[].type",
+        ),
+        (
+            bad(json!({"role": "user", "content": [{"type": "image_url"}]})),
+            500,
+            "image input is not supported - hint: if this is unexpected, you may need to \
+             provide the mmproj",
+        ),
+        (
+            bad(json!({"content": "hi"})),
+            500,
+            "Failed to parse messages: Missing 'role' in message: {\"content\":\"hi\"}",
+        ),
+    ];
+    for (body, status, msg) in cases {
         let r = post(port, "/apply-template", &body);
-        assert_error(&r, 400, "invalid_request_error");
-        assert_eq!(r.json()["error"]["message"], msg);
+        let kind = if status == 400 {
+            "invalid_request_error"
+        } else {
+            "server_error"
+        };
+        assert_error(&r, status, kind);
+        assert_eq!(r.json()["error"]["message"], msg, "{body}");
     }
+    // A method a path does not serve: llama-server's 404, not an empty 405.
+    let r = get(port, "/v1/chat/completions");
+    assert_error(&r, 404, "not_found_error");
     // The reply to a prefill starts with it (whole, and in the first streamed delta), and
     // goes on as a plain completion of the rendered prompt does.
     let prefill = json!({"max_tokens": 4, "temperature": 0, "messages": [

@@ -477,6 +477,9 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/stream", get(stream::get).delete(stream::delete))
         .route("/v1/streams/lookup", post(stream::lookup))
         .fallback(not_found)
+        // A known path with another method: llama-server's 404 too (its HTTP layer matches
+        // method and path together), not an empty 405.
+        .method_not_allowed_fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(st.clone(), gate))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(st)

@@ -389,40 +389,79 @@ enum Continuation {
     Reasoning,
 }
 
-/// A message's text parts joined: with `"\n"` in the messages a template renders
-/// (llama.cpp's `concat_content_parts`), with `"\n\n"` in a continued final message
-/// (`common_chat_msg::render_content`). A string content is itself; no content is empty.
-fn content_text(i: usize, content: Option<&Value>, sep: &str) -> Result<String, ApiError> {
-    let parts = match content {
-        None | Some(Value::Null) => return Ok(String::new()),
-        Some(Value::String(s)) => return Ok(s.clone()),
-        Some(Value::Array(parts)) => parts,
-        Some(v) => {
-            return Err(ApiError::invalid(format!(
-                "\"messages\"[{i}].content must be a string or a list of text parts, not {v}"
-            )))
+/// llama-server's checks of a chat request's messages, in its order and with its messages
+/// (`oaicompat_chat_params_parse`, then `common_chat_msgs_parse_oaicompat`, whose errors it
+/// reports as 500 "Failed to parse messages: …"): content where a role needs it, content a
+/// string, null or a list of parts, parts of type text (media: 500, no projector here).
+fn check_messages(messages: &[Value]) -> Result<(), ApiError> {
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = m.get("content");
+        if role != "assistant" && content.is_none() {
+            return Err(ApiError::invalid(
+                "All non-assistant messages must contain 'content'",
+            ));
         }
-    };
-    let mut text = String::new();
-    for p in parts {
-        match (
-            p.get("type").and_then(Value::as_str),
-            p.get("text").and_then(Value::as_str),
-        ) {
-            (Some("text"), Some(t)) => {
-                if !text.is_empty() {
-                    text.push_str(sep);
-                }
-                text.push_str(t);
+        if role == "assistant" && content.is_none() {
+            if m.get("tool_calls").is_none() {
+                return Err(ApiError::invalid(
+                    "Assistant message must contain either 'content' or 'tool_calls'!",
+                ));
             }
-            _ => {
-                return Err(ApiError::invalid(format!(
-                    "\"messages\"[{i}].content: only parts of type \"text\" are supported"
-                )))
+            continue;
+        }
+        let parts = match content {
+            Some(Value::Array(parts)) => parts,
+            Some(Value::String(_) | Value::Null) | None => continue,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "Expected 'content' to be a string or an array",
+                ))
+            }
+        };
+        for p in parts {
+            let media = match p.get("type").and_then(Value::as_str).unwrap_or("") {
+                "text" => continue,
+                "image_url" => "image",
+                "input_audio" => "audio",
+                "input_video" | "video_url" => "video",
+                _ => return Err(ApiError::invalid("unsupported content[].type")),
+            };
+            return Err(ApiError::server(format!(
+                "{media} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+            )));
+        }
+    }
+    for m in messages {
+        let parse_error = |e: String| ApiError::server(format!("Failed to parse messages: {e}"));
+        if m.get("role").is_none() {
+            return Err(parse_error(format!("Missing 'role' in message: {m}")));
+        }
+        if let Some(Value::Array(parts)) = m.get("content") {
+            if let Some(p) = parts.iter().find(|p| !p["text"].is_string()) {
+                return Err(parse_error(format!(
+                    "a text part without a string 'text': {p}"
+                )));
             }
         }
     }
-    Ok(text)
+    Ok(())
+}
+
+/// A message's text parts joined (after [`check_messages`]): with `"\n"` in the messages
+/// a template renders (llama.cpp's `concat_content_parts`), with `"\n\n"` in a continued
+/// final message (`common_chat_msg::render_content`). A string content is itself; no
+/// content is empty.
+fn content_text(content: Option<&Value>, sep: &str) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(sep),
+        _ => String::new(),
+    }
 }
 
 /// `messages` (a list of objects) rendered with the model's chat template, as llama-server
@@ -443,6 +482,12 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
         None => return Err(ApiError::invalid("\"messages\" is required")),
     };
+    if let Some(i) = messages.iter().position(|m| !m.is_object()) {
+        return Err(ApiError::invalid(format!(
+            "\"messages\"[{i}] must be an object"
+        )));
+    }
+    check_messages(messages)?;
     let mut flat = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let Value::Object(o) = m else {
@@ -452,7 +497,7 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         };
         let mut o = o.clone();
         if let Some(Value::Array(_)) = o.get("content") {
-            let text = content_text(i, o.get("content"), "\n")?;
+            let text = content_text(o.get("content"), "\n");
             o.insert("content".into(), Value::String(text));
         }
         flat.push(Value::Object(o));
@@ -506,10 +551,9 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
     // The final message continued: the others rendered, then the assistant's header (what
     // the generation prompt adds to them), then its content. A message with nothing in it
     // adds neither (llama.cpp's `continue_msg.empty()`).
-    let i = flat.len() - 1;
-    let original = &messages[i];
-    let content = content_text(i, original.get("content"), "\n\n")?;
-    let reasoning = content_text(i, original.get("reasoning_content"), "\n\n")?;
+    let original = &messages[flat.len() - 1];
+    let content = content_text(original.get("content"), "\n\n");
+    let reasoning = content_text(original.get("reasoning_content"), "\n\n");
     let calls = last
         .get("tool_calls")
         .is_some_and(|c| c.as_array().is_some_and(|a| !a.is_empty()));
