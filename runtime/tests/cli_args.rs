@@ -523,9 +523,9 @@ fn load_modes_read_or_map_the_same_model() {
 
 /// Every numeric generation flag takes llama.cpp's range (`common/arg.cpp`,
 /// `tools/completion` at 0c1e570) or is refused in one line that says modelc is stricter:
-/// `--repeat-last-n` below 0 and `--repeat-penalty` 0 or infinite are refused as llama.cpp
-/// refuses them; `--temp` / `--top-p` / `--min-p` NaN or infinite are refused (llama.cpp takes
-/// them); `--temp -1` is greedy, `--repeat-penalty -1` is taken, `-c 3` warns and uses 8.
+/// `--repeat-last-n` below 0 and `--repeat-penalty` 0, negative or infinite are refused as
+/// llama.cpp refuses them; `--temp` / `--top-p` / `--min-p` NaN or infinite are refused
+/// (llama.cpp takes them); `--temp -1` is greedy, `-c 3` warns and uses 8.
 #[test]
 fn numeric_flags_take_llama_cpp_ranges() {
     for (args, want) in [
@@ -539,7 +539,11 @@ fn numeric_flags_take_llama_cpp_ranges() {
         ),
         (
             &["--repeat-penalty", "0"][..],
-            "--repeat-penalty 0: must be a finite number other than 0",
+            "--repeat-penalty 0: must be finite and greater than 0",
+        ),
+        (
+            &["--repeat-penalty", "-1"][..],
+            "--repeat-penalty -1: must be finite and greater than 0",
         ),
         (&["--repeat-penalty", "inf"][..], "--repeat-penalty inf"),
         (
@@ -570,7 +574,7 @@ fn numeric_flags_take_llama_cpp_ranges() {
     let out = modelc()
         .arg("run")
         .arg(&model)
-        .args(["-p", "hi", "-n", "1", "--repeat-penalty", "-1", "-c", "3"])
+        .args(["-p", "hi", "-n", "1", "--repeat-penalty", "1.1", "-c", "3"])
         .output()
         .unwrap();
     assert_ok(&out);

@@ -220,11 +220,13 @@ impl GenArgs {
             }
             check_finite(flag, v)?;
         }
-        // llama.cpp: "repeat-penalty must be finite and greater than 0", checked as x and
-        // 1/x finite (so 0 is refused; a negative value passes).
+        // llama.cpp 0c1e570 (`common/arg.cpp`): "repeat-penalty must be finite and greater
+        // than 0", checked as x > 0 with x and 1/x finite.
         anyhow::ensure!(
-            self.repeat_penalty.is_finite() && (1.0 / self.repeat_penalty).is_finite(),
-            "--repeat-penalty {}: must be a finite number other than 0 (1.0 disables)",
+            self.repeat_penalty.is_finite()
+                && self.repeat_penalty > 0.0
+                && (1.0 / self.repeat_penalty).is_finite(),
+            "--repeat-penalty {}: must be finite and greater than 0 (1.0 disables)",
             self.repeat_penalty
         );
         anyhow::ensure!(

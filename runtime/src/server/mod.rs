@@ -677,6 +677,7 @@ mod tests {
             metrics: false,
             slots: false,
             no_slots: false,
+            no_prefill_assistant: false,
             max_body: 1024,
             cont_batching: false,
             no_webui: false,
