@@ -228,8 +228,8 @@ fn argmax(cand: &[(u32, f32)]) -> u32 {
 }
 
 /// [`argmax`] of the logits themselves (candidate `i` is id `i`): the lowest id of the
-/// largest value, NaN never chosen, 0 when nothing is chosen. Two plain passes (the maximum,
-/// then its first position), which the compiler vectorizes.
+/// largest value, NaN never chosen, 0 when nothing is chosen: the maximum, then its first
+/// position.
 fn argmax_logits(logits: &[f32]) -> u32 {
     // Sixteen running maxima (vectorized: one `maxps` per 16 logits), NaN skipped by the
     // comparison; which of ±0 wins does not matter, `==` finds either.
@@ -253,7 +253,12 @@ fn argmax_logits(logits: &[f32]) -> u32 {
 
 /// Sorts the candidates by logit, descending (ties by id).
 fn sort_desc(cand: &mut [(u32, f32)]) {
-    cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    cand.sort_by(rank);
+}
+
+/// The order of [`sort_desc`]: logit descending by `total_cmp`, ties by id.
+fn rank(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 /// llama.cpp's `top_k`: with `k > 0`, the `k` highest logits, sorted descending (ties by id);
@@ -264,17 +269,16 @@ fn top_k(cand: &mut Vec<(u32, f32)>, sorted: &mut bool, k: i32) {
     }
     let k = (k as usize).min(cand.len());
     if !*sorted && k > 0 && k < cand.len() {
-        cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        cand.select_nth_unstable_by(k - 1, rank);
     }
     cand.truncate(k);
     sort_desc(cand);
     *sorted = true;
 }
 
-/// Whether candidate `a` ranks before `b` in [`sort_desc`]'s order (logit descending by
-/// `total_cmp`, ties by id).
+/// Whether candidate `a` comes before `b` in [`rank`]'s order.
 fn ranks_before(a: (u32, f32), b: (u32, f32)) -> bool {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)) == std::cmp::Ordering::Less
+    rank(&a, &b) == std::cmp::Ordering::Less
 }
 
 /// [`top_k`] of the whole vocabulary (candidate `i` is id `i` with `logits[i]`) into `out`,

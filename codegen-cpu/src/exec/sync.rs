@@ -10,8 +10,7 @@
 //!
 //! Owned runs, not one shared counter: with a shared counter every chunk cost two
 //! read-modify-writes of a line the other thread had just written, ~0.3 ms of a SmolLM2
-//! decode step (about 180 phases of 16 chunks), and a thread's chunks were scattered over
-//! the weight, so each restarted the prefetch.
+//! decode step (about 180 phases of 16 chunks).
 //!
 //! Waiting spins with `pause` and yields the core after a while (the machine is shared). A
 //! thread that fails (a panic caught by the step) poisons the step, so the others leave

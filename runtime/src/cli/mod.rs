@@ -153,14 +153,11 @@ pub(crate) fn model_flag_to_positional(
             ("-m" | "--model", None) if i + 1 < args.len() => (Some(args[i + 1].clone()), 2),
             _ => (None, 0),
         };
-        match model {
-            Some(m) => {
-                args.drain(i..i + taken);
-                args.insert(2, m);
-                i += 1;
-            }
-            None => i += 1,
+        if let Some(m) = model {
+            args.drain(i..i + taken);
+            args.insert(2, m);
         }
+        i += 1;
     }
     args
 }

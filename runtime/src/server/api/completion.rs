@@ -488,20 +488,19 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         )));
     }
     check_messages(messages)?;
-    let mut flat = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        let Value::Object(o) = m else {
-            return Err(ApiError::invalid(format!(
-                "\"messages\"[{i}] must be an object"
-            )));
-        };
-        let mut o = o.clone();
-        if let Some(Value::Array(_)) = o.get("content") {
-            let text = content_text(o.get("content"), "\n");
-            o.insert("content".into(), Value::String(text));
-        }
-        flat.push(Value::Object(o));
-    }
+    // Each message (all objects, checked above) with its text parts joined.
+    let flat: Vec<Value> = messages
+        .iter()
+        .filter_map(Value::as_object)
+        .map(|o| {
+            let mut o = o.clone();
+            if let Some(Value::Array(_)) = o.get("content") {
+                let text = content_text(o.get("content"), "\n");
+                o.insert("content".into(), Value::String(text));
+            }
+            Value::Object(o)
+        })
+        .collect();
     let mut continuation = match body.get("continue_final_message") {
         Some(Value::Bool(true)) => Continuation::Content,
         Some(Value::String(s)) if s == "content" => Continuation::Content,
@@ -539,8 +538,9 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         )
         .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
     };
-    let Some((last, before)) = flat
+    let Some((original, before)) = messages
         .split_last()
+        .map(|(last, _)| (last, &flat[..flat.len() - 1]))
         .filter(|_| continuation != Continuation::None)
     else {
         return Ok(ChatPrompt {
@@ -551,10 +551,9 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
     // The final message continued: the others rendered, then the assistant's header (what
     // the generation prompt adds to them), then its content. A message with nothing in it
     // adds neither (llama.cpp's `continue_msg.empty()`).
-    let original = &messages[flat.len() - 1];
     let content = content_text(original.get("content"), "\n\n");
     let reasoning = content_text(original.get("reasoning_content"), "\n\n");
-    let calls = last
+    let calls = original
         .get("tool_calls")
         .is_some_and(|c| c.as_array().is_some_and(|a| !a.is_empty()));
     if calls {
@@ -581,10 +580,10 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
     text.push_str(&with_header[common..]);
     // Reasoning continues inside reasoning markers, which no template here has; content
     // (also the `true` form when the message has content) is appended.
-    let prefill = match continuation {
-        Continuation::Reasoning => String::new(),
-        _ if content.is_empty() => String::new(),
-        _ => content,
+    let prefill = if continuation == Continuation::Reasoning {
+        String::new()
+    } else {
+        content
     };
     text.push_str(&prefill);
     Ok(ChatPrompt { text, prefill })
