@@ -67,6 +67,8 @@ fn main() -> anyhow::Result<()> {
         s.eval(seq, &prompt, false)?;
     }
     let mut times = vec![Vec::with_capacity(ROUNDS); SIZES.len()];
+    // The rows of every step in one vector, as the server keeps them.
+    let mut rows = Vec::new();
     for round in 0..ROUNDS as u32 {
         for (i, &n) in SIZES.iter().enumerate() {
             let batch: Vec<BatchToken> = (first[i]..first[i] + n)
@@ -77,7 +79,7 @@ fn main() -> anyhow::Result<()> {
                 })
                 .collect();
             let t0 = Instant::now();
-            s.decode_batch(&batch)?;
+            s.decode_batch_into(&batch, &mut rows)?;
             times[i].push(t0.elapsed().as_secs_f64());
         }
     }

@@ -42,6 +42,10 @@ pub struct MemoryReport {
 pub struct Session<'w> {
     engine: Box<dyn Engine + 'w>,
     kv: KvCache,
+    /// Logit rows of the last engine call of [`Session::decode_batch_into`] where they
+    /// must be reordered: kept between calls, so that a step's megabytes of rows land in
+    /// memory already mapped, not in pages the kernel must fault in and zero each step.
+    rows: Vec<f32>,
 }
 
 impl<'w> Session<'w> {
@@ -52,7 +56,11 @@ impl<'w> Session<'w> {
     /// the memory available).
     pub fn new(engine: Box<dyn Engine + 'w>, n_seq_max: usize) -> anyhow::Result<Session<'w>> {
         let kv = KvCache::new(engine.kv_layout().clone(), n_seq_max)?;
-        Ok(Session { engine, kv })
+        Ok(Session {
+            engine,
+            kv,
+            rows: Vec::new(),
+        })
     }
 
     /// A session with one sequence (id 0), as the runner and `modelc run` use.
@@ -220,6 +228,22 @@ impl<'w> Session<'w> {
     /// run asks for rows other than its last. Sequences evaluated before an error keep
     /// their tokens; the failing call's sequences are left as they were.
     pub fn decode_batch(&mut self, batch: &[BatchToken]) -> anyhow::Result<Vec<f32>> {
+        let mut out = Vec::new();
+        self.decode_batch_into(batch, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Session::decode_batch`] into `out` (its contents replaced): a caller that steps
+    /// many times (the server) passes the same vector each time, and the rows are written
+    /// where the last step's were. On an error `out`'s contents are unspecified.
+    ///
+    /// # Errors
+    /// As [`Session::decode_batch`].
+    pub fn decode_batch_into(
+        &mut self,
+        batch: &[BatchToken],
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
         let n_vocab = self.n_vocab();
         // Where each token's logits go in the result.
         let mut row_of = Vec::with_capacity(batch.len());
@@ -228,19 +252,30 @@ impl<'w> Session<'w> {
             row_of.push(b.logits.then_some(n_rows));
             n_rows += usize::from(b.logits);
         }
-        let mut out = vec![0f32; n_rows * n_vocab];
+        out.clear();
         if self.engine.mixes_runs() {
             if let Some(runs) = self.mixable_runs(batch) {
-                let rows = self.decode_runs(batch, &runs)?;
-                for (j, &(_, end)) in runs.iter().enumerate() {
-                    if let Some(r) = row_of[end - 1] {
-                        out[r * n_vocab..(r + 1) * n_vocab]
-                            .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                if n_rows == runs.len() {
+                    // Every run's last token wants logits: the engine's rows are the result.
+                    return self.decode_runs(batch, &runs, out);
+                }
+                let mut rows = std::mem::take(&mut self.rows);
+                rows.clear();
+                let done = self.decode_runs(batch, &runs, &mut rows);
+                if done.is_ok() {
+                    out.resize(n_rows * n_vocab, 0.0);
+                    for (j, &(_, end)) in runs.iter().enumerate() {
+                        if let Some(r) = row_of[end - 1] {
+                            out[r * n_vocab..(r + 1) * n_vocab]
+                                .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                        }
                     }
                 }
-                return Ok(out);
+                self.rows = rows;
+                return done;
             }
         }
+        out.resize(n_rows * n_vocab, 0.0);
         let mut count: std::collections::HashMap<SeqId, usize> = Default::default();
         for b in batch {
             *count.entry(b.seq).or_default() += 1;
@@ -249,13 +284,19 @@ impl<'w> Session<'w> {
             .filter(|&i| count[&batch[i].seq] == 1)
             .collect();
         if single.len() >= 2 {
-            let rows = self.decode_singles(batch, &single)?;
-            for (j, &i) in single.iter().enumerate() {
-                if let Some(r) = row_of[i] {
-                    out[r * n_vocab..(r + 1) * n_vocab]
-                        .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            let done = self.decode_singles(batch, &single, &mut rows);
+            if done.is_ok() {
+                for (j, &i) in single.iter().enumerate() {
+                    if let Some(r) = row_of[i] {
+                        out[r * n_vocab..(r + 1) * n_vocab]
+                            .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                    }
                 }
             }
+            self.rows = rows;
+            done?;
         }
         let mut start = 0;
         while start < batch.len() {
@@ -282,7 +323,7 @@ impl<'w> Session<'w> {
             }
             start = end;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The batch cut into runs of consecutive tokens of one sequence (`batch[start..end]`),
@@ -310,13 +351,14 @@ impl<'w> Session<'w> {
     }
 
     /// The runs `batch[start..end]` of distinct sequences in one [`Engine::decode_runs`]
-    /// call; returns each run's last logit row, in order. On an error every run's sequence
-    /// is left as it was.
+    /// call; appends each run's last logit row to `rows`, in order. On an error every run's
+    /// sequence is left as it was.
     fn decode_runs(
         &mut self,
         batch: &[BatchToken],
         runs: &[(usize, usize)],
-    ) -> anyhow::Result<Vec<f32>> {
+        rows: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
         let mut streams = Vec::with_capacity(runs.len());
         for &(start, _) in runs {
             streams.push(self.kv.stream_for(batch[start].seq)?);
@@ -332,9 +374,8 @@ impl<'w> Session<'w> {
             .zip(&positions)
             .map(|(t, &pos0)| SeqRun { tokens: t, pos0 })
             .collect();
-        let mut rows = Vec::with_capacity(runs.len() * self.n_vocab());
         let mut kvs = self.kv.lend_many(&streams)?;
-        let done = self.engine.decode_runs(&mut kvs, &seq_runs, &mut rows);
+        let done = self.engine.decode_runs(&mut kvs, &seq_runs, rows);
         let written: Vec<usize> = kvs.iter().map(|k| k.written).collect();
         drop(kvs);
         for (j, &s) in streams.iter().enumerate() {
@@ -347,16 +388,18 @@ impl<'w> Session<'w> {
                 }
             }
         }
-        done.map(|()| rows)
+        done
     }
 
     /// One token of each of the sequences of `batch[i]` for `i` in `which` (distinct
-    /// sequences), in one [`Engine::decode_seqs`] call; returns their logit rows in order.
+    /// sequences), in one [`Engine::decode_seqs`] call; appends their logit rows to `rows`,
+    /// in order.
     fn decode_singles(
         &mut self,
         batch: &[BatchToken],
         which: &[usize],
-    ) -> anyhow::Result<Vec<f32>> {
+        rows: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
         let mut streams = Vec::with_capacity(which.len());
         for &i in which {
             streams.push(self.kv.stream_for(batch[i].seq)?);
@@ -364,11 +407,8 @@ impl<'w> Session<'w> {
         let positions: Vec<usize> = streams.iter().map(|&s| self.kv.n_past(s)).collect();
         let tokens: Vec<TokenId> = which.iter().map(|&i| batch[i].token).collect();
         self.kv.check_room(tokens.len())?;
-        let mut rows = Vec::with_capacity(which.len() * self.n_vocab());
         let mut kvs = self.kv.lend_many(&streams)?;
-        let done = self
-            .engine
-            .decode_seqs(&mut kvs, &tokens, &positions, &mut rows);
+        let done = self.engine.decode_seqs(&mut kvs, &tokens, &positions, rows);
         let written: Vec<usize> = kvs.iter().map(|k| k.written).collect();
         drop(kvs);
         for (j, &s) in streams.iter().enumerate() {
@@ -381,7 +421,7 @@ impl<'w> Session<'w> {
                 }
             }
         }
-        done.map(|()| rows)
+        done
     }
 
     /// Truncates sequence `seq` to its first `n` positions (no-op for a sequence holding

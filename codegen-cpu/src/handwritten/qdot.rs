@@ -892,14 +892,24 @@ pub(super) mod x86 {
         /// ggml's sign trick, `|x| · (y · sign(x))`, wrapping as `_mm256_sign_epi8` does.
         Sign,
         /// Unsigned weight quants times the activations as they are, plus `m_x · s_y` per
-        /// block ([`tile32_min`]'s form: Q4_1, Q5_1 with Q8_1).
+        /// block ([`tile32_min`]'s form: Q5_1 with Q8_1).
         Unsigned,
+        /// [`Products::Unsigned`] with `d_y` folded into the lanes' conversion (Q4_1 with
+        /// Q8_1, whose lane sums are small enough: [`tile32x8`]).
+        UnsignedFolded,
     }
+
+    /// `1.5 · 2^23` as f32 bits: an i32 lane started here and given a sum `s` with
+    /// `|s| < 2^22` reads as the f32 `1.5 · 2^23 + s`, exactly.
+    const MAGIC_BITS: i32 = 0x4B40_0000;
+    /// [`MAGIC_BITS`] as a value.
+    const MAGIC: f32 = 12_582_912.0;
 
     /// Bytes [`pack8`] writes per block: for each of the four column pairs, the two
     /// columns' 32 quants side by side (64), the lanes' start (16 × i32: `-128·Σy` of each
-    /// lane's four activations for [`Products::Offset`], else 0) and the two columns' `d`
-    /// in eight f32 lanes each (64); then the eight columns' `s` (Q8_1; 8 × f32).
+    /// lane's four activations for [`Products::Offset`]; `-MAGIC · d` of the lane's column
+    /// as f32 for [`Products::UnsignedFolded`]; else 0) and the two columns' `d` in eight
+    /// f32 lanes each (64); then the eight columns' `s` (Q8_1; 8 × f32).
     pub(in crate::handwritten) const PANEL_BLOCK_BYTES: usize = 4 * 192 + 32;
 
     /// Packs eight Q8_0 (`products` Offset or Sign) or Q8_1 (Unsigned) activation rows of
@@ -916,7 +926,7 @@ pub(super) mod x86 {
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let zero = _mm512_setzero_si512();
         let (act_bytes, qs) = match products {
-            Products::Unsigned => (Q8_1_BYTES, 4),
+            Products::Unsigned | Products::UnsignedFolded => (Q8_1_BYTES, 4),
             _ => (Q8_0_BYTES, 2),
         };
         for b in 0..nb {
@@ -929,15 +939,19 @@ pub(super) mod x86 {
                     _mm512_castsi256_si512(load32(y0.add(qs))),
                     load32(y1.add(qs)),
                 );
-                let start = match products {
-                    Products::Offset => _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy)),
-                    _ => zero,
-                };
                 let dy = _mm512_mask_blend_ps(
                     0xff00,
                     _mm512_set1_ps(f16_at(y0)),
                     _mm512_set1_ps(f16_at(y1)),
                 );
+                let start = match products {
+                    Products::Offset => _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy)),
+                    // Exact: MAGIC is 3 · 2^22 and d an f16 value.
+                    Products::UnsignedFolded => {
+                        _mm512_castps_si512(_mm512_mul_ps(dy, _mm512_set1_ps(-MAGIC)))
+                    }
+                    _ => zero,
+                };
                 _mm512_storeu_si512(o as *mut __m512i, qy);
                 _mm512_storeu_si512(o.add(64) as *mut __m512i, start);
                 _mm512_storeu_ps(o.add(128) as *mut f32, dy);
@@ -945,7 +959,9 @@ pub(super) mod x86 {
             let sy = ob.add(4 * 192) as *mut f32;
             for (c, row) in a.iter().enumerate() {
                 *sy.add(c) = match products {
-                    Products::Unsigned => f16_at(row.as_ptr().add(b * act_bytes + 2)),
+                    Products::Unsigned | Products::UnsignedFolded => {
+                        f16_at(row.as_ptr().add(b * act_bytes + 2))
+                    }
                     _ => 0.0,
                 };
             }
@@ -979,7 +995,8 @@ pub(super) mod x86 {
         let mut summs = [_mm256_setzero_ps(); 4];
         let bias = _mm512_set1_epi8(0x80u8 as i8);
         let zero = _mm512_setzero_si512();
-        let unsigned = products == Products::Unsigned;
+        let unsigned = matches!(products, Products::Unsigned | Products::UnsignedFolded);
+        let magic = _mm512_set1_epi32(MAGIC_BITS);
         for b in 0..nb {
             let mut ux = [zero; 4];
             let mut neg: [__mmask64; 4] = [0; 4];
@@ -1014,7 +1031,7 @@ pub(super) mod x86 {
                         ux[r] = _mm512_abs_epi8(q);
                         neg[r] = _mm512_movepi8_mask(q);
                     }
-                    Products::Unsigned => {
+                    Products::Unsigned | Products::UnsignedFolded => {
                         ux[r] = q;
                         // m_x·s_y of the eight columns: products of two f16 values, exact
                         // in f32, so the fused multiply-add rounds as ggml's add does.
@@ -1027,6 +1044,20 @@ pub(super) mod x86 {
                 let o = pb.add(p * 192);
                 let qy = _mm512_loadu_si512(o as *const __m512i);
                 let dy = _mm512_loadu_ps(o.add(128) as *const f32);
+                if products == Products::UnsignedFolded {
+                    // Each lane's sum s has |s| ≤ 4 · 15 · 128 < 2^13, so d_y·s (an f16
+                    // value times s) is exact in f32: g = fma(MAGIC + s, d_y, -MAGIC·d_y)
+                    // is d_y·s, and fma(d_x, g, acc) rounds d_x·d_y·s + acc once, as
+                    // fma(d_x·d_y, s, acc) does (d_x·d_y is exact too). Two fused
+                    // multiply-adds in place of a conversion, a multiply and one.
+                    let neg_magic_dy = _mm512_loadu_ps(o.add(64) as *const f32);
+                    for (r, accr) in accp.iter_mut().enumerate() {
+                        let lanes = _mm512_dpbusd_epi32(magic, ux[r], qy);
+                        let g = _mm512_fmadd_ps(_mm512_castsi512_ps(lanes), dy, neg_magic_dy);
+                        fmadd_broadcast(accr, g, dm.as_ptr().add(2 * r));
+                    }
+                    continue;
+                }
                 for (r, accr) in accp.iter_mut().enumerate() {
                     let start = _mm512_loadu_si512(o.add(64) as *const __m512i);
                     let lanes = match products {
@@ -1036,7 +1067,7 @@ pub(super) mod x86 {
                             ux[r],
                             _mm512_mask_sub_epi8(qy, neg[r], zero, qy),
                         ),
-                        Products::Unsigned => _mm512_dpbusd_epi32(zero, ux[r], qy),
+                        _ => _mm512_dpbusd_epi32(zero, ux[r], qy),
                     };
                     let d = _mm512_mul_ps(dy, dx[r]);
                     *accr = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), *accr);
@@ -1061,6 +1092,24 @@ pub(super) mod x86 {
             }
         }
         out
+    }
+
+    /// `acc = fma(g, *s, acc)`, `*s` a broadcast memory operand: one instruction whose
+    /// load LLVM cannot hoist into a register of its own (the 4 × 8 tile has none to
+    /// spare: its accumulators spill otherwise).
+    ///
+    /// # Safety
+    /// AVX-512 F; `s` valid for reading an f32.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn fmadd_broadcast(acc: &mut __m512, g: __m512, s: *const f32) {
+        std::arch::asm!(
+            "vfmadd231ps {acc}, {g}, dword ptr [{s}]{{1to16}}",
+            acc = inout(zmm_reg) *acc,
+            g = in(zmm_reg) g,
+            s = in(reg) s,
+            options(pure, readonly, nostack, preserves_flags),
+        );
     }
 
     /// A 32-value block's quants (256 bits) in both halves of a 512-bit register.
@@ -1126,7 +1175,7 @@ pub(super) mod x86 {
         q4_1_pack8,
         q4_1_q8_1_4x8,
         Q4_1_BYTES,
-        Products::Unsigned,
+        Products::UnsignedFolded,
         |x| nibbles32x2(x.add(4))
     );
     packed8!(

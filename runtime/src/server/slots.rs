@@ -186,6 +186,8 @@ pub fn run(
         .collect();
     let mut clock = 0u64;
     let mut next_task = 0i64;
+    // Each step's logit rows, written where the last step's were.
+    let mut rows: Vec<f32> = Vec::new();
     loop {
         // Take waiting requests into idle slots; block when there is nothing to do.
         while slots.iter().any(|s| s.active.is_none()) {
@@ -314,21 +316,18 @@ pub fn run(
             continue;
         }
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
-        let rows = match session.decode_batch(&batch) {
-            Ok(rows) => rows,
-            Err(e) => {
-                // Which slot failed is not known: every slot of the batch gets the error
-                // and starts over from an empty cache.
-                fail_all(
-                    session,
-                    &mut slots,
-                    shared,
-                    outbox,
-                    &format!("decode: {e:#}"),
-                );
-                continue;
-            }
-        };
+        if let Err(e) = session.decode_batch_into(&batch, &mut rows) {
+            // Which slot failed is not known: every slot of the batch gets the error and
+            // starts over from an empty cache.
+            fail_all(
+                session,
+                &mut slots,
+                shared,
+                outbox,
+                &format!("decode: {e:#}"),
+            );
+            continue;
+        }
         if let Ok(mut m) = shared.metrics.lock() {
             m.n_decode += 1;
             m.n_busy_slots += busy as u64;
