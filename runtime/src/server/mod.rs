@@ -98,6 +98,10 @@ pub struct ServerArgs {
     /// turn and adds a new assistant header after it).
     #[arg(long = "no-prefill-assistant")]
     pub no_prefill_assistant: bool,
+    /// `/infill` prompts put the suffix before the prefix (`--spm-infill`, the order some
+    /// models were trained with).
+    #[arg(long = "spm-infill")]
+    pub spm_infill: bool,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -264,7 +268,7 @@ impl Config {
                 Some(_) => body.i64("logprobs")?,
                 None => body.i64("n_probs")?,
             },
-            Api::Llama => body.i64("n_probs")?,
+            Api::Llama | Api::Infill => body.i64("n_probs")?,
         };
         if let Some(n) = n_probs {
             o.n_probs = usize::try_from(n).unwrap_or(0).min(n_vocab);
@@ -471,6 +475,7 @@ pub fn router(st: AppState) -> Router {
             "/v1/chat/completions/input_tokens",
             post(completion::chat_input_tokens),
         )
+        .route("/infill", post(completion::infill))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))

@@ -32,6 +32,9 @@ pub enum Api {
     OaiCompletion,
     /// OpenAI's `/v1/chat/completions`.
     OaiChat,
+    /// llama.cpp's `/infill`: a `/completion` whose prompt is built from the code around
+    /// the gap ([`super::infill`]).
+    Infill,
 }
 
 /// A request ready to run, with what its response needs.
@@ -67,6 +70,15 @@ pub async fn llama(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     run(st, &headers, body, Api::Llama).await
+}
+
+/// `POST /infill`.
+pub async fn infill(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    run(st, &headers, body, Api::Infill).await
 }
 
 /// `POST /v1/completions`.
@@ -118,6 +130,11 @@ async fn run(
     let req = match read_body(body).and_then(|b| parse(&st, &ready, &b, api)) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
+    };
+    // An infill request is answered as `/completion` is.
+    let api = match api {
+        Api::Infill => Api::Llama,
+        other => other,
     };
     if req.stream && req.prompts.len() > 1 {
         return ApiError::invalid("streaming several prompts in one request is not supported")
@@ -223,6 +240,18 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         Api::OaiChat => {
             let (tokens, prefill) = chat_prompt(st, ready, &body)?;
             (vec![tokens], prefill)
+        }
+        Api::Infill => {
+            let limits = super::infill::Limits {
+                n_batch: st.cfg.defaults.n_batch,
+                n_predict: st.cfg.defaults.n_predict,
+                n_ctx: ready.n_ctx_slot,
+                spm: st.cfg.args.spm_infill,
+            };
+            (
+                vec![super::infill::prompt(vocab, &body, limits)?],
+                String::new(),
+            )
         }
         _ => match body.get("prompt") {
             None => return Err(ApiError::invalid("\"prompt\" is required")),
@@ -912,7 +941,7 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             })
     };
     match api {
-        Api::Llama => {
+        Api::Llama | Api::Infill => {
             let mut v = llama_final(ready, req, f, &c.content);
             if let (Some(p), Some(o)) = (probs(), v.as_object_mut()) {
                 o.insert("completion_probabilities".into(), Value::Array(p));
@@ -1039,7 +1068,7 @@ fn partial_json(
         .filter(|_| req.opts.n_probs > 0)
         .map(|p| vec![probs_json(&ready.vocab, p, req.opts.post_sampling_probs)]);
     match api {
-        Api::Llama => {
+        Api::Llama | Api::Infill => {
             let mut v = json!({
                 "index": 0,
                 "content": content,
@@ -1085,7 +1114,7 @@ fn partial_json(
 fn progress_json(ready: &Ready, req: &Request, api: Api, p: &Progress) -> Value {
     let mut v = match api {
         // llama-server's progress events carry a token id 0 (an empty token's).
-        Api::Llama => json!({
+        Api::Llama | Api::Infill => json!({
             "index": 0,
             "content": "",
             "tokens": [0],
@@ -1130,7 +1159,7 @@ fn chat_chunk(ready: &Ready, req: &Request, delta: Value, finish: Value) -> Valu
 fn final_stream_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Vec<Value> {
     let timings = timings_json(&f.completion.timings);
     match api {
-        Api::Llama => vec![llama_final(ready, req, f, "")],
+        Api::Llama | Api::Infill => vec![llama_final(ready, req, f, "")],
         Api::OaiCompletion => {
             let mut v = json!({
                 "choices": [{
