@@ -10,7 +10,8 @@
 //! - `embed`: `get_rows` (dequantized token embeddings);
 //! - `qdot`, `qdot_tiled`, `qdot_repack`, `fdot` (F16 / BF16): the row-dot kernels'
 //!   products ([`crate::rows`]);
-//!   `rowq`: their activation quantizers (ggml's Q8_0 / Q8_1 / Q8_K layouts);
+//!   `rowq`: their activation quantizers (ggml's Q8_0 / Q8_1 / Q8_K layouts); `amx`: the
+//!   AMX tiles some of them take their exact integer sums from, where the host has them;
 //! - `attention`: what the attention kernels share (KV rows, K/V to f32);
 //! - `flash`: llama.cpp's CPU flash attention (reference, tiled and split-KV kernels);
 //! - `soft_max_attn`: llama.cpp's attention without flash attention (`-fa off`).
@@ -27,6 +28,8 @@
 //! nothing here calls the interpreter, which stays the independent oracle of the tests.
 
 pub(crate) mod actq;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod attention;
 pub(crate) mod elementwise;
 pub(crate) mod embed;

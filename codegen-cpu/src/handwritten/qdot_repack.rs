@@ -223,7 +223,11 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::IQ4_NL => Some(b32_packed(x86::iq4_nl_pack16, x86::iq4_nl_x8x16)),
             GgmlType::Q4_K if super::has_vnni512() => Some(Packed8x16 {
                 pack: x86::q8_k_pack16,
-                tile: x86::q4_k_gemm_x8x16,
+                tile: if super::amx::has_amx() {
+                    x86::q4_k_gemm_amx_x8x16
+                } else {
+                    x86::q4_k_gemm_x8x16
+                },
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
@@ -909,6 +913,97 @@ mod x86 {
         q4_k_x8x16::<false, Cols16>(w, panel, nb)
     }
 
+    /// [`q4_k_gemm_x8x16`] with the integer sums from AMX tiles ([`super::super::amx`]):
+    /// per sub-block pair, `tdpbusd` gives each sub-block's exact `Σ q·y` for the eight
+    /// rows and sixteen columns; `sc_a·Σ_a + sc_b·Σ_b` is then formed in f32, exactly (every
+    /// term and partial sum is an integer below 2^24: |Σ q·y| ≤ 32 · 15 · 128, scales
+    /// ≤ 63), where the AVX-512 tile forms it with `vpmulld`. The f32 operations after that
+    /// are [`q4_k_gemm_x8x16`]'s, so each output is the same bit for bit.
+    ///
+    /// # Safety
+    /// As [`q4_k_gemm_x8x16`], and [`super::super::amx::has_amx`] is true.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
+    pub(super) unsafe fn q4_k_gemm_amx_x8x16(
+        w: &[&[u8]; 8],
+        panel: *const u8,
+        nb: usize,
+    ) -> [[f32; 8]; 16] {
+        use super::super::amx;
+        amx::configure();
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let mut acc_min = [_mm512_setzero_ps(); 8];
+        let mut q = [[[0u32; 8]; 8]; 8];
+        let mut sc = [[0u32; 16]; 8];
+        let mut dx = [0f32; 8];
+        // The scales as f32, row `i`'s sub-block `j` at `scf[i][j]`.
+        let mut scf = [[0f32; 8]; 8];
+        // The two C tiles of a pair, twice (pairs alternate): 8 rows × 16 columns of i32.
+        let mut sums = [[[[0i32; 16]; 8]; 2]; 2];
+        for b in 0..nb {
+            let o = panel.add(b * Q8_K_PANEL16_BYTES);
+            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+            q4_k_unpack(w, b, &mut q, &mut sc, &mut dx);
+            for i in 0..8 {
+                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(sc[i].as_ptr() as *const __m256i));
+                _mm256_storeu_ps(scf[i].as_mut_ptr(), s);
+            }
+            let sc = std::hint::black_box(&sc);
+            q4_k_mins::<false, Cols16>(w, b, o, sc, dy, &mut acc_min);
+            let scf = std::hint::black_box(&scf);
+            // Row `i`'s sub-block `j` starts at `q[i][j]`: rows 8 · 32 bytes apart. Pair
+            // `p + 1`'s products are started before pair `p`'s sums are read, into the
+            // other C tiles and buffers, so that the tiles work while the vectors do.
+            let qp = q.as_ptr() as *const u8;
+            let products = |p: usize, sums: &mut [[[i32; 16]; 8]; 2]| {
+                let (ja, jb) = (2 * p, 2 * p + 1);
+                let args = (
+                    qp.add(32 * ja),
+                    qp.add(32 * jb),
+                    8 * 32,
+                    o.add(64 * 8 * ja),
+                    o.add(64 * 8 * jb),
+                    sums[0].as_mut_ptr() as *mut i32,
+                    sums[1].as_mut_ptr() as *mut i32,
+                );
+                if p % 2 == 1 {
+                    amx::two_subblocks::<true>(
+                        args.0, args.1, args.2, args.3, args.4, args.5, args.6,
+                    );
+                } else {
+                    amx::two_subblocks::<false>(
+                        args.0, args.1, args.2, args.3, args.4, args.5, args.6,
+                    );
+                }
+            };
+            products(0, &mut sums[0]);
+            for p in 0..4 {
+                if p + 1 < 4 {
+                    products(p + 1, &mut sums[(p + 1) % 2]);
+                }
+                let (ja, jb) = (2 * p, 2 * p + 1);
+                let s = std::hint::black_box(&sums[p % 2]);
+                for i in 0..8 {
+                    let a =
+                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[0][i].as_ptr() as *const __m512i));
+                    let bb =
+                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[1][i].as_ptr() as *const __m512i));
+                    let scaled = _mm512_fmadd_ps(
+                        a,
+                        _mm512_set1_ps(scf[i][ja]),
+                        _mm512_mul_ps(bb, _mm512_set1_ps(scf[i][jb])),
+                    );
+                    let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
+                    acc[i] = _mm512_fmadd_ps(scaled, d, acc[i]);
+                }
+            }
+        }
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
+    }
+
     /// [`q4_k_gemm_x8x16`] in the gemv kernel's order (`ir::ggml::RepackedRow::dot` with
     /// `RepackKernel::Gemv`): the same integer sums, added over the whole super-block before
     /// one fused multiply-add each for the values and the mins.
@@ -1109,6 +1204,77 @@ mod x86 {
         }
     }
 
+    /// Super-block `b` of eight Q4_K rows unpacked for the tiles: row `i`'s quants as
+    /// bytes (`q[i][j]`: sub-block `j`'s 32 values, 4-byte group `k` in `q[i][j][k]`), its
+    /// eight 6-bit scales then its eight mins in both halves of a u32 (`sc[i]`), its `d`.
+    ///
+    /// # Safety
+    /// AVX2, AVX-512F (inlined into such a caller); eight rows of more than `b` blocks.
+    #[inline(always)]
+    unsafe fn q4_k_unpack(
+        w: &[&[u8]; 8],
+        b: usize,
+        q: &mut [[[u32; 8]; 8]; 8],
+        sc: &mut [[u32; 16]; 8],
+        dx: &mut [f32; 8],
+    ) {
+        let m4 = _mm256_set1_epi8(0x0f);
+        for (i, row) in w.iter().enumerate() {
+            let x = row.as_ptr().add(144 * b);
+            for p in 0..4 {
+                let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+                let lo = _mm256_and_si256(qs, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+                _mm256_storeu_si256(q[i][2 * p].as_mut_ptr() as *mut __m256i, lo);
+                _mm256_storeu_si256(q[i][2 * p + 1].as_mut_ptr() as *mut __m256i, hi);
+            }
+            let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                scales_mins_k4(x.add(4)).as_ptr() as *const __m128i
+            ));
+            let sm = _mm512_mask_or_epi32(sm, 0xff00, sm, _mm512_slli_epi32(sm, 16));
+            _mm512_storeu_si512(sc[i].as_mut_ptr() as *mut __m512i, sm);
+            dx[i] = f16_at(x);
+        }
+    }
+
+    /// The mins part of super-block `b` (panel block at `o`) for the eight rows: the
+    /// exact integers `m·bsum` by `vpmaddwd` / `vpdpwssd`, then per sub-block pair (gemm
+    /// order) or per super-block (`GEMV`) `acc_min[i] = fma(mins, dmin·d_y, acc_min[i])`.
+    ///
+    /// # Safety
+    /// As [`q4_k_x8x16`]'s; `sc` from [`q4_k_unpack`] of the same super-block.
+    #[inline(always)]
+    unsafe fn q4_k_mins<const GEMV: bool, C: Cols>(
+        w: &[&[u8]; 8],
+        b: usize,
+        o: *const u8,
+        sc: &[[u32; 16]; 8],
+        dy: C::F,
+        acc_min: &mut [C::F; 8],
+    ) {
+        let bsum = |j: usize| C::load_i(o.add(4096 + 64 * j));
+        for i in 0..8 {
+            let dmin = C::mul_f(C::set1_f(f16_at(w[i].as_ptr().add(144 * b + 2))), dy);
+            let mut all = C::zero_i();
+            for p in 0..4 {
+                let m = |j: usize| C::set1_i(sc[i][8 + j] as i32);
+                let mins = C::dpwssd(
+                    C::madd(bsum(2 * p), m(2 * p)),
+                    bsum(2 * p + 1),
+                    m(2 * p + 1),
+                );
+                if GEMV {
+                    all = C::add_i(all, mins);
+                } else {
+                    acc_min[i] = C::fmadd(C::cvt(mins), dmin, acc_min[i]);
+                }
+            }
+            if GEMV {
+                acc_min[i] = C::fmadd(C::cvt(all), dmin, acc_min[i]);
+            }
+        }
+    }
+
     /// [`q4_k_gemm_x8x16`] (`GEMV` false: a fused multiply-add per pair of sub-blocks) and
     /// [`q4_k_gemv_x8x16`] (`GEMV` true: one per super-block). A `target_feature` function
     /// itself, so that the closures inside get the features (a closure takes those of the
@@ -1123,7 +1289,6 @@ mod x86 {
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
-        let m4 = _mm256_set1_epi8(0x0f);
         let mut acc = [C::zero_f(); 8];
         let mut acc_min = [C::zero_f(); 8];
         // Per super-block: each row's nibbles (row, sub-block, 4-byte group), scales and
@@ -1136,47 +1301,11 @@ mod x86 {
         let mut dx = [0f32; 8];
         for b in 0..nb {
             let o = panel.add(b * Q8_K_PANEL16_BYTES);
-            let bsum = |j: usize| C::load_i(o.add(4096 + 64 * j));
             let dy = C::load_f(o.add(4608));
-            for (i, row) in w.iter().enumerate() {
-                let x = row.as_ptr().add(144 * b);
-                for p in 0..4 {
-                    let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
-                    let lo = _mm256_and_si256(qs, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-                    _mm256_storeu_si256(q[i][2 * p].as_mut_ptr() as *mut __m256i, lo);
-                    _mm256_storeu_si256(q[i][2 * p + 1].as_mut_ptr() as *mut __m256i, hi);
-                }
-                let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                    scales_mins_k4(x.add(4)).as_ptr() as *const __m128i
-                ));
-                let sm = _mm512_mask_or_epi32(sm, 0xff00, sm, _mm512_slli_epi32(sm, 16));
-                _mm512_storeu_si512(sc[i].as_mut_ptr() as *mut __m512i, sm);
-                dx[i] = f16_at(x);
-            }
+            q4_k_unpack(w, b, &mut q, &mut sc, &mut dx);
             // Through memory: each scale is broadcast by a load, not moved from a register.
             let sc = std::hint::black_box(&sc);
-            // The mins part (exact integers `m·bsum` by `vpmaddwd` / `vpdpwssd`).
-            for i in 0..8 {
-                let dmin = C::mul_f(C::set1_f(f16_at(w[i].as_ptr().add(144 * b + 2))), dy);
-                let mut all = C::zero_i();
-                for p in 0..4 {
-                    let m = |j: usize| C::set1_i(sc[i][8 + j] as i32);
-                    let mins = C::dpwssd(
-                        C::madd(bsum(2 * p), m(2 * p)),
-                        bsum(2 * p + 1),
-                        m(2 * p + 1),
-                    );
-                    if GEMV {
-                        all = C::add_i(all, mins);
-                    } else {
-                        acc_min[i] = C::fmadd(C::cvt(mins), dmin, acc_min[i]);
-                    }
-                }
-                if GEMV {
-                    acc_min[i] = C::fmadd(C::cvt(all), dmin, acc_min[i]);
-                }
-            }
+            q4_k_mins::<GEMV, C>(w, b, o, sc, dy, &mut acc_min);
             let q = std::hint::black_box(&q);
             // Σ q·y of sub-block `j` for every row, scaled by the row's `sc`.
             let scaled = |j: usize| -> [C::I; 8] {
@@ -2262,6 +2391,26 @@ mod tests {
             (GgmlType::Q4_0, packed8x16_fn(GgmlType::Q4_0), true),
             (GgmlType::IQ4_NL, packed8x16_fn(GgmlType::IQ4_NL), true),
             (GgmlType::Q4_K, packed8x16_fn(GgmlType::Q4_K), true),
+            // Both Q4_K gemm tiles, whichever `packed8x16_fn` chose: the AVX-512 one and,
+            // where the host has AMX, the AMX one.
+            (
+                GgmlType::Q4_K,
+                packed8x16_fn(GgmlType::Q4_K).map(|p| Packed8x16 {
+                    tile: x86::q4_k_gemm_x8x16,
+                    ..p
+                }),
+                true,
+            ),
+            (
+                GgmlType::Q4_K,
+                packed8x16_fn(GgmlType::Q4_K)
+                    .filter(|_| super::super::amx::has_amx())
+                    .map(|p| Packed8x16 {
+                        tile: x86::q4_k_gemm_amx_x8x16,
+                        ..p
+                    }),
+                true,
+            ),
             (GgmlType::Q4_1, block_packed8x16_fn(GgmlType::Q4_1), false),
             (GgmlType::Q5_0, block_packed8x16_fn(GgmlType::Q5_0), false),
             (GgmlType::Q5_1, block_packed8x16_fn(GgmlType::Q5_1), false),

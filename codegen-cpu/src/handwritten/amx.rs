@@ -1,0 +1,153 @@
+//! Intel AMX (Advanced Matrix Extensions, Sapphire Rapids and later): the tile registers
+//! and `tdpbusd`, for integer products that several kernels reduce the same way.
+//!
+//! `tdpbusd C, A, B` adds to each i32 `C[m][n]` the exact sum over `k` of `A[m][k]` (u8)
+//! times `B[k / 4][4n + k % 4]` (i8): a matrix product with `B` in the "VNNI" layout, four
+//! bytes of `k` per column, which is how the packed activation panels of
+//! [`super::qdot_repack`] already lay out a sub-block (16 columns × 4 bytes per 64-byte
+//! row). The sums are exact integers, so a kernel that takes them from the tiles instead of
+//! from `vpdpbusd` computes the same numbers bit for bit; one `tdpbusd` does the work of 64
+//! `vpdpbusd` on 512-bit registers (measured on this machine kind: ~3.8 T multiply-adds/s
+//! per core against ~0.1 T).
+//!
+//! The tile registers need the kernel's permission (Linux ≥ 5.16:
+//! `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per process) and a tile
+//! configuration per thread (`ldtilecfg`), which [`configure`] loads on a thread's first
+//! use. One configuration serves every AMX kernel here ([`CONFIG`]).
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// Whether the host has AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25) and the
+/// kernel gave this process the tile state; `MODELC_NO_AMX=1` turns it off (to compare
+/// with the AVX-512 kernels, which compute the same numbers). Linux on x86-64 only.
+pub(crate) fn has_amx() -> bool {
+    static AMX: OnceLock<bool> = OnceLock::new();
+    *AMX.get_or_init(|| {
+        if std::env::var_os("MODELC_NO_AMX").is_some() || !super::has_vnni512() {
+            return false;
+        }
+        // CPUID leaf 7 exists on every x86-64 CPU with AVX-512 (checked above).
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        if leaf7.edx >> 24 & 1 == 0 || leaf7.edx >> 25 & 1 == 0 {
+            return false;
+        }
+        request_tile_permission()
+    })
+}
+
+/// Asks Linux for the AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, 18)`); false
+/// where it refuses (a kernel before 5.16, a hypervisor that hides the state) or on other
+/// systems.
+fn request_tile_permission() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const SYS_ARCH_PRCTL: i64 = 158;
+        const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+        const XFEATURE_XTILEDATA: i64 = 18;
+        let ret: i64;
+        // SAFETY: the arch_prctl system call reads only its two integer arguments; the
+        // `syscall` instruction clobbers rcx and r11, declared.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// The tile configuration of every AMX kernel here (palette 1): `tmm0`–`tmm1` are A tiles
+/// of 8 rows × 32 bytes (eight weight rows' 32 quants of a sub-block), `tmm2`–`tmm3` B
+/// tiles of 8 rows × 64 bytes (a sub-block of sixteen columns, 4 bytes of `k` each), and
+/// `tmm4`–`tmm7` C tiles of 8 rows × 16 i32.
+const CONFIG: [u8; 64] = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    // Bytes per row (u16 each, from byte 16) and rows (u8 each, from byte 48).
+    let colsb = [32u8, 32, 64, 64, 64, 64, 64, 64];
+    let mut t = 0;
+    while t < colsb.len() {
+        c[16 + 2 * t] = colsb[t];
+        c[48 + t] = 8;
+        t += 1;
+    }
+    c
+};
+
+thread_local! {
+    /// Whether this thread has loaded [`CONFIG`].
+    static CONFIGURED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Loads [`CONFIG`] into this thread's tile configuration unless it already has it.
+///
+/// # Safety
+/// [`has_amx`] is true.
+#[inline]
+pub(crate) unsafe fn configure() {
+    if !CONFIGURED.get() {
+        std::arch::asm!("ldtilecfg [{0}]", in(reg) CONFIG.as_ptr(), options(nostack, readonly));
+        CONFIGURED.set(true);
+    }
+}
+
+/// The exact sums of one 32-value sub-block for eight weight rows and sixteen columns,
+/// twice: `c0[m][n] = Σ_k a0[m][k] · b0[k / 4][4n + k % 4]` (u8 × i8), the same for `a1`,
+/// `b1` into `c1`. `a0`/`a1` are 8 rows of 32 bytes, `a_stride` bytes apart; `b0`/`b1` 8
+/// rows of 64 bytes, 64 bytes apart; `c0`/`c1` receive 8 rows of 16 i32, 64 bytes apart.
+///
+/// # Safety
+/// [`configure`] has run on this thread; every row readable / writable as described.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn two_subblocks<const ODD: bool>(
+    a0: *const u8,
+    a1: *const u8,
+    a_stride: usize,
+    b0: *const u8,
+    b1: *const u8,
+    c0: *mut i32,
+    c1: *mut i32,
+) {
+    // `ODD` takes the other pair of C tiles, so that a call's products need not wait for
+    // the previous call's C tiles to be stored.
+    macro_rules! pair {
+        ($c0:literal, $c1:literal) => {
+            std::arch::asm!(
+                "tileloadd tmm0, [{a0} + {sa}]",
+                "tileloadd tmm2, [{b0} + {s64}]",
+                concat!("tilezero ", $c0),
+                concat!("tdpbusd ", $c0, ", tmm0, tmm2"),
+                "tileloadd tmm1, [{a1} + {sa}]",
+                "tileloadd tmm3, [{b1} + {s64}]",
+                concat!("tilezero ", $c1),
+                concat!("tdpbusd ", $c1, ", tmm1, tmm3"),
+                concat!("tilestored [{c0} + {s64}], ", $c0),
+                concat!("tilestored [{c1} + {s64}], ", $c1),
+                a0 = in(reg) a0,
+                a1 = in(reg) a1,
+                sa = in(reg) a_stride,
+                b0 = in(reg) b0,
+                b1 = in(reg) b1,
+                s64 = in(reg) 64usize,
+                c0 = in(reg) c0,
+                c1 = in(reg) c1,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+    if ODD {
+        pair!("tmm6", "tmm7");
+    } else {
+        pair!("tmm4", "tmm5");
+    }
+}
