@@ -1340,6 +1340,33 @@ fn llama_server_details() {
     // A method a path does not serve: llama-server's 404, not an empty 405.
     let r = get(port, "/v1/chat/completions");
     assert_error(&r, 404, "not_found_error");
+    // llama-server's endpoints this server does not serve: its 501, saying which.
+    for (path, what) in [
+        ("/v1/embeddings", "embeddings"),
+        ("/embedding", "embeddings"),
+        ("/v1/rerank", "reranking"),
+        ("/v1/responses", "the Responses API"),
+    ] {
+        let r = post(port, path, &json!({"input": "hi"}));
+        assert_error(&r, 501, "not_supported_error");
+        let msg = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(msg.contains(what), "{path}: {msg}");
+    }
+    // /infill on a model without fill-in-the-middle tokens: llama-server's 501.
+    let r = post(
+        port,
+        "/infill",
+        &json!({"input_prefix": "a", "input_suffix": "b"}),
+    );
+    assert_error(&r, 501, "not_supported_error");
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Infill is not supported by this model: prefix token is missing. suffix token is \
+         missing. middle token is missing. "
+    );
     // The reply to a prefill starts with it (whole, and in the first streamed delta), and
     // goes on as a plain completion of the rendered prompt does.
     let prefill = json!({"max_tokens": 4, "temperature": 0, "messages": [

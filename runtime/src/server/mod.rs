@@ -450,6 +450,20 @@ async fn not_found() -> ApiError {
     ApiError::not_found("File Not Found")
 }
 
+/// llama-server's endpoints this server does not serve (embeddings, reranking, OpenAI's
+/// Responses API): llama-server's 501 `not_supported_error`, so that a client learns why
+/// instead of reading a 404 as a wrong URL.
+async fn not_served(uri: axum::http::Uri) -> ApiError {
+    let what = match uri.path() {
+        p if p.contains("embedding") => "embeddings",
+        p if p.contains("rerank") => "reranking",
+        _ => "the Responses API",
+    };
+    ApiError::not_supported(format!(
+        "This server does not support {what}: modelc serves text generation only"
+    ))
+}
+
 /// The routes (module doc).
 pub fn router(st: AppState) -> Router {
     use api::{completion, info, stream, tokens};
@@ -481,6 +495,14 @@ pub fn router(st: AppState) -> Router {
         .route("/apply-template", post(tokens::apply_template))
         .route("/v1/stream", get(stream::get).delete(stream::delete))
         .route("/v1/streams/lookup", post(stream::lookup))
+        .route("/embedding", post(not_served))
+        .route("/embeddings", post(not_served))
+        .route("/v1/embeddings", post(not_served))
+        .route("/rerank", post(not_served))
+        .route("/reranking", post(not_served))
+        .route("/v1/rerank", post(not_served))
+        .route("/v1/reranking", post(not_served))
+        .route("/v1/responses", post(not_served))
         .fallback(not_found)
         // A known path with another method: llama-server's 404 too (its HTTP layer matches
         // method and path together), not an empty 405.
