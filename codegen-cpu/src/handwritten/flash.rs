@@ -244,8 +244,22 @@ unsafe fn group_avx512(queries: &[Query<'_>]) -> bool {
     let (kv, d_k, d_v, lo, hi) = (a.kv, a.d_k, a.d_v, a.lo, a.hi);
     macro_rules! pass {
         ($g:literal, $nv:literal) => {{
-            for a in queries {
-                query_scores::<true>(a);
+            if d_k == 64 && kv.f16 && !kv.k_q8 {
+                // Each K row converted once for the group's queries.
+                for a in queries {
+                    for i in 0..d_k {
+                        *a.scratch.add(i) = round_f16(*a.q.add(i));
+                    }
+                }
+                let q16: [*const f32; $g] =
+                    std::array::from_fn(|i| queries[i].scratch as *const f32);
+                let scores: [*mut f32; $g] =
+                    std::array::from_fn(|i| queries[i].scratch.add(d_k + d_v));
+                scores64_group::<$g>(kv, q16, lo, hi, a.p, scores);
+            } else {
+                for a in queries {
+                    query_scores::<true>(a);
+                }
             }
             let acc: [*mut f32; $g] = std::array::from_fn(|i| queries[i].scratch.add(d_k));
             let scores: [*const f32; $g] = std::array::from_fn(|i| acc[i].add(d_v) as *const f32);
@@ -279,6 +293,66 @@ unsafe fn group_avx512(queries: &[Query<'_>]) -> bool {
         3 => sizes!(3),
         4 => sizes!(4),
         _ => false,
+    }
+}
+
+/// How many cells ahead the grouped passes over K and V rows prefetch: a decode step of
+/// many sequences reads their caches from L3 (a KV head's row of a cell is one or two
+/// cache lines, the cells a stride apart), and waited on each row's load.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_CELLS: usize = 8;
+
+/// Asks for the `len` bytes at `p` to be brought into the caches (a prefetch never faults).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_row(p: *const u8, len: usize) {
+    for off in (0..len).step_by(64) {
+        // SAFETY: a prefetch has no architectural effect and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
+    }
+}
+
+/// [`scores64`] for `G` queries of one KV head at once, on 512-bit registers: each K row
+/// is converted once for all of them, and each register holds two of [`dot64`]'s four
+/// 8-lane sums (lanes 0..8 the first, 8..16 the second), which take the same fused
+/// multiply-adds; the reduction adds them in `dot64`'s order (`(s0 + s2) + (s1 + s3)`, then
+/// the 128-bit halves, then two horizontal adds), so every score is the same bit for bit.
+///
+/// # Safety
+/// AVX-512F/VL and F16C; an F16 cache with heads of 64; `q16[g]` 64 readable f32 (the query
+/// rounded to f16); `scores[g]` writable for the cells `lo..hi`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn scores64_group<const G: usize>(
+    kv: &KvRows,
+    q16: [*const f32; G],
+    lo: usize,
+    hi: usize,
+    p: &FlashParams,
+    scores: [*mut f32; G],
+) {
+    let q: [[__m512; 4]; G] =
+        std::array::from_fn(|g| std::array::from_fn(|i| _mm512_loadu_ps(q16[g].add(16 * i))));
+    let zero = _mm512_setzero_ps();
+    for j in kv.ranges(lo, hi).into_iter().flatten() {
+        let kr = kv.k.add(j * kv.k_stride);
+        prefetch_row(kr.wrapping_add(PREFETCH_CELLS * kv.k_stride), 128);
+        let k: [__m512; 4] = std::array::from_fn(|i| {
+            _mm512_cvtph_ps(_mm256_loadu_si256(kr.add(32 * i) as *const __m256i))
+        });
+        for g in 0..G {
+            // a: dot64's s0 | s1, b: its s2 | s3.
+            let a = _mm512_fmadd_ps(k[0], q[g][0], zero);
+            let b = _mm512_fmadd_ps(k[1], q[g][1], zero);
+            let a = _mm512_fmadd_ps(k[2], q[g][2], a);
+            let b = _mm512_fmadd_ps(k[3], q[g][3], b);
+            let s = _mm512_add_ps(a, b);
+            let hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+            let v = _mm256_add_ps(_mm512_castps512_ps256(s), hi8);
+            let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let t = _mm_hadd_ps(t, t);
+            *scores[g].add(j - lo) = p.score(_mm_cvtss_f32(_mm_hadd_ps(t, t)));
+        }
     }
 }
 
@@ -326,6 +400,10 @@ unsafe fn v_pass<const G: usize, const NV: usize, const V: u8>(
             sum[g] = sum[g].mul_add(ms, w);
         }
         let vr = kv.v.add(j * kv.v_stride);
+        prefetch_row(
+            vr.wrapping_add(PREFETCH_CELLS * kv.v_stride),
+            NV * if V == V_F16 { 32 } else { 64 },
+        );
         let mut vv = [_mm512_setzero_ps(); G];
         for g in 0..G {
             vv[g] = _mm512_set1_ps(vs[g]);
