@@ -592,11 +592,19 @@ unsafe fn products_chunk(
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
     let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
     let arows8 = |t: usize| -> [&[u8]; 8] { std::array::from_fn(|c| arow(t + c)) };
-    // Eight columns at a time packed once for the 4 × 8 tile, where the type has it.
+    // Eight columns at a time packed once for the 4 × 8 tile, where the type has it. The
+    // block order (`--kernels fast`) takes it too, in llama.cpp's order, for fewer than
+    // sixteen columns (a batched decode step): its own tile would run at half its sixteen
+    // lanes (kernel-bench `--rows-batched --rows-tokens 8`, one thread, GMAC/s: Q4_1 92
+    // against 69, Q8_0 77 against 70).
     let nb = act_row / dot.act.type_size();
-    let packed = dot
-        .packed4x8(n_cols)
-        .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
+    let few_block_cols = dot.block8x8.is_some() && n < 16 && dot.order == Order::X86;
+    let packed = if few_block_cols {
+        dot.packed4x8
+    } else {
+        dot.packed4x8(n_cols)
+    };
+    let packed = packed.filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
     // A type with no other tile (Q6_K) also takes it for a last group of four to seven
     // columns, padded with copies of the chunk's last column (their products are
     // computed and dropped): cheaper than one product at a time.
@@ -618,7 +626,8 @@ unsafe fn products_chunk(
     // eight: each of those columns alone costs more than a padded group of eight.)
     let packed16 = dot
         .packed8x16(n_cols)
-        .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some());
+        .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some())
+        .filter(|_| !(few_block_cols && packed.is_some()));
     // The panels: packed here, or (`reuse_panels`) found packed by an earlier chunk of
     // this thread since its last `new_inputs`: one packing per thread and phase, not one
     // per chunk (the packing was 3.5% of `batched_decode`'s time when done per chunk).
@@ -785,9 +794,10 @@ unsafe fn products_chunk(
     // Eight rows × eight columns where the type has that tile without the eight-row forms
     // above (the K- and I-quants; the block order); the columns left over go through the
     // 4 × 4 tiles of each half.
-    let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
+    let tile8x8 = ((dot.fast_repack8x8.is_some() && !dot.has_dot8())
         || dot.block8x8.is_some()
-        || packed16.is_some();
+        || packed16.is_some())
+        && !(few_block_cols && packed.is_some());
     while tile8x8 && r % 8 == 0 && r + 8 <= r1 && (n >= 8 || packed16.is_some()) {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         if r + 8 + PREFETCH_ROWS < r1 {

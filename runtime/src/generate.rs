@@ -338,6 +338,9 @@ impl Decoding {
             self.stop_type = Some("cancelled");
             return Ok(Fed::Stopped);
         }
+        // The probabilities reported without `post_sampling_probs` are the model's, before
+        // the bias (llama-server's `get_token_probabilities` reads the raw logits).
+        let raw = logits;
         let biased;
         let logits = if self.opts.logit_bias.is_empty() {
             logits
@@ -389,12 +392,12 @@ impl Decoding {
                 }
             } else {
                 // One pass over the vocabulary for the normalizer, shared by both.
-                let log_z = log_sum_exp(logits);
+                let log_z = log_sum_exp(raw);
                 PositionProbs {
                     id: token,
                     token: piece_text(vocab, token),
-                    logprob: (f64::from(logits[token as usize]) - log_z) as f32,
-                    top_logprobs: top_logprobs_with(vocab, logits, self.opts.n_probs, log_z),
+                    logprob: (f64::from(raw[token as usize]) - log_z) as f32,
+                    top_logprobs: top_logprobs_with(vocab, raw, self.opts.n_probs, log_z),
                 }
             };
             p.push(entry);
@@ -408,13 +411,16 @@ impl Decoding {
         }
         self.sampler.accept(token);
         self.tokens.push(token);
-        if vocab.is_eog(token) && !self.opts.ignore_eos {
-            self.stop_type = Some("eos");
-            return Ok(Fed::Stopped);
-        }
+        // An end-of-generation token's text is kept, as llama-server's `process_token` and
+        // llama-cli keep it (empty for a control token; a user-defined one, e.g. a FIM file
+        // separator, has text).
         let text = self.decoder.push(vocab, token);
         self.content.push_str(&text);
         if self.find_stop(text.len()) {
+            return Ok(Fed::Stopped);
+        }
+        if vocab.is_eog(token) && !self.opts.ignore_eos {
+            self.stop_type = Some("eos");
             return Ok(Fed::Stopped);
         }
         let forced_done = self

@@ -476,6 +476,14 @@ fn serve_smollm2() {
         assert_eq!(pos["top_logprobs"].as_array().unwrap().len(), 3);
         assert_eq!(pos["id"], pos["top_logprobs"][0]["id"]);
     }
+    // A logit bias steers the choice, not the reported probabilities: without
+    // `post_sampling_probs` they are the model's (llama-server's `get_token_probabilities`).
+    let steered = probs[0]["top_logprobs"][2]["id"].as_u64().unwrap();
+    let b = post(port, "/completion", &json!({"prompt": PROMPT, "n_predict": 1, "temperature": 0, "n_probs": 3, "cache_prompt": false, "logit_bias": [[steered, 100.0]]})).json();
+    let first = &b["completion_probabilities"][0];
+    assert_eq!(first["id"], steered);
+    assert_eq!(first["top_logprobs"], probs[0]["top_logprobs"]);
+    assert_eq!(first["logprob"], probs[0]["top_logprobs"][2]["logprob"]);
 
     // Two requests at once on -np 2: each gets the tokens it gets alone.
     let other = "Once upon a time";

@@ -131,6 +131,11 @@ fn infill_refuses_what_llama_server_refuses() {
             "\"prompt\" must be a string",
         ),
         (
+            r#"{"input_prefix": "a", "input_suffix": "b", "input_extra": null}"#,
+            400,
+            "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}",
+        ),
+        (
             r#"{"input_prefix": "a", "input_suffix": "b", "input_extra": {}}"#,
             400,
             "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}",

@@ -121,7 +121,7 @@ pub fn prompt(vocab: &Vocab, body: &Body, limits: Limits) -> Result<Vec<TokenId>
 /// `input_extra`: `(filename, text)` of each chunk (`filename` defaults to `tmp`).
 fn extra_chunks(body: &Body) -> Result<Vec<(String, String)>, ApiError> {
     let chunks = match body.get("input_extra") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
+        None => return Ok(Vec::new()),
         Some(Value::Array(a)) => a,
         Some(_) => {
             return Err(ApiError::invalid(
