@@ -120,7 +120,8 @@ pub fn prompt(vocab: &Vocab, body: &Body, limits: Limits) -> Result<Vec<TokenId>
 
 /// `input_extra`: `(filename, text)` of each chunk (`filename` defaults to `tmp`).
 fn extra_chunks(body: &Body) -> Result<Vec<(String, String)>, ApiError> {
-    let chunks = match body.get("input_extra") {
+    // `null` too is refused (llama-server checks `contains`, not its value).
+    let chunks = match body.0.get("input_extra") {
         None => return Ok(Vec::new()),
         Some(Value::Array(a)) => a,
         Some(_) => {
