@@ -361,28 +361,42 @@ fn one_prompt(vocab: &Vocab, p: &Value) -> Result<Vec<TokenId>, ApiError> {
                 )),
             }
         }
-        Value::Array(items) => {
-            let mut out = Vec::new();
-            for (i, v) in items.iter().enumerate() {
-                match v {
-                    Value::String(s) => out.extend(vocab.tokenize(s, i == 0, true)),
-                    Value::Number(_) => {
-                        let id = v.as_i64().ok_or_else(|| {
-                            ApiError::invalid(format!("\"prompt\"[{i}] is not a token id"))
-                        })?;
-                        out.push(
-                            vocab
-                                .check_id(id)
-                                .map_err(|e| ApiError::invalid(format!("\"prompt\"[{i}]: {e}")))?,
-                        );
-                    }
-                    other => return Err(wrong_type("prompt", EXPECTED, other)),
-                }
-            }
-            Ok(out)
-        }
+        Value::Array(items) => mixed_list(vocab, "prompt", items, (true, true), EXPECTED),
         other => Err(wrong_type("prompt", EXPECTED, other)),
     }
+}
+
+/// A list of texts and token ids as one token sequence (llama-server's `tokenize_mixed`):
+/// each text tokenized with `parse_special`, with `add_special` for the first item only;
+/// each number a token id of the vocabulary. `name` and `expected` word the errors.
+///
+/// # Errors
+/// 400 for an item that is neither, a number that is not a token id of the vocabulary.
+pub(super) fn mixed_list(
+    vocab: &Vocab,
+    name: &str,
+    items: &[Value],
+    (add_special, parse_special): (bool, bool),
+    expected: &str,
+) -> Result<Vec<TokenId>, ApiError> {
+    let mut out = Vec::new();
+    for (i, v) in items.iter().enumerate() {
+        match v {
+            Value::String(s) => out.extend(vocab.tokenize(s, add_special && i == 0, parse_special)),
+            Value::Number(_) => {
+                let id = v.as_i64().ok_or_else(|| {
+                    ApiError::invalid(format!("\"{name}\"[{i}] is not a token id"))
+                })?;
+                out.push(
+                    vocab
+                        .check_id(id)
+                        .map_err(|e| ApiError::invalid(format!("\"{name}\"[{i}]: {e}")))?,
+                );
+            }
+            other => return Err(wrong_type(name, expected, other)),
+        }
+    }
+    Ok(out)
 }
 
 /// The prompt of a chat request: its `messages` rendered with the model's chat template

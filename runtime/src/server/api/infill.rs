@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::super::error::ApiError;
 use super::super::params::{wrong_type, Body};
+use super::completion::mixed_list;
 use crate::tokenizer::{TokenId, Vocab};
 
 /// What the prompt's size limits depend on: llama-server's `-b`, `-n` and a slot's context.
@@ -158,28 +159,10 @@ fn extra_chunks(body: &Body) -> Result<Vec<(String, String)>, ApiError> {
 /// A text or a list of texts and token ids, tokenized without special tokens and without
 /// parsing them in the text (llama-server's `tokenize_mixed(…, false, false)`).
 fn mixed(vocab: &Vocab, name: &str, v: &Value) -> Result<Vec<TokenId>, ApiError> {
+    const EXPECTED: &str = "a string or token ids";
     match v {
         Value::String(s) => Ok(vocab.tokenize(s, false, false)),
-        Value::Array(items) => {
-            let mut out = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                match item {
-                    Value::String(s) => out.extend(vocab.tokenize(s, false, false)),
-                    Value::Number(_) => {
-                        let id = item.as_i64().ok_or_else(|| {
-                            ApiError::invalid(format!("\"{name}\"[{i}] is not a token id"))
-                        })?;
-                        out.push(
-                            vocab
-                                .check_id(id)
-                                .map_err(|e| ApiError::invalid(format!("\"{name}\"[{i}]: {e}")))?,
-                        );
-                    }
-                    other => return Err(wrong_type(name, "a string or token ids", other)),
-                }
-            }
-            Ok(out)
-        }
-        other => Err(wrong_type(name, "a string or token ids", other)),
+        Value::Array(items) => mixed_list(vocab, name, items, (false, false), EXPECTED),
+        other => Err(wrong_type(name, EXPECTED, other)),
     }
 }
