@@ -525,3 +525,44 @@ fn read_into_memory_matches_the_mapping() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An atomic write lands where the path leads: through a symbolic link into the file it
+/// names (the link stays a link), and never over a directory, a device or a FIFO (renaming
+/// over one would replace it: `modelc quantize IN /dev/full Q4_0` once did).
+#[cfg(unix)]
+#[test]
+fn atomic_writes_follow_links_and_refuse_special_files() {
+    use ir::gguf::{GgufWriter, Value};
+    let dir = std::env::temp_dir().join(format!("modelc-atomic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", Value::String("llama".into()));
+    // Through a link (relative), to a file that does not exist yet.
+    let link = dir.join("link.gguf");
+    std::os::unix::fs::symlink("real.gguf", &link).expect("symlink");
+    w.write_to_file(&link).expect("writes through the link");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(dir.join("real.gguf").is_file());
+    // A directory and a FIFO (a device is treated the same; a test that fails must not
+    // replace one): refused, and left as they were.
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let sub = dir.join("sub");
+    std::fs::create_dir(&sub).expect("sub dir");
+    let special = [sub, fifo];
+    for p in &special {
+        let before = std::fs::symlink_metadata(p).unwrap().file_type();
+        let err = w.write_to_file(p).expect_err("not a regular file");
+        assert!(err.to_string().contains("not a regular file"), "{}: {err}", p.display());
+        assert_eq!(std::fs::symlink_metadata(p).unwrap().file_type(), before);
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

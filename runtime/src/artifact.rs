@@ -158,7 +158,7 @@ pub fn write_runner(artifact: &Artifact, out: &Path) -> anyhow::Result<()> {
     bytes.extend_from_slice(&json);
     bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
     bytes.extend_from_slice(RUNNER_MAGIC);
-    let (mut f, tmp) = ir::gguf::create_beside(out)
+    let (mut f, tmp, dest) = ir::gguf::create_beside(out)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
     let mut write = || -> std::io::Result<()> {
         f.write_all(&bytes)?;
@@ -168,7 +168,7 @@ pub fn write_runner(artifact: &Artifact, out: &Path) -> anyhow::Result<()> {
             use std::os::unix::fs::PermissionsExt;
             f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
         }
-        std::fs::rename(&tmp, out)
+        std::fs::rename(&tmp, &dest)
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

@@ -204,10 +204,10 @@ fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
-    let (mut f, tmp) = ir::gguf::create_beside(path)?;
+    let (mut f, tmp, dest) = ir::gguf::create_beside(path)?;
     let r = f
         .write_all(bytes)
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|()| std::fs::rename(&tmp, &dest));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

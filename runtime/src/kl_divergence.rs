@@ -144,12 +144,12 @@ impl BaseWriter {
         let n_ctx = u32::try_from(header.n_ctx).context("n_ctx does not fit u32")?;
         let n_vocab = i32::try_from(header.n_vocab).context("n_vocab does not fit i32")?;
         let n_chunk = i32::try_from(header.n_chunk).context("n_chunk does not fit i32")?;
-        let (f, tmp) = ir::gguf::create_beside(path)
+        let (f, tmp, dest) = ir::gguf::create_beside(path)
             .with_context(|| format!("cannot create a file beside '{}'", path.display()))?;
         let mut w = BaseWriter {
             out: Some(BufWriter::with_capacity(1 << 20, f)),
             tmp,
-            path: path.to_path_buf(),
+            path: dest,
             n_vocab: header.n_vocab,
             row: vec![0; row_len(header.n_vocab)],
             bytes: Vec::new(),

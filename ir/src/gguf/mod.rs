@@ -18,7 +18,7 @@ pub use reader::{
     GGML_MAX_DIMS, GGML_MAX_NAME, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_LENGTH,
 };
 pub use value::{Array, Value, ValueType};
-pub use writer::{create_beside, GgufWriter};
+pub use writer::{create_beside, output_target, GgufWriter};
 
 use crate::ggml::GgmlType;
 use std::path::{Path, PathBuf};

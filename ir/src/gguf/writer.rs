@@ -278,7 +278,7 @@ impl GgufWriter {
             error,
         };
         let header = self.header_bytes()?;
-        let (f, tmp) = create_beside(path).map_err(io)?;
+        let (f, tmp, dest) = create_beside(path).map_err(io)?;
         let result = (|| {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
             w.write_all(&header).map_err(io)?;
@@ -303,7 +303,7 @@ impl GgufWriter {
             }
             let f = w.into_inner().map_err(|e| io(e.into_error()))?;
             f.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, path).map_err(io)
+            std::fs::rename(&tmp, &dest).map_err(io)
         })();
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
@@ -312,18 +312,62 @@ impl GgufWriter {
     }
 }
 
-/// A new, empty file next to `path` for an atomic write of `path` (written, then renamed
-/// over it): `.NAME.PID.N.tmp` in `path`'s directory, created with `O_CREAT | O_EXCL`, so it
-/// never follows a symlink, never reuses an existing file (the input of the write, say) and
-/// never collides with another writer; `N` counts up until a name is free.
+/// Where an atomic write of `path` must land: `path` itself when it is missing or a regular
+/// file; through a symbolic link, the file the link names (written as llama.cpp's tools
+/// write through it: the link stays); anything else (a directory, a device, a FIFO) is
+/// refused, since renaming a file over it would replace it.
 ///
-/// Errors: the I/O error of creating it (a missing or read-only directory, ...).
-pub fn create_beside(path: &Path) -> std::io::Result<(std::fs::File, std::path::PathBuf)> {
-    let dir = path
+/// Errors: `InvalidInput` naming a path that is not a regular file; a link chain of more
+/// than 40 links; the I/O error of reading a link.
+pub fn output_target(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let mut target = path.to_path_buf();
+    for _ in 0..40 {
+        let meta = match std::fs::symlink_metadata(&target) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(target),
+            other => other?,
+        };
+        if meta.file_type().is_symlink() {
+            let link = std::fs::read_link(&target)?;
+            target = match target.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+            continue;
+        }
+        if meta.is_file() {
+            return Ok(target);
+        }
+        let what = if target == path {
+            "not a regular file".to_string()
+        } else {
+            format!("leads to {}, not a regular file", target.display())
+        };
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, what));
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "too many levels of symbolic links",
+    ))
+}
+
+/// A new, empty file for an atomic write of `path` (written, then renamed over the
+/// destination, the second path returned: [`output_target`] of `path`):
+/// `.NAME.PID.N.tmp` in the destination's directory, created with `O_CREAT | O_EXCL`, so it
+/// never follows a symlink, never reuses an existing file (the input of the write, say) and
+/// never collides with another writer; `N` counts up until a name is free. Returns the
+/// file, its path and the destination.
+///
+/// Errors: [`output_target`]'s, and the I/O error of creating the file (a missing or
+/// read-only directory, ...).
+pub fn create_beside(
+    path: &Path,
+) -> std::io::Result<(std::fs::File, std::path::PathBuf, std::path::PathBuf)> {
+    let dest = output_target(path)?;
+    let dir = dest
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| {
+    let name = dest.file_name().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "the path has no file name",
@@ -340,7 +384,7 @@ pub fn create_beside(path: &Path) -> std::io::Result<(std::fs::File, std::path::
             .create_new(true)
             .open(&tmp)
         {
-            Ok(f) => return Ok((f, tmp)),
+            Ok(f) => return Ok((f, tmp, dest)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => continue,
             Err(e) => return Err(e),
         }

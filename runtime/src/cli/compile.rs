@@ -327,7 +327,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     }
     // Code generation can take a while (NVRTC): an output folder the runner cannot be
     // written to is refused before it.
-    let (probe, tmp) = ir::gguf::create_beside(&out)
+    let (probe, tmp, _) = ir::gguf::create_beside(&out)
         .map_err(|e| anyhow::anyhow!("writing {}: {e}", out.display()))?;
     drop(probe);
     let _ = std::fs::remove_file(&tmp);

@@ -472,13 +472,13 @@ pub fn save(path: &Path, messages: &[serde_json::Value]) -> anyhow::Result<()> {
     );
     let json = serde_json::to_string_pretty(&serde_json::json!({ "messages": messages }))?;
     path.file_name().context("/save needs a file name")?;
-    let (mut f, tmp) = ir::gguf::create_beside(path)
+    let (mut f, tmp, dest) = ir::gguf::create_beside(path)
         .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
     let mut write = || -> std::io::Result<()> {
         f.write_all(json.as_bytes())?;
         f.write_all(b"\n")?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, &dest)
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
