@@ -266,15 +266,18 @@ impl HParams {
                 msg: format!("invalid n_rot: {n_rot}, expected {n_embd_head_k}"),
             });
         }
-        let n_vocab = match k.u32_opt("vocab_size")? {
-            Some(v) => v,
-            None => md
-                .get_array("tokenizer.ggml.tokens")
-                .map_err(|e| Keys::bad("tokenizer.ggml.tokens", e))?
-                .map(|a| a.len() as u32)
-                .ok_or_else(|| {
-                    Error::MissingKey(format!("{arch_name}.vocab_size (or tokenizer.ggml.tokens)"))
-                })?,
+        // The tokenizer's size where the file has one, as llama.cpp takes it
+        // (`vocab.n_tokens()` shapes `token_embd`): a `vocab_size` key that disagrees does
+        // not hide a tokenizer cut short (its tokens past the list would have no text).
+        let tokens = md
+            .get_array("tokenizer.ggml.tokens")
+            .map_err(|e| Keys::bad("tokenizer.ggml.tokens", e))?
+            .map(|a| a.len() as u32);
+        let n_vocab = match tokens {
+            Some(n) => n,
+            None => k.u32_opt("vocab_size")?.ok_or_else(|| {
+                Error::MissingKey(format!("{arch_name}.vocab_size (or tokenizer.ggml.tokens)"))
+            })?,
         };
         let n_vocab = positive(k.key("vocab_size"), n_vocab)?;
 

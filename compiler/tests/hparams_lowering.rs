@@ -128,7 +128,25 @@ const V: u64 = 40;
 /// n_ff 64, vocabulary 40. `skip_key` leaves one metadata key out; `bad_q` gives `attn_q` the
 /// wrong shape; `skip_tensor` leaves one tensor out.
 fn tiny_llama(skip_key: Option<&str>, bad_q: bool, skip_tensor: Option<&str>) -> GgufFile {
+    tiny_llama_with(skip_key, bad_q, skip_tensor, None)
+}
+
+/// [`tiny_llama`] with a token list of `n_tokens` entries (`tokenizer.ggml.tokens`) beside
+/// its `vocab_size` key.
+fn tiny_llama_with(
+    skip_key: Option<&str>,
+    bad_q: bool,
+    skip_tensor: Option<&str>,
+    n_tokens: Option<usize>,
+) -> GgufFile {
     let mut w = GgufWriter::new();
+    if let Some(n) = n_tokens {
+        let tokens = (0..n).map(|i| format!("t{i}")).collect();
+        w.add_kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(ir::gguf::Array::String(tokens)),
+        );
+    }
     let kv: Vec<(&str, Value)> = vec![
         ("general.architecture", Value::String("llama".into())),
         ("llama.context_length", Value::U32(64)),
@@ -213,6 +231,13 @@ fn errors_name_the_key_or_tensor() {
         Err(Error::MissingTensor(n)) => assert_eq!(n, "blk.0.ffn_up.weight"),
         other => panic!("expected a missing tensor, got {other:?}"),
     }
+    // A token list shorter than `token_embd` is refused whatever `vocab_size` says, as
+    // llama.cpp sizes `token_embd` by the tokenizer (ids past the list have no text).
+    match compiler::load_model(&tiny_llama_with(None, false, None, Some(V as usize - 10))) {
+        Err(Error::TensorShape { name, .. }) => assert_eq!(name, "token_embd.weight"),
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+    assert!(compiler::load_model(&tiny_llama_with(None, false, None, Some(V as usize))).is_ok());
     // The vocabulary size falls back to the token list, and errors without either.
     match compiler::load_model(&tiny_llama(Some("llama.vocab_size"), false, None)) {
         Err(e) => assert!(e.to_string().contains("llama.vocab_size"), "{e}"),

@@ -542,7 +542,10 @@ fn atomic_writes_follow_links_and_refuse_special_files() {
     let link = dir.join("link.gguf");
     std::os::unix::fs::symlink("real.gguf", &link).expect("symlink");
     w.write_to_file(&link).expect("writes through the link");
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert!(dir.join("real.gguf").is_file());
     // A directory and a FIFO (a device is treated the same; a test that fails must not
     // replace one): refused, and left as they were.
@@ -555,7 +558,11 @@ fn atomic_writes_follow_links_and_refuse_special_files() {
     for p in &special {
         let before = std::fs::symlink_metadata(p).unwrap().file_type();
         let err = w.write_to_file(p).expect_err("not a regular file");
-        assert!(err.to_string().contains("not a regular file"), "{}: {err}", p.display());
+        assert!(
+            err.to_string().contains("not a regular file"),
+            "{}: {err}",
+            p.display()
+        );
         assert_eq!(std::fs::symlink_metadata(p).unwrap().file_type(), before);
     }
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
