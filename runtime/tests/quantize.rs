@@ -219,6 +219,19 @@ fn bad_input_gets_one_line() {
     w.write_to_file(&empty).unwrap();
     fails_with(&quantize(&[], &empty, &out, "Q8_0"), "not a model", &out);
 
+    // An output that is not a regular file (a FIFO here; /dev/full once was replaced by a
+    // regular file) is refused and left as it was.
+    #[cfg(unix)]
+    {
+        let fifo = dir.join("fifo.gguf");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let run = quantize(&[], &f32, &fifo, "Q8_0");
+        assert_eq!(run.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&run.stderr).contains("not a regular file"));
+        assert!(!std::fs::symlink_metadata(&fifo).unwrap().is_file());
+    }
+
     // Output equal to the input (also through another spelling of the path).
     let copy = dir.join("model.gguf");
     std::fs::copy(&f32, &copy).unwrap();
@@ -285,7 +298,8 @@ fn thread_count_does_not_change_the_bytes() {
     };
     let dir = scratch("threads");
     let src = models.join("qwen2-F32.gguf");
-    let files: Vec<Vec<u8>> = ["1", "3"]
+    // -1: every CPU, as llama-quantize takes a count of 0 or less.
+    let files: Vec<Vec<u8>> = ["1", "3", "-1"]
         .iter()
         .map(|n| {
             let out = dir.join(format!("t{n}.gguf"));
@@ -305,6 +319,7 @@ fn thread_count_does_not_change_the_bytes() {
         })
         .collect();
     assert!(files[0] == files[1], "1 and 3 threads differ");
+    assert!(files[0] == files[2], "1 and all threads differ");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -37,7 +37,7 @@ pub struct QuantizeArgs {
     pub dry_run: bool,
     /// INPUT.gguf [OUTPUT.gguf] TYPE [NTHREADS]: TYPE is a llama-quantize name (Q4_K_M, Q8_0,
     /// IQ4_XS, F16, ...) or number; NTHREADS defaults to the number of CPUs.
-    #[arg(num_args = 0..=4, value_name = "ARGS")]
+    #[arg(num_args = 0..=4, value_name = "ARGS", allow_negative_numbers = true)]
     pub args: Vec<String>,
 }
 
