@@ -1,8 +1,8 @@
 //! Rotary position embedding and the KV cache store (`ggml_rope_ext`, `ggml_set_rows` into
 //! the cache), the pieces of the fused `rope+kv_store` kernel.
 //!
-//! Hand-written (not Cranelift). The `(cos, sin)` of every pair at every position is
-//! computed once at load time ([`RopeTable`]) exactly as ggml-cpu's `ggml_rope_cache_init` /
+//! Hand-written (not Cranelift). The `(cos, sin)` of every pair at every position (up to
+//! 16384 positions; later ones when first used) is computed once at load time ([`RopeTable`]) exactly as ggml-cpu's `ggml_rope_cache_init` /
 //! `rope_yarn` compute them per call, by [`ir::ggml::cpu_math::rope_cache`] (the definition
 //! the interpreter uses too), and the rotation fuses its multiply-adds as GCC does in ggml
 //! (and the interpreter in llama.cpp mode), so results are bit-identical to the
@@ -20,7 +20,23 @@ use ir::graph::{RopeMode, RopeParams};
 #[cfg(target_arch = "x86_64")]
 use super::has_avx2;
 
-/// `(cos, sin)` of every rotated pair at positions `0..n_pos`: `n_pos × n_rot/2` pairs.
+/// Positions a [`RopeTable`] holds at most: `4 · n_rot` bytes each (4 MiB for heads of 64).
+/// A context of 128K positions would otherwise cost 32–64 MiB and tens of milliseconds of
+/// start-up for angles most runs never use.
+const TABLE_POSITIONS: usize = 16384;
+
+thread_local! {
+    /// The `(cos, sin)` pairs of the last position past a table that this thread rotated
+    /// by (the heads of a token share it), keyed by the table's id and the position.
+    static PAST_TABLE: std::cell::RefCell<(u64, usize, Vec<f32>)> =
+        const { std::cell::RefCell::new((0, usize::MAX, Vec::new())) };
+}
+
+/// The next [`RopeTable`]'s id (never 0, never reused).
+static NEXT_TABLE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// `(cos, sin)` of every rotated pair at positions `0..n_pos` (at most [`TABLE_POSITIONS`];
+/// later ones are computed when used, by the same function): `n_pos × n_rot/2` pairs.
 #[derive(Clone, Debug)]
 pub(crate) struct RopeTable {
     mode: RopeMode,
@@ -31,12 +47,15 @@ pub(crate) struct RopeTable {
     factors: Option<Vec<f32>>,
     /// Position-major: position `p`, pair `i` at `2·(p·n_rot/2 + i)` (cos, then sin).
     cs: Vec<f32>,
+    /// This table's key in the per-thread cache of positions past it.
+    id: u64,
 }
 
 impl RopeTable {
     /// The table for `params` with optional frequency factors (`n_rot / 2` values) for
-    /// positions `0..n_pos`.
+    /// positions `0..n_pos` (the first [`TABLE_POSITIONS`] of them computed now).
     pub(crate) fn new(p: &RopeParams, freq_factors: Option<&[f32]>, n_pos: usize) -> RopeTable {
+        let n_pos = n_pos.min(TABLE_POSITIONS);
         let half = (p.n_rot / 2) as usize;
         let mut cs = Vec::with_capacity(n_pos * half * 2);
         let mut pairs = Vec::with_capacity(half);
@@ -50,6 +69,7 @@ impl RopeTable {
             params: *p,
             factors: freq_factors.map(<[f32]>::to_vec),
             cs,
+            id: NEXT_TABLE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -79,14 +99,14 @@ impl RopeTable {
         }
     }
 
-    /// Rotates one head of `d` values at position `pos` (`pos < n_pos`, `d ≥ n_rot`): reads
+    /// Rotates one head of `d` values at position `pos` (any, `d ≥ n_rot`): reads
     /// `src`, writes `dst` (values past `n_rot` copied). Each pair as GCC compiles ggml's
     /// `x0*cos - x1*sin`, `x0*sin + x1*cos` (contraction on): `fma(x0, cos, -(x1*sin))` and
     /// `fma(x0, sin, x1*cos)`, as `ir::interp::llama_cpu::rope`.
     ///
     /// # Safety
     /// `src` valid for `d` reads, `dst` for `d` writes; `dst` may equal `src` but must not
-    /// otherwise overlap it; `pos` below the table's `n_pos`.
+    /// otherwise overlap it.
     pub(crate) unsafe fn rotate(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
@@ -105,7 +125,32 @@ impl RopeTable {
     #[inline(always)]
     unsafe fn rotate_body(&self, src: *const f32, dst: *mut f32, d: usize, pos: usize) {
         let half = self.n_rot / 2;
-        let cs = self.cs.as_ptr().add(pos * half * 2);
+        if (pos + 1) * half * 2 > self.cs.len() {
+            // Past the table: this position's pairs, computed once per thread and token.
+            return PAST_TABLE.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.0 != self.id || c.1 != pos {
+                    let mut pairs = Vec::with_capacity(half);
+                    rope_cache(
+                        &self.params,
+                        pos as f32,
+                        self.factors.as_deref(),
+                        &mut pairs,
+                    );
+                    c.2.clear();
+                    c.2.extend(pairs.iter().flat_map(|&(co, si)| [co, si]));
+                    (c.0, c.1) = (self.id, pos);
+                }
+                self.rotate_with(c.2.as_ptr(), src, dst, d)
+            });
+        }
+        self.rotate_with(self.cs.as_ptr().add(pos * half * 2), src, dst, d)
+    }
+
+    /// [`RopeTable::rotate_body`] with the position's `(cos, sin)` pairs at `cs`.
+    #[inline(always)]
+    unsafe fn rotate_with(&self, cs: *const f32, src: *const f32, dst: *mut f32, d: usize) {
+        let half = self.n_rot / 2;
         let (sa, sb) = match self.mode {
             RopeMode::Norm => (2, 1),
             RopeMode::Neox => (1, half),
@@ -165,6 +210,51 @@ pub(crate) unsafe fn store_f32(src: *const f32, dst: *mut u8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Past [`TABLE_POSITIONS`] a rotation computes its angles when used: the same values
+    /// as a rotation by [`RopeTable::pairs_at`] (the function the table is made with), also
+    /// with two tables taking turns on one thread (the per-thread cache keys on the table).
+    #[test]
+    fn positions_past_the_table_rotate_by_the_same_angles() {
+        let p = |base: f32| RopeParams {
+            n_rot: 64,
+            mode: RopeMode::Neox,
+            freq_base: base,
+            freq_scale: 1.0,
+            n_ctx_orig: 8192,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        };
+        let tables = [
+            RopeTable::new(&p(10000.0), None, 40000),
+            RopeTable::new(&p(500000.0), None, 40000),
+        ];
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut pairs = Vec::new();
+        for pos in [
+            TABLE_POSITIONS - 1,
+            TABLE_POSITIONS,
+            20000,
+            20000,
+            39999,
+            TABLE_POSITIONS,
+        ] {
+            for t in &tables {
+                let mut got = vec![0f32; 64];
+                let mut want = x.clone();
+                t.pairs_at(pos as i64, &mut pairs);
+                // SAFETY: 64 values each; `got` does not overlap `x`.
+                unsafe {
+                    t.rotate(x.as_ptr(), got.as_mut_ptr(), 64, pos);
+                    t.rotate_by(want.as_mut_ptr(), &pairs);
+                }
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "position {pos}");
+            }
+        }
+    }
 
     #[test]
     fn rotation_is_the_interpreters() {
