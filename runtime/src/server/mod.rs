@@ -705,6 +705,7 @@ mod tests {
             slots: false,
             no_slots: false,
             no_prefill_assistant: false,
+            spm_infill: false,
             max_body: 1024,
             cont_batching: false,
             no_webui: false,
