@@ -211,14 +211,11 @@ pub(crate) unsafe fn store_f32(src: *const f32, dst: *mut u8, n: usize) {
 mod tests {
     use super::*;
 
-    /// Past [`TABLE_POSITIONS`] a rotation computes its angles when used: the same values
-    /// as a rotation by [`RopeTable::pairs_at`] (the function the table is made with), also
-    /// with two tables taking turns on one thread (the per-thread cache keys on the table).
-    #[test]
-    fn positions_past_the_table_rotate_by_the_same_angles() {
-        let p = |base: f32| RopeParams {
+    /// Rope of heads of 64 in `mode` with frequency base `base`, no scaling.
+    fn params(mode: RopeMode, base: f32) -> RopeParams {
+        RopeParams {
+            mode,
             n_rot: 64,
-            mode: RopeMode::Neox,
             freq_base: base,
             freq_scale: 1.0,
             n_ctx_orig: 8192,
@@ -226,10 +223,17 @@ mod tests {
             attn_factor: 1.0,
             beta_fast: 32.0,
             beta_slow: 1.0,
-        };
+        }
+    }
+
+    /// Past [`TABLE_POSITIONS`] a rotation computes its angles when used: the same values
+    /// as a rotation by [`RopeTable::pairs_at`] (the function the table is made with), also
+    /// with two tables taking turns on one thread (the per-thread cache keys on the table).
+    #[test]
+    fn positions_past_the_table_rotate_by_the_same_angles() {
         let tables = [
-            RopeTable::new(&p(10000.0), None, 40000),
-            RopeTable::new(&p(500000.0), None, 40000),
+            RopeTable::new(&params(RopeMode::Neox, 10000.0), None, 40000),
+            RopeTable::new(&params(RopeMode::Neox, 500000.0), None, 40000),
         ];
         let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut pairs = Vec::new();
@@ -269,17 +273,7 @@ mod tests {
             .collect();
         let pos = [0, 1, 17, 300, 1023];
         for mode in [RopeMode::Norm, RopeMode::Neox] {
-            let p = RopeParams {
-                mode,
-                n_rot: 64,
-                freq_base: 100000.0,
-                freq_scale: 1.0,
-                n_ctx_orig: 8192,
-                ext_factor: 0.0,
-                attn_factor: 1.0,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
-            };
+            let p = params(mode, 100000.0);
             let want = ir::interp::llama_cpu::rope(&x, [64, 9, 5], &pos, None, &p);
             let table = RopeTable::new(&p, None, 1024);
             let mut y = x.clone();
