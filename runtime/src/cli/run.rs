@@ -234,7 +234,9 @@ pub fn open_session_seqs<'a>(
                     gguf,
                     model,
                     n_ctx,
-                    args.n_ubatch,
+                    // llama.cpp's ubatch, as the CPU engine's calls take it (`-ub` sizes
+                    // the compiled steps there, not llama.cpp's kernel choices).
+                    args.n_ubatch.max(crate::cpu_engine::LLAMA_N_UBATCH),
                     kv_types,
                     interp_options(args, threads),
                 )),
