@@ -68,12 +68,12 @@ fn request_tile_permission() -> bool {
 /// The tile configuration of every AMX kernel here (palette 1): `tmm0`–`tmm1` are A tiles
 /// of 8 rows × 32 bytes (eight weight rows' 32 quants of a sub-block), `tmm2`–`tmm3` B
 /// tiles of 8 rows × 64 bytes (a sub-block of sixteen columns, 4 bytes of `k` each), and
-/// `tmm4`–`tmm7` C tiles of 8 rows × 16 i32.
+/// `tmm4`–`tmm5` C tiles of 8 rows × 16 i32.
 const CONFIG: [u8; 64] = {
     let mut c = [0u8; 64];
     c[0] = 1;
     // Bytes per row (u16 each, from byte 16) and rows (u8 each, from byte 48).
-    let colsb = [32u8, 32, 64, 64, 64, 64, 64, 64];
+    let colsb = [32u8, 32, 64, 64, 64, 64];
     let mut t = 0;
     while t < colsb.len() {
         c[16 + 2 * t] = colsb[t];
@@ -109,7 +109,7 @@ pub(crate) unsafe fn configure() {
 /// [`configure`] has run on this thread; every row readable / writable as described.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn two_subblocks<const ODD: bool>(
+pub(crate) unsafe fn two_subblocks(
     a0: *const u8,
     a1: *const u8,
     a_stride: usize,
@@ -118,36 +118,25 @@ pub(crate) unsafe fn two_subblocks<const ODD: bool>(
     c0: *mut i32,
     c1: *mut i32,
 ) {
-    // `ODD` takes the other pair of C tiles, so that a call's products need not wait for
-    // the previous call's C tiles to be stored.
-    macro_rules! pair {
-        ($c0:literal, $c1:literal) => {
-            std::arch::asm!(
-                "tileloadd tmm0, [{a0} + {sa}]",
-                "tileloadd tmm2, [{b0} + {s64}]",
-                concat!("tilezero ", $c0),
-                concat!("tdpbusd ", $c0, ", tmm0, tmm2"),
-                "tileloadd tmm1, [{a1} + {sa}]",
-                "tileloadd tmm3, [{b1} + {s64}]",
-                concat!("tilezero ", $c1),
-                concat!("tdpbusd ", $c1, ", tmm1, tmm3"),
-                concat!("tilestored [{c0} + {s64}], ", $c0),
-                concat!("tilestored [{c1} + {s64}], ", $c1),
-                a0 = in(reg) a0,
-                a1 = in(reg) a1,
-                sa = in(reg) a_stride,
-                b0 = in(reg) b0,
-                b1 = in(reg) b1,
-                s64 = in(reg) 64usize,
-                c0 = in(reg) c0,
-                c1 = in(reg) c1,
-                options(nostack, preserves_flags),
-            )
-        };
-    }
-    if ODD {
-        pair!("tmm6", "tmm7");
-    } else {
-        pair!("tmm4", "tmm5");
-    }
+    std::arch::asm!(
+        "tileloadd tmm0, [{a0} + {sa}]",
+        "tileloadd tmm2, [{b0} + {s64}]",
+        "tilezero tmm4",
+        "tdpbusd tmm4, tmm0, tmm2",
+        "tileloadd tmm1, [{a1} + {sa}]",
+        "tileloadd tmm3, [{b1} + {s64}]",
+        "tilezero tmm5",
+        "tdpbusd tmm5, tmm1, tmm3",
+        "tilestored [{c0} + {s64}], tmm4",
+        "tilestored [{c1} + {s64}], tmm5",
+        a0 = in(reg) a0,
+        a1 = in(reg) a1,
+        sa = in(reg) a_stride,
+        b0 = in(reg) b0,
+        b1 = in(reg) b1,
+        s64 = in(reg) 64usize,
+        c0 = in(reg) c0,
+        c1 = in(reg) c1,
+        options(nostack, preserves_flags),
+    );
 }

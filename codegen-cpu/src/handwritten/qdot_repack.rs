@@ -937,8 +937,8 @@ mod x86 {
         let mut dx = [0f32; 8];
         // The scales as f32, row `i`'s sub-block `j` at `scf[i][j]`.
         let mut scf = [[0f32; 8]; 8];
-        // The two C tiles of a pair, twice (pairs alternate): 8 rows × 16 columns of i32.
-        let mut sums = [[[[0i32; 16]; 8]; 2]; 2];
+        // The C tiles of a pair of sub-blocks: 8 rows × 16 columns of i32 each.
+        let mut sums = [[[0i32; 16]; 8]; 2];
         for b in 0..nb {
             let o = panel.add(b * Q8_K_PANEL16_BYTES);
             let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
@@ -950,13 +950,12 @@ mod x86 {
             let sc = std::hint::black_box(&sc);
             q4_k_mins::<false, Cols16>(w, b, o, sc, dy, &mut acc_min);
             let scf = std::hint::black_box(&scf);
-            // Row `i`'s sub-block `j` starts at `q[i][j]`: rows 8 · 32 bytes apart. Pair
-            // `p + 1`'s products are started before pair `p`'s sums are read, into the
-            // other C tiles and buffers, so that the tiles work while the vectors do.
+            let d: [__m512; 8] = std::array::from_fn(|i| _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy));
+            // Row `i`'s sub-block `j` starts at `q[i][j]`: rows 8 · 32 bytes apart.
             let qp = q.as_ptr() as *const u8;
-            let products = |p: usize, sums: &mut [[[i32; 16]; 8]; 2]| {
+            for p in 0..4 {
                 let (ja, jb) = (2 * p, 2 * p + 1);
-                let args = (
+                amx::two_subblocks(
                     qp.add(32 * ja),
                     qp.add(32 * jb),
                     8 * 32,
@@ -965,23 +964,7 @@ mod x86 {
                     sums[0].as_mut_ptr() as *mut i32,
                     sums[1].as_mut_ptr() as *mut i32,
                 );
-                if p % 2 == 1 {
-                    amx::two_subblocks::<true>(
-                        args.0, args.1, args.2, args.3, args.4, args.5, args.6,
-                    );
-                } else {
-                    amx::two_subblocks::<false>(
-                        args.0, args.1, args.2, args.3, args.4, args.5, args.6,
-                    );
-                }
-            };
-            products(0, &mut sums[0]);
-            for p in 0..4 {
-                if p + 1 < 4 {
-                    products(p + 1, &mut sums[(p + 1) % 2]);
-                }
-                let (ja, jb) = (2 * p, 2 * p + 1);
-                let s = std::hint::black_box(&sums[p % 2]);
+                let s = std::hint::black_box(&sums);
                 for i in 0..8 {
                     let a =
                         _mm512_cvtepi32_ps(_mm512_loadu_si512(s[0][i].as_ptr() as *const __m512i));
@@ -992,8 +975,7 @@ mod x86 {
                         _mm512_set1_ps(scf[i][ja]),
                         _mm512_mul_ps(bb, _mm512_set1_ps(scf[i][jb])),
                     );
-                    let d = _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy);
-                    acc[i] = _mm512_fmadd_ps(scaled, d, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(scaled, d[i], acc[i]);
                 }
             }
         }

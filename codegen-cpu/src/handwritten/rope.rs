@@ -2,8 +2,9 @@
 //! the cache), the pieces of the fused `rope+kv_store` kernel.
 //!
 //! Hand-written (not Cranelift). The `(cos, sin)` of every pair at every position (up to
-//! 16384 positions; later ones when first used) is computed once at load time ([`RopeTable`]) exactly as ggml-cpu's `ggml_rope_cache_init` /
-//! `rope_yarn` compute them per call, by [`ir::ggml::cpu_math::rope_cache`] (the definition
+//! 16384 positions; later ones when first used) is computed once at load time
+//! ([`RopeTable`]) exactly as ggml-cpu's `ggml_rope_cache_init` / `rope_yarn` compute them
+//! per call, by [`ir::ggml::cpu_math::rope_cache`] (the definition
 //! the interpreter uses too), and the rotation fuses its multiply-adds as GCC does in ggml
 //! (and the interpreter in llama.cpp mode), so results are bit-identical to the
 //! interpreter's. Values past `n_rot` pass through unchanged. The rotation is scalar code
