@@ -356,11 +356,26 @@ impl RowDot {
         order.then_some(self.fast4rows?).map(|f| unsafe { f(w, a) })
     }
 
+    /// Whether the block order (`--kernels fast`) gives a chunk of `n` columns to
+    /// llama.cpp's 4 × 8 tile instead of its own: eight to fifteen columns (a batched decode
+    /// step), which its sixteen-lane tile would run at half its lanes (kernel-bench
+    /// `--rows-batched --rows-tokens 8`, one thread, GMAC/s: Q4_1 92 against 69, Q8_0 77
+    /// against 70).
+    fn block_cols_on_4x8(&self, n: usize) -> bool {
+        self.block8x8.is_some()
+            && self.order == Order::X86
+            && self.packed4x8.is_some()
+            && (8..16).contains(&n)
+    }
+
     /// The packed 4 × 8 tile, where the type has one for the order `n_cols` columns take
-    /// ([`products_chunk`] packs eight columns at a time for it).
-    fn packed4x8(&self, n_cols: usize) -> Option<qdot::Packed4x8> {
+    /// (in a chunk of `n` columns: [`products_chunk`] packs eight columns at a time for it).
+    fn packed4x8(&self, n_cols: usize, n: usize) -> Option<qdot::Packed4x8> {
         match self.order {
-            Order::X86 if vec_dot_order(self.wtype, n_cols) && self.block8x8.is_none() => {
+            Order::X86
+                if vec_dot_order(self.wtype, n_cols)
+                    && (self.block8x8.is_none() || self.block_cols_on_4x8(n)) =>
+            {
                 self.packed4x8
             }
             Order::X86 if tinyblas_order(self.wtype, n_cols) => self.packed_cols4x8,
@@ -371,10 +386,12 @@ impl RowDot {
     /// The packed 8 × 16 tile for columns of llama.cpp's `n_cols`, where it computes their
     /// numbers: the repacked types' (gemm columns only where `gemm_only`), the block order,
     /// and the tiled K-quant order only where `n_cols` selects llama.cpp's tiled kernel (a
-    /// batched decode step of several one-token sequences has `n_cols` 1: `vec_dot`).
-    fn packed8x16(&self, n_cols: usize) -> Option<qdot_repack::Packed8x16> {
+    /// batched decode step of several one-token sequences has `n_cols` 1: `vec_dot`), in a
+    /// chunk of `n` columns.
+    fn packed8x16(&self, n_cols: usize, n: usize) -> Option<qdot_repack::Packed8x16> {
         match self.order {
             Order::X86 if self.block8x8.is_none() && vec_dot_order(self.wtype, n_cols) => None,
+            _ if self.block_cols_on_4x8(n) => None,
             _ => self.packed8x16,
         }
     }
@@ -458,12 +475,12 @@ pub(crate) unsafe fn products(
     // tile in L1), else chunks whose prepared activations stay in L1 while every row of
     // the range passes over them (each weight row is read once per chunk, from L2 at
     // worst).
-    let chunk = if dot.packed8x16(n_cols).is_some() {
+    let chunk = if dot.packed8x16(n_cols, n).is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile, as many as a chunk may hold:
         // each row tile then runs over every group's panel (from L2) while its rows stay
         // in L1, and the weights are read once per 64 tokens, not once per 16.
         64
-    } else if dot.packed4x8(n_cols).is_some() {
+    } else if dot.packed4x8(n_cols, n).is_some() {
         // As many tokens as a chunk may hold: each four rows (in L1; F16 / BF16 rows
         // widened to f32 once) run over every group's panel (from L2), and the weights
         // are read once per 64 tokens.
@@ -592,24 +609,16 @@ unsafe fn products_chunk(
     let arow = |t: usize| std::slice::from_raw_parts(act.add(t * act_row), act_row);
     let arows4 = |t: usize| -> [&[u8]; 4] { std::array::from_fn(|c| arow(t + c)) };
     let arows8 = |t: usize| -> [&[u8]; 8] { std::array::from_fn(|c| arow(t + c)) };
-    // Eight columns at a time packed once for the 4 × 8 tile, where the type has it. The
-    // block order (`--kernels fast`) takes it too, in llama.cpp's order, for fewer than
-    // sixteen columns (a batched decode step): its own tile would run at half its sixteen
-    // lanes (kernel-bench `--rows-batched --rows-tokens 8`, one thread, GMAC/s: Q4_1 92
-    // against 69, Q8_0 77 against 70).
+    // Eight columns at a time packed once for the 4 × 8 tile, where the type has it.
     let nb = act_row / dot.act.type_size();
-    let few_block_cols = dot.block8x8.is_some() && n < 16 && dot.order == Order::X86;
-    let packed = if few_block_cols {
-        dot.packed4x8
-    } else {
-        dot.packed4x8(n_cols)
-    };
-    let packed = packed.filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
+    let packed = dot
+        .packed4x8(n_cols, n)
+        .filter(|pk| n >= 8 && nb.is_multiple_of(pk.multiple));
     // A type with no other tile (Q6_K) also takes it for a last group of four to seven
     // columns, padded with copies of the chunk's last column (their products are
     // computed and dropped): cheaper than one product at a time.
     let packed = packed.or_else(|| {
-        dot.packed4x8(n_cols)
+        dot.packed4x8(n_cols, n)
             .filter(|pk| n >= 4 && !dot.has_tile4x4() && nb.is_multiple_of(pk.multiple))
     });
     // Columns the packed 4 × 8 tile computes: whole groups of eight, and a padded last
@@ -625,9 +634,8 @@ unsafe fn products_chunk(
     // (A gemm-only tile's gemv form takes four or more, in its eight-column form up to
     // eight: each of those columns alone costs more than a padded group of eight.)
     let packed16 = dot
-        .packed8x16(n_cols)
-        .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some())
-        .filter(|_| !(few_block_cols && packed.is_some()));
+        .packed8x16(n_cols, n)
+        .filter(|pk| n >= 8 || n >= 4 && pk.gemv.is_some());
     // The panels: packed here, or (`reuse_panels`) found packed by an earlier chunk of
     // this thread since its last `new_inputs`: one packing per thread and phase, not one
     // per chunk (the packing was 3.5% of `batched_decode`'s time when done per chunk).
@@ -794,10 +802,9 @@ unsafe fn products_chunk(
     // Eight rows × eight columns where the type has that tile without the eight-row forms
     // above (the K- and I-quants; the block order); the columns left over go through the
     // 4 × 4 tiles of each half.
-    let tile8x8 = ((dot.fast_repack8x8.is_some() && !dot.has_dot8())
-        || dot.block8x8.is_some()
-        || packed16.is_some())
-        && !(few_block_cols && packed.is_some());
+    let tile8x8 = (dot.fast_repack8x8.is_some() && !dot.has_dot8())
+        || (dot.block8x8.is_some() && !dot.block_cols_on_4x8(n))
+        || packed16.is_some();
     while tile8x8 && r % 8 == 0 && r + 8 <= r1 && (n >= 8 || packed16.is_some()) {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         if r + 8 + PREFETCH_ROWS < r1 {
