@@ -259,20 +259,11 @@ impl<'w> Session<'w> {
                     // Every run's last token wants logits: the engine's rows are the result.
                     return self.decode_runs(batch, &runs, out);
                 }
-                let mut rows = std::mem::take(&mut self.rows);
-                rows.clear();
-                let done = self.decode_runs(batch, &runs, &mut rows);
-                if done.is_ok() {
-                    out.resize(n_rows * n_vocab, 0.0);
-                    for (j, &(_, end)) in runs.iter().enumerate() {
-                        if let Some(r) = row_of[end - 1] {
-                            out[r * n_vocab..(r + 1) * n_vocab]
-                                .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
-                        }
-                    }
-                }
-                self.rows = rows;
-                return done;
+                out.resize(n_rows * n_vocab, 0.0);
+                let place: Vec<Option<usize>> =
+                    runs.iter().map(|&(_, end)| row_of[end - 1]).collect();
+                return self
+                    .decode_placed(out, &place, |s, rows| s.decode_runs(batch, &runs, rows));
             }
         }
         out.resize(n_rows * n_vocab, 0.0);
@@ -284,19 +275,10 @@ impl<'w> Session<'w> {
             .filter(|&i| count[&batch[i].seq] == 1)
             .collect();
         if single.len() >= 2 {
-            let mut rows = std::mem::take(&mut self.rows);
-            rows.clear();
-            let done = self.decode_singles(batch, &single, &mut rows);
-            if done.is_ok() {
-                for (j, &i) in single.iter().enumerate() {
-                    if let Some(r) = row_of[i] {
-                        out[r * n_vocab..(r + 1) * n_vocab]
-                            .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
-                    }
-                }
-            }
-            self.rows = rows;
-            done?;
+            let place: Vec<Option<usize>> = single.iter().map(|&i| row_of[i]).collect();
+            self.decode_placed(out, &place, |s, rows| {
+                s.decode_singles(batch, &single, rows)
+            })?;
         }
         let mut start = 0;
         while start < batch.len() {
@@ -324,6 +306,31 @@ impl<'w> Session<'w> {
             start = end;
         }
         Ok(())
+    }
+
+    /// Runs `decode` with the session's kept rows vector (emptied) and,
+    /// when it succeeds, copies its row `j` to row `r` of `out` for each `place[j]` that is
+    /// `Some(r)`.
+    fn decode_placed(
+        &mut self,
+        out: &mut [f32],
+        place: &[Option<usize>],
+        decode: impl FnOnce(&mut Self, &mut Vec<f32>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let n_vocab = self.n_vocab();
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.clear();
+        let done = decode(self, &mut rows);
+        if done.is_ok() {
+            for (j, r) in place.iter().enumerate() {
+                if let Some(r) = *r {
+                    out[r * n_vocab..(r + 1) * n_vocab]
+                        .copy_from_slice(&rows[j * n_vocab..(j + 1) * n_vocab]);
+                }
+            }
+        }
+        self.rows = rows;
+        done
     }
 
     /// The batch cut into runs of consecutive tokens of one sequence (`batch[start..end]`),
