@@ -419,6 +419,27 @@ fn serve_smollm2() {
         both["usage"]["completion_tokens"],
         2 * whole["usage"]["completion_tokens"].as_u64().unwrap()
     );
+    // A list of prompts on an OpenAI endpoint: one response whose choices are each
+    // prompt's completion in order (llama-server's `handle_completions_impl`), usage added
+    // up (each prompt once).
+    let one = |prompt: Value| {
+        let b = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0});
+        post(port, "/v1/completions", &b).json()
+    };
+    let (a, b) = (one(json!("Once upon a time")), one(json!([9556, 2402])));
+    let listed = one(json!(["Once upon a time", [9556, 2402]]));
+    let choices = listed["choices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(choices.len(), 2, "{listed}");
+    for (i, (c, single)) in choices.iter().zip([&a, &b]).enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"], single["choices"][0]["text"], "{listed}");
+    }
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        let sum = a["usage"][field].as_u64().unwrap() + b["usage"][field].as_u64().unwrap();
+        assert_eq!(listed["usage"][field], sum, "{field}: {listed}");
+    }
     // Sampled choices: choice j draws with the seed plus j (llama-server's child tasks), so
     // each is what a one-choice request with that seed gives, and they differ.
     let sampled = |seed: i64, n: usize| {

@@ -216,10 +216,10 @@ async fn run(
                 Err(e) => return e.into_response(),
             }
         }
-        // OpenAI's endpoints put the choices in one response; llama.cpp's `/completion`
-        // answers an array of results, as for several prompts.
-        if req.n_choices > 1 && api != Api::Llama {
-            return axum::Json(merge_choices(results)).into_response();
+        // OpenAI's endpoints put the choices of every prompt in one response (llama-server:
+        // `handle_completions_impl`); llama.cpp's `/completion` answers an array of results.
+        if results.len() > 1 && api != Api::Llama {
+            return axum::Json(merge_choices(results, req.n_choices)).into_response();
         }
         match (results.len(), results.pop()) {
             (1, Some(v)) => axum::Json(v).into_response(),
@@ -633,9 +633,10 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
 }
 
 /// A non-streamed result: waits for it.
-/// One OpenAI result with the `choices` of all of `results` (one request's `n` completions),
-/// numbered in order, and their usage added up (the prompt counted once).
-fn merge_choices(results: Vec<Value>) -> Value {
+/// One OpenAI result with the `choices` of all of `results` (a request's prompts, each with
+/// `n_choices` completions, prompt-major), numbered in order, and their usage added up as
+/// OpenAI counts it (each prompt once; llama-server keeps the first result's usage).
+fn merge_choices(results: Vec<Value>, n_choices: usize) -> Value {
     let mut it = results.into_iter();
     let Some(mut first) = it.next() else {
         return Value::Null;
@@ -643,14 +644,15 @@ fn merge_choices(results: Vec<Value>) -> Value {
     let mut choices: Vec<Value> = Vec::new();
     let mut completion_tokens = 0;
     let mut prompt_tokens = 0;
-    for v in std::iter::once(first.clone()).chain(it) {
+    for (i, v) in std::iter::once(first.clone()).chain(it).enumerate() {
         if let Some(cs) = v["choices"].as_array() {
             choices.extend(cs.iter().cloned());
         }
         completion_tokens += v["usage"]["completion_tokens"].as_u64().unwrap_or(0);
-        prompt_tokens = v["usage"]["prompt_tokens"]
-            .as_u64()
-            .unwrap_or(prompt_tokens);
+        // Each prompt counted once, however many choices it has.
+        if i % n_choices.max(1) == 0 {
+            prompt_tokens += v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        }
     }
     for (i, c) in choices.iter_mut().enumerate() {
         c["index"] = i.into();
