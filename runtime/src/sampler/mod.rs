@@ -12,6 +12,17 @@
 use crate::mt19937::Mt19937;
 use std::collections::VecDeque;
 
+pub mod dry;
+
+/// A candidate token of the chain: llama.cpp's `llama_token_data` (id, logit, and the
+/// probability the last softmax of the chain gave it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cand {
+    pub id: u32,
+    pub logit: f32,
+    pub p: f32,
+}
+
 /// Sampler settings, with llama.cpp's defaults and flag names.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SamplerParams {

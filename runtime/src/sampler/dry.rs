@@ -1,0 +1,1 @@
+//! llama.cpp's DRY sampler (being written).
