@@ -60,6 +60,9 @@ pub struct GenerateOptions {
     /// Constrain the generated text to this grammar (`--grammar`, `--json-schema`,
     /// llama-server's `grammar` / `json_schema` / `response_format`; [`crate::grammar`]).
     pub grammar: Option<Arc<crate::grammar::Rules>>,
+    /// DRY's sequence breakers processed against the vocabulary (needed when
+    /// `sampler.dry_on()`; without them DRY is off).
+    pub dry_breakers: Option<Arc<crate::sampler::dry::DryBreakers>>,
 }
 
 impl Default for GenerateOptions {
@@ -78,6 +81,7 @@ impl Default for GenerateOptions {
             cancel: None,
             context_shift: None,
             grammar: None,
+            dry_breakers: None,
         }
     }
 }
@@ -241,7 +245,7 @@ impl Decoding {
     /// The state for generating after `prompt` (non-empty) in a context of `n_ctx`
     /// positions: the sampler has seen the prompt's tokens (its penalties count them).
     pub fn new(prompt: &[TokenId], n_ctx: usize, opts: &GenerateOptions) -> Decoding {
-        let mut sampler = Sampler::new(opts.sampler.clone(), n_ctx);
+        let mut sampler = Sampler::new(opts.sampler.clone(), n_ctx, opts.dry_breakers.clone());
         for &t in prompt {
             sampler.accept(t);
         }

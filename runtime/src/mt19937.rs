@@ -54,6 +54,19 @@ impl Mt19937 {
         self.index = 0;
     }
 
+    /// A float in `[0, 1)` as libstdc++'s `generate_canonical<float, 24>` makes it (what
+    /// `std::uniform_real_distribution<float>(0, 1)` returns; llama.cpp's XTC sampler): one
+    /// output converted to float (to nearest), divided by 2³², a result of 1 replaced by the
+    /// largest float below 1.
+    pub fn canonical_f32(&mut self) -> f32 {
+        let r = self.next_u32() as f32 / 4_294_967_296.0;
+        if r >= 1.0 {
+            1.0 - f32::EPSILON / 2.0
+        } else {
+            r
+        }
+    }
+
     /// A double in `[0, 1)` as libstdc++'s `generate_canonical<double, 53>` makes it from
     /// two outputs `a`, `b`: `(a + b · 2³²) / 2⁶⁴` in double arithmetic, values that round to
     /// 1 replaced by the largest double below 1.

@@ -713,3 +713,69 @@ fn runner_refuses_changed_hyperparameters() {
     assert_one_line_error(&out, "its tensors or hyperparameters differ");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Output that cannot be written: a full stdout and stderr (`/dev/full`) end with status 1,
+/// not an abort (a second panic while reporting the first); a closed pipe ends quietly with
+/// SIGPIPE's status 141, also in a conversation (`-cnv`), whose writes return the error.
+#[test]
+fn unwritable_output_is_status_1_and_a_closed_pipe_141() {
+    let Some(fixture) = modelc_tests::shared("fixtures/models/llama-sep-Q4_0.gguf") else {
+        return;
+    };
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for args in [
+        vec!["inspect"],
+        vec!["run", "-p", "hi", "-n", "2", "-t", "1"],
+    ] {
+        let out = modelc()
+            .args(&args[..1])
+            .arg(&fixture)
+            .args(&args[1..])
+            .stdout(full())
+            .stderr(full())
+            .status()
+            .unwrap();
+        assert_eq!(out.code(), Some(1), "{args:?}");
+    }
+    let out = modelc()
+        .arg("inspect")
+        .arg(&fixture)
+        .arg("--bogus")
+        .stderr(full())
+        .status()
+        .unwrap();
+    assert_eq!(out.code(), Some(1));
+    // A conversation whose reader went away.
+    let mut child = modelc()
+        .arg("run")
+        .arg(&fixture)
+        .args(["-cnv", "-n", "64", "-t", "1", "--temp", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(b"tell me a story\n");
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(141),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty() || !String::from_utf8_lossy(&out.stderr).contains("error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -75,3 +75,79 @@ fn a_model_against_its_own_base_has_no_divergence() {
     assert_eq!(err.lines().count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A base file to write that is the model, the text or a link to either is refused before
+/// anything is read, and the file is left as it was (llama-perplexity would overwrite it).
+/// Text that is not UTF-8 is scored as llama-perplexity scores it (its bytes tokenized).
+#[test]
+fn the_base_file_never_replaces_the_model_or_the_text() {
+    let Some(fixture) = modelc_tests::shared("fixtures/models/llama-sep-Q4_0.gguf") else {
+        return;
+    };
+    let d = std::env::temp_dir().join(format!("modelc-kld-guard-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let model = d.join("model.gguf");
+    std::fs::copy(&fixture, &model).unwrap();
+    let text = d.join("text.txt");
+    // Invalid UTF-8 in the middle of ordinary text.
+    let mut bytes = b"the quick brown fox jumps over the lazy dog. ".repeat(40);
+    bytes.extend_from_slice(b"\xff\xfe caf\xe9 ");
+    bytes.extend_from_slice(&b"and then the dog slept in the sun all day. ".repeat(40));
+    std::fs::write(&text, &bytes).unwrap();
+    let link = d.join("link.gguf");
+    std::os::unix::fs::symlink(&model, &link).unwrap();
+    let before = std::fs::read(&model).unwrap();
+    for (base, what) in [
+        (&model, "the model file"),
+        (&link, "the model file"),
+        (&text, "the text being scored"),
+    ] {
+        let o = modelc()
+            .arg("perplexity")
+            .arg(&model)
+            .arg("-f")
+            .arg(&text)
+            .args([
+                "-c",
+                "64",
+                "--chunks",
+                "1",
+                "-t",
+                "1",
+                "--kl-divergence-base",
+            ])
+            .arg(base)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(what), "{err}");
+    }
+    assert_eq!(std::fs::read(&model).unwrap(), before);
+    assert_eq!(std::fs::read(&text).unwrap(), bytes);
+    // The same text scored, and a base file elsewhere written.
+    let base = d.join("base.kld");
+    let o = modelc()
+        .arg("perplexity")
+        .arg(&model)
+        .arg("-f")
+        .arg(&text)
+        .args([
+            "-c",
+            "64",
+            "--chunks",
+            "1",
+            "-t",
+            "1",
+            "--kl-divergence-base",
+        ])
+        .arg(&base)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("Final estimate: PPL = "), "{out}");
+    assert!(base.exists());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -221,5 +221,12 @@ fn compiled_kernels_are_the_runners_default() {
     };
     assert_eq!(backend(&[]), "CPU (fast)");
     assert_eq!(backend(&["--kernels", "exact"]), "CPU");
+    // A runner's messages carry its own name, whatever it is called.
+    let renamed = dir.join("my-runner");
+    std::fs::copy(&runner, &renamed).unwrap();
+    let out = Command::new(&renamed).arg("-x").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("my-runner: error: "), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1468,3 +1468,102 @@ fn runner_serve_checks_ctx_first() {
     assert!(err.contains("-c 100000"), "{err}");
     assert!(!err.contains("listening"), "{err}");
 }
+
+/// llama-server's sampler fields beyond the default chain's (typical_p, top_n_sigma, xtc_*,
+/// dynatemp_*, mirostat*, dry_*, samplers): each case of
+/// `tests/data/sampling_llama_cpp_chain.json` sent to `/completion` gives the text
+/// llama-completion wrote with the same settings; and llama-server's limits on them.
+#[test]
+fn sampler_fields_are_llama_cpp_s() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let s = start(&model, &["-c", "2048"]);
+    let port = s.port;
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sampling_llama_cpp_chain.json");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    for c in r["cases"].as_array().unwrap() {
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let mut body = json!({"prompt": c["prompt"], "cache_prompt": false});
+        let mut breakers: Vec<String> = Vec::new();
+        for pair in args.chunks(2) {
+            let (flag, v) = (pair[0], pair[1]);
+            let num = |v: &str| -> Value { serde_json::from_str(v).unwrap() };
+            let (field, value) = match flag {
+                "-n" => ("n_predict", num(v)),
+                "-s" => ("seed", num(v)),
+                "--temp" => ("temperature", num(v)),
+                "--top-k" => ("top_k", num(v)),
+                "--repeat-penalty" => ("repeat_penalty", num(v)),
+                "--typical" => ("typical_p", num(v)),
+                "--top-nsigma" => ("top_n_sigma", num(v)),
+                "--xtc-probability" => ("xtc_probability", num(v)),
+                "--xtc-threshold" => ("xtc_threshold", num(v)),
+                "--dynatemp-range" => ("dynatemp_range", num(v)),
+                "--dynatemp-exp" => ("dynatemp_exponent", num(v)),
+                "--mirostat" => ("mirostat", num(v)),
+                "--mirostat-ent" => ("mirostat_tau", num(v)),
+                "--mirostat-lr" => ("mirostat_eta", num(v)),
+                "--dry-multiplier" => ("dry_multiplier", num(v)),
+                "--dry-base" => ("dry_base", num(v)),
+                "--dry-allowed-length" => ("dry_allowed_length", num(v)),
+                "--samplers" => ("samplers", json!(v.split(';').collect::<Vec<_>>())),
+                "--sampler-seq" => ("samplers", json!(v)),
+                "--dry-sequence-breaker" => {
+                    breakers.push(v.to_string());
+                    continue;
+                }
+                other => panic!("no field for {other}"),
+            };
+            body[field] = value;
+        }
+        if !breakers.is_empty() {
+            body["dry_sequence_breakers"] = json!(breakers);
+        }
+        let got = post(port, "/completion", &body);
+        assert_eq!(got.status, 200, "{}", got.body);
+        let content = got.json()["content"].as_str().unwrap().to_string();
+        assert_eq!(
+            content.trim_end(),
+            c["content"].as_str().unwrap().trim_end(),
+            "{body}"
+        );
+    }
+    // The settings are reported back, in llama-server's names.
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "Hi", "n_predict": 1, "samplers": "kt", "dry_multiplier": 0.5, "mirostat": 9}),
+    )
+    .json();
+    let g = &r["generation_settings"];
+    assert_eq!(g["samplers"], json!(["top_k", "temperature"]), "{g}");
+    assert_eq!(g["dry_multiplier"], 0.5, "{g}");
+    // Soft limits clamp (mirostat 0..=2), as llama-server's.
+    assert_eq!(g["mirostat"], 2, "{g}");
+    // Hard limits and bad values: llama-server's 400s.
+    for (body, msg) in [
+        (
+            json!({"prompt": "Hi", "dry_penalty_last_n": -1}),
+            "Field 'dry_penalty_last_n': Value must be between 0 <= value <= 2147483647, but got -1",
+        ),
+        (
+            json!({"prompt": "Hi", "dry_sequence_breakers": []}),
+            "Error: dry_sequence_breakers must be a non-empty array of strings",
+        ),
+        (
+            json!({"prompt": "Hi", "samplers": ["top_k", "infill"]}),
+            "Field 'samplers': the sampler 'infill' is not supported by modelc",
+        ),
+    ] {
+        let r = post(port, "/completion", &body);
+        assert_error(&r, 400, "invalid_request_error");
+        assert_eq!(r.json()["error"]["message"], msg);
+    }
+    drop(s);
+}

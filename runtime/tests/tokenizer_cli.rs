@@ -169,19 +169,33 @@ fn errors_are_one_line_and_exit_1() {
     }
 }
 
+/// Chat markers are parsed as their tokens by default, as llama-tokenize parses them;
+/// `--no-parse-special` takes them as text.
 #[test]
-fn special_flag_parses_chat_markers() {
+fn chat_markers_are_parsed_unless_no_parse_special() {
     let Some(m) = modelc_tests::smollm2() else {
         return;
     };
     let m = m.to_str().unwrap();
-    let plain = modelc(&["tokenize", m, "-p", "<|im_start|>user"], None);
+    let default = modelc(&["tokenize", m, "-p", "<|im_start|>user"], None);
     let special = modelc(
         &["tokenize", m, "--special", "-p", "<|im_start|>user"],
         None,
     );
+    let plain = modelc(
+        &[
+            "tokenize",
+            m,
+            "--no-parse-special",
+            "-p",
+            "<|im_start|>user",
+        ],
+        None,
+    );
+    assert_eq!(stdout(&default), "1 4093\n");
     assert_eq!(stdout(&special), "1 4093\n");
-    assert_ne!(stdout(&plain), stdout(&special));
+    assert_ne!(stdout(&plain), stdout(&default));
+    assert!(stdout(&plain).split(' ').count() > 2, "{}", stdout(&plain));
 }
 
 /// Generated tokens that end in an unfinished UTF-8 sequence: plain output writes its raw

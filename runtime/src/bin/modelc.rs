@@ -14,7 +14,7 @@ fn main() -> std::process::ExitCode {
 /// `print!` panics when stdout cannot be written; make that what a command-line tool does
 /// instead of a backtrace: a closed pipe (`modelc inspect … | head`) ends the process quietly
 /// with the status a SIGPIPE death gives (141), any other write error (a full disk) prints
-/// one line and exits 1. Every other panic keeps the default report.
+/// one line (when stderr can take it) and exits 1. Every other panic keeps the default report.
 fn quiet_output_errors() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -31,7 +31,11 @@ fn quiet_output_errors() {
             if rest.contains("Broken pipe") {
                 std::process::exit(141);
             }
-            eprintln!("error: writing output: {rest}");
+            // Not `eprintln!`: stderr itself may be what failed (a second panic would
+            // abort).
+            use std::io::Write;
+            let name = runtime::cli::prog();
+            let _ = writeln!(std::io::stderr(), "{name}: error: writing output: {rest}");
             std::process::exit(1);
         }
         default(info);

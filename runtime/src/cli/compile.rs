@@ -107,7 +107,8 @@ impl LoadMode {
         if matches!(self, LoadMode::Mlock | LoadMode::MmapMlock) {
             if let Err(e) = gguf.lock_in_memory() {
                 eprintln!(
-                    "modelc: warning: failed to lock the model in RAM ({e}); raise `ulimit -l`"
+                    "{}: warning: failed to lock the model in RAM ({e}); raise `ulimit -l`",
+                    crate::cli::prog()
                 );
             }
         }
@@ -251,7 +252,10 @@ fn clamp_ubatch(ubatch: &[u32], n_ctx: usize) -> anyhow::Result<Vec<u32>> {
     );
     let ctx = u32::try_from(n_ctx).unwrap_or(u32::MAX);
     for &u in ubatch.iter().filter(|&&u| u > ctx) {
-        eprintln!("modelc: warning: --ubatch {u} is larger than the context ({ctx}): using {ctx}");
+        eprintln!(
+            "{}: warning: --ubatch {u} is larger than the context ({ctx}): using {ctx}",
+            crate::cli::prog()
+        );
     }
     Ok(ubatch.iter().map(|&u| u.min(ctx)).collect())
 }
@@ -363,7 +367,10 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         mapped: gguf.file_size(),
     };
     if let Err(e) = crate::memory::check_fits(n_ctx, needs) {
-        eprintln!("modelc: warning: {e:#} (this machine could not run the runner)");
+        eprintln!(
+            "{}: warning: {e:#} (this machine could not run the runner)",
+            crate::cli::prog()
+        );
     }
     if let Some(dir) = &args.emit_source {
         let files = be.sources(&plan)?;

@@ -137,6 +137,9 @@ pub struct GenArgs {
     /// Read the JSON schema from this file (llama.cpp's `--json-schema-file`).
     #[arg(long = "json-schema-file", value_name = "FILE")]
     pub json_schema_file: Option<PathBuf>,
+    /// Typical, top-n-σ, XTC, dynamic temperature, Mirostat, DRY, the chain's order.
+    #[command(flatten)]
+    pub sampling: super::sampler_args::SamplerArgs,
 }
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED` (`-s -1`): draw a random seed.
@@ -164,7 +167,7 @@ pub fn resolve_threads(requested: Option<i64>) -> usize {
     match requested {
         Some(t) if t > hw as i64 => {
             eprintln!(
-                "modelc: warning: -t {t} is more than the {hw} hardware threads; using {hw} (the thread pool spin-waits, so extra threads only slow it down)"
+                "{}: warning: -t {t} is more than the {hw} hardware threads; using {hw} (the thread pool spin-waits, so extra threads only slow it down)", crate::cli::prog()
             );
             hw
         }
@@ -200,6 +203,7 @@ impl GenArgs {
     /// The first such value, in one line naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_n_batch(self.n_batch)?;
+        self.sampling.validate()?;
         anyhow::ensure!(
             self.n_predict >= -2,
             "-n {}: a number of tokens, -1 (until end of generation) or -2 (until the context is full)",
@@ -241,7 +245,7 @@ impl GenArgs {
     /// from the OS's entropy, below [`SEED_RANDOM`], so that passing it back with `-s`
     /// repeats the run.
     pub fn sampler(&self) -> SamplerParams {
-        SamplerParams {
+        let mut p = SamplerParams {
             // llama.cpp's `--temp` takes a negative temperature as 0 (greedy).
             temp: self.temp.max(0.0),
             top_k: self.top_k,
@@ -255,7 +259,10 @@ impl GenArgs {
                 Some(s) if s != SEED_RANDOM => s,
                 _ => u64::from(rand::random_range(0..u32::MAX)),
             },
-        }
+            ..SamplerParams::default()
+        };
+        self.sampling.apply(&mut p);
+        p
     }
 
     /// The prompt's bytes from `-p` or `-f` (a file need not be UTF-8: it is tokenized byte
@@ -320,9 +327,16 @@ impl GenArgs {
     /// # Errors
     /// Bad `--forced-tokens`.
     pub fn generate_options(&self, vocab: &Vocab) -> anyhow::Result<GenerateOptions> {
+        let sampler = self.sampler();
         Ok(GenerateOptions {
             n_predict: self.n_predict,
-            sampler: self.sampler(),
+            dry_breakers: sampler.dry_on().then(|| {
+                std::sync::Arc::new(crate::sampler::dry::DryBreakers::new(
+                    vocab,
+                    &sampler.dry_sequence_breakers,
+                ))
+            }),
+            sampler,
             n_probs: self.n_probs,
             forced: self.forced(vocab)?,
             ignore_eos: self.ignore_eos,
@@ -415,7 +429,7 @@ pub fn prompt_tokens(
         vocab.tokenize_bytes(&args.prompt_bytes()?, true, true)
     };
     for w in vocab.double_bos_eos(&ids) {
-        eprintln!("modelc: warning: {w}");
+        eprintln!("{}: warning: {w}", crate::cli::prog());
     }
     Ok(ids)
 }

@@ -13,6 +13,7 @@ mod inspect;
 mod quantize;
 mod run;
 mod runner;
+mod sampler_args;
 mod serve;
 mod synth;
 mod template;
@@ -208,7 +209,7 @@ pub(crate) fn usage_error(e: clap::Error, typed: &[std::ffi::OsString]) -> ExitC
         }
     }
     let first = restore_typed_flags(&first, typed);
-    eprintln!("modelc: error: {first} (see --help)");
+    eprintln!("{}: error: {first} (see --help)", crate::cli::prog());
     ExitCode::from(1)
 }
 
@@ -228,11 +229,40 @@ pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     }
 }
 
+/// The name messages start with: the program's file name as it was run (`modelc`, or a
+/// compiled runner's name: `smol`), as C tools print `argv[0]`; "modelc" when there is
+/// none.
+pub fn prog() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::args_os()
+            .next()
+            .and_then(|a| {
+                std::path::Path::new(&a)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "modelc".into())
+    })
+}
+
+/// Exit status 1 after one line on stderr; an error from a closed stdout (the reader of a
+/// pipe went away) ends quietly with the status a SIGPIPE death gives (141), as the
+/// commands that print with `print!` do.
 pub(crate) fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("modelc: error: {e:#}");
+            let broken_pipe = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if broken_pipe {
+                return ExitCode::from(141);
+            }
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{}: error: {e:#}", prog());
             ExitCode::from(1)
         }
     }

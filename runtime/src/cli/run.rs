@@ -106,7 +106,7 @@ pub const MIN_CTX: usize = 8;
 /// on stderr and uses [`MIN_CTX`].
 pub fn at_least_min_ctx(n_ctx: usize) -> usize {
     if n_ctx < MIN_CTX {
-        eprintln!("modelc: warning: the minimum context size is {MIN_CTX}; using {MIN_CTX} instead of -c {n_ctx}");
+        eprintln!("{}: warning: the minimum context size is {MIN_CTX}; using {MIN_CTX} instead of -c {n_ctx}", crate::cli::prog());
         MIN_CTX
     } else {
         n_ctx
@@ -251,7 +251,7 @@ pub fn open_session_seqs<'a>(
 pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
     if n_ctx_train > 0 && n_ctx > n_ctx_train {
         eprintln!(
-            "modelc: warning: the context ({n_ctx}) is longer than the model's training context ({n_ctx_train}); output past it may degrade"
+            "{}: warning: the context ({n_ctx}) is longer than the model's training context ({n_ctx_train}); output past it may degrade", crate::cli::prog()
         );
     }
 }
@@ -284,7 +284,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             b => format!(", model file read into memory {:.1} MiB", mib(b)),
         };
         eprintln!(
-            "modelc: ready in {:.0} ms: n_ctx {}, weights {:.1} MiB (copies){read}, KV cache {:.1} MiB, work buffers {:.1} MiB",
+            "{}: ready in {:.0} ms: n_ctx {}, weights {:.1} MiB (copies){read}, KV cache {:.1} MiB, work buffers {:.1} MiB", crate::cli::prog(),
             t0.elapsed().as_secs_f64() * 1e3,
             session.n_ctx(),
             mib(m.engine.weights),
@@ -328,6 +328,37 @@ pub struct PerplexityText {
 }
 
 impl PerplexityText {
+    /// Refuses a `--kl-divergence-base` file to write (without `--kl-divergence`) that is the
+    /// model, the `-f` text or this program itself (llama-perplexity would overwrite it).
+    ///
+    /// # Errors
+    /// One line naming the file and what it is.
+    pub fn check_output(&self, model: &std::path::Path) -> anyhow::Result<()> {
+        let Some(base) = self
+            .kl_divergence_base
+            .as_ref()
+            .filter(|_| !self.kl_divergence)
+        else {
+            return Ok(());
+        };
+        let exe = std::env::current_exe().ok();
+        let taken = [
+            (Some(model), "the model file"),
+            (self.file.as_deref(), "the text being scored (-f)"),
+            (exe.as_deref(), "this program"),
+        ];
+        for (path, what) in taken {
+            if let Some(p) = path.filter(|p| super::same_file(base, p)) {
+                anyhow::bail!(
+                    "--kl-divergence-base {}: that is {what} ({}); choose another file",
+                    base.display(),
+                    p.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The context the session needs: the base file's with --kl-divergence, else `n_ctx`.
     ///
     /// # Errors
@@ -375,9 +406,10 @@ pub fn print_perplexity(
     let Some(text_path) = &text.file else {
         anyhow::bail!("no text to score: pass -f FILE");
     };
-    let text_str = std::fs::read_to_string(text_path)
-        .with_context(|| format!("reading {}", text_path.display()))?;
-    let tokens = vocab.tokenize(&text_str, true, false);
+    // Bytes, not text: llama-perplexity tokenizes the file's bytes whatever they are.
+    let text_bytes =
+        std::fs::read(text_path).with_context(|| format!("reading {}", text_path.display()))?;
+    let tokens = vocab.tokenize_bytes(&text_bytes, true, false);
     let n_chunks = (tokens.len() / n_ctx.max(1)).min(max_chunks.unwrap_or(usize::MAX));
     eprintln!(
         "perplexity: tokenizing the input: {} tokens, {n_chunks} chunks of {n_ctx}",
@@ -432,6 +464,7 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         args.text.chunks != 0,
         "--chunks must be at least 1 (-1: all)"
     );
+    args.text.check_output(&args.model.model)?;
     args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
     let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
     let mut session = open_session(&args.model, &gguf, &model, true)?;

@@ -338,6 +338,8 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 p.n_ctx > 0,
                 "perplexity needs a context: -c must be above 0"
             );
+            p.text
+                .check_output(p.model.as_ref().unwrap_or(&artifact.model_path))?;
             let n_ctx = p.text.n_ctx(p.n_ctx)?;
             let gguf = open_checked(&artifact, p.model.as_ref(), p.engine.load_mode())?;
             let vocab = Vocab::from_gguf(&gguf)?;

@@ -82,7 +82,10 @@ pub fn ready_info(
         Ok(t) => Some(t),
         Err(e) if gen.chat_template.is_some() || gen.chat_template_file.is_some() => return Err(e),
         Err(e) => {
-            eprintln!("modelc: warning: no chat template ({e:#}); chat requests will get 501");
+            eprintln!(
+                "{}: warning: no chat template ({e:#}); chat requests will get 501",
+                crate::cli::prog()
+            );
             None
         }
     };

@@ -92,7 +92,10 @@ pub fn run(args: TemplateArgs) -> anyhow::Result<()> {
         args.chat_template_variant.as_deref(),
     )?;
     if origin == TemplateOrigin::Fallback {
-        eprintln!("modelc: the model has no chat template; using the ChatML fallback");
+        eprintln!(
+            "{}: the model has no chat template; using the ChatML fallback",
+            crate::cli::prog()
+        );
     }
     let opts = RenderOptions {
         add_generation_prompt: !args.no_generation_prompt,

@@ -1,13 +1,14 @@
 //! `modelc tokenize` and `modelc detokenize`: the model's tokenizer from the command line.
 //!
-//! `tokenize MODEL.gguf [-p TEXT | -f FILE | stdin] [--no-bos] [--special] [--pieces]`
+//! `tokenize MODEL.gguf [-p TEXT | -f FILE | stdin] [--no-bos] [--no-parse-special] [--pieces]`
 //! - The text is taken exactly as given: nothing is trimmed, a trailing newline from stdin or
 //!   a file is part of the text.
 //! - Input that is not valid UTF-8 is converted, each byte that does not start a well-formed
 //!   character becoming U+FFFD (as llama.cpp's BPE pre-tokenizer reads such bytes), with a
 //!   warning on stderr.
-//! - BOS / EOS are added where the model asks for them unless `--no-bos`; `--special` matches
-//!   control-token texts such as `<|im_start|>` in the text (llama.cpp `parse_special`).
+//! - BOS / EOS are added where the model asks for them unless `--no-bos`; control-token
+//!   texts such as `<|im_start|>` in the text are those tokens (llama.cpp's
+//!   `parse_special`, which llama-tokenize turns on by default) unless `--no-parse-special`.
 //! - Output: the ids on one line, separated by spaces. With `--pieces`, one token per line:
 //!   `ID<TAB>PIECE`, the piece being what the token prints as (control tokens included),
 //!   with `\n`, `\r`, `\t`, `\\` and other control characters escaped, and bytes that are not
@@ -44,8 +45,12 @@ pub struct TokenizeArgs {
     /// Add no BOS / EOS, even where the model asks for them.
     #[arg(long)]
     pub no_bos: bool,
-    /// Parse special-token texts (like `<|im_start|>`) in the text as those tokens.
-    #[arg(long)]
+    /// Take special-token texts (like `<|im_start|>`) as plain text, not as those tokens
+    /// (llama-tokenize's `--no-parse-special`; parsing them is the default, as there).
+    #[arg(long = "no-parse-special", overrides_with = "special")]
+    pub no_parse_special: bool,
+    /// Parse special-token texts as those tokens (the default; kept for scripts).
+    #[arg(long, overrides_with = "no_parse_special")]
     pub special: bool,
     /// Print one `ID<TAB>PIECE` line per token instead of the ids on one line.
     #[arg(long)]
@@ -73,7 +78,7 @@ pub fn load_vocab(path: &Path) -> anyhow::Result<Vocab> {
     let vocab = Vocab::from_gguf(&file)
         .map_err(|e| anyhow::anyhow!("{}: cannot load the tokenizer: {e}", path.display()))?;
     for w in vocab.warnings() {
-        eprintln!("modelc: warning: {w}");
+        eprintln!("{}: warning: {w}", crate::cli::prog());
     }
     Ok(vocab)
 }
@@ -129,10 +134,10 @@ pub fn run_tokenize(args: TokenizeArgs) -> anyhow::Result<()> {
             buf
         }
     };
-    let ids = vocab.tokenize_bytes(&text, !args.no_bos, args.special);
+    let ids = vocab.tokenize_bytes(&text, !args.no_bos, !args.no_parse_special);
     if !args.no_bos {
         for w in vocab.double_bos_eos(&ids) {
-            eprintln!("modelc: warning: {w}");
+            eprintln!("{}: warning: {w}", crate::cli::prog());
         }
     }
     let mut out = Vec::with_capacity(ids.len() * 7);

@@ -23,6 +23,7 @@ pub mod error;
 pub mod grammar;
 pub mod metrics;
 pub mod params;
+pub mod sampling;
 pub mod slots;
 pub mod streams;
 
@@ -142,6 +143,8 @@ pub struct Config {
     /// The command line's grammar (`--grammar`, `--json-schema`, ...) as GBNF: requests
     /// without one of their own are constrained by it.
     pub grammar: Option<String>,
+    /// DRY's processed sequence breakers, per list of breakers requests used.
+    pub dry_cache: std::sync::Arc<sampling::DryCache>,
 }
 
 impl Config {
@@ -152,6 +155,7 @@ impl Config {
             defaults,
             seed,
             grammar: None,
+            dry_cache: Default::default(),
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -239,6 +243,7 @@ impl Config {
         if let Some(p) = body.f32("presence_penalty")? {
             s.presence_penalty = p;
         }
+        sampling::read(body, s, &self.defaults.sampler)?;
         // llama-server's seed is a `uint32_t`: a JSON number wraps to 32 bits (-7 is
         // 4294967289), and -1 (`LLAMA_DEFAULT_SEED`, 0xFFFFFFFF) asks for the default.
         s.seed = match body.i64("seed")?.map(|n| n as u64 & 0xFFFF_FFFF) {
@@ -294,6 +299,7 @@ impl Config {
                     .map(|t| (t, f32::NEG_INFINITY)),
             );
         }
+        o.dry_breakers = self.dry_cache.get(vocab, &o.sampler);
         o.cancel = None;
         o.context_shift = None;
         o.forced = None;
@@ -538,7 +544,8 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{}: {e}", cfg.args.port))?;
         eprintln!(
-            "modelc: listening on http://{} (loading the model)",
+            "{}: listening on http://{} (loading the model)",
+            crate::cli::prog(),
             listener.local_addr()?
         );
         listeners.push(listener);
@@ -568,7 +575,8 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
                     } = loaded;
                     let vocab = info.vocab.clone();
                     eprintln!(
-                        "modelc: model loaded: {} slots of {} tokens; serving",
+                        "{}: model loaded: {} slots of {} tokens; serving",
+                        crate::cli::prog(),
                         session.n_seq_max(),
                         session.n_ctx()
                     );
@@ -586,12 +594,12 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     tokio::spawn(async move {
         tokio::select! {
             _ = signal() => {
-                eprintln!("modelc: stopping (cancelling running requests)");
+                eprintln!("{}: stopping (cancelling running requests)", crate::cli::prog());
                 shared.shutdown.store(true, Ordering::Relaxed);
             }
             e = failed_rx.recv() => {
                 if let Some(e) = e {
-                    eprintln!("modelc: error: {e:#}");
+                    eprintln!("{}: error: {e:#}", crate::cli::prog());
                     std::process::exit(1);
                 }
             }

@@ -691,7 +691,10 @@ fn split_regex(
                 Ok(None) => break,
                 Err(e) => {
                     if !warned {
-                        eprintln!("modelc: warning: pre-tokenizer gave up on a piece ({e}); kept it whole");
+                        eprintln!(
+                            "{}: warning: pre-tokenizer gave up on a piece ({e}); kept it whole",
+                            crate::cli::prog()
+                        );
                         warned = true;
                     }
                     break;

@@ -72,7 +72,10 @@ pub async fn delete(State(st): State<AppState>, q: Params) -> Response {
         Err(e) => return e.into_response(),
     };
     if !st.streams.stop(&id) {
-        eprintln!("modelc: stop of an unknown stream session (conv_id={id:?})");
+        eprintln!(
+            "{}: stop of an unknown stream session (conv_id={id:?})",
+            crate::cli::prog()
+        );
     }
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(
