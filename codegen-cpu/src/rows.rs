@@ -682,11 +682,10 @@ unsafe fn products_chunk(
         Some(_) => n,
         None => 0,
     };
-    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered (the gemm
-    // columns already where `gemm_done`: [`sixteen_rows`] computed them).
-    let sixteen = |r: usize, ws: &[&[u8]; 8], gemm_done: bool| -> usize {
+    // The packed 8 × 16 tiles of rows `r..r + 8`: the columns they covered.
+    let sixteen = |r: usize, ws: &[&[u8]; 8]| -> usize {
         let Some(pk) = packed16 else { return 0 };
-        let mut t = if gemm_done { end16 } else { 0 };
+        let mut t = 0;
         while t < end16 {
             let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
             for (c, vc) in v.iter().enumerate().take(end16 - t) {
@@ -712,32 +711,10 @@ unsafe fn products_chunk(
         }
         n
     };
-    // The gemm columns of sixteen rows at once, where the packed tile has that form: its
-    // results for rows `r..r + 16`.
-    let sixteen_rows = |r: usize| -> bool {
-        let Some((pk, tile16)) = packed16.and_then(|pk| Some((pk, pk.tile16?))) else {
-            return false;
-        };
-        let ws: [&[u8]; 16] = std::array::from_fn(|i| row(r + i));
-        let mut t = 0;
-        while t < end16 {
-            let v = tile16(&ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
-            for (h, vh) in v.iter().enumerate() {
-                for (c, vc) in vh.iter().enumerate().take(end16 - t) {
-                    let dst = out.add((t + c) * out_stride + r + 8 * h);
-                    std::ptr::copy_nonoverlapping(vc.as_ptr(), dst, 8);
-                }
-            }
-            t += 16;
-        }
-        true
-    };
-    // Rows below this have had their gemm columns computed by `sixteen_rows`.
-    let mut gemm_done_to = r0;
     let mut r = r0;
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
-        let mut t = sixteen(r, &ws, false);
+        let mut t = sixteen(r, &ws);
         while t + 8 <= n {
             let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
                 break;
@@ -833,10 +810,7 @@ unsafe fn products_chunk(
         if r + 8 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
         }
-        if r >= gemm_done_to && r + 16 <= r1 && sixteen_rows(r) {
-            gemm_done_to = r + 16;
-        }
-        let mut t = sixteen(r, &ws, r < gemm_done_to);
+        let mut t = sixteen(r, &ws);
         while t + 8 <= n {
             let Some(v) = dot.dot8x8(&ws, &arows8(t), col0 + t, n_cols) else {
                 break;
@@ -1184,8 +1158,7 @@ mod tests {
 
     /// The types with packed tiles through [`RowsMatmul`] for 1 to 40 tokens (whole and
     /// partial groups of eight and sixteen) and row counts with and without a multiple of
-    /// eight (40: sixteen-row tiles and an eight-row rest): every output is what `ir::ggml`
-    /// computes for its column (the repacked gemm /
+    /// eight: every output is what `ir::ggml` computes for its column (the repacked gemm /
     /// gemv orders of Q4_0, IQ4_NL and Q4_K, the tiled K-quant order of Q2_K / Q3_K / Q5_K /
     /// Q6_K / IQ4_XS from 8 columns, tinyBLAS's of the float types (F16 and BF16 rows
     /// widened to f32 for the packed tile), the `vec_dot` order of the others).
@@ -1218,8 +1191,7 @@ mod tests {
         ];
         for t in types {
             let k = 512;
-            // 40 rows: chunks with sixteen-row tiles (AMX Q4_K) and an eight-row rest.
-            for m in [24usize, 20, 40] {
+            for m in [24usize, 20] {
                 let rb = t.row_size(k as u64).expect("whole blocks") as usize;
                 // Random blocks with moderate f16 scales (d, and m / dmin where the type
                 // has one); Q8_0 quants in -127..=127, as ggml's quantizer writes them.

@@ -66,29 +66,22 @@ fn request_tile_permission() -> bool {
 }
 
 /// The tile configuration of every AMX kernel here (palette 1): `tmm0`–`tmm1` are A tiles
-/// of [`A_ROWS`] rows × 32 bytes (sixteen weight rows' 32 quants of a sub-block),
-/// `tmm2`–`tmm3` B tiles of 8 rows × 64 bytes (a sub-block of sixteen columns, 4 bytes of
-/// `k` each), and `tmm4`–`tmm5` C tiles of [`A_ROWS`] rows × 16 i32. Sixteen rows, not
-/// eight: a tile load, product and store cost about the same whatever the rows (measured
-/// here: ~22 cycles for a C tile's load, `tdpbusd` and store at 4, 8 or 16 rows), so a
-/// kernel with eight rows loads zeros into the other eight.
+/// of 8 rows × 32 bytes (eight weight rows' 32 quants of a sub-block), `tmm2`–`tmm3` B
+/// tiles of 8 rows × 64 bytes (a sub-block of sixteen columns, 4 bytes of `k` each), and
+/// `tmm4`–`tmm5` C tiles of 8 rows × 16 i32.
 const CONFIG: [u8; 64] = {
     let mut c = [0u8; 64];
     c[0] = 1;
     // Bytes per row (u16 each, from byte 16) and rows (u8 each, from byte 48).
     let colsb = [32u8, 32, 64, 64, 64, 64];
-    let rows = [A_ROWS as u8, A_ROWS as u8, 8, 8, A_ROWS as u8, A_ROWS as u8];
     let mut t = 0;
     while t < colsb.len() {
         c[16 + 2 * t] = colsb[t];
-        c[48 + t] = rows[t];
+        c[48 + t] = 8;
         t += 1;
     }
     c
 };
-
-/// Rows of the A and C tiles ([`CONFIG`]): the weight rows one `tdpbusd` covers.
-pub(crate) const A_ROWS: usize = 16;
 
 thread_local! {
     /// Whether this thread has loaded [`CONFIG`].
@@ -107,11 +100,10 @@ pub(crate) unsafe fn configure() {
     }
 }
 
-/// The exact sums of one 32-value sub-block for [`A_ROWS`] weight rows and sixteen
-/// columns, twice: `c0[m][n] = Σ_k a0[m][k] · b0[k / 4][4n + k % 4]` (u8 × i8), the same
-/// for `a1`, `b1` into `c1`. `a0`/`a1` are [`A_ROWS`] rows of 32 bytes, `a_stride` bytes
-/// apart; `b0`/`b1` 8 rows of 64 bytes, 64 bytes apart; `c0`/`c1` receive [`A_ROWS`] rows
-/// of 16 i32, 64 bytes apart.
+/// The exact sums of one 32-value sub-block for eight weight rows and sixteen columns,
+/// twice: `c0[m][n] = Σ_k a0[m][k] · b0[k / 4][4n + k % 4]` (u8 × i8), the same for `a1`,
+/// `b1` into `c1`. `a0`/`a1` are 8 rows of 32 bytes, `a_stride` bytes apart; `b0`/`b1` 8
+/// rows of 64 bytes, 64 bytes apart; `c0`/`c1` receive 8 rows of 16 i32, 64 bytes apart.
 ///
 /// # Safety
 /// [`configure`] has run on this thread; every row readable / writable as described.

@@ -205,10 +205,6 @@ pub(crate) struct Packed8x16 {
     /// panel), for those columns — all of them in a batched decode step: for the sixteen
     /// columns, and for the first eight only (zeros after them).
     pub gemv: Option<[Tile8x16Fn; 2]>,
-    /// The tile for sixteen rows at once, where the type has one (`tile` of `w[..8]` and
-    /// of `w[8..]`, the same numbers; the AMX Q4_K tile, whose tile operations cost the
-    /// same at sixteen rows as at eight).
-    pub tile16: Option<Tile16x16Fn>,
 }
 
 /// [`Packed8x16::pack`]: sixteen activation rows of `nb` blocks into a panel.
@@ -216,10 +212,6 @@ pub(crate) type Pack16Fn = unsafe fn(&[&[u8]; 16], usize, *mut u8);
 
 /// [`Packed8x16::tile`]: eight weight rows against a panel of `nb` blocks, `out[c][i]`.
 pub(crate) type Tile8x16Fn = unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16];
-
-/// [`Packed8x16::tile16`]: sixteen weight rows against a panel, `out[h][c][i]` for row
-/// `w[8h + i]`.
-pub(crate) type Tile16x16Fn = unsafe fn(&[&[u8]; 16], *const u8, usize) -> [[[f32; 8]; 16]; 2];
 
 /// The packed 8 × 16 form of [`dot8x8_fn`] for `wtype` on AVX-512 VNNI hosts: Q4_0 and
 /// IQ4_NL (whose gemm and gemv orders agree) and Q4_K (gemm columns only: `gemm_only`).
@@ -239,7 +231,6 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
-                tile16: super::amx::has_amx().then_some(x86::q4_k_gemm_amx_x16x16 as Tile16x16Fn),
             }),
             _ => None,
         };
@@ -284,7 +275,6 @@ fn tiled_packed(tile: Tile8x16Fn) -> Packed8x16 {
         block_bytes: x86::Q8_K_PANEL16_BYTES,
         gemm_only: false,
         gemv: None,
-        tile16: None,
     }
 }
 
@@ -313,7 +303,6 @@ fn b32_packed(pack: Pack16Fn, tile: Tile8x16Fn) -> Packed8x16 {
         block_bytes: x86::PANEL16_BLOCK_BYTES,
         gemm_only: false,
         gemv: None,
-        tile16: None,
     }
 }
 
@@ -925,13 +914,11 @@ mod x86 {
     }
 
     /// [`q4_k_gemm_x8x16`] with the integer sums from AMX tiles ([`super::super::amx`]):
-    /// per sub-block pair, `tdpbusd` gives each sub-block's exact `Σ q·y` for the rows and
-    /// sixteen columns; `sc_a·Σ_a + sc_b·Σ_b` is then formed in f32, exactly (every term
-    /// and partial sum is an integer below 2^24: |Σ q·y| ≤ 32 · 15 · 128, scales ≤ 63),
-    /// where the AVX-512 tile forms it with `vpmulld`. The f32 operations after that are
-    /// [`q4_k_gemm_x8x16`]'s, so each output is the same bit for bit. The tiles hold
-    /// sixteen rows: this form loads zeros into eight of them ([`q4_k_gemm_amx_x16x16`]
-    /// fills them).
+    /// per sub-block pair, `tdpbusd` gives each sub-block's exact `Σ q·y` for the eight
+    /// rows and sixteen columns; `sc_a·Σ_a + sc_b·Σ_b` is then formed in f32, exactly (every
+    /// term and partial sum is an integer below 2^24: |Σ q·y| ≤ 32 · 15 · 128, scales
+    /// ≤ 63), where the AVX-512 tile forms it with `vpmulld`. The f32 operations after that
+    /// are [`q4_k_gemm_x8x16`]'s, so each output is the same bit for bit.
     ///
     /// # Safety
     /// As [`q4_k_gemm_x8x16`], and [`super::super::amx::has_amx`] is true.
@@ -941,75 +928,30 @@ mod x86 {
         panel: *const u8,
         nb: usize,
     ) -> [[f32; 8]; 16] {
-        let [out] = q4_k_gemm_amx::<1>([w], panel, nb);
-        out
-    }
-
-    /// [`q4_k_gemm_amx_x8x16`] for sixteen rows (`w[..8]` then `w[8..]`: `out[h][c][i]` is
-    /// row `w[8h + i]` with column `c`): one tile load, `tdpbusd` and store serve both
-    /// halves (kernel-bench Q4_K `{2048, 5632}` × 64, 1 thread: see BENCHMARKS.md,
-    /// session 18).
-    ///
-    /// # Safety
-    /// As [`q4_k_gemm_amx_x8x16`], for sixteen rows.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
-    pub(super) unsafe fn q4_k_gemm_amx_x16x16(
-        w: &[&[u8]; 16],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[[f32; 8]; 16]; 2] {
-        let (lo, hi) = w.split_at(8);
-        // Both halves are eight rows by construction.
-        let halves: [&[&[u8]; 8]; 2] = [
-            lo.try_into().unwrap_or_else(|_| unreachable!()),
-            hi.try_into().unwrap_or_else(|_| unreachable!()),
-        ];
-        q4_k_gemm_amx::<2>(halves, panel, nb)
-    }
-
-    /// The AMX Q4_K gemm tile for `H` groups of eight rows (1 or 2; the tiles'
-    /// [`super::super::amx::A_ROWS`] rows past `8H` hold zeros).
-    ///
-    /// # Safety
-    /// As [`q4_k_gemm_amx_x8x16`], for the `8H` rows of `halves`.
-    #[inline(always)]
-    unsafe fn q4_k_gemm_amx<const H: usize>(
-        halves: [&[&[u8]; 8]; H],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[[f32; 8]; 16]; H] {
         use super::super::amx;
-        const ROWS: usize = amx::A_ROWS;
         amx::configure();
-        let mut acc = [[_mm512_setzero_ps(); 8]; H];
-        let mut acc_min = [[_mm512_setzero_ps(); 8]; H];
-        // Row `8h + i` of the tiles is half `h`'s row `i`; the rows past `8H` stay zero.
-        let mut q = [[[[0u32; 8]; 8]; 8]; 2];
-        let mut sc = [[[0u32; 16]; 8]; H];
-        let mut dx = [[0f32; 8]; H];
+        let mut acc = [_mm512_setzero_ps(); 8];
+        let mut acc_min = [_mm512_setzero_ps(); 8];
+        let mut q = [[[0u32; 8]; 8]; 8];
+        let mut sc = [[0u32; 16]; 8];
+        let mut dx = [0f32; 8];
         // The scales as f32, row `i`'s sub-block `j` at `scf[i][j]`.
-        let mut scf = [[0f32; 8]; ROWS];
-        // d_x·d_y of each row, read back as memory operands.
-        let mut d = [_mm512_setzero_ps(); ROWS];
-        // The C tiles of a pair of sub-blocks: 16 rows × 16 columns of i32 each.
-        let mut sums = [[[0i32; 16]; ROWS]; 2];
+        let mut scf = [[0f32; 8]; 8];
+        // The C tiles of a pair of sub-blocks: 8 rows × 16 columns of i32 each.
+        let mut sums = [[[0i32; 16]; 8]; 2];
         for b in 0..nb {
             let o = panel.add(b * Q8_K_PANEL16_BYTES);
             let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
-            for h in 0..H {
-                q4_k_unpack(halves[h], b, &mut q[h], &mut sc[h], &mut dx[h]);
-                for i in 0..8 {
-                    let s =
-                        _mm256_cvtepi32_ps(_mm256_loadu_si256(sc[h][i].as_ptr() as *const __m256i));
-                    _mm256_storeu_ps(scf[8 * h + i].as_mut_ptr(), s);
-                    d[8 * h + i] = _mm512_mul_ps(_mm512_set1_ps(dx[h][i]), dy);
-                }
-                let sc = std::hint::black_box(&sc[h]);
-                q4_k_mins::<false, Cols16>(halves[h], b, o, sc, dy, &mut acc_min[h]);
+            q4_k_unpack(w, b, &mut q, &mut sc, &mut dx);
+            for i in 0..8 {
+                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(sc[i].as_ptr() as *const __m256i));
+                _mm256_storeu_ps(scf[i].as_mut_ptr(), s);
             }
+            let sc = std::hint::black_box(&sc);
+            q4_k_mins::<false, Cols16>(w, b, o, sc, dy, &mut acc_min);
             let scf = std::hint::black_box(&scf);
-            let d = std::hint::black_box(&d);
-            // Row `r`'s sub-block `j` starts at `q + 256 r + 32 j`.
+            let d: [__m512; 8] = std::array::from_fn(|i| _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy));
+            // Row `i`'s sub-block `j` starts at `q[i][j]`: rows 8 · 32 bytes apart.
             let qp = q.as_ptr() as *const u8;
             for p in 0..4 {
                 let (ja, jb) = (2 * p, 2 * p + 1);
@@ -1023,34 +965,25 @@ mod x86 {
                     sums[1].as_mut_ptr() as *mut i32,
                 );
                 let s = std::hint::black_box(&sums);
-                for h in 0..H {
-                    for i in 0..8 {
-                        let r = 8 * h + i;
-                        let load = |t: usize| {
-                            _mm512_cvtepi32_ps(_mm512_loadu_si512(
-                                s[t][r].as_ptr() as *const __m512i
-                            ))
-                        };
-                        let scaled = _mm512_fmadd_ps(
-                            load(0),
-                            _mm512_set1_ps(scf[r][ja]),
-                            _mm512_mul_ps(load(1), _mm512_set1_ps(scf[r][jb])),
-                        );
-                        acc[h][i] = _mm512_fmadd_ps(scaled, d[r], acc[h][i]);
-                    }
+                for i in 0..8 {
+                    let a =
+                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[0][i].as_ptr() as *const __m512i));
+                    let bb =
+                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[1][i].as_ptr() as *const __m512i));
+                    let scaled = _mm512_fmadd_ps(
+                        a,
+                        _mm512_set1_ps(scf[i][ja]),
+                        _mm512_mul_ps(bb, _mm512_set1_ps(scf[i][jb])),
+                    );
+                    acc[i] = _mm512_fmadd_ps(scaled, d[i], acc[i]);
                 }
             }
         }
-        std::array::from_fn(|h| {
-            let mut by_row = [[0f32; 16]; 8];
-            for i in 0..8 {
-                _mm512_storeu_ps(
-                    by_row[i].as_mut_ptr(),
-                    _mm512_sub_ps(acc[h][i], acc_min[h][i]),
-                );
-            }
-            std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
-        })
+        let mut by_row = [[0f32; 16]; 8];
+        for i in 0..8 {
+            _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
+        }
+        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
     /// [`q4_k_gemm_x8x16`] in the gemv kernel's order (`ir::ggml::RepackedRow::dot` with
@@ -2473,8 +2406,8 @@ mod tests {
             let ts = t.type_size();
             for nb in [1usize, 5, 18] {
                 let n = t.block_size() * nb;
-                let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
-                for b in 0..16 * nb {
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for b in 0..8 * nb {
                     let f16s: &[usize] = match t {
                         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K => &[0, 2],
                         _ => &[0],
@@ -2485,8 +2418,7 @@ mod tests {
                         w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
                     }
                 }
-                let rows16: [&[u8]; 16] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
-                let rows: [&[u8]; 8] = std::array::from_fn(|i| rows16[i]);
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
                 let acts: Vec<Vec<u8>> = (0..16)
                     .map(|_| {
                         let x: Vec<f32> = (0..n)
@@ -2504,36 +2436,19 @@ mod tests {
                     (pk.pack)(&a, nb, panel.as_mut_ptr());
                     (pk.tile)(&rows, panel.as_ptr(), nb)
                 };
-                // The sixteen-row form, where the type has one: both halves.
-                let got16 = pk.tile16.map(|tile16| {
-                    // SAFETY: as above, sixteen whole rows.
-                    unsafe { tile16(&rows16, panel.as_ptr(), nb) }
-                });
-                let tiles = [
-                    Some((got, 0)),
-                    got16.map(|g| (g[0], 0)),
-                    got16.map(|g| (g[1], 8)),
-                ];
-                for (got, row0) in tiles.into_iter().flatten() {
-                    for c in 0..16 {
-                        for i in 0..8 {
-                            let g = got[c][i];
-                            let rows: [&[u8]; 8] = std::array::from_fn(|i| rows16[row0 + i]);
-                            if exact {
-                                let want = dot_plain(t, rows[i], a[c], RepackKernel::Gemm);
-                                assert_eq!(
-                                    g.to_bits(),
-                                    want.to_bits(),
-                                    "{t} nb={nb} row {i} col {c}"
-                                );
-                            } else {
-                                let want = ir::ggml::vec_dot(t, rows[i], a[c]).expect("scalar dot");
-                                let tol = 1e-5 * want.abs().max(1.0) * nb as f32;
-                                assert!(
-                                    (g - want).abs() <= tol,
-                                    "{t} nb={nb} row {i} col {c}: {g} vs {want}"
-                                );
-                            }
+                for c in 0..16 {
+                    for i in 0..8 {
+                        let g = got[c][i];
+                        if exact {
+                            let want = dot_plain(t, rows[i], a[c], RepackKernel::Gemm);
+                            assert_eq!(g.to_bits(), want.to_bits(), "{t} nb={nb} row {i} col {c}");
+                        } else {
+                            let want = ir::ggml::vec_dot(t, rows[i], a[c]).expect("scalar dot");
+                            let tol = 1e-5 * want.abs().max(1.0) * nb as f32;
+                            assert!(
+                                (g - want).abs() <= tol,
+                                "{t} nb={nb} row {i} col {c}: {g} vs {want}"
+                            );
                         }
                     }
                 }
@@ -2650,8 +2565,8 @@ mod tests {
             let (ts, n) = (t.type_size(), 3 * 256);
             let nb = n / t.block_size();
             for _ in 0..20 {
-                let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
-                for b in 0..16 * nb {
+                let mut w: Vec<u8> = (0..8 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for b in 0..8 * nb {
                     let offsets: &[usize] = match t {
                         GgmlType::Q4_K => &[0, 2],
                         GgmlType::MXFP4 => {
