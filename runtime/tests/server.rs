@@ -1546,6 +1546,15 @@ fn sampler_fields_are_llama_cpp_s() {
     assert_eq!(g["dry_multiplier"], 0.5, "{g}");
     // Soft limits clamp (mirostat 0..=2), as llama-server's.
     assert_eq!(g["mirostat"], 2, "{g}");
+    // A float for an integer field is cut toward zero, as llama-server's JSON library
+    // converts it.
+    let r = post(
+        port,
+        "/completion",
+        &json!({"prompt": "Once upon a time", "n_predict": 3.7, "temperature": 0.0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["tokens_predicted"], 3, "{}", r.body);
     // Hard limits and bad values: llama-server's 400s.
     for (body, msg) in [
         (

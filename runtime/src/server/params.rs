@@ -43,18 +43,23 @@ impl Body {
         }
     }
 
-    /// An integer field (a number with a fractional part is refused).
+    /// An integer field. A number with a fractional part is cut toward zero, as
+    /// llama-server's JSON library converts it (`max_tokens: 2.5` is 2; clients that write
+    /// every number as a float, `100.0`, are served).
     ///
     /// # Errors
-    /// 400 when present and not an integer.
+    /// 400 when present and not a number, or a float beyond the integers (±1e19, NaN).
     pub fn i64(&self, name: &str) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(v) => match v.as_i64() {
                 Some(x) => Ok(Some(x)),
-                None => match v.as_u64() {
-                    Some(x) => Ok(Some(i64::try_from(x).unwrap_or(i64::MAX))),
-                    None => Err(wrong_type(name, "an integer", v)),
+                None => match (v.as_u64(), v.as_f64()) {
+                    (Some(x), _) => Ok(Some(i64::try_from(x).unwrap_or(i64::MAX))),
+                    (None, Some(f)) if f.is_finite() && f.abs() < 9.2e18 => {
+                        Ok(Some(f.trunc() as i64))
+                    }
+                    _ => Err(wrong_type(name, "an integer", v)),
                 },
             },
         }
