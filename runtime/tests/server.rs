@@ -1546,6 +1546,27 @@ fn sampler_fields_are_llama_cpp_s() {
     assert_eq!(g["dry_multiplier"], 0.5, "{g}");
     // Soft limits clamp (mirostat 0..=2), as llama-server's.
     assert_eq!(g["mirostat"], 2, "{g}");
+    // /props: the file type and which optional endpoints are on, as llama-server's.
+    let props = get(port, "/props").json();
+    assert_eq!(props["model_ftype"], "Q4_1", "{props}");
+    assert_eq!(props["endpoint_metrics"], false, "{props}");
+    assert!(props["endpoint_slots"].is_boolean(), "{props}");
+    assert_eq!(props["modalities"]["video"], false, "{props}");
+    assert_eq!(
+        props["default_generation_settings"]["params"]["samplers"],
+        json!([
+            "penalties",
+            "dry",
+            "top_n_sigma",
+            "top_k",
+            "typ_p",
+            "top_p",
+            "min_p",
+            "xtc",
+            "temperature"
+        ]),
+        "{props}"
+    );
     // A float for an integer field is cut toward zero, as llama-server's JSON library
     // converts it.
     let r = post(

@@ -125,6 +125,11 @@ pub fn ready_info(
         aliases,
         tags: list(&server.tags),
         model_path: path.display().to_string(),
+        model_ftype: gguf
+            .metadata()
+            .get_u32("general.file_type")?
+            .map_or("unknown, may not work", super::inspect::file_type_name)
+            .to_string(),
         n_ctx_slot,
         n_ctx_train: hp.n_ctx_train as usize,
         n_embd: hp.n_embd as usize,

@@ -323,6 +323,9 @@ pub struct Ready {
     pub tags: Vec<String>,
     /// The model's path.
     pub model_path: String,
+    /// `general.file_type`'s name, as llama.cpp's `llama_model_ftype_name` (`Q4_1`,
+    /// `Q4_K - Medium`; /props' `model_ftype`).
+    pub model_ftype: String,
     /// Context of each slot.
     pub n_ctx_slot: usize,
     /// The model's training context.

@@ -55,7 +55,7 @@ pub async fn models(State(st): State<AppState>) -> Result<Json<Value>, ApiError>
 }
 
 /// `GET /props`: the default generation settings, the number of slots, the model's path,
-/// chat template and special tokens.
+/// file type, chat template and special tokens, which optional endpoints are served.
 pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let r = st.ready()?;
     let d = &st.cfg.defaults;
@@ -76,7 +76,15 @@ pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> 
         "total_slots": st.cfg.args.parallel,
         "model_alias": r.model_name,
         "model_path": r.model_path,
-        "modalities": { "vision": false, "audio": false },
+        "model_ftype": r.model_ftype,
+        "modalities": { "vision": false, "video": false, "audio": false },
+        // Which optional endpoints are on (llama-server's `--slots`, `--props`, `--metrics`;
+        // POST /props is not served), and the web UI, which is not.
+        "endpoint_slots": st.cfg.slots(),
+        "endpoint_props": false,
+        "endpoint_metrics": st.cfg.args.metrics,
+        "ui": false,
+        "cors_proxy_enabled": false,
         "chat_template": r.template_source,
         "bos_token": piece(r.vocab.bos()),
         "eos_token": piece(r.vocab.eos()),
