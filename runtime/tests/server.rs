@@ -1491,14 +1491,24 @@ fn sampler_fields_are_llama_cpp_s() {
             .collect();
         let mut body = json!({"prompt": c["prompt"], "cache_prompt": false});
         let mut breakers: Vec<String> = Vec::new();
-        for pair in args.chunks(2) {
-            let (flag, v) = (pair[0], pair[1]);
+        let mut rest = &args[..];
+        while let Some((&flag, tail)) = rest.split_first() {
+            if flag == "--ignore-eos" {
+                body["ignore_eos"] = json!(true);
+                rest = tail;
+                continue;
+            }
+            let v = tail[0];
+            rest = &tail[1..];
             let num = |v: &str| -> Value { serde_json::from_str(v).unwrap() };
             let (field, value) = match flag {
                 "-n" => ("n_predict", num(v)),
                 "-s" => ("seed", num(v)),
                 "--temp" => ("temperature", num(v)),
                 "--top-k" => ("top_k", num(v)),
+                "--min-p" => ("min_p", num(v)),
+                "--frequency-penalty" => ("frequency_penalty", num(v)),
+                "--dry-penalty-last-n" => ("dry_penalty_last_n", num(v)),
                 "--repeat-penalty" => ("repeat_penalty", num(v)),
                 "--typical" => ("typical_p", num(v)),
                 "--top-nsigma" => ("top_n_sigma", num(v)),

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 pub mod dry;
 mod stages;
+mod std_sort;
 
 /// A candidate token of the chain: llama.cpp's `llama_token_data` (id, logit, and the
 /// probability the last softmax of the chain gave it).
@@ -426,10 +427,8 @@ impl Sampler {
         let p = &self.params;
         match k {
             SamplerKind::Penalties => {
-                if !self.history.is_empty() {
-                    let (r, f, pr) = (p.repeat_penalty, p.frequency_penalty, p.presence_penalty);
-                    stages::penalties(c, &self.counts, r, f, pr);
-                }
+                let (r, f, pr) = (p.repeat_penalty, p.frequency_penalty, p.presence_penalty);
+                stages::penalties(c, &self.counts, r, f, pr);
             }
             SamplerKind::Dry => {
                 if let Some(d) = self.dry.as_mut() {

@@ -182,9 +182,10 @@ pub fn min_p(c: &mut Cands, p: f32, min_keep: usize) {
 }
 
 /// `llama_sampler_typical` (locally typical sampling): the sorted softmax and its f32
-/// entropy `H`; candidates ordered by `|-logf(p) - H|` (stable, from the sorted order),
-/// the shortest prefix of that order whose f32 running sum of `p` exceeds `p` (and holds
-/// `min_keep`); the result unsorted.
+/// entropy `H`; candidates ordered by `|-logf(p) - H|` with libstdc++'s `std::sort` (a
+/// candidate of probability 0 makes `H`, and so every score, NaN: the order is then that
+/// sort's permutation, [`super::std_sort`]), the shortest prefix of that order whose f32
+/// running sum of `p` exceeds `p` (and holds `min_keep`); the result unsorted.
 pub fn typical(c: &mut Cands, p: f32, min_keep: usize, scratch: &mut Vec<(f32, usize)>) {
     if p >= 1.0 || c.v.is_empty() {
         return;
@@ -200,7 +201,7 @@ pub fn typical(c: &mut Cands, p: f32, min_keep: usize, scratch: &mut Vec<(f32, u
             .enumerate()
             .map(|(i, x)| ((-x.p.ln() - entropy).abs(), i)),
     );
-    scratch.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    super::std_sort::sort_by(scratch, &|a: &(f32, usize), b: &(f32, usize)| a.0 < b.0);
     let mut cum = 0f32;
     let mut keep = scratch.len();
     for (i, &(_, idx)) in scratch.iter().enumerate() {
@@ -279,7 +280,8 @@ pub fn xtc(c: &mut Cands, probability: f32, threshold: f32, min_keep: usize, rng
 
 /// `llama_sampler_penalties`: for the recent tokens (`counts`: id → occurrences), a
 /// positive logit divided by `repeat`, a non-positive one multiplied by it, then
-/// `count · freq + present` subtracted.
+/// `count · freq + present` subtracted; the candidates are then taken as unsorted (also
+/// when nothing was recent), as llama.cpp marks them.
 pub fn penalties(
     c: &mut Cands,
     counts: &std::collections::HashMap<u32, u32>,
@@ -298,6 +300,7 @@ pub fn penalties(
         }
         x.logit -= n as f32 * freq + present;
     }
+    c.sorted = false;
 }
 
 /// `llama_sample_dist`: `std::discrete_distribution<int>` over the candidates' `p` with
