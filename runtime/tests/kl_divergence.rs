@@ -98,12 +98,8 @@ fn the_base_file_never_replaces_the_model_or_the_text() {
     let link = d.join("link.gguf");
     std::os::unix::fs::symlink(&model, &link).unwrap();
     let before = std::fs::read(&model).unwrap();
-    for (base, what) in [
-        (&model, "the model file"),
-        (&link, "the model file"),
-        (&text, "the text being scored"),
-    ] {
-        let o = modelc()
+    let perplexity = |base: &std::path::Path| {
+        modelc()
             .arg("perplexity")
             .arg(&model)
             .arg("-f")
@@ -119,7 +115,14 @@ fn the_base_file_never_replaces_the_model_or_the_text() {
             ])
             .arg(base)
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    for (base, what) in [
+        (&model, "the model file"),
+        (&link, "the model file"),
+        (&text, "the text being scored"),
+    ] {
+        let o = perplexity(base);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(err.contains(what), "{err}");
@@ -128,23 +131,7 @@ fn the_base_file_never_replaces_the_model_or_the_text() {
     assert_eq!(std::fs::read(&text).unwrap(), bytes);
     // The same text scored, and a base file elsewhere written.
     let base = d.join("base.kld");
-    let o = modelc()
-        .arg("perplexity")
-        .arg(&model)
-        .arg("-f")
-        .arg(&text)
-        .args([
-            "-c",
-            "64",
-            "--chunks",
-            "1",
-            "-t",
-            "1",
-            "--kl-divergence-base",
-        ])
-        .arg(&base)
-        .output()
-        .unwrap();
+    let o = perplexity(&base);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("Final estimate: PPL = "), "{out}");
