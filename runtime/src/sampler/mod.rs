@@ -376,7 +376,7 @@ impl Sampler {
             .samplers
             .iter()
             .copied()
-            .filter(|&k| !p.idle(k) && !(k == SamplerKind::Dry && self.dry.is_none()))
+            .filter(|&k| !(p.idle(k) || k == SamplerKind::Dry && self.dry.is_none()))
             .collect();
         let keeps_max = |k: &SamplerKind| {
             matches!(

@@ -346,8 +346,9 @@ pub fn mirostat(
     let epsilon_hat = s_hat - 1.0;
     let k = ((epsilon_hat * 2f32.powf(*mu)) / (1.0 - (n_vocab as f32).powf(-epsilon_hat)))
         .powf(1.0 / s_hat);
-    // C's `int(k)`: toward zero, NaN and out-of-range values as x86's conversion gives them.
-    let k = if k.is_nan() || k >= 2_147_483_648.0 || k < -2_147_483_648.0 {
+    // C's `int(k)`: toward zero; NaN and out-of-range values (not in the range) as x86's
+    // conversion gives them.
+    let k = if !(-2_147_483_648.0..2_147_483_648.0).contains(&k) {
         i32::MIN
     } else {
         k as i32
