@@ -52,7 +52,11 @@ fn assert_one_line_error(out: &Output, what: &str) {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("modelc: error: "), "{err}");
+    // `modelc`'s own messages, or the runner's (named `smol` here).
+    assert!(
+        err.starts_with("modelc: error: ") || err.starts_with("smol: error: "),
+        "{err}"
+    );
     assert!(err.contains(what), "expected '{what}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
@@ -64,8 +68,8 @@ fn assert_ok(out: &Output) {
 fn warnings(out: &Output) -> Vec<String> {
     stderr(out)
         .lines()
-        .filter(|l| l.starts_with("modelc: warning:"))
-        .map(str::to_string)
+        .filter(|l| l.starts_with("modelc: warning:") || l.starts_with("smol: warning:"))
+        .map(|l| l.replacen("smol: ", "modelc: ", 1))
         .collect()
 }
 
@@ -777,5 +781,35 @@ fn unwritable_output_is_status_1_and_a_closed_pipe_141() {
         out.stderr.is_empty() || !String::from_utf8_lossy(&out.stderr).contains("error"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--samplers` / `--sampler-seq`: a name llama.cpp does not know is skipped with one
+/// warning, as llama.cpp skips it; one of llama.cpp's samplers modelc does not have is
+/// refused in one line.
+#[test]
+fn sampler_lists_skip_unknown_names_and_refuse_unsupported_ones() {
+    let Some(fixture) = modelc_tests::shared("fixtures/models/llama-sep-Q4_0.gguf") else {
+        return;
+    };
+    let run = |extra: &[&str]| {
+        modelc()
+            .arg("run")
+            .arg(&fixture)
+            .args(["-p", "hi", "-n", "2", "-t", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--samplers", "foo;top_k;temperature"]);
+    assert_ok(&out);
+    assert_eq!(
+        warnings(&out),
+        vec!["modelc: warning: --samplers: unknown sampler 'foo' (skipped)"]
+    );
+    let out = run(&["--sampler-seq", "ki"]);
+    assert_one_line_error(
+        &out,
+        "--sampler-seq: the sampler 'i' is not supported by modelc",
     );
 }

@@ -1593,8 +1593,12 @@ fn sampler_fields_are_llama_cpp_s() {
             "Field 'dry_penalty_last_n': Value must be between 0 <= value <= 2147483647, but got -1",
         ),
         (
+            json!({"prompt": "Hi", "repeat_last_n": -1}),
+            "Field 'repeat_last_n': Value must be between 0 <= value <= 2147483647, but got -1",
+        ),
+        (
             json!({"prompt": "Hi", "dry_sequence_breakers": []}),
-            "Error: dry_sequence_breakers must be a non-empty array of strings",
+            "Field 'dry_sequence_breakers': Error: dry_sequence_breakers must be a non-empty array of strings",
         ),
         (
             json!({"prompt": "Hi", "samplers": ["top_k", "infill"]}),

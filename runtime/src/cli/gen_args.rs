@@ -140,6 +140,51 @@ pub struct GenArgs {
     /// Typical, top-n-σ, XTC, dynamic temperature, Mirostat, DRY, the chain's order.
     #[command(flatten)]
     pub sampling: super::sampler_args::SamplerArgs,
+    /// Process escape sequences (`\n`, `\r`, `\t`, `\'`, `\"`, `\\`, `\xNN`) in the
+    /// prompt, `--stop` texts and DRY sequence breakers (the default, as llama.cpp's `-e`).
+    #[arg(short = 'e', long = "escape", overrides_with = "no_escape")]
+    pub escape: bool,
+    /// Take the prompt, `--stop` texts and DRY breakers as they are (llama.cpp's
+    /// `--no-escape`).
+    #[arg(long = "no-escape", overrides_with = "escape")]
+    pub no_escape: bool,
+}
+
+/// llama.cpp's `string_process_escapes` (`common/common.cpp`), on bytes: `\n`, `\r`,
+/// `\t`, `\'`, `\"`, `\\` and `\x` with two hex digits become what they name; any
+/// other backslash pair, and a backslash at the end, stay as they are.
+pub fn process_escapes(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        if input[i] != b'\\' || i + 1 == input.len() {
+            out.push(input[i]);
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let c = input[i];
+        match c {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'\'' | b'"' | b'\\' => out.push(c),
+            b'x' if i + 2 < input.len()
+                && input[i + 1].is_ascii_hexdigit()
+                && input[i + 2].is_ascii_hexdigit() =>
+            {
+                let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
+                out.push(hex(input[i + 1]) * 16 + hex(input[i + 2]));
+                i += 2;
+            }
+            _ => {
+                out.push(b'\\');
+                out.push(c);
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED` (`-s -1`): draw a random seed.
@@ -262,13 +307,42 @@ impl GenArgs {
             ..SamplerParams::default()
         };
         self.sampling.apply(&mut p);
+        p.dry_sequence_breakers = p
+            .dry_sequence_breakers
+            .iter()
+            .map(|b| self.unescape(b))
+            .collect();
         p
     }
 
-    /// The prompt's bytes from `-p` or `-f` (a file need not be UTF-8: it is tokenized byte
+    /// The prompt's bytes from `-p` or `-f`, escapes processed unless `--no-escape` (as
+    /// llama.cpp processes them in both) (a file need not be UTF-8: it is tokenized byte
     /// for byte as llama.cpp does, [`Vocab::tokenize_bytes`]; one trailing newline of a file
     /// is dropped, as llama.cpp's `-f` drops it).
     pub fn prompt_bytes(&self) -> anyhow::Result<Vec<u8>> {
+        let b = self.raw_prompt_bytes()?;
+        Ok(if self.no_escape {
+            b
+        } else {
+            process_escapes(&b)
+        })
+    }
+
+    /// The `--stop` texts, escapes processed unless `--no-escape` (llama.cpp's antiprompts).
+    pub fn stops(&self) -> Vec<String> {
+        self.stop.iter().map(|t| self.unescape(t)).collect()
+    }
+
+    /// `t` with its escapes processed unless `--no-escape`.
+    fn unescape(&self, t: &str) -> String {
+        if self.no_escape {
+            return t.to_string();
+        }
+        String::from_utf8_lossy(&process_escapes(t.as_bytes())).into_owned()
+    }
+
+    /// The prompt's bytes as given (`-p` or the `-f` file), before escapes.
+    fn raw_prompt_bytes(&self) -> anyhow::Result<Vec<u8>> {
         match (&self.prompt, &self.file) {
             (Some(p), _) => Ok(p.clone().into_bytes()),
             (None, Some(f)) => {
@@ -341,7 +415,7 @@ impl GenArgs {
             forced: self.forced(vocab)?,
             ignore_eos: self.ignore_eos,
             n_batch: self.n_batch,
-            stop: self.stop.clone(),
+            stop: self.stops(),
             grammar: self.grammar_rules(vocab)?,
             ..GenerateOptions::default()
         })
@@ -534,4 +608,33 @@ pub fn run_generation(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::process_escapes;
+
+    /// llama.cpp's `string_process_escapes`: the six named escapes and `\xNN`; anything
+    /// else, a bad `\x` and a final backslash kept as written.
+    #[test]
+    fn escapes_as_llama_cpp() {
+        let cases: [(&[u8], &[u8]); 8] = [
+            (br"a\nb\tc\rd", b"a\nb\tc\rd"),
+            (br#"\'\"\\"#, br#"'"\"#),
+            (br"\x41\x7a!", b"Az!"),
+            (br"\xzz", br"\xzz"),
+            (br"\x4", br"\x4"),
+            (br"\q", br"\q"),
+            (br"end\", br"end\"),
+            (br"\\n", br"\n"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                process_escapes(input),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
 }

@@ -113,13 +113,13 @@ impl SamplerArgs {
         if let Some(m) = self.mirostat {
             anyhow::ensure!(m <= 2, "--mirostat {m}: 0 (off), 1 or 2");
         }
-        self.kinds()?;
+        self.kinds(true)?;
         Ok(())
     }
 
     /// The chain's order from `--samplers` or `--sampler-seq` (the later flag wins in
     /// llama.cpp; here both at once are refused), if given.
-    fn kinds(&self) -> anyhow::Result<Option<Vec<SamplerKind>>> {
+    fn kinds(&self, warn: bool) -> anyhow::Result<Option<Vec<SamplerKind>>> {
         match (&self.samplers, &self.sampler_seq) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("--samplers and --sampler-seq both give the order: pass one")
@@ -128,19 +128,14 @@ impl SamplerArgs {
                 let kinds = names
                     .split(';')
                     .filter(|n| !n.is_empty())
-                    .map(SamplerKind::from_name)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| anyhow::anyhow!("--samplers: {e}"))?;
-                Ok(Some(kinds))
+                    .map(SamplerKind::from_name);
+                Ok(Some(known(kinds, "--samplers", warn)?))
             }
-            (None, Some(seq)) => {
-                let kinds = seq
-                    .chars()
-                    .map(SamplerKind::from_chr)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| anyhow::anyhow!("--sampler-seq: {e}"))?;
-                Ok(Some(kinds))
-            }
+            (None, Some(seq)) => Ok(Some(known(
+                seq.chars().map(SamplerKind::from_chr),
+                "--sampler-seq",
+                warn,
+            )?)),
             (None, None) => Ok(None),
         }
     }
@@ -183,8 +178,39 @@ impl SamplerArgs {
                 }
             }
         }
-        if let Ok(Some(kinds)) = self.kinds() {
+        if let Ok(Some(kinds)) = self.kinds(false) {
             p.samplers = kinds;
         }
     }
+}
+
+/// The samplers of a `--samplers` / `--sampler-seq` list: a name llama.cpp does not know
+/// is skipped (with a warning when `warn`), as llama.cpp skips it (`common_sampler_types_from_names`);
+/// one of llama.cpp's that modelc does not have (`infill`, `adaptive_p`) is refused,
+/// naming the flag.
+static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn known(
+    kinds: impl Iterator<Item = Result<SamplerKind, String>>,
+    flag: &str,
+    warn: bool,
+) -> anyhow::Result<Vec<SamplerKind>> {
+    let mut out = Vec::new();
+    for k in kinds {
+        match k {
+            Ok(k) => out.push(k),
+            Err(e) if e.contains("not supported") => anyhow::bail!("{flag}: {e}"),
+            // Once per process: the flags are checked more than once on some paths.
+            Err(e) if warn && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{}: warning: {flag}: {e} (skipped)",
+                    super::prog()
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(out)
 }

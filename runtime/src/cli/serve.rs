@@ -38,7 +38,7 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         n_probs: gen.n_probs,
         ignore_eos: gen.ignore_eos,
         n_batch: gen.n_batch,
-        stop: gen.stop.clone(),
+        stop: gen.stops(),
         ..GenerateOptions::default()
     };
     let seed = gen.seed.filter(|&s| s != SEED_RANDOM);

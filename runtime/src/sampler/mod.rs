@@ -121,8 +121,12 @@ impl SamplerKind {
     /// A `--sampler-seq` letter ([`SamplerKind::chr`]).
     ///
     /// # Errors
-    /// A letter that names no sampler modelc has.
+    /// A letter that names no sampler, or one of llama.cpp's modelc does not have (`i`
+    /// infill, `a` adaptive-p: the message says so).
     pub fn from_chr(c: char) -> Result<SamplerKind, String> {
+        if c == 'i' || c == 'a' {
+            return Err(format!("the sampler '{c}' is not supported by modelc"));
+        }
         SamplerKind::DEFAULT
             .into_iter()
             .find(|k| k.chr() == c)

@@ -235,7 +235,14 @@ impl Config {
             s.repeat_penalty = p;
         }
         if let Some(n) = body.i64("repeat_last_n")? {
-            s.repeat_last_n = i32::try_from(n.max(-1)).unwrap_or(i32::MAX);
+            // llama-server's hard limit (`server-schema.cpp`): 0 ..= INT32_MAX.
+            if !(0..=i64::from(i32::MAX)).contains(&n) {
+                return Err(ApiError::invalid(format!(
+                    "Field 'repeat_last_n': Value must be between 0 <= value <= {}, but got {n}",
+                    i32::MAX
+                )));
+            }
+            s.repeat_last_n = n as i32;
         }
         if let Some(p) = body.f32("frequency_penalty")? {
             s.frequency_penalty = p;

@@ -72,7 +72,7 @@ pub fn read(body: &Body, s: &mut SamplerParams, defaults: &SamplerParams) -> Res
             .filter(|b| !b.is_empty())
             .ok_or_else(|| {
                 ApiError::invalid(
-                    "Error: dry_sequence_breakers must be a non-empty array of strings",
+                    "Field 'dry_sequence_breakers': Error: dry_sequence_breakers must be a non-empty array of strings",
                 )
             })?;
         s.dry_sequence_breakers = breakers;
