@@ -496,9 +496,9 @@ impl Sampler {
         chosen.unwrap_or_else(|| c.v[c.v.len() - 1].id)
     }
 
-    /// The probabilities after the last [`Sampler::sample`]'s chain (the softmax of what the
-    /// final draw chose from), the `n` most likely first (ties by id) — llama-server's
-    /// `post_sampling_probs`. A greedy chain chose with certainty: the chosen token alone,
+    /// The probabilities after the last [`Sampler::sample`]'s chain (what the final draw
+    /// normalized, in its arithmetic), the `n` most likely first (ties by id) —
+    /// llama-server's `post_sampling_probs`. A greedy chain chose with certainty: the chosen token alone,
     /// with probability 1.
     pub fn post_sampling_probs(&self, n: usize) -> Vec<(u32, f32)> {
         let cand = &self.cands.v;
@@ -506,15 +506,10 @@ impl Sampler {
             let best = cand.iter().copied().min_by(rank).map_or(0, |x| x.id);
             return vec![(best, 1.0)];
         }
-        let max = cand
-            .iter()
-            .map(|c| c.logit)
-            .fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = cand.iter().map(|c| f64::from(c.logit - max).exp()).sum();
-        let mut out: Vec<(u32, f32)> = cand
-            .iter()
-            .map(|c| (c.id, (f64::from(c.logit - max).exp() / sum) as f32))
-            .collect();
+        // The probabilities the last step of the chain left in the candidates (the draw's
+        // normalization, or Mirostat's softmax), as llama-server reads them
+        // (`common_sampler_get_candidates`, sorted by probability).
+        let mut out: Vec<(u32, f32)> = cand.iter().map(|c| (c.id, c.p)).collect();
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         out.truncate(n.max(1));
         out
