@@ -284,7 +284,11 @@ pub struct Sampler {
     /// Mirostat's `mu` (starts at `2τ`).
     mu: f32,
     dry: Option<dry::Dry>,
-    n_vocab_hint: usize,
+    /// The stages that change something, in the chain's order (fixed by the parameters).
+    active: Vec<SamplerKind>,
+    /// Whether the chain is greedy and every active stage keeps the largest logit: the
+    /// choice is then the argmax of the logits.
+    argmax_only: bool,
     history: VecDeque<u32>,
     history_cap: usize,
     counts: HashMap<u32, u32>,
@@ -313,12 +317,30 @@ impl Sampler {
                 b,
             )
         });
+        let active: Vec<SamplerKind> = params
+            .samplers
+            .iter()
+            .copied()
+            .filter(|&k| !(params.idle(k) || k == SamplerKind::Dry && dry.is_none()))
+            .collect();
+        let keeps_max = |k: &SamplerKind| {
+            matches!(
+                k,
+                SamplerKind::TopNSigma
+                    | SamplerKind::TopK
+                    | SamplerKind::TopP
+                    | SamplerKind::MinP
+                    | SamplerKind::Temperature
+            )
+        };
+        let argmax_only = params.greedy() && active.iter().all(keeps_max);
         Sampler {
             rng: Mt19937::new(seed),
             xtc_rng: Mt19937::new(seed),
             mu: 2.0 * params.mirostat_tau,
             dry,
-            n_vocab_hint: 0,
+            active,
+            argmax_only,
             params,
             history: VecDeque::with_capacity(history_cap),
             history_cap,
@@ -352,7 +374,6 @@ impl Sampler {
 
     /// Chooses the next token from `logits` (one value per vocabulary entry).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        self.n_vocab_hint = logits.len();
         let mut c = std::mem::take(&mut self.cands);
         c.v.clear();
         c.sorted = false;
@@ -362,7 +383,7 @@ impl Sampler {
     }
 
     fn run_chain(&mut self, logits: &[f32], c: &mut Cands) -> u32 {
-        let p = self.params.clone();
+        let p = &self.params;
         if p.mirostat != 0 {
             all_logits(logits, c);
             stages::temp(c, p.temp);
@@ -375,24 +396,7 @@ impl Sampler {
             };
             return c.v.get(idx).map_or(0, |x| x.id);
         }
-        // Only the stages that change something, in order.
-        let active: Vec<SamplerKind> = p
-            .samplers
-            .iter()
-            .copied()
-            .filter(|&k| !(p.idle(k) || k == SamplerKind::Dry && self.dry.is_none()))
-            .collect();
-        let keeps_max = |k: &SamplerKind| {
-            matches!(
-                k,
-                SamplerKind::TopNSigma
-                    | SamplerKind::TopK
-                    | SamplerKind::TopP
-                    | SamplerKind::MinP
-                    | SamplerKind::Temperature
-            )
-        };
-        if p.greedy() && active.iter().all(keeps_max) {
+        if self.argmax_only {
             // Greedy and nothing changes which token is largest: the choice straight from
             // the logits (no candidate list: a server step samples one per sequence, each
             // over the whole vocabulary), kept as the only candidate for
@@ -408,20 +412,20 @@ impl Sampler {
             }
             return token;
         }
-        let mut rest = &active[..];
+        let mut first = 0;
         let k = usize::try_from(p.top_k).unwrap_or(0);
-        if active.first() == Some(&SamplerKind::TopK) && k < logits.len() {
+        if self.active.first() == Some(&SamplerKind::TopK) && k < logits.len() {
             // Top-k first: one pass over the logits that keeps the k best, not a list of
             // the whole vocabulary and a selection in it (~5× less time at k = 40 over
             // 49152 logits, for every sequence of every server step).
             top_k_of_logits(logits, k, &mut c.v);
             c.sorted = true;
-            rest = &active[1..];
+            first = 1;
         } else {
             all_logits(logits, c);
         }
-        for &k in rest {
-            self.apply(k, c);
+        for i in first..self.active.len() {
+            self.apply(self.active[i], c);
         }
         self.dist(c)
     }
