@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p codegen-cpu --bin kernel-bench -- [--threads 1,2] [--reps N]
 //!     [--only bandwidth|shapes|decode|pp|rows] [--tiling TOKENS,UNROLL[,GROUPS]] [--order ggml|block] [--types Q4_1,Q8_0,...]
-//!     [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-batched]
+//!     [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-decode-copies N] [--rows-batched]
 //! ```
 //!
 //! Prints one table row per kernel, shape and thread count: µs per call (median of batches),
@@ -22,6 +22,8 @@
 //! `--rows-batched` each token is its own one-column product (a batched decode step of
 //! that many sequences: llama.cpp's one-column kernel, whatever the type); with
 //! `--order block`, the block-order tiles of `--kernels fast` (the types that have them).
+//! `--rows-decode-copies N` sets the decode table's copies (default 64; 1 keeps a small
+//! weight in the caches: the kernel's arithmetic alone).
 
 use std::time::Instant;
 
@@ -53,6 +55,9 @@ struct Args {
     rows_tokens: usize,
     /// Weight copies the `rows` prompt table cycles through.
     rows_copies: usize,
+    /// Weight copies the `rows` decode table cycles through (64: from DRAM; 1: hot in the
+    /// caches, the kernel's own speed).
+    rows_decode_copies: usize,
     /// Whether the `rows` prompt table's tokens are one-column products each.
     rows_batched: bool,
 }
@@ -75,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
         rows_shape: (N_FF.next_multiple_of(256), N_EMBD),
         rows_tokens: 64,
         rows_copies: 1,
+        rows_decode_copies: 64,
         rows_batched: false,
     };
     let mut it = std::env::args().skip(1);
@@ -155,7 +161,7 @@ fn parse_args() -> Result<Args, String> {
                     _ => return Err("--rows-shape K,M (both above 0, K·M at most 2^28)".into()),
                 }
             }
-            "--rows-tokens" | "--rows-copies" => {
+            "--rows-tokens" | "--rows-copies" | "--rows-decode-copies" => {
                 let n: usize = val()?
                     .parse()
                     .map_err(|e| format!("{flag}: {e}"))
@@ -163,15 +169,15 @@ fn parse_args() -> Result<Args, String> {
                         1..=4096 => Ok(n),
                         _ => Err(format!("{flag}: 1 to 4096")),
                     })?;
-                if flag == "--rows-tokens" {
-                    a.rows_tokens = n
-                } else {
-                    a.rows_copies = n
+                match flag.as_str() {
+                    "--rows-tokens" => a.rows_tokens = n,
+                    "--rows-copies" => a.rows_copies = n,
+                    _ => a.rows_decode_copies = n,
                 }
             }
             "--rows-batched" => a.rows_batched = true,
             "-h" | "--help" => {
-                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-batched]".into())
+                return Err("usage: kernel-bench [--threads 1,2] [--reps N] [--only bandwidth|shapes|decode|pp|rows] [--tiling T,U[,G]] [--order ggml|block] [--types Q4_1,...] [--disasm TYPE,K,M,N] [--rows-shape K,M] [--rows-tokens N] [--rows-copies N] [--rows-decode-copies N] [--rows-batched]".into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -352,9 +358,9 @@ fn bench_rows(a: &Args, pools: &[ThreadPool], roof: &[f64]) {
         .filter(|&t| codegen_cpu::rows::supports(t))
         .filter(|t| !a.types_given || a.types.contains(t))
     {
-        // 64 copies cycled so that every call reads weights no cache holds (for a small
-        // shape a large L3 may still hold them all).
-        let ((k, m), copies) = (a.rows_shape, 64);
+        // 64 copies (the default) cycled so that every call reads weights no cache holds
+        // (for a small shape a large L3 may still hold them all).
+        let ((k, m), copies) = (a.rows_shape, a.rows_decode_copies);
         let kern = match RowsMatmul::new(t, k, m, 1) {
             Ok(kern) => kern,
             Err(e) => {

@@ -268,6 +268,9 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
         GgmlType::Q4_1 => Some(m::q4_1_q8_1_4rows),
         GgmlType::Q5_1 => Some(m::q5_1_q8_1_4rows),
         GgmlType::Q5_0 => Some(m::q5_0_q8_0_4rows),
+        GgmlType::Q8_0 if isa == Isa::Vnni && super::has_vnni512() => {
+            Some(x86::q8_0_q8_0_4rows_512)
+        }
         GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::dot4rows_fn_on(wtype, isa),
         _ => None,
@@ -406,18 +409,37 @@ pub(super) mod x86 {
 
     /// The f16 at `p` as f32 (exact; F16C).
     ///
-    /// (LLVM inserts the one 16-bit value into whatever register it likes, which makes the
-    /// conversion wait for that register's last writer; the hot loops of the 32-value block
-    /// types convert their scales two or four at a time ([`f16x2_product`],
-    /// [`f16_products`], [`f16x4`]) instead, which fills the whole low register.)
-    ///
     /// # Safety
     /// Only from this module's `avx2,fma,f16c` routines (the host has those features); `p`
     /// valid for 2 bytes of reads.
     #[inline(always)]
     pub(in crate::handwritten) unsafe fn f16_at(p: *const u8) -> f32 {
         let bits = std::ptr::read_unaligned(p as *const u16);
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+        _mm_cvtss_f32(_mm_cvtph_ps(opaque128(_mm_cvtsi32_si128(bits as i32))))
+    }
+
+    /// `v` unchanged, through an empty `asm!` that LLVM cannot see into. Used on the input
+    /// of `vcvtph2ps` where it is built from scalars: LLVM otherwise tends to build it with
+    /// `vpinsrw` into whichever register is free (often an accumulator), which puts the
+    /// conversion on the loop's dependency chain (the 256-bit Q8_0 decode kernel ran at half
+    /// its speed so); this keeps a zeroing `vmovd`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::handwritten) fn opaque128(mut v: __m128i) -> __m128i {
+        // SAFETY: the template is empty; the register is passed through unchanged.
+        unsafe {
+            std::arch::asm!("/* {0} */", inout(xmm_reg) v, options(pure, nomem, nostack, preserves_flags));
+        }
+        v
+    }
+
+    /// The 16 bits at `p` (an f16's), as an i16.
+    ///
+    /// # Safety
+    /// `p` valid for 2 bytes of reads.
+    #[inline(always)]
+    unsafe fn i16_at(p: *const u8) -> i16 {
+        std::ptr::read_unaligned(p as *const i16)
     }
 
     /// The product of the f16 values at `p` and `q` (both exact as f32; the product of two
@@ -1185,6 +1207,74 @@ pub(super) mod x86 {
         Products::Unsigned,
         |x| both_halves(q5_1_quants(x))
     );
+
+    /// [`tile32`]'s four rows × one column (decode) for Q8_0 on 512-bit registers: rows
+    /// `2p` and `2p + 1` share register `p` (lanes 0..8 and 8..16), the activation block in
+    /// both halves, so each `vpdpbusd`, conversion and fused multiply-add serves two rows
+    /// while each row keeps its own eight lanes in ggml's order (the offset form's
+    /// products: bit for bit `tile32`'s). Half the vector instructions per weight byte of the
+    /// 256-bit form, which is what decode needs to keep up with the memory.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI; whole Q8_0 rows of equal block counts.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(super) unsafe fn q8_0_q8_0_4rows_512(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        let nb = w
+            .iter()
+            .fold(a.len() / Q8_0_BYTES, |n, r| n.min(r.len() / Q8_0_BYTES));
+        let bias = _mm512_set1_epi8(0x80u8 as i8);
+        let zero = _mm512_setzero_si512();
+        // Lanes of register p take the scale of row 2p (0..8) and of row 2p + 1 (8..16).
+        let spread = [
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        ];
+        let mut acc = [_mm512_setzero_ps(); 2];
+        for b in 0..nb {
+            let x: [*const u8; 4] = std::array::from_fn(|r| w[r].as_ptr().add(b * Q8_0_BYTES));
+            let y = a.as_ptr().add(b * Q8_0_BYTES);
+            let qy = both_halves(load32(y.add(2)));
+            let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy));
+            // d_x·d_y of the four rows: products of two f16 values, exact in f32.
+            let dx = _mm_cvtph_ps(_mm_setr_epi16(
+                i16_at(x[0]),
+                i16_at(x[1]),
+                i16_at(x[2]),
+                i16_at(x[3]),
+                0,
+                0,
+                0,
+                0,
+            ));
+            let dy = _mm_cvtph_ps(_mm_set1_epi16(i16_at(y)));
+            let d = _mm512_castps128_ps512(_mm_mul_ps(dx, dy));
+            for (p, accp) in acc.iter_mut().enumerate() {
+                let q = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(load32(x[2 * p].add(2))),
+                    load32(x[2 * p + 1].add(2)),
+                );
+                let lanes = _mm512_dpbusd_epi32(start, _mm512_xor_si512(q, bias), qy);
+                let dp = _mm512_permutexvar_ps(spread[p], d);
+                *accp = _mm512_fmadd_ps(dp, _mm512_cvtepi32_ps(lanes), *accp);
+            }
+        }
+        let [lo0, hi0] = halves(acc[0]);
+        let [lo1, hi1] = halves(acc[1]);
+        [hsum(lo0), hsum(hi0), hsum(lo1), hsum(hi1)]
+    }
+
+    /// The two 256-bit halves of `v`.
+    ///
+    /// # Safety
+    /// AVX-512 F (inlined into such a `target_feature` caller).
+    #[inline(always)]
+    unsafe fn halves(v: __m512) -> [__m256; 2] {
+        let pd = _mm512_castps_pd(v);
+        [
+            _mm256_castpd_ps(_mm512_castpd512_pd256(pd)),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(pd)),
+        ]
+    }
 
     /// The signed 5-bit values of the Q5_0 block at `x` (`nibble | 0xF0` where the fifth
     /// bit is clear, i.e. `q - 16`).

@@ -156,7 +156,7 @@ pub(in crate::handwritten) mod x86 {
 
     use crate::handwritten::qdot::x86::{
         iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts, iq3_s_parts,
-        iq3_xxs_parts,
+        iq3_xxs_parts, opaque128,
     };
     use ir::ggml::KVALUES_IQ4NL;
 
@@ -318,20 +318,6 @@ pub(in crate::handwritten) mod x86 {
     fn tiled_step_min(out: f32, xd: f32, xdmin: f32, s1: i32, s2: i32, yd: f32) -> f32 {
         let r = (-xdmin).mul_add(s2 as f32, xd * s1 as f32);
         r.mul_add(yd, out)
-    }
-
-    /// `v` unchanged, through an empty `asm!` that LLVM cannot see into. Used on the input
-    /// of `vcvtph2ps` in [`f16_product`]: LLVM otherwise tends to build it with `vpinsrw`
-    /// into whichever register is free (often the output accumulator), which puts the
-    /// conversion on the loop's dependency chain; this keeps a zeroing `vmovd`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn opaque128(mut v: __m128i) -> __m128i {
-        // SAFETY: the template is empty; the register is passed through unchanged.
-        unsafe {
-            std::arch::asm!("/* {0} */", inout(xmm_reg) v, options(pure, nomem, nostack, preserves_flags));
-        }
-        v
     }
 
     /// `v` unchanged, through an empty `asm!` that LLVM cannot see into. Used on the
