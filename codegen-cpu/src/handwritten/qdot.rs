@@ -272,6 +272,7 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
             Some(x86::q8_0_q8_0_4rows_512)
         }
         GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
+        GgmlType::Q6_K => Some(x86::q6_k_q8_k_4rows),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::dot4rows_fn_on(wtype, isa),
         _ => None,
     });
@@ -308,64 +309,130 @@ pub(super) mod x86 {
     /// then `acc = fma(d_x·d_y, f32(lane), acc)`; `hsum_float_8` at the end.
     ///
     /// # Safety
-    /// AVX2 and FMA; `w` whole Q6_K blocks, `a` as many Q8_K blocks.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C; `w` whole Q6_K blocks, `a` as many Q8_K blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q6_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
-        let nb = (w.len() / Q6_K_BYTES).min(a.len() / Q8_K_BYTES);
+        q6_k_rows::<1>(&[w], a)[0]
+    }
+
+    /// [`q6_k_q8_k`] of four rows with one activation row (decode): the activation's
+    /// vectors loaded once for the four rows, four sums in flight.
+    ///
+    /// # Safety
+    /// As [`q6_k_q8_k`], for each row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6_k_q8_k_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        q6_k_rows::<4>(w, a)
+    }
+
+    /// [`q6_k_q8_k`] for `R` rows.
+    ///
+    /// # Safety
+    /// As [`q6_k_q8_k`], for each row (inlined into such a `target_feature` caller).
+    #[inline(always)]
+    unsafe fn q6_k_rows<const R: usize>(w: &[&[u8]; R], a: &[u8]) -> [f32; R] {
+        let nb = w
+            .iter()
+            .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q6_K_BYTES));
         let low4 = _mm256_set1_epi8(0x0f);
-        let mut acc = _mm256_setzero_ps();
+        // The shuffle that spreads i16 scales 2v and 2v + 1 of a 128-bit lane of eight over
+        // lanes 0..8 and 8..16 (`vpshufb`: bytes of word 2v in the low half, of word 2v + 1
+        // in the high half).
+        let spread: [__m256i; 4] = std::array::from_fn(|v| {
+            let (lo, hi) = (4 * v as i8, 4 * v as i8 + 2);
+            _mm256_setr_epi8(
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                lo,
+                lo + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+                hi,
+                hi + 1,
+            )
+        });
+        let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
-            let x = w.as_ptr().add(b * Q6_K_BYTES);
             let y = a.as_ptr().add(b * Q8_K_BYTES);
-            let (ql, qh, sc) = (x, x.add(128), x.add(192));
-            let dx = f16_to_f32(u16::from_le_bytes([*x.add(208), *x.add(209)]));
             let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
-            let d = dy * dx;
             let q8 = y.add(4);
             let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
-            let scales = _mm_loadu_si128(sc as *const __m128i);
-            // 32 · Σ bsum · scale per pair of 16-value groups, lane j = groups 2j, 2j+1.
-            let offset =
-                _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(scales)), 5);
-            let mut sumi = _mm256_setzero_si256();
-            for half in 0..2 {
-                let l0 = _mm256_loadu_si256(ql.add(64 * half) as *const __m256i);
-                let l1 = _mm256_loadu_si256(ql.add(64 * half + 32) as *const __m256i);
-                let h = _mm256_loadu_si256(qh.add(32 * half) as *const __m256i);
-                // The four 32-value vectors of this half: low/high nibbles of ql, 2 bits of qh.
-                let hi = |shift: i32| -> __m256i {
-                    // (qh >> shift) & 3, moved to bits 4..5.
-                    let m = _mm256_and_si256(
-                        _mm256_srlv_epi32(h, _mm256_set1_epi32(shift)),
-                        _mm256_set1_epi8(3),
-                    );
-                    _mm256_slli_epi16(m, 4)
-                };
-                let q = [
-                    _mm256_or_si256(_mm256_and_si256(l0, low4), hi(0)),
-                    _mm256_or_si256(_mm256_and_si256(l1, low4), hi(2)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), hi(4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), hi(6)),
+            for (r, accr) in acc.iter_mut().enumerate() {
+                let x = w[r].as_ptr().add(b * Q6_K_BYTES);
+                let (ql, qh, sc) = (x, x.add(128), x.add(192));
+                let d = dy * f16_at(x.add(208));
+                // The sixteen scales as i16: 0..8 in the low lane, 8..16 in the high one.
+                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
+                // 32 · Σ bsum · scale per pair of 16-value groups, lane j = groups 2j, 2j+1.
+                let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
+                // Each half's eight scales in both lanes, for `spread`.
+                let sc_half = [
+                    _mm256_permute4x64_epi64::<0x44>(sc16),
+                    _mm256_permute4x64_epi64::<0xEE>(sc16),
                 ];
-                for (v, qv) in q.iter().enumerate() {
-                    let y8 = _mm256_loadu_si256(q8.add(128 * half + 32 * v) as *const __m256i);
-                    let p16 = _mm256_maddubs_epi16(*qv, y8);
-                    // Scales of the two 16-value groups of this vector, 8 × i16 each.
-                    let g = 8 * half + 2 * v;
-                    let s0 = *sc.add(g) as i8 as i16;
-                    let s1 = *sc.add(g + 1) as i8 as i16;
-                    let s = _mm256_setr_epi16(
-                        s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1,
-                    );
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p16));
+                let mut sumi = _mm256_setzero_si256();
+                for (half, &scales) in sc_half.iter().enumerate() {
+                    let l0 = _mm256_loadu_si256(ql.add(64 * half) as *const __m256i);
+                    let l1 = _mm256_loadu_si256(ql.add(64 * half + 32) as *const __m256i);
+                    let h = _mm256_loadu_si256(qh.add(32 * half) as *const __m256i);
+                    // The four 32-value vectors of this half: low/high nibbles of ql, 2 bits
+                    // of qh.
+                    let hi = |shift: i32| -> __m256i {
+                        // (qh >> shift) & 3, moved to bits 4..5.
+                        let m = _mm256_and_si256(
+                            _mm256_srlv_epi32(h, _mm256_set1_epi32(shift)),
+                            _mm256_set1_epi8(3),
+                        );
+                        _mm256_slli_epi16(m, 4)
+                    };
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(l0, low4), hi(0)),
+                        _mm256_or_si256(_mm256_and_si256(l1, low4), hi(2)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), hi(4)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), hi(6)),
+                    ];
+                    for (v, qv) in q.iter().enumerate() {
+                        let y8 = _mm256_loadu_si256(q8.add(128 * half + 32 * v) as *const __m256i);
+                        let p16 = _mm256_maddubs_epi16(*qv, y8);
+                        // Scales 8·half + 2v and 8·half + 2v + 1 (the vector's two 16-value
+                        // groups), 8 × i16 each: one shuffle.
+                        let s = _mm256_shuffle_epi8(scales, spread[v]);
+                        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p16));
+                    }
                 }
+                sumi = _mm256_sub_epi32(sumi, offset);
+                *accr = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *accr);
             }
-            sumi = _mm256_sub_epi32(sumi, offset);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        hsum8(&lanes)
+        let mut out = [0f32; R];
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = hsum(v);
+        }
+        out
     }
 
     // ---- Shared pieces -----------------------------------------------------------------
@@ -2675,6 +2742,37 @@ mod tests {
         }
     }
 
+    /// The four-row forms (decode) give each row what the one-row routine gives (random
+    /// rows and raw activations).
+    #[test]
+    fn four_row_routines_match_one() {
+        let mut seed = 0x4a11_u64;
+        let isas = host_isas();
+        for (t, f16_at, isa) in isas.iter().flat_map(|&isa| TYPES.map(|(t, f)| (t, f, isa))) {
+            let (Some(f), Some(f4r)) = (dot_fn_on(t, isa), dot4rows_fn_on(t, isa)) else {
+                continue;
+            };
+            let act_t = vec_dot_type(t).expect("has a vec_dot_type");
+            for blocks in [1usize, 3, 18] {
+                for _ in 0..100 {
+                    let rows: Vec<Vec<u8>> = (0..4)
+                        .map(|_| random_row(t, blocks, f16_at, &mut seed))
+                        .collect();
+                    let ws: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][..]);
+                    let n_act = blocks * t.block_size() / act_t.block_size();
+                    let a = raw_act(act_t, n_act, &mut seed);
+                    // SAFETY: both chosen for this host; whole rows of equal length.
+                    let got = unsafe { f4r(&ws, &a) };
+                    for (r, v) in got.iter().enumerate() {
+                        // SAFETY: as above.
+                        let want = unsafe { f(ws[r], &a) };
+                        assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
+                    }
+                }
+            }
+        }
+    }
+
     /// The four-column forms give each column what the one-column routine gives (random
     /// quantized and raw activations).
     #[test]
@@ -2705,19 +2803,6 @@ mod tests {
                         // SAFETY: as above.
                         let want = unsafe { f(&w, a[c]) };
                         assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
-                    }
-                    if let Some(f4r) = dot4rows_fn_on(t, isa) {
-                        let more: Vec<Vec<u8>> = (0..3)
-                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
-                            .collect();
-                        let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
-                        // SAFETY: as above.
-                        let got = unsafe { f4r(&ws, a[0]) };
-                        for (r, v) in got.iter().enumerate() {
-                            // SAFETY: as above.
-                            let want = unsafe { f(ws[r], a[0]) };
-                            assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
-                        }
                     }
                     if let Some(f44) = dot4x4_fn_on(t, isa) {
                         let more: Vec<Vec<u8>> = (0..3)
