@@ -339,41 +339,8 @@ pub(super) mod x86 {
         // lanes 0..8 and 8..16 (`vpshufb`: bytes of word 2v in the low half, of word 2v + 1
         // in the high half).
         let spread: [__m256i; 4] = std::array::from_fn(|v| {
-            let (lo, hi) = (4 * v as i8, 4 * v as i8 + 2);
-            _mm256_setr_epi8(
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                lo,
-                lo + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-                hi,
-                hi + 1,
-            )
+            let bytes: [u8; 32] = std::array::from_fn(|i| (4 * v + 2 * (i / 16) + i % 2) as u8);
+            load32(bytes.as_ptr())
         });
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
@@ -2747,26 +2714,37 @@ mod tests {
     #[test]
     fn four_row_routines_match_one() {
         let mut seed = 0x4a11_u64;
-        let isas = host_isas();
-        for (t, f16_at, isa) in isas.iter().flat_map(|&isa| TYPES.map(|(t, f)| (t, f, isa))) {
+        for_each_case(&mut seed, |seed, t, f16_at, isa, blocks| {
             let (Some(f), Some(f4r)) = (dot_fn_on(t, isa), dot4rows_fn_on(t, isa)) else {
-                continue;
+                return;
             };
             let act_t = vec_dot_type(t).expect("has a vec_dot_type");
-            for blocks in [1usize, 3, 18] {
-                for _ in 0..100 {
-                    let rows: Vec<Vec<u8>> = (0..4)
-                        .map(|_| random_row(t, blocks, f16_at, &mut seed))
-                        .collect();
-                    let ws: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][..]);
-                    let n_act = blocks * t.block_size() / act_t.block_size();
-                    let a = raw_act(act_t, n_act, &mut seed);
-                    // SAFETY: both chosen for this host; whole rows of equal length.
-                    let got = unsafe { f4r(&ws, &a) };
-                    for (r, v) in got.iter().enumerate() {
-                        // SAFETY: as above.
-                        let want = unsafe { f(ws[r], &a) };
-                        assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
+            let rows: Vec<Vec<u8>> = (0..4)
+                .map(|_| random_row(t, blocks, f16_at, seed))
+                .collect();
+            let ws: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][..]);
+            let a = raw_act(act_t, blocks * t.block_size() / act_t.block_size(), seed);
+            // SAFETY: both chosen for this host; whole rows of equal length.
+            let got = unsafe { f4r(&ws, &a) };
+            for (r, v) in got.iter().enumerate() {
+                // SAFETY: as above.
+                let want = unsafe { f(ws[r], &a) };
+                assert_eq!(v.to_bits(), want.to_bits(), "{} 4 rows, row {r}", t.name());
+            }
+        });
+    }
+
+    /// Runs `case(seed, type, its f16 offsets, isa, blocks)` 100 times for each type of
+    /// [`TYPES`], each build this host runs, and rows of 1, 3 and 18 blocks.
+    fn for_each_case(
+        seed: &mut u64,
+        mut case: impl FnMut(&mut u64, GgmlType, &[usize], Isa, usize),
+    ) {
+        for isa in host_isas() {
+            for (t, f16_at) in TYPES {
+                for blocks in [1usize, 3, 18] {
+                    for _ in 0..100 {
+                        case(seed, t, f16_at, isa, blocks);
                     }
                 }
             }
@@ -2778,90 +2756,50 @@ mod tests {
     #[test]
     fn four_column_routines_match_one() {
         let mut seed = 0x5151_u64;
-        let isas = host_isas();
-        for (t, f16_at, isa) in isas.iter().flat_map(|&isa| TYPES.map(|(t, f)| (t, f, isa))) {
+        for_each_case(&mut seed, |seed, t, f16_at, isa, blocks| {
             let (Some(f), Some(f4)) = (dot_fn_on(t, isa), dot4_fn_on(t, isa)) else {
-                continue;
+                return;
             };
             let act_t = vec_dot_type(t).expect("has a vec_dot_type");
-            for blocks in [1usize, 3, 18] {
-                for _ in 0..100 {
-                    let w = random_row(t, blocks, f16_at, &mut seed);
-                    let acts: Vec<Vec<u8>> = (0..4)
-                        .map(|_| {
-                            raw_act(
-                                act_t,
-                                blocks * t.block_size() / act_t.block_size(),
-                                &mut seed,
-                            )
-                        })
-                        .collect();
-                    let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
-                    // SAFETY: both chosen for this host; whole rows of equal length.
-                    let got = unsafe { f4(&w, &a) };
-                    for c in 0..4 {
+            let n_act = blocks * t.block_size() / act_t.block_size();
+            let w = random_row(t, blocks, f16_at, seed);
+            let acts: Vec<Vec<u8>> = (0..8).map(|_| raw_act(act_t, n_act, seed)).collect();
+            let a8: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
+            let a: [&[u8]; 4] = std::array::from_fn(|c| a8[c]);
+            // SAFETY: both chosen for this host; whole rows of equal length.
+            let got = unsafe { f4(&w, &a) };
+            for c in 0..4 {
+                // SAFETY: as above.
+                let want = unsafe { f(&w, a[c]) };
+                assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
+            }
+            let more: Vec<Vec<u8>> = (0..3)
+                .map(|_| random_row(t, blocks, f16_at, seed))
+                .collect();
+            let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
+            let check = |got: &[[f32; 4]], what: &str| {
+                for (c, col) in got.iter().enumerate() {
+                    for (r, v) in col.iter().enumerate() {
                         // SAFETY: as above.
-                        let want = unsafe { f(&w, a[c]) };
-                        assert_eq!(got[c].to_bits(), want.to_bits(), "{} column {c}", t.name());
-                    }
-                    if let Some(f44) = dot4x4_fn_on(t, isa) {
-                        let more: Vec<Vec<u8>> = (0..3)
-                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
-                            .collect();
-                        let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
-                        // SAFETY: as above.
-                        let got = unsafe { f44(&ws, &a) };
-                        for (c, col) in got.iter().enumerate() {
-                            for (r, v) in col.iter().enumerate() {
-                                // SAFETY: as above.
-                                let want = unsafe { f(ws[r], a[c]) };
-                                assert_eq!(
-                                    v.to_bits(),
-                                    want.to_bits(),
-                                    "{} 4x4 r{r} c{c}",
-                                    t.name()
-                                );
-                            }
-                        }
-                    }
-                    if let (Isa::Vnni, Some(f48)) = (isa, packed4x8_fn(t)) {
-                        let more: Vec<Vec<u8>> = (0..3)
-                            .map(|_| random_row(t, blocks, f16_at, &mut seed))
-                            .collect();
-                        let ws: [&[u8]; 4] = [&w, &more[0], &more[1], &more[2]];
-                        let extra: Vec<Vec<u8>> = (0..4)
-                            .map(|_| {
-                                raw_act(
-                                    act_t,
-                                    blocks * t.block_size() / act_t.block_size(),
-                                    &mut seed,
-                                )
-                            })
-                            .collect();
-                        let a8: [&[u8]; 8] =
-                            std::array::from_fn(|c| if c < 4 { a[c] } else { &extra[c - 4][..] });
-                        // SAFETY: as above.
-                        let mut panel = vec![0u8; blocks * f48.block_bytes];
-                        let got = unsafe {
-                            (f48.pack)(&a8, blocks, panel.as_mut_ptr());
-                            (f48.tile)(&ws, panel.as_ptr(), blocks)
-                        };
-                        for (c, col) in got.iter().enumerate() {
-                            for (r, v) in col.iter().enumerate() {
-                                // SAFETY: as above.
-                                let want = unsafe { f(ws[r], a8[c]) };
-                                assert_eq!(
-                                    v.to_bits(),
-                                    want.to_bits(),
-                                    "{} 4x8 r{r} c{c}",
-                                    t.name()
-                                );
-                            }
-                        }
+                        let want = unsafe { f(ws[r], a8[c]) };
+                        assert_eq!(v.to_bits(), want.to_bits(), "{} {what} r{r} c{c}", t.name());
                     }
                 }
+            };
+            if let Some(f44) = dot4x4_fn_on(t, isa) {
+                // SAFETY: as above.
+                check(&unsafe { f44(&ws, &a) }, "4x4");
             }
-        }
+            if let (Isa::Vnni, Some(f48)) = (isa, packed4x8_fn(t)) {
+                let mut panel = vec![0u8; blocks * f48.block_bytes];
+                // SAFETY: as above; the panel holds `blocks` packed blocks.
+                let got = unsafe {
+                    (f48.pack)(&a8, blocks, panel.as_mut_ptr());
+                    (f48.tile)(&ws, panel.as_ptr(), blocks)
+                };
+                check(&got, "4x8");
+            }
+        });
     }
 
     /// Speed of Q5_0 and Q4_1 tile shapes on hot data (weights 576 × 1536, 32 tokens), for
