@@ -325,6 +325,23 @@ pub(super) mod x86 {
         q6_k_rows::<4>(w, a)
     }
 
+    /// The `vpshufb` controls that spread i16 scales `2v` and `2v + 1` of a 128-bit lane of
+    /// eight over lanes 0..8 and 8..16 (bytes of word `2v` in the low half, of word `2v + 1`
+    /// in the high half), for `v` in 0..4.
+    const Q6_K_SPREAD: [[u8; 32]; 4] = {
+        let mut t = [[0u8; 32]; 4];
+        let mut v = 0;
+        while v < 4 {
+            let mut i = 0;
+            while i < 32 {
+                t[v][i] = (4 * v + 2 * (i / 16) + i % 2) as u8;
+                i += 1;
+            }
+            v += 1;
+        }
+        t
+    };
+
     /// [`q6_k_q8_k`] for `R` rows.
     ///
     /// # Safety
@@ -335,13 +352,7 @@ pub(super) mod x86 {
             .iter()
             .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q6_K_BYTES));
         let low4 = _mm256_set1_epi8(0x0f);
-        // The shuffle that spreads i16 scales 2v and 2v + 1 of a 128-bit lane of eight over
-        // lanes 0..8 and 8..16 (`vpshufb`: bytes of word 2v in the low half, of word 2v + 1
-        // in the high half).
-        let spread: [__m256i; 4] = std::array::from_fn(|v| {
-            let bytes: [u8; 32] = std::array::from_fn(|i| (4 * v + 2 * (i / 16) + i % 2) as u8);
-            load32(bytes.as_ptr())
-        });
+        let spread: [__m256i; 4] = std::array::from_fn(|v| load32(Q6_K_SPREAD[v].as_ptr()));
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
             let y = a.as_ptr().add(b * Q8_K_BYTES);
@@ -448,7 +459,7 @@ pub(super) mod x86 {
     /// valid for 2 bytes of reads.
     #[inline(always)]
     pub(in crate::handwritten) unsafe fn f16_at(p: *const u8) -> f32 {
-        let bits = std::ptr::read_unaligned(p as *const u16);
+        let bits = i16_at(p) as u16;
         _mm_cvtss_f32(_mm_cvtph_ps(opaque128(_mm_cvtsi32_si128(bits as i32))))
     }
 
@@ -1133,8 +1144,8 @@ pub(super) mod x86 {
         let mut out = [[0f32; 4]; 8];
         for (p, accp) in acc.iter().enumerate() {
             for (r, accr) in accp.iter().enumerate() {
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*accr)));
-                out[2 * p][r] = hsum(_mm512_castps512_ps256(*accr));
+                let [lo, hi] = halves(*accr);
+                out[2 * p][r] = hsum(lo);
                 out[2 * p + 1][r] = hsum(hi);
             }
         }
