@@ -102,13 +102,16 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
 }
 
 /// The four-row routine of the gemv order ([`RepackKernel::Gemv`]) for `wtype` on this
-/// host, if there is one (Q4_K with AVX-512 VNNI): `out[r]` is what [`RepackDotFn`] gives
+/// host, if there is one (Q4_K with AVX-512 VNNI and VBMI): `out[r]` is what [`RepackDotFn`] gives
 /// for row `w[r]`, the activation row and the gemv kernel (a decode token's product;
 /// llama.cpp's gemv for the last `ncols % 4` columns). Safety: as [`RepackDotFn`], for each
 /// row.
 pub(crate) fn gemv4rows_fn(wtype: GgmlType) -> Option<super::qdot::Dot4RowsFn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni512() && wtype == GgmlType::Q4_K {
+    if super::has_vnni512()
+        && std::is_x86_feature_detected!("avx512vbmi")
+        && wtype == GgmlType::Q4_K
+    {
         return Some(x86::q4_k_gemv_4rows);
     }
     let _ = wtype;
@@ -319,7 +322,7 @@ mod x86 {
 
     use super::super::qdot::x86::{
         f16_at, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts,
-        iq3_s_parts, iq3_xxs_parts, k4_scales_mins, nibbles32 as nibbles, q5_unsigned,
+        iq3_s_parts, iq3_xxs_parts, nibbles32 as nibbles, q5_unsigned,
     };
     use super::super::qdot_tiled::x86::q3_k_scales;
     use ir::ggml::grids::KVALUES_MXFP4;
@@ -2003,66 +2006,130 @@ mod x86 {
         out
     }
 
-    /// [`q4_k`] in the gemv order for four rows and one activation row
-    /// ([`super::RepackGemv4RowsFn`]), on AVX-512 VNNI. Per super-block and row the two
-    /// integers of the gemv order are formed otherwise, exactly: `isum` from `vpdpbusd` of
-    /// a pair of sub-blocks (low nibbles in the low half, high nibbles in the high half;
-    /// each lane at most `4 · 15 · 128`, so it is its own low 16 bits) then `vpdpwssd` by
-    /// the pair's 6-bit scales; `imin` from `madd` of the mins with the bsums' pair sums.
-    /// The float steps are the gemv order's, the four rows in the lanes of one vector:
-    /// `acc = fma(isum, d_x·d_y, acc)`, `acc_min = fma(imin, dmin_x·d_y, acc_min)`, then
-    /// `acc - acc_min`.
+    /// The `vpermb` controls that spread a Q4_K super-block's eight scales (bytes `0..8` of
+    /// a vector whose bytes `8..16` are zero) into the i16 lanes [`q4_k_gemv_4rows`]
+    /// multiplies its packed sums by: control `h` serves sub-blocks `4h..4h + 4`, i16 `k`
+    /// (128-bit lane `k / 8`, word `k % 8`) taking the scale of sub-block `4h + 2·(k / 16)
+    /// + (k % 8) / 4`, its high byte zero (byte 16).
+    const Q4_K_SPREAD: [[u8; 64]; 2] = {
+        let mut t = [[16u8; 64]; 2];
+        let mut h = 0;
+        while h < 2 {
+            let mut k = 0;
+            while k < 32 {
+                let j = 4 * h + 2 * (k / 16) + (k % 8) / 4;
+                // Scale j's byte in [`k4_scales_mins_vec`]'s layout.
+                t[h][2 * k] = (if j < 4 { j } else { j + 4 }) as u8;
+                k += 1;
+            }
+            h += 1;
+        }
+        t
+    };
+
+    /// The eight 6-bit scales and mins of the Q4_K / Q5_K super-block whose 12 bytes of
+    /// `scales` start at `p` (ggml's `get_scale_min_k4`), unpacked in vector registers:
+    /// bytes `0..4` scales 0..4, `4..8` mins 0..4, `8..12` scales 4..8, `12..16` mins 4..8.
     ///
     /// # Safety
-    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI; four whole rows of equal length and a Q8_K
-    /// row of at least as many blocks.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    /// AVX2 (inlined into such a caller); `p` valid for 16 bytes.
+    #[inline(always)]
+    unsafe fn k4_scales_mins_vec(p: *const u8) -> __m128i {
+        // u32 lanes [u0, u1, u2, -] of the 12 bytes.
+        let v = _mm_loadu_si128(p as *const __m128i);
+        // [u0, u1, u0 >> 2, u1 >> 2] & [m6, m6, 0x30, 0x30]: the low scales and mins,
+        // and the two high bits of the high ones in place.
+        let low = _mm_and_si128(
+            _mm_srlv_epi32(
+                _mm_shuffle_epi32::<0b01_00_01_00>(v),
+                _mm_setr_epi32(0, 0, 2, 2),
+            ),
+            _mm_setr_epi32(0x3f3f_3f3f, 0x3f3f_3f3f, 0x3030_3030, 0x3030_3030),
+        );
+        // [-, -, u2, u2 >> 4] & [0, 0, m4, m4]: the low four bits of the high ones.
+        let high = _mm_and_si128(
+            _mm_srlv_epi32(
+                _mm_shuffle_epi32::<0b10_10_10_10>(v),
+                _mm_setr_epi32(0, 0, 0, 4),
+            ),
+            _mm_setr_epi32(0, 0, 0x0f0f_0f0f, 0x0f0f_0f0f),
+        );
+        _mm_or_si128(low, high)
+    }
+
+    /// [`q4_k`] in the gemv order for four rows and one activation row
+    /// ([`super::RepackGemv4RowsFn`]), on AVX-512 VNNI. Per super-block and row the two
+    /// integers of the gemv order are formed otherwise, exactly, in few instructions (the
+    /// routine is bound by how many the core issues):
+    /// - `isum`: each 64-byte load of nibbles holds sub-blocks `(j, j + 2)` in its low
+    ///   nibbles and `(j + 1, j + 3)` in its high ones, multiplied by `vpdpbusd` against
+    ///   the activations arranged the same way once per super-block. Each i32 lane is four
+    ///   products, at most `4 · 15 · 128` in size, so `vpackssdw` of the two sums loses
+    ///   nothing and puts four sub-blocks' lanes in i16, which one `vpdpwssd` multiplies by
+    ///   their 6-bit scales (spread by one `vpermb` per four sub-blocks, [`Q4_K_SPREAD`]);
+    /// - `imin` from `madd` of the mins with the bsums' pair sums.
+    ///
+    /// The float steps are the gemv order's, the four rows in the lanes of one vector: `acc
+    /// = fma(isum, d_x·d_y, acc)`, `acc_min = fma(imin, dmin_x·d_y, acc_min)`, then `acc -
+    /// acc_min`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C, AVX-512 F/VL/BW/VNNI/VBMI; four whole rows of equal length and a
+    /// Q8_K row of at least as many blocks.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512vbmi")]
     pub(super) unsafe fn q4_k_gemv_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
         let rows = w.iter().fold(usize::MAX, |n, r| n.min(r.len() / 144));
         let nb = rows.min(a.len() / 292);
         let m4 = _mm512_set1_epi8(0x0f);
-        // The nibble shift of each 64-bit lane: the low half keeps the low nibbles, the
-        // high half takes the high ones.
-        let shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-        // Lanes 0..8 take scale 2p, lanes 8..16 scale 2p + 1 (of the i32 scales 0..8).
-        let pick: [__m512i; 4] = std::array::from_fn(|p| {
-            let (lo, hi) = (2 * p as i32, 2 * p as i32 + 1);
-            _mm512_setr_epi32(
-                lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi,
-            )
-        });
         let zero = _mm512_setzero_si512();
+        const Z: i8 = -1;
+        let mins16 = _mm_setr_epi8(4, Z, 5, Z, 6, Z, 7, Z, 12, Z, 13, Z, 14, Z, 15, Z);
+        let spread = Q4_K_SPREAD.map(|c| _mm512_loadu_si512(c.as_ptr() as *const __m512i));
         let (mut acc, mut acc_min) = (_mm_setzero_ps(), _mm_setzero_ps());
         for b in 0..nb {
             let y = a.as_ptr().add(292 * b);
             let dy = std::ptr::read_unaligned(y as *const f32);
-            let qy: [__m512i; 4] =
-                std::array::from_fn(|p| _mm512_loadu_si512(y.add(4 + 64 * p) as *const __m512i));
             // s_j = bsums[2j] + bsums[2j + 1] (i16: at most 32 · 128).
             let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
             let s = _mm_hadd_epi16(
                 _mm256_castsi256_si128(bsums),
                 _mm256_extracti128_si256::<1>(bsums),
             );
-            let mut isum = [zero; 4];
+            // The activations of sub-blocks (j, j + 2) in one vector: (0, 2), (1, 3), (4,
+            // 6), (5, 7).
+            let qy: [__m512i; 4] = std::array::from_fn(|v| {
+                let j = 4 * (v / 2) + v % 2;
+                let lo = _mm256_loadu_si256(y.add(4 + 32 * j) as *const __m256i);
+                let hi = _mm256_loadu_si256(y.add(4 + 32 * (j + 2)) as *const __m256i);
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            });
+            let mut isum = [_mm256_setzero_si256(); 4];
             let mut imin = [_mm_setzero_si128(); 4];
             let mut dm = [0u32; 4];
             for r in 0..4 {
                 let x = w[r].as_ptr().add(144 * b);
                 dm[r] = std::ptr::read_unaligned(x as *const u32);
-                // i16 lanes 0..8: the scales, 8..16: the mins.
-                let ms = k4_scales_mins(x.add(4));
-                let sc32 = _mm512_cvtepu16_epi32(ms);
-                imin[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), s);
-                for p in 0..4 {
-                    let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                        x.add(16 + 32 * p) as *const __m256i
-                    ));
-                    let q = _mm512_and_si512(_mm512_srlv_epi64(qs, shift), m4);
-                    let lanes = _mm512_dpbusd_epi32(zero, q, qy[p]);
-                    let sc = _mm512_permutexvar_epi32(pick[p], sc32);
-                    isum[r] = _mm512_dpwssd_epi32(isum[r], lanes, sc);
+                let sm = k4_scales_mins_vec(x.add(4));
+                let scales = _mm512_zextsi128_si512(sm);
+                // The mins as i16, in order.
+                let mins = _mm_shuffle_epi8(sm, mins16);
+                imin[r] = _mm_madd_epi16(mins, s);
+                let mut sum = zero;
+                for h in 0..2 {
+                    let qs = _mm512_loadu_si512(x.add(16 + 64 * h) as *const __m512i);
+                    let lo = _mm512_and_si512(qs, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(qs), m4);
+                    let t = _mm512_packs_epi32(
+                        _mm512_dpbusd_epi32(zero, lo, qy[2 * h]),
+                        _mm512_dpbusd_epi32(zero, hi, qy[2 * h + 1]),
+                    );
+                    let sc = _mm512_permutexvar_epi8(spread[h], scales);
+                    sum = _mm512_dpwssd_epi32(sum, t, sc);
                 }
+                isum[r] = _mm256_add_epi32(
+                    _mm512_castsi512_si256(sum),
+                    _mm512_extracti64x4_epi64::<1>(sum),
+                );
             }
             // [d_0, dmin_0, d_1, dmin_1, …] of the four rows, times d_y.
             let dmx = _mm256_cvtph_ps(_mm_loadu_si128(dm.as_ptr() as *const __m128i));
@@ -2073,13 +2140,7 @@ mod x86 {
                 _mm256_castps256_ps128(even),
                 _mm256_extractf128_ps::<1>(even),
             );
-            let halves: [__m256i; 4] = std::array::from_fn(|r| {
-                _mm256_add_epi32(
-                    _mm512_castsi512_si256(isum[r]),
-                    _mm512_extracti64x4_epi64::<1>(isum[r]),
-                )
-            });
-            let isum4 = hsum4_i32_vec(halves);
+            let isum4 = hsum4_i32_vec(isum);
             let imin4 = _mm_hadd_epi32(
                 _mm_hadd_epi32(imin[0], imin[1]),
                 _mm_hadd_epi32(imin[2], imin[3]),
