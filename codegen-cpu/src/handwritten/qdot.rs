@@ -272,6 +272,10 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
             Some(x86::q8_0_q8_0_4rows_512)
         }
         GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
+        GgmlType::Q5_K if isa == Isa::Vnni && super::has_vnni512() => {
+            Some(x86::q5_k_q8_k_4rows_vnni)
+        }
+        GgmlType::Q5_K => Some(x86::q5_k_q8_k_4rows),
         GgmlType::Q6_K if isa == Isa::Vnni && super::has_vnni512() => {
             Some(x86::q6_k_q8_k_4rows_vnni)
         }
@@ -1903,6 +1907,43 @@ pub(super) mod x86 {
         ))
     }
 
+    /// The sums of the eight i32 lanes of `u[0..4]` (exact), lane `i` for `u[i]`.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn hsum4_i32_vec(u: [__m256i; 4]) -> __m128i {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
+    }
+
+    /// The eight 6-bit scales and mins of the Q4_K / Q5_K super-block whose 12 bytes of
+    /// `scales` start at `p` (ggml's `get_scale_min_k4`), unpacked in vector registers:
+    /// bytes `0..4` scales 0..4, `4..8` mins 0..4, `8..12` scales 4..8, `12..16` mins 4..8.
+    ///
+    /// # Safety
+    /// AVX2 (inlined into such a caller); `p` valid for 16 bytes.
+    #[inline(always)]
+    pub(in crate::handwritten) unsafe fn k4_scales_mins_vec(p: *const u8) -> __m128i {
+        // u32 lanes [u0, u1, u2, -] of the 12 bytes.
+        let v = _mm_loadu_si128(p as *const __m128i);
+        // [u0, u1, u0 >> 2, u1 >> 2] & [m6, m6, 0x30, 0x30]: the low scales and mins,
+        // and the two high bits of the high ones in place.
+        let low = _mm_and_si128(
+            _mm_srlv_epi32(
+                _mm_shuffle_epi32::<0b01_00_01_00>(v),
+                _mm_setr_epi32(0, 0, 2, 2),
+            ),
+            _mm_setr_epi32(0x3f3f_3f3f, 0x3f3f_3f3f, 0x3030_3030, 0x3030_3030),
+        );
+        // [-, -, u2, u2 >> 4] & [0, 0, m4, m4]: the low four bits of the high ones.
+        let high = _mm_and_si128(
+            _mm_srlv_epi32(
+                _mm_shuffle_epi32::<0b10_10_10_10>(v),
+                _mm_setr_epi32(0, 0, 0, 4),
+            ),
+            _mm_setr_epi32(0, 0, 0x0f0f_0f0f, 0x0f0f_0f0f),
+        );
+        _mm_or_si128(low, high)
+    }
+
     /// The four i32 mins lanes of a Q4_K / Q5_K super-block: lane `t` =
     /// `m[2t]·s[2t] + m[2t+1]·s[2t+1]` with `s[j] = bsums[2j] + bsums[2j+1]` (i16 `hadd`).
     ///
@@ -1976,51 +2017,187 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C; `w` whole Q5_K blocks, `a` as many Q8_K blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
-        let nb = (w.len() / Q5_K_BYTES).min(a.len() / Q8_K_BYTES);
+        q5_k_rows::<1>(&[w], a)[0]
+    }
+
+    /// [`q5_k_q8_k`] of four rows with one activation row (decode): the activation's
+    /// vectors loaded once for the four rows.
+    ///
+    /// # Safety
+    /// As [`q5_k_q8_k`], for each row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q5_k_q8_k_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        q5_k_rows::<4>(w, a)
+    }
+
+    /// [`q5_k_q8_k_4rows`] in fewer instructions, on AVX-512 VL and VNNI (the decode routine
+    /// is bound by how many the core issues): the scales and mins unpacked in vector
+    /// registers ([`k4_scales_mins_vec`]), each scale broadcast by a load from a table of
+    /// i16 pairs, each 5-bit value by a shift, a mask and one `vpternlogd`, the scale
+    /// products added by `vpdpwssd`, the four rows interleaved (independent chains) and
+    /// their mins terms in the lanes of one vector. The same lanes and the same float
+    /// steps per row, so the same numbers.
+    ///
+    /// # Safety
+    /// As [`q5_k_q8_k`], for each row; the host has AVX-512 F, VL and VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn q5_k_q8_k_4rows_vnni(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
+        let nb = w
+            .iter()
+            .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q5_K_BYTES));
         let m4 = _mm256_set1_epi8(0x0f);
         let sixteen = _mm256_set1_epi8(16);
-        let mut acc = _mm256_setzero_ps();
-        let mut summs = 0f32;
+        let zero = _mm256_setzero_si256();
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut summs = _mm_setzero_ps();
+        // Row `r`'s scale `j` as the i16 pair (s_j, s_j), for `vpdpwssd`.
+        let mut sc = [[0u32; 8]; 4];
         for b in 0..nb {
-            let x = w.as_ptr().add(b * Q5_K_BYTES);
             let y = a.as_ptr().add(b * Q8_K_BYTES);
             let yd = f32_at(y);
-            let (xd, xdmin) = f16_pair(x);
-            let d = yd * xd;
-            let dmin = -yd * xdmin;
-            let ms = k4_scales_mins(x.add(4));
-            let m = k4_mins(ms, y);
-            let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-            let m = _mm_add_epi32(m, _mm_shuffle_epi32::<0b01>(m));
-            summs = dmin.mul_add(_mm_cvtsi128_si32(m) as f32, summs);
-            let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
-            let hbits = load32(x.add(16));
-            let q5 = x.add(48);
             let q8 = y.add(4);
-            let mut sumi = _mm256_setzero_si256();
-            for j in 0..4 {
-                let bits = load32(q5.add(32 * j));
-                let h0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
-                let h1 = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
-                let hi0 =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h0), h0), sixteen);
-                let hi1 =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h1), h1), sixteen);
-                let v0 = _mm256_or_si256(_mm256_and_si256(bits, m4), hi0);
-                let v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hi1);
-                let p0 = _mm256_madd_epi16(
-                    scale_one(scales, 2 * j as i32),
-                    _mm256_maddubs_epi16(v0, load32(q8.add(64 * j))),
+            // s_j = bsums[2j] + bsums[2j + 1] in the i16 lanes that hold the mins of
+            // `cvtepu8_epi16(k4_scales_mins_vec(..))`: [0 × 4, s_0..4 | 0 × 4, s_4..8].
+            let bsums = load32(y.add(260));
+            let s = _mm_hadd_epi16(
+                _mm256_castsi256_si128(bsums),
+                _mm256_extracti128_si256::<1>(bsums),
+            );
+            let s = _mm256_setr_m128i(
+                _mm_slli_si128::<8>(s),
+                _mm_unpackhi_epi64(_mm_setzero_si128(), s),
+            );
+            let mut mins = [zero; 4];
+            let mut d = [0f32; 4];
+            let mut dmin = [0f32; 4];
+            for r in 0..4 {
+                let x = w[r].as_ptr().add(b * Q5_K_BYTES);
+                let (xd, xdmin) = f16_pair(x);
+                d[r] = yd * xd;
+                dmin[r] = -yd * xdmin;
+                // [sc_0..4, mn_0..4 | sc_4..8, mn_4..8] as i16.
+                let v = _mm256_cvtepu8_epi16(k4_scales_mins_vec(x.add(4)));
+                _mm256_storeu_si256(
+                    sc[r].as_mut_ptr() as *mut __m256i,
+                    _mm256_unpacklo_epi16(v, v),
                 );
-                let p1 = _mm256_madd_epi16(
-                    scale_one(scales, 2 * j as i32 + 1),
-                    _mm256_maddubs_epi16(v1, load32(q8.add(64 * j + 32))),
-                );
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+                mins[r] = _mm256_madd_epi16(v, s);
             }
-            acc = fma_lanes(d, sumi, acc);
+            // Through memory: each scale is broadcast by a load, not moved from a register.
+            let sc = std::hint::black_box(&sc);
+            // Σ_j mn_j · s_j of each row (exact), then `summs = fma(dmin, f32(·), summs)`
+            // in its lane, as the one-row routine's scalar.
+            let m = hsum4_i32_vec(mins);
+            let dmin = _mm_loadu_ps(dmin.as_ptr());
+            summs = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(m), summs);
+            // Two chains per row (even and odd vectors), four rows interleaved.
+            let mut sumi = [[zero; 2]; 4];
+            for j in 0..4 {
+                let y0 = load32(q8.add(64 * j));
+                let y1 = load32(q8.add(64 * j + 32));
+                for r in 0..4 {
+                    let x = w[r].as_ptr().add(b * Q5_K_BYTES);
+                    let hbits = load32(x.add(16));
+                    let bits = load32(x.add(48 + 32 * j));
+                    // Bit `k` of each `qh` byte moved to bit 4 (16), the rest cleared.
+                    let bit = |k: usize| {
+                        let moved = match k {
+                            0 => _mm256_slli_epi16::<4>(hbits),
+                            1 => _mm256_slli_epi16::<3>(hbits),
+                            2 => _mm256_slli_epi16::<2>(hbits),
+                            3 => _mm256_slli_epi16::<1>(hbits),
+                            4 => hbits,
+                            5 => _mm256_srli_epi16::<1>(hbits),
+                            6 => _mm256_srli_epi16::<2>(hbits),
+                            _ => _mm256_srli_epi16::<3>(hbits),
+                        };
+                        _mm256_and_si256(moved, sixteen)
+                    };
+                    // (nibble & 0x0f) | bit: truth table 0xEC of (a, b, c) = (a & c) | b.
+                    let v0 = _mm256_ternarylogic_epi32::<0xEC>(bits, bit(2 * j), m4);
+                    let v1 = _mm256_ternarylogic_epi32::<0xEC>(
+                        _mm256_srli_epi16::<4>(bits),
+                        bit(2 * j + 1),
+                        m4,
+                    );
+                    let scale = |k: usize| _mm256_set1_epi32(sc[r][k] as i32);
+                    sumi[r][0] =
+                        _mm256_dpwssd_epi32(sumi[r][0], scale(2 * j), _mm256_maddubs_epi16(v0, y0));
+                    sumi[r][1] = _mm256_dpwssd_epi32(
+                        sumi[r][1],
+                        scale(2 * j + 1),
+                        _mm256_maddubs_epi16(v1, y1),
+                    );
+                }
+            }
+            for r in 0..4 {
+                acc[r] = fma_lanes(d[r], _mm256_add_epi32(sumi[r][0], sumi[r][1]), acc[r]);
+            }
         }
-        hsum(acc) + summs
+        let mut s = [0f32; 4];
+        _mm_storeu_ps(s.as_mut_ptr(), summs);
+        std::array::from_fn(|r| hsum(acc[r]) + s[r])
+    }
+
+    /// [`q5_k_q8_k`] for `R` rows.
+    ///
+    /// # Safety
+    /// As [`q5_k_q8_k`], for each row (inlined into such a `target_feature` caller).
+    #[inline(always)]
+    unsafe fn q5_k_rows<const R: usize>(w: &[&[u8]; R], a: &[u8]) -> [f32; R] {
+        let nb = w
+            .iter()
+            .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q5_K_BYTES));
+        let m4 = _mm256_set1_epi8(0x0f);
+        let sixteen = _mm256_set1_epi8(16);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut summs = [0f32; R];
+        for b in 0..nb {
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let yd = f32_at(y);
+            let q8 = y.add(4);
+            for r in 0..R {
+                let x = w[r].as_ptr().add(b * Q5_K_BYTES);
+                let (xd, xdmin) = f16_pair(x);
+                let d = yd * xd;
+                let dmin = -yd * xdmin;
+                let ms = k4_scales_mins(x.add(4));
+                let m = k4_mins(ms, y);
+                let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+                let m = _mm_add_epi32(m, _mm_shuffle_epi32::<0b01>(m));
+                summs[r] = dmin.mul_add(_mm_cvtsi128_si32(m) as f32, summs[r]);
+                let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
+                let hbits = load32(x.add(16));
+                let q5 = x.add(48);
+                let mut sumi = _mm256_setzero_si256();
+                for j in 0..4 {
+                    let bits = load32(q5.add(32 * j));
+                    let h0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                    let h1 = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+                    let hi0 = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, h0), h0),
+                        sixteen,
+                    );
+                    let hi1 = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, h1), h1),
+                        sixteen,
+                    );
+                    let v0 = _mm256_or_si256(_mm256_and_si256(bits, m4), hi0);
+                    let v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hi1);
+                    let p0 = _mm256_madd_epi16(
+                        scale_one(scales, 2 * j as i32),
+                        _mm256_maddubs_epi16(v0, load32(q8.add(64 * j))),
+                    );
+                    let p1 = _mm256_madd_epi16(
+                        scale_one(scales, 2 * j as i32 + 1),
+                        _mm256_maddubs_epi16(v1, load32(q8.add(64 * j + 32))),
+                    );
+                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+                }
+                acc[r] = fma_lanes(d, sumi, acc[r]);
+            }
+        }
+        std::array::from_fn(|r| hsum(acc[r]) + summs[r])
     }
 
     /// `ggml_vec_dot_iq4_xs_q8_K` (AVX2). Per super-block: over the eight 32-value blocks,

@@ -321,8 +321,9 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::qdot::x86::{
-        f16_at, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts, iq2_xxs_parts,
-        iq3_s_parts, iq3_xxs_parts, nibbles32 as nibbles, q5_unsigned,
+        f16_at, hsum4_i32_vec, iq1_m_d, iq1_m_parts, iq1_s_parts, iq2_s_parts, iq2_xs_parts,
+        iq2_xxs_parts, iq3_s_parts, iq3_xxs_parts, k4_scales_mins_vec, nibbles32 as nibbles,
+        q5_unsigned,
     };
     use super::super::qdot_tiled::x86::q3_k_scales;
     use ir::ggml::grids::KVALUES_MXFP4;
@@ -1990,13 +1991,6 @@ mod x86 {
         out
     }
 
-    /// The sums of the eight i32 lanes of `u[0..4]` (exact), lane `i` for `u[i]`.
-    #[inline(always)]
-    unsafe fn hsum4_i32_vec(u: [__m256i; 4]) -> __m128i {
-        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
-        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
-    }
-
     /// The sums of the eight i32 lanes of `u[0..4]` (exact).
     #[inline(always)]
     unsafe fn hsum4_i32(u: [__m256i; 4]) -> [i32; 4] {
@@ -2026,36 +2020,6 @@ mod x86 {
         }
         t
     };
-
-    /// The eight 6-bit scales and mins of the Q4_K / Q5_K super-block whose 12 bytes of
-    /// `scales` start at `p` (ggml's `get_scale_min_k4`), unpacked in vector registers:
-    /// bytes `0..4` scales 0..4, `4..8` mins 0..4, `8..12` scales 4..8, `12..16` mins 4..8.
-    ///
-    /// # Safety
-    /// AVX2 (inlined into such a caller); `p` valid for 16 bytes.
-    #[inline(always)]
-    unsafe fn k4_scales_mins_vec(p: *const u8) -> __m128i {
-        // u32 lanes [u0, u1, u2, -] of the 12 bytes.
-        let v = _mm_loadu_si128(p as *const __m128i);
-        // [u0, u1, u0 >> 2, u1 >> 2] & [m6, m6, 0x30, 0x30]: the low scales and mins,
-        // and the two high bits of the high ones in place.
-        let low = _mm_and_si128(
-            _mm_srlv_epi32(
-                _mm_shuffle_epi32::<0b01_00_01_00>(v),
-                _mm_setr_epi32(0, 0, 2, 2),
-            ),
-            _mm_setr_epi32(0x3f3f_3f3f, 0x3f3f_3f3f, 0x3030_3030, 0x3030_3030),
-        );
-        // [-, -, u2, u2 >> 4] & [0, 0, m4, m4]: the low four bits of the high ones.
-        let high = _mm_and_si128(
-            _mm_srlv_epi32(
-                _mm_shuffle_epi32::<0b10_10_10_10>(v),
-                _mm_setr_epi32(0, 0, 0, 4),
-            ),
-            _mm_setr_epi32(0, 0, 0x0f0f_0f0f, 0x0f0f_0f0f),
-        );
-        _mm_or_si128(low, high)
-    }
 
     /// [`q4_k`] in the gemv order for four rows and one activation row
     /// ([`super::RepackGemv4RowsFn`]), on AVX-512 VNNI. Per super-block and row the two
