@@ -278,7 +278,6 @@ pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
         GgmlType::Q5_K if isa == Isa::Vnni && super::has_vnni512() => {
             Some(x86::q5_k_q8_k_4rows_vnni)
         }
-        GgmlType::Q5_K => Some(x86::q5_k_q8_k_4rows),
         GgmlType::Q6_K if isa == Isa::Vnni && super::has_vnni512() => {
             Some(x86::q6_k_q8_k_4rows_vnni)
         }
@@ -2120,21 +2119,55 @@ pub(super) mod x86 {
     /// AVX2, FMA and F16C; `w` whole Q5_K blocks, `a` as many Q8_K blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn q5_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
-        q5_k_rows::<1>(&[w], a)[0]
+        let nb = (w.len() / Q5_K_BYTES).min(a.len() / Q8_K_BYTES);
+        let m4 = _mm256_set1_epi8(0x0f);
+        let sixteen = _mm256_set1_epi8(16);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for b in 0..nb {
+            let x = w.as_ptr().add(b * Q5_K_BYTES);
+            let y = a.as_ptr().add(b * Q8_K_BYTES);
+            let yd = f32_at(y);
+            let (xd, xdmin) = f16_pair(x);
+            let d = yd * xd;
+            let dmin = -yd * xdmin;
+            let ms = k4_scales_mins(x.add(4));
+            let m = k4_mins(ms, y);
+            let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+            let m = _mm_add_epi32(m, _mm_shuffle_epi32::<0b01>(m));
+            summs = dmin.mul_add(_mm_cvtsi128_si32(m) as f32, summs);
+            let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
+            let hbits = load32(x.add(16));
+            let q5 = x.add(48);
+            let q8 = y.add(4);
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let bits = load32(q5.add(32 * j));
+                let h0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                let h1 = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+                let hi0 =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h0), h0), sixteen);
+                let hi1 =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, h1), h1), sixteen);
+                let v0 = _mm256_or_si256(_mm256_and_si256(bits, m4), hi0);
+                let v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hi1);
+                let p0 = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32),
+                    _mm256_maddubs_epi16(v0, load32(q8.add(64 * j))),
+                );
+                let p1 = _mm256_madd_epi16(
+                    scale_one(scales, 2 * j as i32 + 1),
+                    _mm256_maddubs_epi16(v1, load32(q8.add(64 * j + 32))),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            acc = fma_lanes(d, sumi, acc);
+        }
+        hsum(acc) + summs
     }
 
-    /// [`q5_k_q8_k`] of four rows with one activation row (decode): the activation's
-    /// vectors loaded once for the four rows.
-    ///
-    /// # Safety
-    /// As [`q5_k_q8_k`], for each row.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q5_k_q8_k_4rows(w: &[&[u8]; 4], a: &[u8]) -> [f32; 4] {
-        q5_k_rows::<4>(w, a)
-    }
-
-    /// [`q5_k_q8_k_4rows`] in fewer instructions, on AVX-512 VL and VNNI (the decode routine
-    /// is bound by how many the core issues): the scales and mins unpacked in vector
+    /// [`q5_k_q8_k`] of four rows with one activation row (decode), on AVX-512 VL and VNNI,
+    /// in fewer instructions (the decode routine is bound by how many the core issues): the scales and mins unpacked in vector
     /// registers ([`k4_scales_mins_vec`]), each scale broadcast by a load from a table of
     /// i16 pairs, each 5-bit value by a shift, a mask and one `vpternlogd`, the scale
     /// products added by `vpdpwssd`, the four rows interleaved (independent chains) and
@@ -2240,67 +2273,6 @@ pub(super) mod x86 {
         let mut s = [0f32; 4];
         _mm_storeu_ps(s.as_mut_ptr(), summs);
         std::array::from_fn(|r| hsum(acc[r]) + s[r])
-    }
-
-    /// [`q5_k_q8_k`] for `R` rows.
-    ///
-    /// # Safety
-    /// As [`q5_k_q8_k`], for each row (inlined into such a `target_feature` caller).
-    #[inline(always)]
-    unsafe fn q5_k_rows<const R: usize>(w: &[&[u8]; R], a: &[u8]) -> [f32; R] {
-        let nb = w
-            .iter()
-            .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q5_K_BYTES));
-        let m4 = _mm256_set1_epi8(0x0f);
-        let sixteen = _mm256_set1_epi8(16);
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut summs = [0f32; R];
-        for b in 0..nb {
-            let y = a.as_ptr().add(b * Q8_K_BYTES);
-            let yd = f32_at(y);
-            let q8 = y.add(4);
-            for r in 0..R {
-                let x = w[r].as_ptr().add(b * Q5_K_BYTES);
-                let (xd, xdmin) = f16_pair(x);
-                let d = yd * xd;
-                let dmin = -yd * xdmin;
-                let ms = k4_scales_mins(x.add(4));
-                let m = k4_mins(ms, y);
-                let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-                let m = _mm_add_epi32(m, _mm_shuffle_epi32::<0b01>(m));
-                summs[r] = dmin.mul_add(_mm_cvtsi128_si32(m) as f32, summs[r]);
-                let scales = _mm256_permute2x128_si256::<0x00>(ms, ms);
-                let hbits = load32(x.add(16));
-                let q5 = x.add(48);
-                let mut sumi = _mm256_setzero_si256();
-                for j in 0..4 {
-                    let bits = load32(q5.add(32 * j));
-                    let h0 = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
-                    let h1 = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
-                    let hi0 = _mm256_and_si256(
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, h0), h0),
-                        sixteen,
-                    );
-                    let hi1 = _mm256_and_si256(
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hbits, h1), h1),
-                        sixteen,
-                    );
-                    let v0 = _mm256_or_si256(_mm256_and_si256(bits, m4), hi0);
-                    let v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hi1);
-                    let p0 = _mm256_madd_epi16(
-                        scale_one(scales, 2 * j as i32),
-                        _mm256_maddubs_epi16(v0, load32(q8.add(64 * j))),
-                    );
-                    let p1 = _mm256_madd_epi16(
-                        scale_one(scales, 2 * j as i32 + 1),
-                        _mm256_maddubs_epi16(v1, load32(q8.add(64 * j + 32))),
-                    );
-                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-                }
-                acc[r] = fma_lanes(d, sumi, acc[r]);
-            }
-        }
-        std::array::from_fn(|r| hsum(acc[r]) + summs[r])
     }
 
     /// `ggml_vec_dot_iq4_xs_q8_K` (AVX2). Per super-block: over the eight 32-value blocks,
