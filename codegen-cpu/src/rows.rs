@@ -51,7 +51,7 @@ pub(crate) fn packs_prompts(wtype: GgmlType, ne: [u64; 4]) -> bool {
 
 /// Whether the row-dot kernels also take decode steps of `wtype` weights in the exact
 /// order: types with a four-row routine on this host (`qdot::dot4rows_fn`: Q4_1, Q5_0,
-/// Q5_1, Q8_0, Q6_K everywhere; Q3_K and Q5_K on AVX-512 VNNI hosts), whose decode
+/// Q5_1, Q8_0, Q6_K everywhere; Q3_K, Q5_K and IQ4_XS on AVX-512 VNNI hosts), whose decode
 /// measured faster than the generated kernel's (SmolLM2 Q4_1, one thread: about 20% less
 /// CPU time per token; BENCHMARKS.md, sessions 9, 19 and 20), so their weights are read in
 /// place at every step size and never repacked.

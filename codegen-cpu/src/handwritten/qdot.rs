@@ -263,27 +263,21 @@ pub(crate) fn dot4rows_fn(wtype: GgmlType) -> Option<Dot4RowsFn> {
 
 /// [`dot4rows_fn`] from `isa`'s build (which the host must have).
 pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
+    // The forms that need AVX-512 VNNI on 512-bit registers (or AVX-512 VL with VNNI and
+    // BW alongside): taken from the VNNI build where the host has them.
+    #[cfg(target_arch = "x86_64")]
+    let vnni512 = isa == Isa::Vnni && super::has_vnni512();
     #[cfg(target_arch = "x86_64")]
     return on_isa!(isa, |m| match wtype {
         GgmlType::Q4_1 => Some(m::q4_1_q8_1_4rows),
         GgmlType::Q5_1 => Some(m::q5_1_q8_1_4rows),
         GgmlType::Q5_0 => Some(m::q5_0_q8_0_4rows),
-        GgmlType::Q8_0 if isa == Isa::Vnni && super::has_vnni512() => {
-            Some(x86::q8_0_q8_0_4rows_512)
-        }
+        GgmlType::Q8_0 if vnni512 => Some(x86::q8_0_q8_0_4rows_512),
         GgmlType::Q8_0 => Some(m::q8_0_q8_0_4rows),
-        GgmlType::IQ4_XS if isa == Isa::Vnni && super::has_vnni512() => {
-            Some(x86::iq4_xs_q8_k_4rows_vnni)
-        }
-        GgmlType::Q3_K if isa == Isa::Vnni && super::has_vnni512() => {
-            Some(x86::q3_k_q8_k_4rows_vnni)
-        }
-        GgmlType::Q5_K if isa == Isa::Vnni && super::has_vnni512() => {
-            Some(x86::q5_k_q8_k_4rows_vnni)
-        }
-        GgmlType::Q6_K if isa == Isa::Vnni && super::has_vnni512() => {
-            Some(x86::q6_k_q8_k_4rows_vnni)
-        }
+        GgmlType::IQ4_XS if vnni512 => Some(x86::iq4_xs_q8_k_4rows_vnni),
+        GgmlType::Q3_K if vnni512 => Some(x86::q3_k_q8_k_4rows_vnni),
+        GgmlType::Q5_K if vnni512 => Some(x86::q5_k_q8_k_4rows_vnni),
+        GgmlType::Q6_K if vnni512 => Some(x86::q6_k_q8_k_4rows_vnni),
         GgmlType::Q6_K => Some(x86::q6_k_q8_k_4rows),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => super::fdot::dot4rows_fn_on(wtype, isa),
         _ => None,
@@ -1890,6 +1884,30 @@ pub(super) mod x86 {
         hsum(acc)
     }
 
+    /// `v` shifted by `by` bits within each 16-bit lane, by an immediate: left for `by > 0`,
+    /// right (logical) for `by < 0`. `by` must be known where the caller is compiled (a
+    /// constant or the index of an unrolled loop) for the `match` to fold away.
+    #[inline(always)]
+    unsafe fn shift16(v: __m256i, by: i32) -> __m256i {
+        match by {
+            7 => _mm256_slli_epi16::<7>(v),
+            6 => _mm256_slli_epi16::<6>(v),
+            5 => _mm256_slli_epi16::<5>(v),
+            4 => _mm256_slli_epi16::<4>(v),
+            3 => _mm256_slli_epi16::<3>(v),
+            2 => _mm256_slli_epi16::<2>(v),
+            1 => _mm256_slli_epi16::<1>(v),
+            0 => v,
+            -1 => _mm256_srli_epi16::<1>(v),
+            -2 => _mm256_srli_epi16::<2>(v),
+            -3 => _mm256_srli_epi16::<3>(v),
+            -4 => _mm256_srli_epi16::<4>(v),
+            -5 => _mm256_srli_epi16::<5>(v),
+            -6 => _mm256_srli_epi16::<6>(v),
+            _ => _mm256_srli_epi16::<7>(v),
+        }
+    }
+
     /// [`q3_k_q8_k`] of four rows with one activation row (decode), on AVX-512 VL and VNNI,
     /// in fewer instructions (the decode routine is bound by how many the core issues): the
     /// two low bits by an immediate shift and a mask, the `4 where the high bit is clear`
@@ -1910,13 +1928,13 @@ pub(super) mod x86 {
             let y = a.as_ptr().add(b * Q8_K_BYTES);
             let yd = f32_at(y);
             let q8 = y.add(4);
+            let x: [*const u8; 4] = std::array::from_fn(|r| w[r].as_ptr().add(b * Q3_K_BYTES));
             let mut d = [0f32; 4];
             // Row `r`'s scales of half `h` in both 128-bit lanes.
             let mut halves = [[zero; 2]; 4];
             for r in 0..4 {
-                let x = w[r].as_ptr().add(b * Q3_K_BYTES);
-                d[r] = yd * f16_at(x.add(108));
-                let all = q3_k_scales(x.add(96));
+                d[r] = yd * f16_at(x[r].add(108));
+                let all = q3_k_scales(x[r].add(96));
                 halves[r] = [
                     _mm256_permute2x128_si256::<0x00>(all, all),
                     _mm256_permute2x128_si256::<0x11>(all, all),
@@ -1924,7 +1942,6 @@ pub(super) mod x86 {
             }
             // Two chains per row (even and odd vectors), four rows interleaved.
             let mut sumi = [[zero; 2]; 4];
-            let x: [*const u8; 4] = std::array::from_fn(|r| w[r].as_ptr().add(b * Q3_K_BYTES));
             q3_k_vector::<0, 0>(&x, q8, &halves, &mut sumi);
             q3_k_vector::<0, 1>(&x, q8, &halves, &mut sumi);
             q3_k_vector::<0, 2>(&x, q8, &halves, &mut sumi);
@@ -1964,24 +1981,10 @@ pub(super) mod x86 {
         for r in 0..4 {
             let bits = load32(x[r].add(32 + 32 * HALF));
             let hbits = load32(x[r]);
-            // Bits 2K..2K + 2 of each byte (masked below).
-            let low = match K {
-                0 => bits,
-                1 => _mm256_srli_epi16::<2>(bits),
-                2 => _mm256_srli_epi16::<4>(bits),
-                _ => _mm256_srli_epi16::<6>(bits),
-            };
+            // Bits 2K..2K + 2 of each byte at bits 0..2 (masked below).
+            let low = shift16(bits, -2 * K as i32);
             // Bit g of each hmask byte at bit 2.
-            let moved = match g {
-                0 => _mm256_slli_epi16::<2>(hbits),
-                1 => _mm256_slli_epi16::<1>(hbits),
-                2 => hbits,
-                3 => _mm256_srli_epi16::<1>(hbits),
-                4 => _mm256_srli_epi16::<2>(hbits),
-                5 => _mm256_srli_epi16::<3>(hbits),
-                6 => _mm256_srli_epi16::<4>(hbits),
-                _ => _mm256_srli_epi16::<5>(hbits),
-            };
+            let moved = shift16(hbits, 2 - g as i32);
             // (low & 3) | (moved & 4): truth table 0xEC of (a, b, c) = (a & c) | b.
             let q3 = _mm256_ternarylogic_epi32::<0xEC>(low, _mm256_and_si256(moved, four), m3);
             let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q3, y8), four_y);
@@ -2170,9 +2173,9 @@ pub(super) mod x86 {
     }
 
     /// [`q5_k_q8_k`] of four rows with one activation row (decode), on AVX-512 VL and VNNI,
-    /// in fewer instructions (the decode routine is bound by how many the core issues): the scales and mins unpacked in vector
-    /// registers ([`k4_scales_mins_vec`]), each scale broadcast by a load from a table of
-    /// i16 pairs, each 5-bit value by a shift, a mask and one `vpternlogd`, the scale
+    /// in fewer instructions (the decode routine is bound by how many the core issues): the
+    /// scales and mins unpacked in vector registers ([`k4_scales_mins_vec`]), each scale
+    /// broadcast by a load from a table of i16 pairs, each 5-bit value by a shift, a mask and one `vpternlogd`, the scale
     /// products added by `vpdpwssd`, the four rows interleaved (independent chains) and
     /// their mins terms in the lanes of one vector. The same lanes and the same float
     /// steps per row, so the same numbers.
@@ -2184,8 +2187,6 @@ pub(super) mod x86 {
         let nb = w
             .iter()
             .fold(a.len() / Q8_K_BYTES, |n, r| n.min(r.len() / Q5_K_BYTES));
-        let m4 = _mm256_set1_epi8(0x0f);
-        let sixteen = _mm256_set1_epi8(16);
         let zero = _mm256_setzero_si256();
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut summs = _mm_setzero_ps();
@@ -2206,16 +2207,16 @@ pub(super) mod x86 {
                 _mm_slli_si128::<8>(s),
                 _mm_unpackhi_epi64(_mm_setzero_si128(), s),
             );
+            let x: [*const u8; 4] = std::array::from_fn(|r| w[r].as_ptr().add(b * Q5_K_BYTES));
             let mut mins = [zero; 4];
             let mut d = [0f32; 4];
             let mut dmin = [0f32; 4];
             for r in 0..4 {
-                let x = w[r].as_ptr().add(b * Q5_K_BYTES);
-                let (xd, xdmin) = f16_pair(x);
+                let (xd, xdmin) = f16_pair(x[r]);
                 d[r] = yd * xd;
                 dmin[r] = -yd * xdmin;
                 // [sc_0..4, mn_0..4 | sc_4..8, mn_4..8] as i16.
-                let v = _mm256_cvtepu8_epi16(k4_scales_mins_vec(x.add(4)));
+                let v = _mm256_cvtepu8_epi16(k4_scales_mins_vec(x[r].add(4)));
                 _mm256_storeu_si256(
                     sc[r].as_mut_ptr() as *mut __m256i,
                     _mm256_unpacklo_epi16(v, v),
@@ -2231,44 +2232,10 @@ pub(super) mod x86 {
             summs = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(m), summs);
             // Two chains per row (even and odd vectors), four rows interleaved.
             let mut sumi = [[zero; 2]; 4];
-            for j in 0..4 {
-                let y0 = load32(q8.add(64 * j));
-                let y1 = load32(q8.add(64 * j + 32));
-                for r in 0..4 {
-                    let x = w[r].as_ptr().add(b * Q5_K_BYTES);
-                    let hbits = load32(x.add(16));
-                    let bits = load32(x.add(48 + 32 * j));
-                    // Bit `k` of each `qh` byte moved to bit 4 (16), the rest cleared.
-                    let bit = |k: usize| {
-                        let moved = match k {
-                            0 => _mm256_slli_epi16::<4>(hbits),
-                            1 => _mm256_slli_epi16::<3>(hbits),
-                            2 => _mm256_slli_epi16::<2>(hbits),
-                            3 => _mm256_slli_epi16::<1>(hbits),
-                            4 => hbits,
-                            5 => _mm256_srli_epi16::<1>(hbits),
-                            6 => _mm256_srli_epi16::<2>(hbits),
-                            _ => _mm256_srli_epi16::<3>(hbits),
-                        };
-                        _mm256_and_si256(moved, sixteen)
-                    };
-                    // (nibble & 0x0f) | bit: truth table 0xEC of (a, b, c) = (a & c) | b.
-                    let v0 = _mm256_ternarylogic_epi32::<0xEC>(bits, bit(2 * j), m4);
-                    let v1 = _mm256_ternarylogic_epi32::<0xEC>(
-                        _mm256_srli_epi16::<4>(bits),
-                        bit(2 * j + 1),
-                        m4,
-                    );
-                    let scale = |k: usize| _mm256_set1_epi32(sc[r][k] as i32);
-                    sumi[r][0] =
-                        _mm256_dpwssd_epi32(sumi[r][0], scale(2 * j), _mm256_maddubs_epi16(v0, y0));
-                    sumi[r][1] = _mm256_dpwssd_epi32(
-                        sumi[r][1],
-                        scale(2 * j + 1),
-                        _mm256_maddubs_epi16(v1, y1),
-                    );
-                }
-            }
+            q5_k_vectors::<0>(&x, q8, sc, &mut sumi);
+            q5_k_vectors::<1>(&x, q8, sc, &mut sumi);
+            q5_k_vectors::<2>(&x, q8, sc, &mut sumi);
+            q5_k_vectors::<3>(&x, q8, sc, &mut sumi);
             for r in 0..4 {
                 acc[r] = fma_lanes(d[r], _mm256_add_epi32(sumi[r][0], sumi[r][1]), acc[r]);
             }
@@ -2276,6 +2243,41 @@ pub(super) mod x86 {
         let mut s = [0f32; 4];
         _mm_storeu_ps(s.as_mut_ptr(), summs);
         std::array::from_fn(|r| hsum(acc[r]) + s[r])
+    }
+
+    /// Vectors `2J` and `2J + 1` of a Q5_K super-block for [`q5_k_q8_k_4rows_vnni`]'s four
+    /// rows (blocks at `x`, the Q8_K quants at `q8`, the scale pairs `sc`): each row's i16
+    /// products times its scale, added into `sumi[r][0]` and `sumi[r][1]`. Constant shifts
+    /// (generic over the pair).
+    ///
+    /// # Safety
+    /// Inlined into [`q5_k_q8_k_4rows_vnni`] (AVX-512 VL and VNNI); whole blocks at `x`
+    /// and `q8`.
+    #[inline(always)]
+    unsafe fn q5_k_vectors<const J: usize>(
+        x: &[*const u8; 4],
+        q8: *const u8,
+        sc: &[[u32; 8]; 4],
+        sumi: &mut [[__m256i; 2]; 4],
+    ) {
+        let (m4, sixteen) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(16));
+        let y0 = load32(q8.add(64 * J));
+        let y1 = load32(q8.add(64 * J + 32));
+        for r in 0..4 {
+            let hbits = load32(x[r].add(16));
+            let bits = load32(x[r].add(48 + 32 * J));
+            // Bit `k` of each `qh` byte moved to bit 4 (16), the rest cleared.
+            let bit = |k: usize| _mm256_and_si256(shift16(hbits, 4 - k as i32), sixteen);
+            // (nibble & 0x0f) | bit: truth table 0xEC of (a, b, c) = (a & c) | b.
+            let v0 = _mm256_ternarylogic_epi32::<0xEC>(bits, bit(2 * J), m4);
+            let v1 =
+                _mm256_ternarylogic_epi32::<0xEC>(_mm256_srli_epi16::<4>(bits), bit(2 * J + 1), m4);
+            let scale = |k: usize| _mm256_set1_epi32(sc[r][k] as i32);
+            sumi[r][0] =
+                _mm256_dpwssd_epi32(sumi[r][0], scale(2 * J), _mm256_maddubs_epi16(v0, y0));
+            sumi[r][1] =
+                _mm256_dpwssd_epi32(sumi[r][1], scale(2 * J + 1), _mm256_maddubs_epi16(v1, y1));
+        }
     }
 
     /// `ggml_vec_dot_iq4_xs_q8_K` (AVX2). Per super-block: over the eight 32-value blocks,

@@ -102,10 +102,10 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
 }
 
 /// The four-row routine of the gemv order ([`RepackKernel::Gemv`]) for `wtype` on this
-/// host, if there is one (Q4_K with AVX-512 VNNI and VBMI): `out[r]` is what [`RepackDotFn`] gives
-/// for row `w[r]`, the activation row and the gemv kernel (a decode token's product;
-/// llama.cpp's gemv for the last `ncols % 4` columns). Safety: as [`RepackDotFn`], for each
-/// row.
+/// host, if there is one (Q4_K with AVX-512 VNNI and VBMI): `out[r]` is what
+/// [`RepackDotFn`] gives for row `w[r]`, the activation row and the gemv kernel (a decode
+/// token's product; llama.cpp's gemv for the last `ncols % 4` columns). Safety: as
+/// [`RepackDotFn`], for each row.
 pub(crate) fn gemv4rows_fn(wtype: GgmlType) -> Option<super::qdot::Dot4RowsFn> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512()
@@ -2000,11 +2000,11 @@ mod x86 {
         out
     }
 
-    /// The `vpermb` controls that spread a Q4_K super-block's eight scales (bytes `0..8` of
-    /// a vector whose bytes `8..16` are zero) into the i16 lanes [`q4_k_gemv_4rows`]
-    /// multiplies its packed sums by: control `h` serves sub-blocks `4h..4h + 4`, i16 `k`
-    /// (128-bit lane `k / 8`, word `k % 8`) taking the scale of sub-block `4h + 2·(k / 16)
-    /// + (k % 8) / 4`, its high byte zero (byte 16).
+    /// The `vpermb` controls that spread a Q4_K super-block's eight scales (in
+    /// [`k4_scales_mins_vec`]'s layout, zero-extended to 64 bytes) into the i16 lanes
+    /// [`q4_k_gemv_4rows`] multiplies its packed sums by: control `h` serves sub-blocks
+    /// `4h..4h + 4`, i16 `k` (128-bit lane `k / 8`, word `k % 8`) taking the scale of
+    /// sub-block `4h + 2·(k / 16) + (k % 8) / 4`, its high byte zero (byte 16).
     const Q4_K_SPREAD: [[u8; 64]; 2] = {
         let mut t = [[16u8; 64]; 2];
         let mut h = 0;
@@ -2030,7 +2030,8 @@ mod x86 {
     ///   the activations arranged the same way once per super-block. Each i32 lane is four
     ///   products, at most `4 · 15 · 128` in size, so `vpackssdw` of the two sums loses
     ///   nothing and puts four sub-blocks' lanes in i16, which one `vpdpwssd` multiplies by
-    ///   their 6-bit scales (spread by one `vpermb` per four sub-blocks, [`Q4_K_SPREAD`]);
+    ///   their 6-bit scales (unpacked in vector registers by [`k4_scales_mins_vec`], spread
+    ///   by one `vpermb` per four sub-blocks, [`Q4_K_SPREAD`]);
     /// - `imin` from `madd` of the mins with the bsums' pair sums.
     ///
     /// The float steps are the gemv order's, the four rows in the lanes of one vector: `acc
