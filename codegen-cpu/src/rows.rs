@@ -116,6 +116,10 @@ pub(crate) struct RowDot {
     /// Four rows of `fast` with one column (decode), or of the repacked order's gemv
     /// (Q4_K on AVX-512 VNNI hosts).
     fast4rows: Option<qdot::Dot4RowsFn>,
+    /// Every column in the repacked gemv kernel's order, as llama.cpp computes a decode
+    /// token's product (`--kernels fast` for Q4_K on AMX hosts: one fused multiply-add per
+    /// super-block where the gemm order has four).
+    gemv_only: bool,
 }
 
 impl RowDot {
@@ -155,14 +159,25 @@ impl RowDot {
             fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype),
+            gemv_only: false,
         })
     }
 
     /// The dot product of `--kernels fast` for `wtype`, where this host has a block-order
     /// tile for it (`qdot_repack::block_dot8x8_fn`: Q4_1, Q5_0, Q5_1, Q8_0 with AVX-512
     /// VNNI): eight columns at a time in the block order, fewer columns (decode) in
-    /// llama.cpp's; else `None` (the caller keeps its other kernels).
+    /// llama.cpp's; for Q4_K where this host has the sixteen-row AMX form, llama.cpp's
+    /// repacked gemv order for every column (`gemv_only`: its decode kernel's numbers, for
+    /// any shape); else `None` (the caller keeps its other kernels).
     pub fn for_weight_block(wtype: GgmlType) -> Option<RowDot> {
+        if wtype == GgmlType::Q4_K {
+            let dot = RowDot::for_weight(wtype, [ggml::QK_K as u64, 8, 1, 1])?;
+            let amx = dot.packed8x16.is_some_and(|pk| pk.rows16.is_some());
+            return (dot.order == Order::Repacked && amx).then_some(RowDot {
+                gemv_only: true,
+                ..dot
+            });
+        }
         let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype)?);
         let dot = RowDot::new(wtype)?;
         let packed8x16 = qdot_repack::block_packed8x16_fn(wtype);
@@ -203,13 +218,14 @@ impl RowDot {
             fast_cols4x8: None,
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
             fast4rows: qdot_repack::gemv4rows_fn(wtype),
+            gemv_only: false,
         })
     }
 
     /// Whether the products are llama.cpp's x86 numbers (else ggml's scalar order: within
     /// rounding of them).
     pub fn exact(&self) -> bool {
-        self.order != Order::Scalar && self.block8x8.is_none()
+        self.order != Order::Scalar && self.block8x8.is_none() && !self.gemv_only
     }
 
     /// Whether a hand-written SIMD routine computes one-column products on this host.
@@ -473,11 +489,20 @@ pub(crate) unsafe fn products(
     (r0, r1): (usize, usize),
     reuse_panels: bool,
 ) {
+    // One column of one: llama.cpp's kernel for a lone column (gemv) for every column.
+    let n_cols = if dot.gemv_only { 1 } else { n_cols };
     // Tokens in chunks: 64 for the packed tiles (their panels stay in L2, the rows of a
     // tile in L1), else chunks whose prepared activations stay in L1 while every row of
     // the range passes over them (each weight row is read once per chunk, from L2 at
     // worst).
-    let chunk = if dot.packed8x16(n_cols, n).is_some() {
+    let chunk = if dot
+        .packed8x16(n_cols, n)
+        .is_some_and(|pk| pk.rows16.is_some())
+    {
+        // The sixteen-row form unpacks each weight block once per chunk: twice as many
+        // columns as below halve that work (the panels, 8 × 4.6 KiB per block, stay in L2).
+        128
+    } else if dot.packed8x16(n_cols, n).is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile, as many as a chunk may hold:
         // each row tile then runs over every group's panel (from L2) while its rows stay
         // in L1, and the weights are read once per 64 tokens, not once per 16.
@@ -547,11 +572,36 @@ struct PanelKey {
 /// step's runs each have their own).
 const MAX_PANELS: usize = 8;
 
+/// A panel's bytes, starting on a cache line (AMX tile loads of a row that straddles two
+/// lines cost about a quarter more).
+#[derive(Debug, Default)]
+struct PanelBuf(Vec<Line>);
+
+/// One cache line of a [`PanelBuf`].
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+impl PanelBuf {
+    /// Makes room for `len` bytes (their values unspecified).
+    fn resize(&mut self, len: usize) {
+        self.0.resize(len.div_ceil(64), Line([0; 64]));
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.0.as_ptr() as *const u8
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr() as *mut u8
+    }
+}
+
 /// A thread's packed activation panels: `entries[..live]` are valid for reuse, the rest
 /// are spare buffers (kept so that a step allocates nothing once warm).
 #[derive(Debug, Default)]
 struct Panels {
-    entries: Vec<(PanelKey, Vec<u8>)>,
+    entries: Vec<(PanelKey, PanelBuf)>,
     live: usize,
 }
 
@@ -569,7 +619,7 @@ impl Panels {
         }
         let i = self.live.min(MAX_PANELS - 1);
         if i == self.entries.len() {
-            self.entries.push((key, Vec::new()));
+            self.entries.push((key, PanelBuf::default()));
         }
         self.entries[i].0 = key;
         if reuse && self.live < MAX_PANELS {
@@ -660,21 +710,21 @@ unsafe fn products_chunk(
         if let Some(pk) = packed {
             let group = nb * pk.block_bytes;
             let groups = end8.div_ceil(8);
-            panel.resize(groups * group, 0);
+            panel.resize(groups * group);
             for g in 0..groups {
                 let cols: [&[u8]; 8] = std::array::from_fn(|c| arow((8 * g + c).min(n - 1)));
                 (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
             }
         } else if let Some(pk) = packed16 {
             let group = nb * pk.block_bytes;
-            panel.resize(n.div_ceil(16) * group, 0);
+            panel.resize(n.div_ceil(16) * group);
             for g in 0..n.div_ceil(16) {
                 let cols: [&[u8]; 16] = std::array::from_fn(|c| arow((16 * g + c).min(n - 1)));
                 (pk.pack)(&cols, nb, panel.as_mut_ptr().add(g * group));
             }
         }
     }
-    let panel: &[u8] = slot.map_or(&[], |(i, _)| &panels.entries[i].1);
+    let panel: *const u8 = slot.map_or(std::ptr::null(), |(i, _)| panels.entries[i].1.as_ptr());
     // The columns the packed 8 × 16 tiles cover: all of them, or for a gemm-only tile
     // those before llama.cpp's first gemv column.
     let end16 = match packed16 {
@@ -689,7 +739,7 @@ unsafe fn products_chunk(
         let Some(pk) = packed16 else { return 0 };
         let mut t = 0;
         while t < end16 {
-            let v = (pk.tile)(ws, panel.as_ptr().add(t / 16 * nb * pk.block_bytes), nb);
+            let v = (pk.tile)(ws, panel.add(t / 16 * nb * pk.block_bytes), nb);
             for (c, vc) in v.iter().enumerate().take(end16 - t) {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 8);
             }
@@ -704,7 +754,7 @@ unsafe fn products_chunk(
         while 16 * g < n {
             // The eight-column form where no column past the group's eighth is needed.
             let gemv = if n <= 16 * g + 8 { gemv8 } else { gemv16 };
-            let v = gemv(ws, panel.as_ptr().add(g * nb * pk.block_bytes), nb);
+            let v = gemv(ws, panel.add(g * nb * pk.block_bytes), nb);
             for c in (16 * g).max(end16)..n.min(16 * g + 16) {
                 let vc = &v[c - 16 * g];
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add(c * out_stride + r), 8);
@@ -714,6 +764,30 @@ unsafe fn products_chunk(
         n
     };
     let mut r = r0;
+    // Sixteen rows against every panel of the chunk at once where the tile has that form
+    // (Q4_K on AMX hosts): each weight block is unpacked once for all the chunk's columns.
+    // It takes the gemm columns and the gemv ones after them, and a last group of fewer
+    // than sixteen rows (padded with copies of its last row, whose results are dropped).
+    if let Some((pk, rows16)) = packed16.and_then(|pk| Some((pk, pk.rows16?))) {
+        let groups = n.div_ceil(16);
+        while r < r1 {
+            let m = (r1 - r).min(16);
+            let ws: [&[u8]; 16] = std::array::from_fn(|i| row(r + i.min(m - 1)));
+            if r + 16 + PREFETCH_ROWS < r1 {
+                prefetch(w.add((r + 16 + PREFETCH_ROWS) * row_bytes), 16 * row_bytes);
+            }
+            let at = out.add(r);
+            if end16 > 0 {
+                let g = (0, end16.div_ceil(16));
+                rows16(&ws, panel, nb, g, false, at, out_stride, (m, (0, end16)));
+            }
+            if end16 < n && pk.gemv.is_some() {
+                let g = (end16 / 16, groups);
+                rows16(&ws, panel, nb, g, true, at, out_stride, (m, (end16, n)));
+            }
+            r += m;
+        }
+    }
     while dot.has_dot8() && r % 8 == 0 && r + 8 <= r1 {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
         let mut t = sixteen(r, &ws);
@@ -766,11 +840,7 @@ unsafe fn products_chunk(
         };
         let mut t = t0;
         while let Some(pk) = packed.filter(|_| t < end8) {
-            let v = (pk.tile)(
-                &tile_ws,
-                panel.as_ptr().add(t / 8 * nb * pk.block_bytes),
-                nb,
-            );
+            let v = (pk.tile)(&tile_ws, panel.add(t / 8 * nb * pk.block_bytes), nb);
             for (c, vc) in v.iter().enumerate().take(end8 - t) {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 4);
             }
@@ -845,7 +915,7 @@ unsafe fn products_chunk(
         let group = nb * packed.map_or(0, |pk| pk.block_bytes);
         let mut t = 0;
         while t + 8 <= n {
-            let v = tile6(&tile_ws, panel.as_ptr().add(t / 8 * group), nb);
+            let v = tile6(&tile_ws, panel.add(t / 8 * group), nb);
             for (c, vc) in v.iter().enumerate() {
                 std::ptr::copy_nonoverlapping(vc.as_ptr(), out.add((t + c) * out_stride + r), 6);
             }
@@ -1276,6 +1346,58 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// `--kernels fast` for Q4_K where the host has the sixteen-row AMX form: every column
+    /// of a prompt gets llama.cpp's repacked gemv numbers (its decode kernel's), bit for bit.
+    #[test]
+    fn fast_q4_k_products_are_llama_cpp_s_gemv() {
+        let t = GgmlType::Q4_K;
+        let (k, m, n) = (768usize, 40usize, 37usize);
+        let mm = RowsMatmul::new(t, k, m, n).expect("row-dot kernels");
+        let Some(mm) = mm.block_order() else {
+            eprintln!("no fast Q4_K form on this host");
+            return;
+        };
+        assert!(!mm.exact());
+        let mut s = 0x7a3f_11c9_u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let rb = t.row_size(k as u64).expect("whole blocks") as usize;
+        let mut w: Vec<u8> = (0..rb * m).map(|_| next() as u8).collect();
+        for blk in w.chunks_exact_mut(t.type_size()) {
+            for o in [0, 2] {
+                let v = half::f16::from_f32((next() % 1000) as f32 / 20000.0 - 0.02);
+                blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let x: Vec<f32> = (0..k * n)
+            .map(|_| (next() % 2001) as f32 / 100.0 - 10.0)
+            .collect();
+        let pool = crate::ThreadPool::new(2).expect("threads");
+        let mut act = vec![0u8; mm.act_bytes()];
+        mm.prepare(&x, &mut act).expect("prepares");
+        let mut out = vec![0f32; m * n];
+        mm.run(&pool, &w, &act, &mut out).expect("runs");
+        for c in 0..n {
+            let (_, a) = ggml::quantize_activations(t, &x[c * k..(c + 1) * k], Q8Flavor::X86)
+                .expect("quantizes");
+            for r in 0..m {
+                let want = ggml::RepackedRow::new(t, &w[rb * r..rb * (r + 1)])
+                    .and_then(|p| p.dot(&a, RepackKernel::Gemv))
+                    .expect("product");
+                let got = out[c * m + r];
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "row {r} column {c}: {got} vs {want}"
+                );
             }
         }
     }

@@ -65,19 +65,17 @@ fn request_tile_permission() -> bool {
     false
 }
 
-/// The tile configuration of every AMX kernel here (palette 1): `tmm0`–`tmm1` are A tiles
-/// of 8 rows × 32 bytes (eight weight rows' 32 quants of a sub-block), `tmm2`–`tmm3` B
-/// tiles of 8 rows × 64 bytes (a sub-block of sixteen columns, 4 bytes of `k` each), and
-/// `tmm4`–`tmm5` C tiles of 8 rows × 16 i32.
+/// The tile configuration of every AMX kernel here (palette 1): all eight tiles of 16 rows
+/// × 64 bytes (`tmm0`–`tmm1` weight tiles, `tmm2`–`tmm3` activation tiles, `tmm4`–`tmm7`
+/// sums: [`super::qdot_amx`]).
 const CONFIG: [u8; 64] = {
     let mut c = [0u8; 64];
     c[0] = 1;
     // Bytes per row (u16 each, from byte 16) and rows (u8 each, from byte 48).
-    let colsb = [32u8, 32, 64, 64, 64, 64];
     let mut t = 0;
-    while t < colsb.len() {
-        c[16 + 2 * t] = colsb[t];
-        c[48 + t] = 8;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
         t += 1;
     }
     c
@@ -98,45 +96,4 @@ pub(crate) unsafe fn configure() {
         std::arch::asm!("ldtilecfg [{0}]", in(reg) CONFIG.as_ptr(), options(nostack, readonly));
         CONFIGURED.set(true);
     }
-}
-
-/// The exact sums of one 32-value sub-block for eight weight rows and sixteen columns,
-/// twice: `c0[m][n] = Σ_k a0[m][k] · b0[k / 4][4n + k % 4]` (u8 × i8), the same for `a1`,
-/// `b1` into `c1`. `a0`/`a1` are 8 rows of 32 bytes, `a_stride` bytes apart; `b0`/`b1` 8
-/// rows of 64 bytes, 64 bytes apart; `c0`/`c1` receive 8 rows of 16 i32, 64 bytes apart.
-///
-/// # Safety
-/// [`configure`] has run on this thread; every row readable / writable as described.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn two_subblocks(
-    a0: *const u8,
-    a1: *const u8,
-    a_stride: usize,
-    b0: *const u8,
-    b1: *const u8,
-    c0: *mut i32,
-    c1: *mut i32,
-) {
-    std::arch::asm!(
-        "tileloadd tmm0, [{a0} + {sa}]",
-        "tileloadd tmm2, [{b0} + {s64}]",
-        "tilezero tmm4",
-        "tdpbusd tmm4, tmm0, tmm2",
-        "tileloadd tmm1, [{a1} + {sa}]",
-        "tileloadd tmm3, [{b1} + {s64}]",
-        "tilezero tmm5",
-        "tdpbusd tmm5, tmm1, tmm3",
-        "tilestored [{c0} + {s64}], tmm4",
-        "tilestored [{c1} + {s64}], tmm5",
-        a0 = in(reg) a0,
-        a1 = in(reg) a1,
-        sa = in(reg) a_stride,
-        b0 = in(reg) b0,
-        b1 = in(reg) b1,
-        s64 = in(reg) 64usize,
-        c0 = in(reg) c0,
-        c1 = in(reg) c1,
-        options(nostack, preserves_flags),
-    );
 }

@@ -37,6 +37,8 @@ pub(crate) mod fdot;
 pub(crate) mod flash;
 pub(crate) mod norm;
 pub(crate) mod qdot;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod qdot_amx;
 pub(crate) mod qdot_kpacked;
 pub(crate) mod qdot_repack;
 pub(crate) mod qdot_tiled;

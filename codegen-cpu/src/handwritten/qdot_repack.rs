@@ -208,6 +208,10 @@ pub(crate) struct Packed8x16 {
     /// panel), for those columns — all of them in a batched decode step: for the sixteen
     /// columns, and for the first eight only (zeros after them).
     pub gemv: Option<[Tile8x16Fn; 2]>,
+    /// Sixteen rows against all of a chunk's panels at once, where the type has that form
+    /// on this host (Q4_K with AMX: `qdot_amx`); it then takes every column the tiles
+    /// would, in the same orders.
+    pub rows16: Option<Rows16Fn>,
 }
 
 /// [`Packed8x16::pack`]: sixteen activation rows of `nb` blocks into a panel.
@@ -215,6 +219,23 @@ pub(crate) type Pack16Fn = unsafe fn(&[&[u8]; 16], usize, *mut u8);
 
 /// [`Packed8x16::tile`]: eight weight rows against a panel of `nb` blocks, `out[c][i]`.
 pub(crate) type Tile8x16Fn = unsafe fn(&[&[u8]; 8], *const u8, usize) -> [[f32; 8]; 16];
+
+/// [`Packed8x16::rows16`]: `f(w, panel, nb, (g0, g1), gemv, out, out_stride, (rows, (c0,
+/// c1)))` writes `out[c·out_stride + i]` for rows `i < rows` of the sixteen weight rows `w`
+/// (rows past `rows` may repeat real ones) and columns `c0 ≤ c < c1` of groups `g0..g1`
+/// (column `16·g + lane`) of the panels packed one after another at `panel` (`nb` blocks
+/// each), in the gemm order of the tile, or with `gemv` in that of [`Packed8x16::gemv`].
+/// Safety: as [`Tile8x16Fn`], for each of those pairs.
+pub(crate) type Rows16Fn = unsafe fn(
+    &[&[u8]; 16],
+    *const u8,
+    usize,
+    (usize, usize),
+    bool,
+    *mut f32,
+    usize,
+    (usize, (usize, usize)),
+);
 
 /// The packed 8 × 16 form of [`dot8x8_fn`] for `wtype` on AVX-512 VNNI hosts: Q4_0 and
 /// IQ4_NL (whose gemm and gemv orders agree) and Q4_K (gemm columns only: `gemm_only`).
@@ -226,14 +247,12 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::IQ4_NL => Some(b32_packed(x86::iq4_nl_pack16, x86::iq4_nl_x8x16)),
             GgmlType::Q4_K if super::has_vnni512() => Some(Packed8x16 {
                 pack: x86::q8_k_pack16,
-                tile: if super::amx::has_amx() {
-                    x86::q4_k_gemm_amx_x8x16
-                } else {
-                    x86::q4_k_gemm_x8x16
-                },
+                tile: x86::q4_k_gemm_x8x16,
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
+                rows16: (super::amx::has_amx() && std::is_x86_feature_detected!("avx512vbmi"))
+                    .then_some(super::qdot_amx::q4_k_rows16 as Rows16Fn),
             }),
             _ => None,
         };
@@ -278,6 +297,7 @@ fn tiled_packed(tile: Tile8x16Fn) -> Packed8x16 {
         block_bytes: x86::Q8_K_PANEL16_BYTES,
         gemm_only: false,
         gemv: None,
+        rows16: None,
     }
 }
 
@@ -306,6 +326,7 @@ fn b32_packed(pack: Pack16Fn, tile: Tile8x16Fn) -> Packed8x16 {
         block_bytes: x86::PANEL16_BLOCK_BYTES,
         gemm_only: false,
         gemv: None,
+        rows16: None,
     }
 }
 
@@ -317,7 +338,7 @@ pub(crate) fn dot_plain(wtype: GgmlType, w: &[u8], a: &[u8], kernel: RepackKerne
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(in crate::handwritten) mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::qdot::x86::{
@@ -864,7 +885,7 @@ mod x86 {
     /// Bytes of one super-block of a [`q8_k_pack16`] panel: the sixteen columns' Q8_K
     /// values in 64 groups (group `8v + k`: bytes `4k..4k + 4` of value vector `v` of column
     /// `c` in lane `c`, 64 × 64), their i16 `bsums` in eight pairs (8 × 64) and `d` (64).
-    pub(super) const Q8_K_PANEL16_BYTES: usize = 64 * 64 + 8 * 64 + 64;
+    pub(in crate::handwritten) const Q8_K_PANEL16_BYTES: usize = 64 * 64 + 8 * 64 + 64;
 
     /// Packs sixteen Q8_K activation rows of `nb` super-blocks for [`q4_k_gemm_x8x16`].
     ///
@@ -915,79 +936,6 @@ mod x86 {
         nb: usize,
     ) -> [[f32; 8]; 16] {
         q4_k_x8x16::<false, Cols16>(w, panel, nb)
-    }
-
-    /// [`q4_k_gemm_x8x16`] with the integer sums from AMX tiles ([`super::super::amx`]):
-    /// per sub-block pair, `tdpbusd` gives each sub-block's exact `Σ q·y` for the eight
-    /// rows and sixteen columns; `sc_a·Σ_a + sc_b·Σ_b` is then formed in f32, exactly (every
-    /// term and partial sum is an integer below 2^24: |Σ q·y| ≤ 32 · 15 · 128, scales
-    /// ≤ 63), where the AVX-512 tile forms it with `vpmulld`. The f32 operations after that
-    /// are [`q4_k_gemm_x8x16`]'s, so each output is the same bit for bit.
-    ///
-    /// # Safety
-    /// As [`q4_k_gemm_x8x16`], and [`super::super::amx::has_amx`] is true.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
-    pub(super) unsafe fn q4_k_gemm_amx_x8x16(
-        w: &[&[u8]; 8],
-        panel: *const u8,
-        nb: usize,
-    ) -> [[f32; 8]; 16] {
-        use super::super::amx;
-        amx::configure();
-        let mut acc = [_mm512_setzero_ps(); 8];
-        let mut acc_min = [_mm512_setzero_ps(); 8];
-        let mut q = [[[0u32; 8]; 8]; 8];
-        let mut sc = [[0u32; 16]; 8];
-        let mut dx = [0f32; 8];
-        // The scales as f32, row `i`'s sub-block `j` at `scf[i][j]`.
-        let mut scf = [[0f32; 8]; 8];
-        // The C tiles of a pair of sub-blocks: 8 rows × 16 columns of i32 each.
-        let mut sums = [[[0i32; 16]; 8]; 2];
-        for b in 0..nb {
-            let o = panel.add(b * Q8_K_PANEL16_BYTES);
-            let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
-            q4_k_unpack(w, b, &mut q, &mut sc, &mut dx);
-            for i in 0..8 {
-                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(sc[i].as_ptr() as *const __m256i));
-                _mm256_storeu_ps(scf[i].as_mut_ptr(), s);
-            }
-            let sc = std::hint::black_box(&sc);
-            q4_k_mins::<false, Cols16>(w, b, o, sc, dy, &mut acc_min);
-            let scf = std::hint::black_box(&scf);
-            let d: [__m512; 8] = std::array::from_fn(|i| _mm512_mul_ps(_mm512_set1_ps(dx[i]), dy));
-            // Row `i`'s sub-block `j` starts at `q[i][j]`: rows 8 · 32 bytes apart.
-            let qp = q.as_ptr() as *const u8;
-            for p in 0..4 {
-                let (ja, jb) = (2 * p, 2 * p + 1);
-                amx::two_subblocks(
-                    qp.add(32 * ja),
-                    qp.add(32 * jb),
-                    8 * 32,
-                    o.add(64 * 8 * ja),
-                    o.add(64 * 8 * jb),
-                    sums[0].as_mut_ptr() as *mut i32,
-                    sums[1].as_mut_ptr() as *mut i32,
-                );
-                let s = std::hint::black_box(&sums);
-                for i in 0..8 {
-                    let a =
-                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[0][i].as_ptr() as *const __m512i));
-                    let bb =
-                        _mm512_cvtepi32_ps(_mm512_loadu_si512(s[1][i].as_ptr() as *const __m512i));
-                    let scaled = _mm512_fmadd_ps(
-                        a,
-                        _mm512_set1_ps(scf[i][ja]),
-                        _mm512_mul_ps(bb, _mm512_set1_ps(scf[i][jb])),
-                    );
-                    acc[i] = _mm512_fmadd_ps(scaled, d[i], acc[i]);
-                }
-            }
-        }
-        let mut by_row = [[0f32; 16]; 8];
-        for i in 0..8 {
-            _mm512_storeu_ps(by_row[i].as_mut_ptr(), _mm512_sub_ps(acc[i], acc_min[i]));
-        }
-        std::array::from_fn(|c| std::array::from_fn(|i| by_row[i][c]))
     }
 
     /// [`q4_k_gemm_x8x16`] in the gemv kernel's order (`ir::ggml::RepackedRow::dot` with
@@ -2399,24 +2347,13 @@ mod tests {
             (GgmlType::Q4_0, packed8x16_fn(GgmlType::Q4_0), true),
             (GgmlType::IQ4_NL, packed8x16_fn(GgmlType::IQ4_NL), true),
             (GgmlType::Q4_K, packed8x16_fn(GgmlType::Q4_K), true),
-            // Both Q4_K gemm tiles, whichever `packed8x16_fn` chose: the AVX-512 one and,
-            // where the host has AMX, the AMX one.
+            // The AVX-512 gemm tile, whichever form `packed8x16_fn` chose for prompts.
             (
                 GgmlType::Q4_K,
                 packed8x16_fn(GgmlType::Q4_K).map(|p| Packed8x16 {
                     tile: x86::q4_k_gemm_x8x16,
                     ..p
                 }),
-                true,
-            ),
-            (
-                GgmlType::Q4_K,
-                packed8x16_fn(GgmlType::Q4_K)
-                    .filter(|_| super::super::amx::has_amx())
-                    .map(|p| Packed8x16 {
-                        tile: x86::q4_k_gemm_amx_x8x16,
-                        ..p
-                    }),
                 true,
             ),
             (GgmlType::Q4_1, block_packed8x16_fn(GgmlType::Q4_1), false),
@@ -2474,6 +2411,83 @@ mod tests {
                             assert!(
                                 (g - want).abs() <= tol,
                                 "{t} nb={nb} row {i} col {c}: {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sixteen-row form (Q4_K on AMX hosts) gives `ir::ggml::RepackedRow`'s gemm and
+    /// gemv numbers bit for bit, over several panels (an odd one last), for fewer rows
+    /// than sixteen and a column range inside the panels, and writes nothing else.
+    #[test]
+    fn rows16_matches_the_reference() {
+        let t = GgmlType::Q4_K;
+        let Some((pk, rows16)) = packed8x16_fn(t).and_then(|p| Some((p, p.rows16?))) else {
+            eprintln!("no sixteen-row Q4_K form on this host");
+            return;
+        };
+        let mut seed = 0x0001_a3c5_u64;
+        let ts = t.type_size();
+        for nb in [1usize, 5, 18] {
+            let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+            for b in 0..16 * nb {
+                for o in [0, 2] {
+                    let v = half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
+                    w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            let rows: [&[u8]; 16] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+            let groups = 3;
+            let acts: Vec<Vec<u8>> = (0..16 * groups)
+                .map(|_| {
+                    let x: Vec<f32> = (0..256 * nb)
+                        .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                        .collect();
+                    ir::ggml::quantize_activations(t, &x, Q8Flavor::X86)
+                        .expect("quantizes")
+                        .1
+                })
+                .collect();
+            let group = nb * pk.block_bytes;
+            let mut panel = vec![0u8; groups * group];
+            for g in 0..groups {
+                let a: [&[u8]; 16] = std::array::from_fn(|c| &acts[16 * g + c][..]);
+                // SAFETY: chosen for this host; whole rows of `nb` blocks.
+                unsafe { (pk.pack)(&a, nb, panel.as_mut_ptr().add(g * group)) };
+            }
+            for (gemv, kernel) in [(false, RepackKernel::Gemm), (true, RepackKernel::Gemv)] {
+                for (n_rows, (c0, c1)) in [(16, (0, 48)), (11, (5, 40))] {
+                    let stride = 20;
+                    let mut out = vec![f32::NAN; 48 * stride];
+                    // SAFETY: chosen for this host; the panels hold three groups; `out`
+                    // covers 48 columns of `stride` values.
+                    unsafe {
+                        rows16(
+                            &rows,
+                            panel.as_ptr(),
+                            nb,
+                            (0, groups),
+                            gemv,
+                            out.as_mut_ptr(),
+                            stride,
+                            (n_rows, (c0, c1)),
+                        )
+                    };
+                    for c in 0..48 {
+                        for i in 0..stride {
+                            let got = out[c * stride + i];
+                            if i >= n_rows || c < c0 || c >= c1 {
+                                assert!(got.is_nan(), "nb={nb} wrote row {i} col {c}");
+                                continue;
+                            }
+                            let want = dot_plain(t, rows[i], &acts[c], kernel);
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "nb={nb} {kernel:?} row {i} col {c}: {got} vs {want}"
                             );
                         }
                     }

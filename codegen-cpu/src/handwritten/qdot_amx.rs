@@ -1,0 +1,484 @@
+//! Q4_K weights × packed Q8_K activation panels on AMX tiles ([`super::amx`]), sixteen
+//! weight rows against every sixteen-column panel of a chunk of tokens at once, in the
+//! orders of llama.cpp's repacked Q4_K kernels (`ggml_gemm_q4_K_8x8_q8_K` /
+//! `ggml_gemv_q4_K_8x8_q8_K`, ggml-cpu/arch/x86/repack.cpp; the module doc of
+//! [`super::qdot_repack`] states them): each output is the AVX-512 tiles' number bit for
+//! bit.
+//!
+//! How the integers are formed. `tdpbusd` multiplies unsigned bytes by signed bytes, and a
+//! Q4_K value times its 6-bit sub-block scale (`sc·q ≤ 63 · 15`) does not fit a byte. So
+//! each scale is split, `sc = 16·h + l` (`l ≤ 15`, `h ≤ 3`), and a weight row is unpacked
+//! once per super-block into two tiles of bytes, `l·q` and `h·q` (each ≤ 225): one tile row
+//! is a pair of sub-blocks (64 values), so one `tdpbusd` of each against the activations'
+//! 64 bytes gives `Σ_pair l·q·y` and `Σ_pair h·q·y` for 16 rows × 16 columns, and `16·hi +
+//! lo` is the pair's exact `sc_a·Σ_a + sc_b·Σ_b`. The gemm order takes it per pair (its
+//! fused multiply-add per pair of sub-blocks), the gemv order lets the tiles add the
+//! whole super-block first (one fused multiply-add per super-block). The mins' integers
+//! (`m·bsum`) come from `vpmaddwd` / `vpdpwssd` as in the AVX-512 tiles; all of these are
+//! exact, so their order does not matter, and the f32 operations after them are the
+//! AVX-512 tiles' own.
+//!
+//! The unpacking (two `vpmullw` per 64 values: a word's two bytes times the same `l`, no
+//! carry since each product is below 256) is paid once per super-block for all of a
+//! chunk's panels, not once per sixteen columns; two panels share each weight tile load.
+
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use super::amx;
+use super::qdot::x86::{f16_at, k4_scales_mins_vec};
+use super::qdot_repack::x86::Q8_K_PANEL16_BYTES;
+
+/// Weight rows of one call.
+pub(crate) const ROWS: usize = 16;
+
+/// Panels one call accumulates at a time (a call with more runs in batches of this many).
+const MAX_GROUPS: usize = 8;
+
+/// Bytes of one tile: 16 rows × 64 bytes.
+const TILE: usize = 1024;
+
+/// A 64-byte aligned buffer of `N` bytes (tile loads and stores want whole cache lines).
+#[repr(C, align(64))]
+struct Aligned<const N: usize>([u8; N]);
+
+/// One super-block of sixteen weight rows, unpacked for the tiles.
+#[repr(C, align(64))]
+struct Unpacked {
+    /// Per pair of sub-blocks `p`: the `l·q` tile at `2p · TILE`, the `h·q` tile after it
+    /// (row `i` at `64 i`: sub-block `2p`'s 32 values, then `2p + 1`'s).
+    tiles: Aligned<{ 8 * TILE }>,
+    /// Row `i`'s six-bit scales and mins as [`k4_scales_mins_vec`] orders them, each a
+    /// u32 holding it in both 16-bit halves (a `vpmaddwd` operand by broadcast).
+    mins: [[u32; 16]; ROWS],
+    /// Row `i`'s `d` and `dmin`.
+    d: [f32; ROWS],
+    dmin: [f32; ROWS],
+}
+
+/// Where [`k4_scales_mins_vec`] puts sub-block `j`'s scale (its min is 4 further on).
+const fn scale_at(j: usize) -> usize {
+    if j < 4 {
+        j
+    } else {
+        j + 4
+    }
+}
+
+/// `vpermw` indices spreading pair `p`'s two scales over a 64-byte row: words 0..16 (the
+/// first sub-block's 32 bytes) take scale `2p`, words 16..32 scale `2p + 1`.
+const PAIR_SCALES: [[u16; 32]; 4] = {
+    let mut t = [[0u16; 32]; 4];
+    let mut p = 0;
+    while p < 4 {
+        let mut w = 0;
+        while w < 32 {
+            t[p][w] = scale_at(2 * p + w / 16) as u16;
+            w += 1;
+        }
+        p += 1;
+    }
+    t
+};
+
+/// Unpacks super-block `b` of the sixteen rows `w` into `u` (every field written).
+///
+/// # Safety
+/// AVX-512F/BW, F16C (inlined into such a caller); every row holds more than `b` Q4_K
+/// blocks; `u` valid for writes.
+#[inline(always)]
+unsafe fn unpack(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let idx: [__m512i; 4] =
+        std::array::from_fn(|p| _mm512_loadu_si512(PAIR_SCALES[p].as_ptr() as *const __m512i));
+    let tiles = std::ptr::addr_of_mut!((*u).tiles) as *mut u8;
+    let d = std::ptr::addr_of_mut!((*u).d) as *mut f32;
+    let dmin = std::ptr::addr_of_mut!((*u).dmin) as *mut f32;
+    let mins = std::ptr::addr_of_mut!((*u).mins) as *mut [u32; 16];
+    for (i, row) in w.iter().enumerate() {
+        let x = row.as_ptr().add(144 * b);
+        d.add(i).write(f16_at(x));
+        dmin.add(i).write(f16_at(x.add(2)));
+        let sm = k4_scales_mins_vec(x.add(4));
+        let dw = _mm512_cvtepu8_epi32(sm);
+        _mm512_storeu_si512(
+            mins.add(i) as *mut __m512i,
+            _mm512_or_si512(dw, _mm512_slli_epi32(dw, 16)),
+        );
+        let words = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+        let lo = _mm512_and_si512(words, _mm512_set1_epi16(15));
+        let hi = _mm512_srli_epi16(words, 4);
+        for (p, idx) in idx.iter().enumerate() {
+            let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+            let both =
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
+            let q = _mm512_and_si512(both, m4);
+            let at = tiles.add(2 * p * TILE + 64 * i);
+            let l = _mm512_permutexvar_epi16(*idx, lo);
+            let h = _mm512_permutexvar_epi16(*idx, hi);
+            _mm512_store_si512(at as *mut __m512i, _mm512_mullo_epi16(q, l));
+            _mm512_store_si512(at.add(TILE) as *mut __m512i, _mm512_mullo_epi16(q, h));
+        }
+    }
+}
+
+/// The f32 state of one panel: per row, the sums of the values and of the mins (the
+/// result is their difference), sixteen columns in the lanes.
+#[derive(Clone, Copy)]
+struct Acc {
+    sum: [__m512; ROWS],
+    min: [__m512; ROWS],
+}
+
+/// Tiles of one step: `tdpbusd` of the `l·q` and `h·q` tiles at `a` (pair `p` of an
+/// [`Unpacked`]) against the activation tiles at `b0` (and `b1`, with `TWO`), into
+/// `tmm4`/`tmm5` (and `tmm6`/`tmm7`), zeroed first unless `ACC`.
+///
+/// # Safety
+/// [`amx::configure`] has run on this thread; `a` holds two tiles, `b0`/`b1` one each
+/// (16 rows of 64 bytes, 64 bytes apart).
+#[inline(always)]
+unsafe fn products<const TWO: bool, const ACC: bool>(a: *const u8, b0: *const u8, b1: *const u8) {
+    if !ACC {
+        std::arch::asm!(
+            "tilezero tmm4",
+            "tilezero tmm5",
+            "tilezero tmm6",
+            "tilezero tmm7",
+            options(nostack, preserves_flags, nomem)
+        );
+    }
+    std::arch::asm!(
+        "tileloadd tmm0, [{a} + {s}]",
+        "tileloadd tmm1, [{a} + {s} + 1024]",
+        "tileloadd tmm2, [{b0} + {s}]",
+        "tdpbusd tmm4, tmm0, tmm2",
+        "tdpbusd tmm5, tmm1, tmm2",
+        a = in(reg) a,
+        b0 = in(reg) b0,
+        s = in(reg) 64usize,
+        options(nostack, preserves_flags, readonly),
+    );
+    if TWO {
+        std::arch::asm!(
+            "tileloadd tmm3, [{b1} + {s}]",
+            "tdpbusd tmm6, tmm0, tmm3",
+            "tdpbusd tmm7, tmm1, tmm3",
+            b1 = in(reg) b1,
+            s = in(reg) 64usize,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+}
+
+/// Stores `tmm4`/`tmm5` (and `tmm6`/`tmm7` with `TWO`) to `c`, one tile each, in order.
+///
+/// # Safety
+/// [`amx::configure`] has run on this thread; `c` writable for 2 (4) tiles.
+#[inline(always)]
+unsafe fn store<const TWO: bool>(c: *mut u8) {
+    std::arch::asm!(
+        "tilestored [{c} + {s}], tmm4",
+        "tilestored [{c} + {s} + 1024], tmm5",
+        c = in(reg) c,
+        s = in(reg) 64usize,
+        options(nostack, preserves_flags),
+    );
+    if TWO {
+        std::arch::asm!(
+            "tilestored [{c} + {s} + 2048], tmm6",
+            "tilestored [{c} + {s} + 3072], tmm7",
+            c = in(reg) c,
+            s = in(reg) 64usize,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// `16·hi + lo` of row `i` of the two stored tiles at `c`: the exact integer sums.
+///
+/// # Safety
+/// AVX-512F (inlined into such a caller); `c` holds two stored tiles.
+#[inline(always)]
+unsafe fn sums(c: *const u8, i: usize) -> __m512i {
+    let lo = _mm512_load_si512(c.add(64 * i) as *const __m512i);
+    let hi = _mm512_load_si512(c.add(TILE + 64 * i) as *const __m512i);
+    _mm512_add_epi32(_mm512_slli_epi32(hi, 4), lo)
+}
+
+/// One panel's f32 updates after the tiles of one step: the gemm order (`GEMV` false,
+/// step = pair `p`) or the gemv order (step = the super-block), for every row. `dv` holds
+/// the panel's `d·d_y` and `dmin·d_y` per row, formed here at the super-block's first step.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI (inlined into such a caller); `c` holds this panel's two stored
+/// tiles, `o` is its packed super-block.
+#[inline(always)]
+unsafe fn update<const GEMV: bool>(
+    u: &Unpacked,
+    o: *const u8,
+    p: usize,
+    c: *const u8,
+    acc: &mut MaybeUninit<Acc>,
+    dv: &mut MaybeUninit<Acc>,
+    first: bool,
+) {
+    if p == 0 {
+        let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+        let at = dv.as_mut_ptr();
+        for i in 0..ROWS {
+            let d = _mm512_mul_ps(_mm512_set1_ps(u.d[i]), dy);
+            std::ptr::addr_of_mut!((*at).sum[i]).write(d);
+            let dmin = _mm512_mul_ps(_mm512_set1_ps(u.dmin[i]), dy);
+            std::ptr::addr_of_mut!((*at).min[i]).write(dmin);
+        }
+    }
+    let dv = dv.assume_init_ref();
+    let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
+    let m = |i: usize, j: usize| _mm512_set1_epi32(u.mins[i][scale_at(j) + 4] as i32);
+    for i in 0..ROWS {
+        let mins = if GEMV {
+            let mut all = _mm512_madd_epi16(bsum(0), m(i, 0));
+            for j in 1..8 {
+                all = _mm512_dpwssd_epi32(all, bsum(j), m(i, j));
+            }
+            all
+        } else {
+            _mm512_dpwssd_epi32(
+                _mm512_madd_epi16(bsum(2 * p), m(i, 2 * p)),
+                bsum(2 * p + 1),
+                m(i, 2 * p + 1),
+            )
+        };
+        let at = acc.as_mut_ptr();
+        let sum = std::ptr::addr_of_mut!((*at).sum[i]);
+        let min = std::ptr::addr_of_mut!((*at).min[i]);
+        let zero = _mm512_setzero_ps();
+        let (s0, m0) = if first {
+            (zero, zero)
+        } else {
+            (sum.read(), min.read())
+        };
+        sum.write(_mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(sums(c, i)),
+            dv.sum[i],
+            s0,
+        ));
+        min.write(_mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dv.min[i], m0));
+    }
+}
+
+/// Sixteen Q4_K rows `w` (`nb` blocks each) against the panels of groups `g0..g1` of
+/// `panel` (each `nb` blocks of [`super::qdot_repack`]'s `q8_k_pack16`, one after
+/// another from `panel`): the gemm order, or with `gemv` the gemv order. Writes
+/// `out[c·out_stride + i]` for rows `i < rows` and columns `c` (`16·g + lane`) in
+/// `cols.0..cols.1`; rows past `rows` may repeat real ones (their results are dropped).
+///
+/// # Safety
+/// AVX-512F/BW/VL/VNNI/VBMI, F16C and [`amx::has_amx`]; every row holds `nb` Q4_K blocks;
+/// the panels hold groups `g0..g1`; `out` writable at those indices.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn q4_k_rows16(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    (g0, g1): (usize, usize),
+    gemv: bool,
+    out: *mut f32,
+    out_stride: usize,
+    (rows, cols): (usize, (usize, usize)),
+) {
+    if nb == 0 {
+        // No blocks: every product is zero.
+        for c in cols.0.max(16 * g0)..cols.1.min(16 * g1) {
+            for i in 0..rows {
+                *out.add(c * out_stride + i) = 0.0;
+            }
+        }
+        return;
+    }
+    amx::configure();
+    let mut acc: [MaybeUninit<Acc>; MAX_GROUPS] = [MaybeUninit::uninit(); MAX_GROUPS];
+    let mut g = g0;
+    while g < g1 {
+        let end = g1.min(g + MAX_GROUPS);
+        let acc = &mut acc[..end - g];
+        if gemv {
+            batch::<true>(w, panel, nb, g, acc);
+        } else {
+            batch::<false>(w, panel, nb, g, acc);
+        }
+        let mask = ((1u32 << rows) - 1) as u16;
+        for (k, a) in acc.iter().enumerate() {
+            // SAFETY: `batch` wrote every state of `acc`.
+            let a = a.assume_init_ref();
+            let by_col = transpose16(std::array::from_fn(|i| _mm512_sub_ps(a.sum[i], a.min[i])));
+            let first = 16 * (g + k);
+            for c in cols.0.max(first)..cols.1.min(first + 16) {
+                _mm512_mask_storeu_ps(out.add(c * out_stride), mask, by_col[c - first]);
+            }
+        }
+        g = end;
+    }
+}
+
+/// The 16 × 16 transpose: lane `j` of vector `i` to lane `i` of vector `j`.
+///
+/// # Safety
+/// AVX-512F (inlined into such a caller).
+#[inline(always)]
+unsafe fn transpose16(v: [__m512; 16]) -> [__m512; 16] {
+    const LO: i32 = 0b10_00_10_00;
+    const HI: i32 = 0b11_01_11_01;
+    let pd = |x: __m512| _mm512_castps_pd(x);
+    let ps = |x: __m512d| _mm512_castpd_ps(x);
+    // Per 128-bit lane `L` of quad `q`'s result `4q + e`: column `4L + e` of rows 4q..4q + 4.
+    let mut c = [_mm512_setzero_ps(); 16];
+    for q in 0..4 {
+        let t0 = _mm512_unpacklo_ps(v[4 * q], v[4 * q + 1]);
+        let t1 = _mm512_unpackhi_ps(v[4 * q], v[4 * q + 1]);
+        let t2 = _mm512_unpacklo_ps(v[4 * q + 2], v[4 * q + 3]);
+        let t3 = _mm512_unpackhi_ps(v[4 * q + 2], v[4 * q + 3]);
+        c[4 * q] = ps(_mm512_unpacklo_pd(pd(t0), pd(t2)));
+        c[4 * q + 1] = ps(_mm512_unpackhi_pd(pd(t0), pd(t2)));
+        c[4 * q + 2] = ps(_mm512_unpacklo_pd(pd(t1), pd(t3)));
+        c[4 * q + 3] = ps(_mm512_unpackhi_pd(pd(t1), pd(t3)));
+    }
+    // Then the lanes: column `4L + e` is lane `L` of `c[e]`, `c[4 + e]`, `c[8 + e]`,
+    // `c[12 + e]`, in that order.
+    let mut out = [_mm512_setzero_ps(); 16];
+    for e in 0..4 {
+        let x = _mm512_shuffle_f32x4::<LO>(c[e], c[4 + e]);
+        let y = _mm512_shuffle_f32x4::<HI>(c[e], c[4 + e]);
+        let x2 = _mm512_shuffle_f32x4::<LO>(c[8 + e], c[12 + e]);
+        let y2 = _mm512_shuffle_f32x4::<HI>(c[8 + e], c[12 + e]);
+        out[e] = _mm512_shuffle_f32x4::<LO>(x, x2);
+        out[8 + e] = _mm512_shuffle_f32x4::<HI>(x, x2);
+        out[4 + e] = _mm512_shuffle_f32x4::<LO>(y, y2);
+        out[12 + e] = _mm512_shuffle_f32x4::<HI>(y, y2);
+    }
+    out
+}
+
+/// [`q4_k_rows16`] for at most [`MAX_GROUPS`] groups from `g0`, one state each written
+/// to `acc` (`nb` > 0). Software-pipelined: each step's tiles are computed and stored
+/// before the vector updates of the step before them, so that the tile unit and the
+/// vector units work at the same time (in program order a step's updates are longer
+/// than the reorder window).
+///
+/// # Safety
+/// As [`q4_k_rows16`], configured.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+unsafe fn batch<const GEMV: bool>(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    g0: usize,
+    acc: &mut [MaybeUninit<Acc>],
+) {
+    let mut u: [MaybeUninit<Unpacked>; 2] = [MaybeUninit::uninit(), MaybeUninit::uninit()];
+    // The stored tiles of a step, two buffers taking turns.
+    let mut staged: [MaybeUninit<Aligned<{ 4 * TILE }>>; 2] =
+        [MaybeUninit::uninit(), MaybeUninit::uninit()];
+    let mut dv: [MaybeUninit<Acc>; MAX_GROUPS] = [MaybeUninit::uninit(); MAX_GROUPS];
+    let group = nb * Q8_K_PANEL16_BYTES;
+    let groups = acc.len();
+    // The step whose updates are pending.
+    let mut pending: Option<Step> = None;
+    let mut turn = 0;
+    for b in 0..nb {
+        let unpacked = u[b & 1].as_mut_ptr();
+        unpack(w, b, unpacked);
+        let a = std::ptr::addr_of!((*unpacked).tiles) as *const u8;
+        let mut k = 0;
+        while k < groups {
+            let two = k + 1 < groups;
+            let o0 = panel.add((g0 + k) * group + b * Q8_K_PANEL16_BYTES);
+            let o1 = if two { o0.add(group) } else { o0 };
+            for p in 0..if GEMV { 1 } else { 4 } {
+                if GEMV {
+                    for q in 0..4 {
+                        let (a, b0, b1) = (a.add(2 * q * TILE), o0.add(TILE * q), o1.add(TILE * q));
+                        match (two, q) {
+                            (true, 0) => products::<true, false>(a, b0, b1),
+                            (true, _) => products::<true, true>(a, b0, b1),
+                            (false, 0) => products::<false, false>(a, b0, b1),
+                            (false, _) => products::<false, true>(a, b0, b1),
+                        }
+                    }
+                } else {
+                    let (a, b0, b1) = (a.add(2 * p * TILE), o0.add(TILE * p), o1.add(TILE * p));
+                    if two {
+                        products::<true, false>(a, b0, b1);
+                    } else {
+                        products::<false, false>(a, b0, b1);
+                    }
+                }
+                let c = staged[turn].as_mut_ptr() as *mut u8;
+                if two {
+                    store::<true>(c);
+                } else {
+                    store::<false>(c);
+                }
+                let step = Step { b, k, two, p, c };
+                if let Some(prev) = pending.replace(step) {
+                    prev.update::<GEMV>(panel, group, g0, &u, acc, &mut dv);
+                }
+                turn ^= 1;
+            }
+            k += if two { 2 } else { 1 };
+        }
+    }
+    if let Some(prev) = pending {
+        prev.update::<GEMV>(panel, group, g0, &u, acc, &mut dv);
+    }
+}
+
+/// One step of [`batch`]: super-block `b`, groups `g0 + k` (and the next with `two`), pair
+/// `p` (the gemm order), its tiles stored at `c`.
+#[derive(Clone, Copy)]
+struct Step {
+    b: usize,
+    k: usize,
+    two: bool,
+    p: usize,
+    c: *const u8,
+}
+
+impl Step {
+    /// The step's vector updates ([`update`]) of its one or two panels.
+    ///
+    /// # Safety
+    /// As [`batch`]; `u[b & 1]` holds super-block `b` unpacked, `c` the step's tiles, and
+    /// `dv[k]` (`dv[k + 1]`) were formed by this super-block's first step unless this is it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn update<const GEMV: bool>(
+        self,
+        panel: *const u8,
+        group: usize,
+        g0: usize,
+        u: &[MaybeUninit<Unpacked>; 2],
+        acc: &mut [MaybeUninit<Acc>],
+        dv: &mut [MaybeUninit<Acc>; MAX_GROUPS],
+    ) {
+        let u = u[self.b & 1].assume_init_ref();
+        let o = panel.add((g0 + self.k) * group + self.b * Q8_K_PANEL16_BYTES);
+        let first = self.b == 0 && self.p == 0;
+        update::<GEMV>(
+            u,
+            o,
+            self.p,
+            self.c,
+            &mut acc[self.k],
+            &mut dv[self.k],
+            first,
+        );
+        if self.two {
+            let (o, c) = (o.add(group), self.c.add(2 * TILE));
+            let (acc, dv) = (&mut acc[self.k + 1], &mut dv[self.k + 1]);
+            update::<GEMV>(u, o, self.p, c, acc, dv, first);
+        }
+    }
+}
