@@ -206,6 +206,25 @@ unsafe fn sums(c: *const u8, i: usize) -> __m512i {
     _mm512_add_epi32(_mm512_slli_epi32(hi, 4), lo)
 }
 
+/// `vpdpwssd`: `acc` plus the i16 pair products of `a` and `b`, one instruction (LLVM
+/// splits the intrinsic into `vpmaddwd` and `vpaddd`, two).
+///
+/// # Safety
+/// AVX-512 VNNI.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut r = acc;
+    std::arch::asm!(
+        "vpdpwssd {r}, {a}, {b}",
+        r = inout(zmm_reg) r,
+        a = in(zmm_reg) a,
+        b = in(zmm_reg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    r
+}
+
 /// One panel's f32 updates after the tiles of one step: the gemm order (`GEMV` false,
 /// step = pair `p`) or the gemv order (step = the super-block), for every row. `dv` holds
 /// the panel's `d·d_y` and `dmin·d_y` per row, formed here at the super-block's first step.
@@ -240,11 +259,11 @@ unsafe fn update<const GEMV: bool>(
         let mins = if GEMV {
             let mut all = _mm512_madd_epi16(bsum(0), m(i, 0));
             for j in 1..8 {
-                all = _mm512_dpwssd_epi32(all, bsum(j), m(i, j));
+                all = dpwssd(all, bsum(j), m(i, j));
             }
             all
         } else {
-            _mm512_dpwssd_epi32(
+            dpwssd(
                 _mm512_madd_epi16(bsum(2 * p), m(i, 2 * p)),
                 bsum(2 * p + 1),
                 m(i, 2 * p + 1),
