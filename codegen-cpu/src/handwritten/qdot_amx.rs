@@ -1,22 +1,22 @@
-//! Q4_K weights × packed Q8_K activation panels on AMX tiles ([`super::amx`]), sixteen
-//! weight rows against every sixteen-column panel of a chunk of tokens at once, in the
-//! orders of llama.cpp's repacked Q4_K kernels (`ggml_gemm_q4_K_8x8_q8_K` /
+//! Q4_K and Q5_K weights × packed Q8_K activation panels on AMX tiles ([`super::amx`]),
+//! sixteen weight rows against every sixteen-column panel of a chunk of tokens at once, in
+//! llama.cpp's orders: for Q4_K those of its repacked kernels (`ggml_gemm_q4_K_8x8_q8_K` /
 //! `ggml_gemv_q4_K_8x8_q8_K`, ggml-cpu/arch/x86/repack.cpp; the module doc of
-//! [`super::qdot_repack`] states them): each output is the AVX-512 tiles' number bit for
-//! bit.
+//! [`super::qdot_repack`] states them), for Q5_K the tiled K-quant order of
+//! [`super::qdot_tiled`]: each output is the AVX-512 tiles' number bit for bit.
 //!
 //! How the integers are formed. `tdpbusd` multiplies unsigned bytes by signed bytes, and a
-//! Q4_K value times its 6-bit sub-block scale (`sc·q ≤ 63 · 15`) does not fit a byte. So
-//! each scale is split, `sc = 16·h + l` (`l ≤ 15`, `h ≤ 3`), and a weight row is unpacked
-//! once per super-block into two tiles of bytes, `l·q` and `h·q` (each ≤ 225): one tile row
-//! is a pair of sub-blocks (64 values), so one `tdpbusd` of each against the activations'
-//! 64 bytes gives `Σ_pair l·q·y` and `Σ_pair h·q·y` for 16 rows × 16 columns, and `16·hi +
-//! lo` is the pair's exact `sc_a·Σ_a + sc_b·Σ_b`. The gemm order takes it per pair (its
-//! fused multiply-add per pair of sub-blocks), the gemv order lets the tiles add the
-//! whole super-block first (one fused multiply-add per super-block). The mins' integers
-//! (`m·bsum`) come from `vpmaddwd` / `vpdpwssd` as in the AVX-512 tiles; all of these are
-//! exact, so their order does not matter, and the f32 operations after them are the
-//! AVX-512 tiles' own.
+//! quant times its 6-bit sub-block scale (`sc·q ≤ 63 · 31`) does not fit a byte. So each
+//! scale is split, `sc = 2^F·h + l` (`l < 2^F`; `F` = 4 for Q4_K's 4-bit quants, 3 for
+//! Q5_K's 5-bit ones), and a weight row is unpacked once per super-block into two tiles of
+//! bytes, `l·q` and `h·q` (each below 256): one tile row is a pair of sub-blocks (64
+//! values), so one `tdpbusd` of each against the activations' 64 bytes gives `Σ l·q·y` and
+//! `Σ h·q·y` for 16 rows × 16 columns, and `2^F·hi + lo` is the pair's exact `sc_a·Σ_a +
+//! sc_b·Σ_b`. Q4_K's gemm order takes it per pair (its fused multiply-add per pair of
+//! sub-blocks); its gemv order and the tiled order let the tiles add the whole super-block
+//! first. The mins' integers (`m·bsum`) come from `vpmaddwd` / `vpdpwssd` as in the
+//! AVX-512 tiles; all of these are exact, so their order does not matter, and the f32
+//! operations after them are the AVX-512 tiles' own.
 //!
 //! The unpacking (two `vpmullw` per 64 values: a word's two bytes times the same `l`, no
 //! carry since each product is below 256) is paid once per super-block for all of a
@@ -81,14 +81,78 @@ const PAIR_SCALES: [[u16; 32]; 4] = {
     t
 };
 
+/// A weight format the kernel reads: Q4_K and Q5_K (the same 6-bit scales and mins in
+/// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants).
+trait Format {
+    /// Bytes of one super-block.
+    const BLOCK: usize;
+    /// The scale split `sc = 2^FOLD·h + l` (`l < 2^FOLD`): both `l·q` and `h·q` must fit a
+    /// byte for every quant `q` (4 for Q4_K's `q ≤ 15`, 3 for Q5_K's `q ≤ 31`).
+    const FOLD: u32;
+    /// Pair `p`'s 64 unsigned quants of the block at `x`, one a byte: sub-block `2p`'s 32
+    /// values, then sub-block `2p + 1`'s.
+    ///
+    /// # Safety
+    /// AVX-512F/BW (inlined into such a caller); `x` a whole block.
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i;
+}
+
+/// Q4_K: 144-byte blocks, the nibbles of `qs` (offset 16) low then high per 32 bytes.
+struct Q4K;
+
+impl Format for Q4K {
+    const BLOCK: usize = 144;
+    const FOLD: u32 = 4;
+    #[inline(always)]
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i {
+        let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
+        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
+        _mm512_and_si512(both, _mm512_set1_epi8(0x0f))
+    }
+}
+
+/// Q5_K: 176-byte blocks, Q4_K's nibbles (`qs` at offset 48) and a fifth bit from `qh`
+/// (offset 16: bit `j` of byte `k` for value `k` of sub-block `j`).
+struct Q5K;
+
+impl Format for Q5K {
+    const BLOCK: usize = 176;
+    const FOLD: u32 = 3;
+    #[inline(always)]
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i {
+        let qs = _mm256_loadu_si256(x.add(48 + 32 * p) as *const __m256i);
+        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
+        let nibbles = _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
+        let qh = _mm256_loadu_si256(x.add(16) as *const __m256i);
+        let qh = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
+        // Bit 2p of each byte in the first half, bit 2p + 1 in the second (16-bit shifts:
+        // the mask drops what they bring in from the neighbouring byte).
+        let by = _mm512_mask_blend_epi16(
+            0xffff_0000,
+            _mm512_set1_epi16(2 * p as i16),
+            _mm512_set1_epi16(2 * p as i16 + 1),
+        );
+        let bit = _mm512_and_si512(_mm512_srlv_epi16(qh, by), _mm512_set1_epi8(1));
+        _mm512_or_si512(nibbles, _mm512_slli_epi16(bit, 4))
+    }
+}
+
+/// The f32 orders of [`update`]: llama.cpp's repacked Q4_K gemm (a fused multiply-add per
+/// pair of sub-blocks) and gemv (one per super-block: `acc = fma(isum, d·d_y, acc)`, the
+/// mins likewise, the result `acc - acc_min`), and the tiled K-quant order of
+/// `qdot_tiled` (per super-block `r = d·s1`, `r = fma(-dmin, t, r)`, `out = fma(r, d_y,
+/// out)`).
+const GEMM: u8 = 0;
+const GEMV: u8 = 1;
+const TILED: u8 = 2;
+
 /// Unpacks super-block `b` of the sixteen rows `w` into `u` (every field written).
 ///
 /// # Safety
-/// AVX-512F/BW, F16C (inlined into such a caller); every row holds more than `b` Q4_K
-/// blocks; `u` valid for writes.
+/// AVX-512F/BW, F16C (inlined into such a caller); every row holds more than `b` blocks
+/// of `F`; `u` valid for writes.
 #[inline(always)]
-unsafe fn unpack(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
-    let m4 = _mm512_set1_epi8(0x0f);
+unsafe fn unpack<F: Format>(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
     let idx: [__m512i; 4] =
         std::array::from_fn(|p| _mm512_loadu_si512(PAIR_SCALES[p].as_ptr() as *const __m512i));
     let tiles = std::ptr::addr_of_mut!((*u).tiles) as *mut u8;
@@ -96,7 +160,7 @@ unsafe fn unpack(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
     let dmin = std::ptr::addr_of_mut!((*u).dmin) as *mut f32;
     let mins = std::ptr::addr_of_mut!((*u).mins) as *mut [u32; 16];
     for (i, row) in w.iter().enumerate() {
-        let x = row.as_ptr().add(144 * b);
+        let x = row.as_ptr().add(F::BLOCK * b);
         d.add(i).write(f16_at(x));
         dmin.add(i).write(f16_at(x.add(2)));
         let sm = k4_scales_mins_vec(x.add(4));
@@ -106,13 +170,10 @@ unsafe fn unpack(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
             _mm512_or_si512(dw, _mm512_slli_epi32(dw, 16)),
         );
         let words = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
-        let lo = _mm512_and_si512(words, _mm512_set1_epi16(15));
-        let hi = _mm512_srli_epi16(words, 4);
+        let lo = _mm512_and_si512(words, _mm512_set1_epi16((1 << F::FOLD) - 1));
+        let hi = _mm512_srl_epi16(words, _mm_cvtsi32_si128(F::FOLD as i32));
         for (p, idx) in idx.iter().enumerate() {
-            let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
-            let both =
-                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
-            let q = _mm512_and_si512(both, m4);
+            let q = F::quants(x, p);
             let at = tiles.add(2 * p * TILE + 64 * i);
             let l = _mm512_permutexvar_epi16(*idx, lo);
             let h = _mm512_permutexvar_epi16(*idx, hi);
@@ -195,15 +256,16 @@ unsafe fn store<const TWO: bool>(c: *mut u8) {
     }
 }
 
-/// `16·hi + lo` of row `i` of the two stored tiles at `c`: the exact integer sums.
+/// `2^FOLD·hi + lo` of row `i` of the two stored tiles at `c`: the exact integer sums.
 ///
 /// # Safety
 /// AVX-512F (inlined into such a caller); `c` holds two stored tiles.
 #[inline(always)]
-unsafe fn sums(c: *const u8, i: usize) -> __m512i {
+unsafe fn sums<F: Format>(c: *const u8, i: usize) -> __m512i {
     let lo = _mm512_load_si512(c.add(64 * i) as *const __m512i);
     let hi = _mm512_load_si512(c.add(TILE + 64 * i) as *const __m512i);
-    _mm512_add_epi32(_mm512_slli_epi32(hi, 4), lo)
+    let hi = _mm512_sll_epi32(hi, _mm_cvtsi32_si128(F::FOLD as i32));
+    _mm512_add_epi32(hi, lo)
 }
 
 /// `vpdpwssd`: `acc` plus the i16 pair products of `a` and `b`, one instruction (LLVM
@@ -225,15 +287,17 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     r
 }
 
-/// One panel's f32 updates after the tiles of one step: the gemm order (`GEMV` false,
-/// step = pair `p`) or the gemv order (step = the super-block), for every row. `dv` holds
-/// the panel's `d·d_y` and `dmin·d_y` per row, formed here at the super-block's first step.
+/// One panel's f32 updates after the tiles of one step, for every row: in `ORDER` (a step
+/// is pair `p` in the gemm order, the super-block in the others). `dv` holds the panel's
+/// `d·d_y` and `dmin·d_y` per row (the repacked orders), formed here at the super-block's
+/// first step; `first` is the first step of the first super-block (the state starts at 0).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI (inlined into such a caller); `c` holds this panel's two stored
 /// tiles, `o` is its packed super-block.
 #[inline(always)]
-unsafe fn update<const GEMV: bool>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn update<F: Format, const ORDER: u8>(
     u: &Unpacked,
     o: *const u8,
     p: usize,
@@ -242,8 +306,8 @@ unsafe fn update<const GEMV: bool>(
     dv: &mut MaybeUninit<Acc>,
     first: bool,
 ) {
-    if p == 0 {
-        let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+    let dy = _mm512_loadu_ps(o.add(4608) as *const f32);
+    if p == 0 && ORDER != TILED {
         let at = dv.as_mut_ptr();
         for i in 0..ROWS {
             let d = _mm512_mul_ps(_mm512_set1_ps(u.d[i]), dy);
@@ -252,22 +316,21 @@ unsafe fn update<const GEMV: bool>(
             std::ptr::addr_of_mut!((*at).min[i]).write(dmin);
         }
     }
-    let dv = dv.assume_init_ref();
     let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
     let m = |i: usize, j: usize| _mm512_set1_epi32(u.mins[i][scale_at(j) + 4] as i32);
     for i in 0..ROWS {
-        let mins = if GEMV {
-            let mut all = _mm512_madd_epi16(bsum(0), m(i, 0));
-            for j in 1..8 {
-                all = dpwssd(all, bsum(j), m(i, j));
-            }
-            all
-        } else {
+        let mins = if ORDER == GEMM {
             dpwssd(
                 _mm512_madd_epi16(bsum(2 * p), m(i, 2 * p)),
                 bsum(2 * p + 1),
                 m(i, 2 * p + 1),
             )
+        } else {
+            let mut all = _mm512_madd_epi16(bsum(0), m(i, 0));
+            for j in 1..8 {
+                all = dpwssd(all, bsum(j), m(i, j));
+            }
+            all
         };
         let at = acc.as_mut_ptr();
         let sum = std::ptr::addr_of_mut!((*at).sum[i]);
@@ -278,19 +341,27 @@ unsafe fn update<const GEMV: bool>(
         } else {
             (sum.read(), min.read())
         };
-        sum.write(_mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(sums(c, i)),
-            dv.sum[i],
-            s0,
-        ));
-        min.write(_mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dv.min[i], m0));
+        let s1 = _mm512_cvtepi32_ps(sums::<F>(c, i));
+        if ORDER == TILED {
+            // `qdot_tiled`'s step; the mins' state stays 0.
+            let r = _mm512_mul_ps(_mm512_set1_ps(u.d[i]), s1);
+            let r = _mm512_fmadd_ps(_mm512_set1_ps(-u.dmin[i]), _mm512_cvtepi32_ps(mins), r);
+            sum.write(_mm512_fmadd_ps(r, dy, s0));
+            if first {
+                min.write(zero);
+            }
+        } else {
+            let dv = dv.assume_init_ref();
+            sum.write(_mm512_fmadd_ps(s1, dv.sum[i], s0));
+            min.write(_mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dv.min[i], m0));
+        }
     }
 }
 
 /// Sixteen Q4_K rows `w` (`nb` blocks each) against the panels of groups `g0..g1` of
 /// `panel` (each `nb` blocks of [`super::qdot_repack`]'s `q8_k_pack16`, one after
-/// another from `panel`): the gemm order, or with `gemv` the gemv order. Writes
-/// `out[c·out_stride + i]` for rows `i < rows` and columns `c` (`16·g + lane`) in
+/// another from `panel`): llama.cpp's repacked gemm order, or with `gemv` its gemv order.
+/// Writes `out[c·out_stride + i]` for rows `i < rows` and columns `c` (`16·g + lane`) in
 /// `cols.0..cols.1`; rows past `rows` may repeat real ones (their results are dropped).
 ///
 /// # Safety
@@ -302,10 +373,48 @@ pub(crate) unsafe fn q4_k_rows16(
     w: &[&[u8]; ROWS],
     panel: *const u8,
     nb: usize,
-    (g0, g1): (usize, usize),
+    groups: (usize, usize),
     gemv: bool,
     out: *mut f32,
     out_stride: usize,
+    (rows, cols): (usize, (usize, usize)),
+) {
+    let order = if gemv { GEMV } else { GEMM };
+    rows16::<Q4K>(w, panel, nb, groups, order, (out, out_stride), (rows, cols));
+}
+
+/// [`q4_k_rows16`] for Q5_K rows, in the tiled K-quant order of `qdot_tiled` (the one
+/// order of llama.cpp's prompt products for Q5_K; `gemv` is ignored).
+///
+/// # Safety
+/// As [`q4_k_rows16`], the rows Q5_K.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn q5_k_rows16(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    groups: (usize, usize),
+    _gemv: bool,
+    out: *mut f32,
+    out_stride: usize,
+    (rows, cols): (usize, (usize, usize)),
+) {
+    rows16::<Q5K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
+}
+
+/// [`q4_k_rows16`] for format `F` in `order`.
+///
+/// # Safety
+/// As [`q4_k_rows16`], the rows of format `F`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+unsafe fn rows16<F: Format>(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    (g0, g1): (usize, usize),
+    order: u8,
+    (out, out_stride): (*mut f32, usize),
     (rows, cols): (usize, (usize, usize)),
 ) {
     if nb == 0 {
@@ -323,10 +432,10 @@ pub(crate) unsafe fn q4_k_rows16(
     while g < g1 {
         let end = g1.min(g + MAX_GROUPS);
         let acc = &mut acc[..end - g];
-        if gemv {
-            batch::<true>(w, panel, nb, g, acc);
-        } else {
-            batch::<false>(w, panel, nb, g, acc);
+        match order {
+            GEMM => batch::<F, GEMM>(w, panel, nb, g, acc),
+            GEMV => batch::<F, GEMV>(w, panel, nb, g, acc),
+            _ => batch::<F, TILED>(w, panel, nb, g, acc),
         }
         let mask = ((1u32 << rows) - 1) as u16;
         for (k, a) in acc.iter().enumerate() {
@@ -389,7 +498,7 @@ unsafe fn transpose16(v: [__m512; 16]) -> [__m512; 16] {
 /// # Safety
 /// As [`q4_k_rows16`], configured.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
-unsafe fn batch<const GEMV: bool>(
+unsafe fn batch<F: Format, const ORDER: u8>(
     w: &[&[u8]; ROWS],
     panel: *const u8,
     nb: usize,
@@ -408,15 +517,15 @@ unsafe fn batch<const GEMV: bool>(
     let mut turn = 0;
     for b in 0..nb {
         let unpacked = u[b & 1].as_mut_ptr();
-        unpack(w, b, unpacked);
+        unpack::<F>(w, b, unpacked);
         let a = std::ptr::addr_of!((*unpacked).tiles) as *const u8;
         let mut k = 0;
         while k < groups {
             let two = k + 1 < groups;
             let o0 = panel.add((g0 + k) * group + b * Q8_K_PANEL16_BYTES);
             let o1 = if two { o0.add(group) } else { o0 };
-            for p in 0..if GEMV { 1 } else { 4 } {
-                if GEMV {
+            for p in 0..if ORDER == GEMM { 4 } else { 1 } {
+                if ORDER != GEMM {
                     for q in 0..4 {
                         let (a, b0, b1) = (a.add(2 * q * TILE), o0.add(TILE * q), o1.add(TILE * q));
                         match (two, q) {
@@ -442,7 +551,7 @@ unsafe fn batch<const GEMV: bool>(
                 }
                 let step = Step { b, k, two, p, c };
                 if let Some(prev) = pending.replace(step) {
-                    prev.update::<GEMV>(panel, group, g0, &u, acc, &mut dv);
+                    prev.update::<F, ORDER>(panel, group, g0, &u, acc, &mut dv);
                 }
                 turn ^= 1;
             }
@@ -450,7 +559,7 @@ unsafe fn batch<const GEMV: bool>(
         }
     }
     if let Some(prev) = pending {
-        prev.update::<GEMV>(panel, group, g0, &u, acc, &mut dv);
+        prev.update::<F, ORDER>(panel, group, g0, &u, acc, &mut dv);
     }
 }
 
@@ -473,7 +582,7 @@ impl Step {
     /// `dv[k]` (`dv[k + 1]`) were formed by this super-block's first step unless this is it.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn update<const GEMV: bool>(
+    unsafe fn update<F: Format, const ORDER: u8>(
         self,
         panel: *const u8,
         group: usize,
@@ -485,7 +594,7 @@ impl Step {
         let u = u[self.b & 1].assume_init_ref();
         let o = panel.add((g0 + self.k) * group + self.b * Q8_K_PANEL16_BYTES);
         let first = self.b == 0 && self.p == 0;
-        update::<GEMV>(
+        update::<F, ORDER>(
             u,
             o,
             self.p,
@@ -497,7 +606,7 @@ impl Step {
         if self.two {
             let (o, c) = (o.add(group), self.c.add(2 * TILE));
             let (acc, dv) = (&mut acc[self.k + 1], &mut dv[self.k + 1]);
-            update::<GEMV>(u, o, self.p, c, acc, dv, first);
+            update::<F, ORDER>(u, o, self.p, c, acc, dv, first);
         }
     }
 }

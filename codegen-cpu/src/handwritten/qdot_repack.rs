@@ -251,8 +251,7 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
-                rows16: (super::amx::has_amx() && std::is_x86_feature_detected!("avx512vbmi"))
-                    .then_some(super::qdot_amx::q4_k_rows16 as Rows16Fn),
+                rows16: amx_rows16(super::qdot_amx::q4_k_rows16),
             }),
             _ => None,
         };
@@ -271,7 +270,10 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
         return match wtype {
             GgmlType::Q2_K => Some(tiled_packed(x86::q2_k_tiled_x8x16)),
             GgmlType::Q3_K => Some(tiled_packed(x86::q3_k_tiled_x8x16)),
-            GgmlType::Q5_K => Some(tiled_packed(x86::q5_k_tiled_x8x16)),
+            GgmlType::Q5_K => Some(Packed8x16 {
+                rows16: amx_rows16(super::qdot_amx::q5_k_rows16),
+                ..tiled_packed(x86::q5_k_tiled_x8x16)
+            }),
             GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
             GgmlType::IQ3_XXS => Some(tiled_packed(x86::iq3_xxs_tiled_x8x16)),
             GgmlType::IQ3_S => Some(tiled_packed(x86::iq3_s_tiled_x8x16)),
@@ -286,6 +288,13 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     }
     let _ = wtype;
     None
+}
+
+/// `f` where this host can run the sixteen-row AMX forms of `qdot_amx` (AMX-INT8 with the
+/// kernel's permission, AVX-512 VBMI).
+#[cfg(target_arch = "x86_64")]
+fn amx_rows16(f: Rows16Fn) -> Option<Rows16Fn> {
+    (super::amx::has_amx() && std::is_x86_feature_detected!("avx512vbmi")).then_some(f)
 }
 
 /// A tiled-order tile over the Q8_K panel of [`x86::q8_k_pack16`].
@@ -2419,76 +2428,92 @@ mod tests {
         }
     }
 
-    /// The sixteen-row form (Q4_K on AMX hosts) gives `ir::ggml::RepackedRow`'s gemm and
-    /// gemv numbers bit for bit, over several panels (an odd one last), for fewer rows
-    /// than sixteen and a column range inside the panels, and writes nothing else.
+    /// The sixteen-row forms (Q4_K and Q5_K on AMX hosts) give llama.cpp's numbers bit for
+    /// bit: Q4_K's repacked gemm and gemv (`ir::ggml::RepackedRow`), Q5_K's tiled order
+    /// (`ir::ggml::vec_dot_avx2_mul_mat` with 8 columns); over several panels (an odd one
+    /// last), for fewer rows than sixteen and a column range inside the panels, writing
+    /// nothing else.
     #[test]
     fn rows16_matches_the_reference() {
-        let t = GgmlType::Q4_K;
-        let Some((pk, rows16)) = packed8x16_fn(t).and_then(|p| Some((p, p.rows16?))) else {
-            eprintln!("no sixteen-row Q4_K form on this host");
-            return;
-        };
         let mut seed = 0x0001_a3c5_u64;
-        let ts = t.type_size();
-        for nb in [1usize, 5, 18] {
-            let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
-            for b in 0..16 * nb {
-                for o in [0, 2] {
-                    let v = half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
-                    w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K] {
+            let pk = packed8x16_fn(t).or_else(|| tiled_packed8x16_fn(t));
+            let Some((pk, rows16)) = pk.and_then(|p| Some((p, p.rows16?))) else {
+                eprintln!("no sixteen-row {t} form on this host");
+                continue;
+            };
+            let ts = t.type_size();
+            for nb in [1usize, 5, 18] {
+                let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                for b in 0..16 * nb {
+                    for o in [0, 2] {
+                        let v =
+                            half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
+                        w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
+                    }
                 }
-            }
-            let rows: [&[u8]; 16] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
-            let groups = 3;
-            let acts: Vec<Vec<u8>> = (0..16 * groups)
-                .map(|_| {
-                    let x: Vec<f32> = (0..256 * nb)
-                        .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
-                        .collect();
-                    ir::ggml::quantize_activations(t, &x, Q8Flavor::X86)
-                        .expect("quantizes")
-                        .1
-                })
-                .collect();
-            let group = nb * pk.block_bytes;
-            let mut panel = vec![0u8; groups * group];
-            for g in 0..groups {
-                let a: [&[u8]; 16] = std::array::from_fn(|c| &acts[16 * g + c][..]);
-                // SAFETY: chosen for this host; whole rows of `nb` blocks.
-                unsafe { (pk.pack)(&a, nb, panel.as_mut_ptr().add(g * group)) };
-            }
-            for (gemv, kernel) in [(false, RepackKernel::Gemm), (true, RepackKernel::Gemv)] {
-                for (n_rows, (c0, c1)) in [(16, (0, 48)), (11, (5, 40))] {
-                    let stride = 20;
-                    let mut out = vec![f32::NAN; 48 * stride];
-                    // SAFETY: chosen for this host; the panels hold three groups; `out`
-                    // covers 48 columns of `stride` values.
-                    unsafe {
-                        rows16(
-                            &rows,
-                            panel.as_ptr(),
-                            nb,
-                            (0, groups),
-                            gemv,
-                            out.as_mut_ptr(),
-                            stride,
-                            (n_rows, (c0, c1)),
-                        )
-                    };
-                    for c in 0..48 {
-                        for i in 0..stride {
-                            let got = out[c * stride + i];
-                            if i >= n_rows || c < c0 || c >= c1 {
-                                assert!(got.is_nan(), "nb={nb} wrote row {i} col {c}");
-                                continue;
+                let rows: [&[u8]; 16] = std::array::from_fn(|i| &w[i * nb * ts..][..nb * ts]);
+                let groups = 3;
+                let acts: Vec<Vec<u8>> = (0..16 * groups)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..256 * nb)
+                            .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+                            .collect();
+                        ir::ggml::quantize_activations(t, &x, Q8Flavor::X86)
+                            .expect("quantizes")
+                            .1
+                    })
+                    .collect();
+                let group = nb * pk.block_bytes;
+                let mut panel = vec![0u8; groups * group];
+                for g in 0..groups {
+                    let a: [&[u8]; 16] = std::array::from_fn(|c| &acts[16 * g + c][..]);
+                    // SAFETY: chosen for this host; whole rows of `nb` blocks.
+                    unsafe { (pk.pack)(&a, nb, panel.as_mut_ptr().add(g * group)) };
+                }
+                let orders: &[(bool, Option<RepackKernel>)] = match t {
+                    GgmlType::Q4_K => &[
+                        (false, Some(RepackKernel::Gemm)),
+                        (true, Some(RepackKernel::Gemv)),
+                    ],
+                    _ => &[(false, None)],
+                };
+                for &(gemv, kernel) in orders {
+                    for (n_rows, (c0, c1)) in [(16, (0, 48)), (11, (5, 40))] {
+                        let stride = 20;
+                        let mut out = vec![f32::NAN; 48 * stride];
+                        // SAFETY: chosen for this host; the panels hold three groups; `out`
+                        // covers 48 columns of `stride` values.
+                        unsafe {
+                            rows16(
+                                &rows,
+                                panel.as_ptr(),
+                                nb,
+                                (0, groups),
+                                gemv,
+                                out.as_mut_ptr(),
+                                stride,
+                                (n_rows, (c0, c1)),
+                            )
+                        };
+                        for c in 0..48 {
+                            for i in 0..stride {
+                                let got = out[c * stride + i];
+                                if i >= n_rows || c < c0 || c >= c1 {
+                                    assert!(got.is_nan(), "{t} nb={nb} wrote row {i} col {c}");
+                                    continue;
+                                }
+                                let want = match kernel {
+                                    Some(k) => dot_plain(t, rows[i], &acts[c], k),
+                                    None => ir::ggml::vec_dot_avx2_mul_mat(t, rows[i], &acts[c], 8)
+                                        .expect("tiled product"),
+                                };
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{t} nb={nb} {kernel:?} row {i} col {c}: {got} vs {want}"
+                                );
                             }
-                            let want = dot_plain(t, rows[i], &acts[c], kernel);
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "nb={nb} {kernel:?} row {i} col {c}: {got} vs {want}"
-                            );
                         }
                     }
                 }
