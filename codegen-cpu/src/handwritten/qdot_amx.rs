@@ -1,26 +1,30 @@
-//! Q4_K and Q5_K weights × packed Q8_K activation panels on AMX tiles ([`super::amx`]),
-//! sixteen weight rows against every sixteen-column panel of a chunk of tokens at once, in
-//! llama.cpp's orders: for Q4_K those of its repacked kernels (`ggml_gemm_q4_K_8x8_q8_K` /
-//! `ggml_gemv_q4_K_8x8_q8_K`, ggml-cpu/arch/x86/repack.cpp; the module doc of
-//! [`super::qdot_repack`] states them), for Q5_K the tiled K-quant order of
-//! [`super::qdot_tiled`]: each output is the AVX-512 tiles' number bit for bit.
+//! Q4_K, Q5_K, Q3_K and Q2_K weights × packed Q8_K activation panels on AMX tiles
+//! ([`super::amx`]), sixteen weight rows against every sixteen-column panel of a chunk of
+//! tokens at once, in llama.cpp's orders: for Q4_K those of its repacked kernels
+//! (`ggml_gemm_q4_K_8x8_q8_K` / `ggml_gemv_q4_K_8x8_q8_K`, ggml-cpu/arch/x86/repack.cpp; the
+//! module doc of [`super::qdot_repack`] states them), for the others the tiled K-quant
+//! order of [`super::qdot_tiled`]: each output is the AVX-512 tiles' number bit for bit.
 //!
 //! How the integers are formed. `tdpbusd` multiplies unsigned bytes by signed bytes, and a
-//! quant times its 6-bit sub-block scale (`sc·q ≤ 63 · 31`) does not fit a byte. So each
-//! scale is split, `sc = 2^F·h + l` (`l < 2^F`; `F` = 4 for Q4_K's 4-bit quants, 3 for
-//! Q5_K's 5-bit ones), and a weight row is unpacked once per super-block into two tiles of
-//! bytes, `l·q` and `h·q` (each below 256): one tile row is a pair of sub-blocks (64
-//! values), so one `tdpbusd` of each against the activations' 64 bytes gives `Σ l·q·y` and
-//! `Σ h·q·y` for 16 rows × 16 columns, and `2^F·hi + lo` is the pair's exact `sc_a·Σ_a +
-//! sc_b·Σ_b`. Q4_K's gemm order takes it per pair (its fused multiply-add per pair of
-//! sub-blocks); its gemv order and the tiled order let the tiles add the whole super-block
-//! first. The mins' integers (`m·bsum`) come from `vpmaddwd` / `vpdpwssd` as in the
-//! AVX-512 tiles; all of these are exact, so their order does not matter, and the f32
-//! operations after them are the AVX-512 tiles' own.
+//! quant times its sub-block scale (`sc·q ≤ 63 · 31` for Q5_K) does not fit a byte. So
+//! each scale is split, `sc = 2^F·h + l` (`0 ≤ l < 2^F`; `F` = 4 for Q4_K's 4-bit quants, 3
+//! for Q5_K's 5-bit and Q3_K's 3-bit ones; Q2_K's products fit whole, `h = 0`), and a
+//! weight row is unpacked once per super-block into two tiles of bytes, `l·q` and `h·q`:
+//! one tile row is 64 values (two 32-value sub-blocks, or four 16-value ones), so one
+//! `tdpbusd` of each against the activations' 64 bytes gives `Σ l·q·y` and `Σ h·q·y` for 16
+//! rows × 16 columns, and `2^F·hi + lo` is their exact `Σ sc·q·y`. Q3_K's scales are
+//! signed: its `h` is too, and its `h·q` tile (signed bytes) takes `tdpbssd`. Q4_K's gemm
+//! order takes the sums per pair of sub-blocks (its fused multiply-add per pair); its gemv
+//! order and the tiled order let the tiles add the whole super-block first. The mins' (or
+//! Q3_K's scales') integers against the activations' `bsums` come from `vpmaddwd` /
+//! `vpdpwssd` as in the AVX-512 tiles; all of these are exact, so their order does not
+//! matter, and the f32 operations after them are the AVX-512 tiles' own.
 //!
-//! The unpacking (two `vpmullw` per 64 values: a word's two bytes times the same `l`, no
-//! carry since each product is below 256) is paid once per super-block for all of a
-//! chunk's panels, not once per sixteen columns; two panels share each weight tile load.
+//! The unpacking (`vpmullw`: for unsigned factors a word's two bytes times the same `l`
+//! cannot carry, since each product is below 256; signed ones per byte) is paid once per
+//! super-block for all of a chunk's panels, not once per sixteen columns; two panels share
+//! each weight tile load. Q6_K is not here: its 8-bit scales against 6-bit quants would
+//! need four digit tiles.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -48,9 +52,10 @@ struct Unpacked {
     /// Per pair of sub-blocks `p`: the `l·q` tile at `2p · TILE`, the `h·q` tile after it
     /// (row `i` at `64 i`: sub-block `2p`'s 32 values, then `2p + 1`'s).
     tiles: Aligned<{ 8 * TILE }>,
-    /// Row `i`'s six-bit scales and mins as [`k4_scales_mins_vec`] orders them, each a
-    /// u32 holding it in both 16-bit halves (a `vpmaddwd` operand by broadcast).
-    mins: [[u32; 16]; ROWS],
+    /// Row `i`'s `vpmaddwd` operands of the mins' integers (or, for the types without
+    /// mins, of the scales' `t`): pair `j` of i16 factors for the activations' `bsums` pair
+    /// `j` ([`Format::scales`]).
+    mins: [[u32; 8]; ROWS],
     /// Row `i`'s `d` and `dmin`.
     d: [f32; ROWS],
     dmin: [f32; ROWS],
@@ -81,14 +86,46 @@ const PAIR_SCALES: [[u16; 32]; 4] = {
     t
 };
 
+/// `vpermw` indices spreading pair `p`'s four 16-value scales (of sixteen i16 words) over
+/// a 64-byte row: eight words (16 values) each.
+const PAIR_SCALES16: [[u16; 32]; 4] = {
+    let mut t = [[0u16; 32]; 4];
+    let mut p = 0;
+    while p < 4 {
+        let mut w = 0;
+        while w < 32 {
+            t[p][w] = (4 * p + w / 8) as u16;
+            w += 1;
+        }
+        p += 1;
+    }
+    t
+};
+
 /// A weight format the kernel reads: Q4_K and Q5_K (the same 6-bit scales and mins in
-/// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants).
+/// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants), Q3_K
+/// (signed 6-bit scales per 16 values, 3-bit quants offset by 4).
 trait Format {
     /// Bytes of one super-block.
     const BLOCK: usize;
-    /// The scale split `sc = 2^FOLD·h + l` (`l < 2^FOLD`): both `l·q` and `h·q` must fit a
-    /// byte for every quant `q` (4 for Q4_K's `q ≤ 15`, 3 for Q5_K's `q ≤ 31`).
+    /// The scale split `sc = 2^FOLD·h + l` (`0 ≤ l < 2^FOLD`): both `l·q` and `h·q` must
+    /// fit a byte for every quant `q` (4 for Q4_K's `q ≤ 15`, 3 for Q5_K's `q ≤ 31` and
+    /// Q3_K's `q ≤ 7`).
     const FOLD: u32;
+    /// Whether scales may be negative (Q3_K): `h` is then signed, its tile of signed bytes
+    /// multiplied by `tdpbssd`.
+    const SIGNED: bool;
+    /// The tiled order's step for the types without mins: `s1 - 2^SHIFT·t` (`t` the scales
+    /// times `bsums`; 2 for Q3_K); `None` for the types with mins.
+    const SHIFT: Option<u32>;
+    /// [`PAIR_SCALES`] or [`PAIR_SCALES16`] for the words of [`Format::scales`].
+    const SCALE_IDX: [[u16; 32]; 4];
+    /// The block at `x`'s scales as i16 words (what [`Format::SCALE_IDX`] indexes), its
+    /// eight `vpmaddwd` operands ([`Unpacked::mins`]: i16 pairs as u32), `d` and `dmin`.
+    ///
+    /// # Safety
+    /// AVX-512F/BW, F16C (inlined into such a caller); `x` a whole block.
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32);
     /// Pair `p`'s 64 unsigned quants of the block at `x`, one a byte: sub-block `2p`'s 32
     /// values, then sub-block `2p + 1`'s.
     ///
@@ -103,6 +140,13 @@ struct Q4K;
 impl Format for Q4K {
     const BLOCK: usize = 144;
     const FOLD: u32 = 4;
+    const SIGNED: bool = false;
+    const SHIFT: Option<u32> = None;
+    const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES;
+    #[inline(always)]
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+        k4_scales(x)
+    }
     #[inline(always)]
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
         let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
@@ -118,6 +162,13 @@ struct Q5K;
 impl Format for Q5K {
     const BLOCK: usize = 176;
     const FOLD: u32 = 3;
+    const SIGNED: bool = false;
+    const SHIFT: Option<u32> = None;
+    const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES;
+    #[inline(always)]
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+        k4_scales(x)
+    }
     #[inline(always)]
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
         let qs = _mm256_loadu_si256(x.add(48 + 32 * p) as *const __m256i);
@@ -134,6 +185,106 @@ impl Format for Q5K {
         );
         let bit = _mm512_and_si512(_mm512_srlv_epi16(qh, by), _mm512_set1_epi8(1));
         _mm512_or_si512(nibbles, _mm512_slli_epi16(bit, 4))
+    }
+}
+
+/// [`Format::scales`] of Q4_K and Q5_K: the 6-bit scales and mins at offset 4 (mins `j`
+/// twice in each operand: sub-block `j`'s two `bsums`), `d` and `dmin` at 0 and 2.
+///
+/// # Safety
+/// AVX-512F/BW, F16C (inlined into such a caller); `x` a whole block.
+#[inline(always)]
+unsafe fn k4_scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+    let sm = k4_scales_mins_vec(x.add(4));
+    let words = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+    // The mins, bytes 4..8 and 12..16, in order.
+    let m = _mm_shuffle_epi8(
+        sm,
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 0, 0, 0, 0, 0, 0, 0, 0),
+    );
+    let m = _mm256_cvtepu8_epi32(m);
+    let ops = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+    (words, ops, f16_at(x), f16_at(x.add(2)))
+}
+
+/// Q3_K: 110-byte blocks (`hmask[32]`, `qs[64]`, `scales[12]`, `d`), the quants `q + 4`
+/// where the `hmask` bit is set (0..8) as `qdot_tiled` takes them, sixteen signed scales.
+struct Q3K;
+
+impl Format for Q3K {
+    const BLOCK: usize = 110;
+    const FOLD: u32 = 3;
+    const SIGNED: bool = true;
+    const SHIFT: Option<u32> = Some(2);
+    const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES16;
+    #[inline(always)]
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i {
+        // Value vectors 2p and 2p + 1: bits 2k.. of `qs` half `p / 2` (k = 2 (p % 2) and
+        // the next), and bit 4 (p / 2) + k of `hmask` at bit 2.
+        let half = p / 2;
+        let k = 2 * (p % 2) as i16;
+        let both = |v: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), v);
+        let by = |a: i16, b: i16| {
+            _mm512_mask_blend_epi16(0xffff_0000, _mm512_set1_epi16(a), _mm512_set1_epi16(b))
+        };
+        let qs = both(_mm256_loadu_si256(x.add(32 + 32 * half) as *const __m256i));
+        let low = _mm512_and_si512(
+            _mm512_srlv_epi16(qs, by(2 * k, 2 * k + 2)),
+            _mm512_set1_epi8(3),
+        );
+        let hm = both(_mm256_loadu_si256(x as *const __m256i));
+        let h4 = 4 * half as i16;
+        let bit = _mm512_and_si512(
+            _mm512_srlv_epi16(hm, by(h4 + k, h4 + k + 1)),
+            _mm512_set1_epi8(1),
+        );
+        _mm512_or_si512(low, _mm512_slli_epi16(bit, 2))
+    }
+    #[inline(always)]
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+        let sc = _mm256_cvtepi8_epi16(super::qdot_tiled::x86::q3_k_scales(x.add(96)));
+        // The words in pairs are the operands already: scales 2j and 2j + 1.
+        (_mm512_castsi256_si512(sc), sc, f16_at(x.add(108)), 0.0)
+    }
+}
+
+/// Q2_K: 84-byte blocks (`scales[16]`: scale and min nibbles, `qs[64]`, `d`, `dmin`), 2-bit
+/// quants with sixteen 4-bit scales and mins. `sc·q ≤ 45`, so the `h·q` tile is zeros
+/// (`FOLD` 4 leaves `h = 0`): one wasted `tdpbusd` per pair, kept for one code path.
+struct Q2K;
+
+impl Format for Q2K {
+    const BLOCK: usize = 84;
+    const FOLD: u32 = 4;
+    const SIGNED: bool = false;
+    const SHIFT: Option<u32> = None;
+    const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES16;
+    #[inline(always)]
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i {
+        // Value vectors 2p and 2p + 1: bits 2k.. of `qs` half `p / 2`, k = 2 (p % 2) and
+        // the next.
+        let k = 2 * (p % 2) as i16;
+        let qs = _mm256_loadu_si256(x.add(16 + 32 * (p / 2)) as *const __m256i);
+        let qs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), qs);
+        let by = _mm512_mask_blend_epi16(
+            0xffff_0000,
+            _mm512_set1_epi16(2 * k),
+            _mm512_set1_epi16(2 * k + 2),
+        );
+        _mm512_and_si512(_mm512_srlv_epi16(qs, by), _mm512_set1_epi8(3))
+    }
+    #[inline(always)]
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+        let sm = _mm_loadu_si128(x as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0f);
+        let scales = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m4));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sm), m4));
+        (
+            _mm512_castsi256_si512(scales),
+            mins,
+            f16_at(x.add(80)),
+            f16_at(x.add(82)),
+        )
     }
 }
 
@@ -154,31 +305,40 @@ const TILED: u8 = 2;
 #[inline(always)]
 unsafe fn unpack<F: Format>(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
     let idx: [__m512i; 4] =
-        std::array::from_fn(|p| _mm512_loadu_si512(PAIR_SCALES[p].as_ptr() as *const __m512i));
+        std::array::from_fn(|p| _mm512_loadu_si512(F::SCALE_IDX[p].as_ptr() as *const __m512i));
     let tiles = std::ptr::addr_of_mut!((*u).tiles) as *mut u8;
     let d = std::ptr::addr_of_mut!((*u).d) as *mut f32;
     let dmin = std::ptr::addr_of_mut!((*u).dmin) as *mut f32;
-    let mins = std::ptr::addr_of_mut!((*u).mins) as *mut [u32; 16];
+    let mins = std::ptr::addr_of_mut!((*u).mins) as *mut [u32; 8];
+    let fold = _mm_cvtsi32_si128(F::FOLD as i32);
     for (i, row) in w.iter().enumerate() {
         let x = row.as_ptr().add(F::BLOCK * b);
-        d.add(i).write(f16_at(x));
-        dmin.add(i).write(f16_at(x.add(2)));
-        let sm = k4_scales_mins_vec(x.add(4));
-        let dw = _mm512_cvtepu8_epi32(sm);
-        _mm512_storeu_si512(
-            mins.add(i) as *mut __m512i,
-            _mm512_or_si512(dw, _mm512_slli_epi32(dw, 16)),
-        );
-        let words = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+        let (words, ops, dx, dminx) = F::scales(x);
+        d.add(i).write(dx);
+        dmin.add(i).write(dminx);
+        _mm256_storeu_si256(mins.add(i) as *mut __m256i, ops);
         let lo = _mm512_and_si512(words, _mm512_set1_epi16((1 << F::FOLD) - 1));
-        let hi = _mm512_srl_epi16(words, _mm_cvtsi32_si128(F::FOLD as i32));
+        // Arithmetic: a negative scale's `h` is negative, `l` stays in 0..2^FOLD.
+        let hi = _mm512_sra_epi16(words, fold);
         for (p, idx) in idx.iter().enumerate() {
             let q = F::quants(x, p);
             let at = tiles.add(2 * p * TILE + 64 * i);
             let l = _mm512_permutexvar_epi16(*idx, lo);
             let h = _mm512_permutexvar_epi16(*idx, hi);
             _mm512_store_si512(at as *mut __m512i, _mm512_mullo_epi16(q, l));
-            _mm512_store_si512(at.add(TILE) as *mut __m512i, _mm512_mullo_epi16(q, h));
+            let qh = if F::SIGNED {
+                // Each byte's product on its own (a negative low byte would borrow from
+                // the high one): even bytes, then odd ones.
+                let even = _mm512_mullo_epi16(_mm512_and_si512(q, _mm512_set1_epi16(0xff)), h);
+                let odd = _mm512_mullo_epi16(_mm512_srli_epi16(q, 8), h);
+                _mm512_or_si512(
+                    _mm512_and_si512(even, _mm512_set1_epi16(0xff)),
+                    _mm512_slli_epi16(odd, 8),
+                )
+            } else {
+                _mm512_mullo_epi16(q, h)
+            };
+            _mm512_store_si512(at.add(TILE) as *mut __m512i, qh);
         }
     }
 }
@@ -191,15 +351,21 @@ struct Acc {
     min: [__m512; ROWS],
 }
 
-/// Tiles of one step: `tdpbusd` of the `l·q` and `h·q` tiles at `a` (pair `p` of an
-/// [`Unpacked`]) against the activation tiles at `b0` (and `b1`, with `TWO`), into
-/// `tmm4`/`tmm5` (and `tmm6`/`tmm7`), zeroed first unless `ACC`.
+/// Tiles of one step: the `l·q` and `h·q` tiles at `a` (pair `p` of an [`Unpacked`]) times
+/// the activation tiles at `b0` (and `b1`, with `TWO`) into `tmm4`/`tmm5` (and
+/// `tmm6`/`tmm7`), zeroed first unless `ACC`; the `h·q` tile by `tdpbssd` when `signed`
+/// (signed bytes), else by `tdpbusd`.
 ///
 /// # Safety
 /// [`amx::configure`] has run on this thread; `a` holds two tiles, `b0`/`b1` one each
 /// (16 rows of 64 bytes, 64 bytes apart).
 #[inline(always)]
-unsafe fn products<const TWO: bool, const ACC: bool>(a: *const u8, b0: *const u8, b1: *const u8) {
+unsafe fn products<const TWO: bool, const ACC: bool>(
+    a: *const u8,
+    b0: *const u8,
+    b1: *const u8,
+    signed: bool,
+) {
     if !ACC {
         std::arch::asm!(
             "tilezero tmm4",
@@ -214,21 +380,41 @@ unsafe fn products<const TWO: bool, const ACC: bool>(a: *const u8, b0: *const u8
         "tileloadd tmm1, [{a} + {s} + 1024]",
         "tileloadd tmm2, [{b0} + {s}]",
         "tdpbusd tmm4, tmm0, tmm2",
-        "tdpbusd tmm5, tmm1, tmm2",
         a = in(reg) a,
         b0 = in(reg) b0,
         s = in(reg) 64usize,
         options(nostack, preserves_flags, readonly),
     );
+    if signed {
+        std::arch::asm!(
+            "tdpbssd tmm5, tmm1, tmm2",
+            options(nostack, preserves_flags, nomem)
+        );
+    } else {
+        std::arch::asm!(
+            "tdpbusd tmm5, tmm1, tmm2",
+            options(nostack, preserves_flags, nomem)
+        );
+    }
     if TWO {
         std::arch::asm!(
             "tileloadd tmm3, [{b1} + {s}]",
             "tdpbusd tmm6, tmm0, tmm3",
-            "tdpbusd tmm7, tmm1, tmm3",
             b1 = in(reg) b1,
             s = in(reg) 64usize,
             options(nostack, preserves_flags, readonly),
         );
+        if signed {
+            std::arch::asm!(
+                "tdpbssd tmm7, tmm1, tmm3",
+                options(nostack, preserves_flags, nomem)
+            );
+        } else {
+            std::arch::asm!(
+                "tdpbusd tmm7, tmm1, tmm3",
+                options(nostack, preserves_flags, nomem)
+            );
+        }
     }
 }
 
@@ -317,7 +503,7 @@ unsafe fn update<F: Format, const ORDER: u8>(
         }
     }
     let bsum = |j: usize| _mm512_loadu_si512(o.add(4096 + 64 * j) as *const __m512i);
-    let m = |i: usize, j: usize| _mm512_set1_epi32(u.mins[i][scale_at(j) + 4] as i32);
+    let m = |i: usize, j: usize| _mm512_set1_epi32(u.mins[i][j] as i32);
     for i in 0..ROWS {
         let mins = if ORDER == GEMM {
             dpwssd(
@@ -341,18 +527,27 @@ unsafe fn update<F: Format, const ORDER: u8>(
         } else {
             (sum.read(), min.read())
         };
-        let s1 = _mm512_cvtepi32_ps(sums::<F>(c, i));
+        let s1 = sums::<F>(c, i);
         if ORDER == TILED {
             // `qdot_tiled`'s step; the mins' state stays 0.
-            let r = _mm512_mul_ps(_mm512_set1_ps(u.d[i]), s1);
-            let r = _mm512_fmadd_ps(_mm512_set1_ps(-u.dmin[i]), _mm512_cvtepi32_ps(mins), r);
+            let r = match F::SHIFT {
+                Some(shift) => {
+                    let t = _mm512_sll_epi32(mins, _mm_cvtsi32_si128(shift as i32));
+                    let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(s1, t));
+                    _mm512_mul_ps(_mm512_set1_ps(u.d[i]), s)
+                }
+                None => {
+                    let r = _mm512_mul_ps(_mm512_set1_ps(u.d[i]), _mm512_cvtepi32_ps(s1));
+                    _mm512_fmadd_ps(_mm512_set1_ps(-u.dmin[i]), _mm512_cvtepi32_ps(mins), r)
+                }
+            };
             sum.write(_mm512_fmadd_ps(r, dy, s0));
             if first {
                 min.write(zero);
             }
         } else {
             let dv = dv.assume_init_ref();
-            sum.write(_mm512_fmadd_ps(s1, dv.sum[i], s0));
+            sum.write(_mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), dv.sum[i], s0));
             min.write(_mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), dv.min[i], m0));
         }
     }
@@ -401,6 +596,44 @@ pub(crate) unsafe fn q5_k_rows16(
     (rows, cols): (usize, (usize, usize)),
 ) {
     rows16::<Q5K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
+}
+
+/// [`q5_k_rows16`] for Q3_K rows (the tiled order; `gemv` is ignored).
+///
+/// # Safety
+/// As [`q4_k_rows16`], the rows Q3_K.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn q3_k_rows16(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    groups: (usize, usize),
+    _gemv: bool,
+    out: *mut f32,
+    out_stride: usize,
+    (rows, cols): (usize, (usize, usize)),
+) {
+    rows16::<Q3K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
+}
+
+/// [`q5_k_rows16`] for Q2_K rows (the tiled order; `gemv` is ignored).
+///
+/// # Safety
+/// As [`q4_k_rows16`], the rows Q2_K.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn q2_k_rows16(
+    w: &[&[u8]; ROWS],
+    panel: *const u8,
+    nb: usize,
+    groups: (usize, usize),
+    _gemv: bool,
+    out: *mut f32,
+    out_stride: usize,
+    (rows, cols): (usize, (usize, usize)),
+) {
+    rows16::<Q2K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
 }
 
 /// [`q4_k_rows16`] for format `F` in `order`.
@@ -529,18 +762,18 @@ unsafe fn batch<F: Format, const ORDER: u8>(
                     for q in 0..4 {
                         let (a, b0, b1) = (a.add(2 * q * TILE), o0.add(TILE * q), o1.add(TILE * q));
                         match (two, q) {
-                            (true, 0) => products::<true, false>(a, b0, b1),
-                            (true, _) => products::<true, true>(a, b0, b1),
-                            (false, 0) => products::<false, false>(a, b0, b1),
-                            (false, _) => products::<false, true>(a, b0, b1),
+                            (true, 0) => products::<true, false>(a, b0, b1, F::SIGNED),
+                            (true, _) => products::<true, true>(a, b0, b1, F::SIGNED),
+                            (false, 0) => products::<false, false>(a, b0, b1, F::SIGNED),
+                            (false, _) => products::<false, true>(a, b0, b1, F::SIGNED),
                         }
                     }
                 } else {
                     let (a, b0, b1) = (a.add(2 * p * TILE), o0.add(TILE * p), o1.add(TILE * p));
                     if two {
-                        products::<true, false>(a, b0, b1);
+                        products::<true, false>(a, b0, b1, F::SIGNED);
                     } else {
-                        products::<false, false>(a, b0, b1);
+                        products::<false, false>(a, b0, b1, F::SIGNED);
                     }
                 }
                 let c = staged[turn].as_mut_ptr() as *mut u8;

@@ -268,8 +268,14 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q2_K => Some(tiled_packed(x86::q2_k_tiled_x8x16)),
-            GgmlType::Q3_K => Some(tiled_packed(x86::q3_k_tiled_x8x16)),
+            GgmlType::Q2_K => Some(Packed8x16 {
+                rows16: amx_rows16(super::qdot_amx::q2_k_rows16),
+                ..tiled_packed(x86::q2_k_tiled_x8x16)
+            }),
+            GgmlType::Q3_K => Some(Packed8x16 {
+                rows16: amx_rows16(super::qdot_amx::q3_k_rows16),
+                ..tiled_packed(x86::q3_k_tiled_x8x16)
+            }),
             GgmlType::Q5_K => Some(Packed8x16 {
                 rows16: amx_rows16(super::qdot_amx::q5_k_rows16),
                 ..tiled_packed(x86::q5_k_tiled_x8x16)
@@ -2436,7 +2442,12 @@ mod tests {
     #[test]
     fn rows16_matches_the_reference() {
         let mut seed = 0x0001_a3c5_u64;
-        for t in [GgmlType::Q4_K, GgmlType::Q5_K] {
+        for t in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q3_K,
+            GgmlType::Q2_K,
+        ] {
             let pk = packed8x16_fn(t).or_else(|| tiled_packed8x16_fn(t));
             let Some((pk, rows16)) = pk.and_then(|p| Some((p, p.rows16?))) else {
                 eprintln!("no sixteen-row {t} form on this host");
@@ -2445,8 +2456,13 @@ mod tests {
             let ts = t.type_size();
             for nb in [1usize, 5, 18] {
                 let mut w: Vec<u8> = (0..16 * nb * ts).map(|_| rng(&mut seed) as u8).collect();
+                let f16s: &[usize] = match t {
+                    GgmlType::Q3_K => &[108],
+                    GgmlType::Q2_K => &[80, 82],
+                    _ => &[0, 2],
+                };
                 for b in 0..16 * nb {
-                    for o in [0, 2] {
+                    for &o in f16s {
                         let v =
                             half::f16::from_f32((rng(&mut seed) % 1000) as f32 / 20000.0 - 0.02);
                         w[b * ts + o..][..2].copy_from_slice(&v.to_le_bytes());
