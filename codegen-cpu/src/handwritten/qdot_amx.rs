@@ -105,7 +105,7 @@ const PAIR_SCALES16: [[u16; 32]; 4] = {
 /// A weight format the kernel reads: Q4_K and Q5_K (the same 6-bit scales and mins in
 /// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants), Q3_K
 /// (signed 6-bit scales per 16 values, 3-bit quants offset by 4).
-trait Format {
+pub(crate) trait Format {
     /// Bytes of one super-block.
     const BLOCK: usize;
     /// The scale split `sc = 2^FOLD·h + l` (`0 ≤ l < 2^FOLD`): both `l·q` and `h·q` must
@@ -135,7 +135,7 @@ trait Format {
 }
 
 /// Q4_K: 144-byte blocks, the nibbles of `qs` (offset 16) low then high per 32 bytes.
-struct Q4K;
+pub(crate) struct Q4K;
 
 impl Format for Q4K {
     const BLOCK: usize = 144;
@@ -157,7 +157,7 @@ impl Format for Q4K {
 
 /// Q5_K: 176-byte blocks, Q4_K's nibbles (`qs` at offset 48) and a fifth bit from `qh`
 /// (offset 16: bit `j` of byte `k` for value `k` of sub-block `j`).
-struct Q5K;
+pub(crate) struct Q5K;
 
 impl Format for Q5K {
     const BLOCK: usize = 176;
@@ -209,7 +209,7 @@ unsafe fn k4_scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
 
 /// Q3_K: 110-byte blocks (`hmask[32]`, `qs[64]`, `scales[12]`, `d`), the quants `q + 4`
 /// where the `hmask` bit is set (0..8) as `qdot_tiled` takes them, sixteen signed scales.
-struct Q3K;
+pub(crate) struct Q3K;
 
 impl Format for Q3K {
     const BLOCK: usize = 110;
@@ -251,7 +251,7 @@ impl Format for Q3K {
 /// Q2_K: 84-byte blocks (`scales[16]`: scale and min nibbles, `qs[64]`, `d`, `dmin`), 2-bit
 /// quants with sixteen 4-bit scales and mins. `sc·q ≤ 45`, so the `h·q` tile is zeros
 /// (`FOLD` 4 leaves `h = 0`): one wasted `tdpbusd` per pair, kept for one code path.
-struct Q2K;
+pub(crate) struct Q2K;
 
 impl Format for Q2K {
     const BLOCK: usize = 84;
@@ -578,14 +578,15 @@ pub(crate) unsafe fn q4_k_rows16(
     rows16::<Q4K>(w, panel, nb, groups, order, (out, out_stride), (rows, cols));
 }
 
-/// [`q4_k_rows16`] for Q5_K rows, in the tiled K-quant order of `qdot_tiled` (the one
-/// order of llama.cpp's prompt products for Q5_K; `gemv` is ignored).
+/// [`q4_k_rows16`] for rows of a tiled-order format (`F`: [`Q5K`], [`Q3K`], [`Q2K`]), in the
+/// tiled K-quant order of `qdot_tiled` (the one order of llama.cpp's prompt products for
+/// them; `gemv` is ignored).
 ///
 /// # Safety
-/// As [`q4_k_rows16`], the rows Q5_K.
+/// As [`q4_k_rows16`], the rows of format `F`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn q5_k_rows16(
+pub(crate) unsafe fn tiled_rows16<F: Format>(
     w: &[&[u8]; ROWS],
     panel: *const u8,
     nb: usize,
@@ -595,45 +596,7 @@ pub(crate) unsafe fn q5_k_rows16(
     out_stride: usize,
     (rows, cols): (usize, (usize, usize)),
 ) {
-    rows16::<Q5K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
-}
-
-/// [`q5_k_rows16`] for Q3_K rows (the tiled order; `gemv` is ignored).
-///
-/// # Safety
-/// As [`q4_k_rows16`], the rows Q3_K.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn q3_k_rows16(
-    w: &[&[u8]; ROWS],
-    panel: *const u8,
-    nb: usize,
-    groups: (usize, usize),
-    _gemv: bool,
-    out: *mut f32,
-    out_stride: usize,
-    (rows, cols): (usize, (usize, usize)),
-) {
-    rows16::<Q3K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
-}
-
-/// [`q5_k_rows16`] for Q2_K rows (the tiled order; `gemv` is ignored).
-///
-/// # Safety
-/// As [`q4_k_rows16`], the rows Q2_K.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn q2_k_rows16(
-    w: &[&[u8]; ROWS],
-    panel: *const u8,
-    nb: usize,
-    groups: (usize, usize),
-    _gemv: bool,
-    out: *mut f32,
-    out_stride: usize,
-    (rows, cols): (usize, (usize, usize)),
-) {
-    rows16::<Q2K>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
+    rows16::<F>(w, panel, nb, groups, TILED, (out, out_stride), (rows, cols));
 }
 
 /// [`q4_k_rows16`] for format `F` in `order`.

@@ -269,15 +269,15 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     if super::has_vnni512() {
         return match wtype {
             GgmlType::Q2_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::q2_k_rows16),
+                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q2K>),
                 ..tiled_packed(x86::q2_k_tiled_x8x16)
             }),
             GgmlType::Q3_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::q3_k_rows16),
+                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q3K>),
                 ..tiled_packed(x86::q3_k_tiled_x8x16)
             }),
             GgmlType::Q5_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::q5_k_rows16),
+                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q5K>),
                 ..tiled_packed(x86::q5_k_tiled_x8x16)
             }),
             GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
