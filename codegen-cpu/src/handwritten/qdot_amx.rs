@@ -134,6 +134,39 @@ pub(crate) trait Format {
     unsafe fn quants(x: *const u8, p: usize) -> __m512i;
 }
 
+/// The 32 bytes at `p` as 64 nibbles: the low ones, then the high ones.
+///
+/// # Safety
+/// AVX-512F/BW (inlined into such a caller); `p` valid for 32 bytes.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m512i {
+    let v = _mm256_loadu_si256(p as *const __m256i);
+    let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4));
+    _mm512_and_si512(both, _mm512_set1_epi8(0x0f))
+}
+
+/// The 32 bytes at `p` in both halves of a 512-bit vector.
+///
+/// # Safety
+/// AVX-512F (inlined into such a caller); `p` valid for 32 bytes.
+#[inline(always)]
+unsafe fn twice(p: *const u8) -> __m512i {
+    let v = _mm256_loadu_si256(p as *const __m256i);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), v)
+}
+
+/// Bit `a` of each byte of `v`'s first half and bit `b` of its second half, at bit 0 (16-bit
+/// shifts: the mask drops what they bring in from the neighbouring byte); `mask` keeps more
+/// bits from there on (1 for one bit, 3 for two).
+///
+/// # Safety
+/// AVX-512F/BW (inlined into such a caller).
+#[inline(always)]
+unsafe fn bits(v: __m512i, (a, b): (i16, i16), mask: i8) -> __m512i {
+    let by = _mm512_mask_blend_epi16(0xffff_0000, _mm512_set1_epi16(a), _mm512_set1_epi16(b));
+    _mm512_and_si512(_mm512_srlv_epi16(v, by), _mm512_set1_epi8(mask))
+}
+
 /// Q4_K: 144-byte blocks, the nibbles of `qs` (offset 16) low then high per 32 bytes.
 pub(crate) struct Q4K;
 
@@ -149,9 +182,7 @@ impl Format for Q4K {
     }
     #[inline(always)]
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
-        let qs = _mm256_loadu_si256(x.add(16 + 32 * p) as *const __m256i);
-        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
-        _mm512_and_si512(both, _mm512_set1_epi8(0x0f))
+        nibbles(x.add(16 + 32 * p))
     }
 }
 
@@ -171,20 +202,13 @@ impl Format for Q5K {
     }
     #[inline(always)]
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
-        let qs = _mm256_loadu_si256(x.add(48 + 32 * p) as *const __m256i);
-        let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4));
-        let nibbles = _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
-        let qh = _mm256_loadu_si256(x.add(16) as *const __m256i);
-        let qh = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
-        // Bit 2p of each byte in the first half, bit 2p + 1 in the second (16-bit shifts:
-        // the mask drops what they bring in from the neighbouring byte).
-        let by = _mm512_mask_blend_epi16(
-            0xffff_0000,
-            _mm512_set1_epi16(2 * p as i16),
-            _mm512_set1_epi16(2 * p as i16 + 1),
-        );
-        let bit = _mm512_and_si512(_mm512_srlv_epi16(qh, by), _mm512_set1_epi8(1));
-        _mm512_or_si512(nibbles, _mm512_slli_epi16(bit, 4))
+        // Bit 2p of each `qh` byte for the first sub-block, bit 2p + 1 for the second.
+        let p = p as i16;
+        let bit = bits(twice(x.add(16)), (2 * p, 2 * p + 1), 1);
+        _mm512_or_si512(
+            nibbles(x.add(48 + 32 * p as usize)),
+            _mm512_slli_epi16(bit, 4),
+        )
     }
 }
 
@@ -221,23 +245,10 @@ impl Format for Q3K {
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
         // Value vectors 2p and 2p + 1: bits 2k.. of `qs` half `p / 2` (k = 2 (p % 2) and
         // the next), and bit 4 (p / 2) + k of `hmask` at bit 2.
-        let half = p / 2;
-        let k = 2 * (p % 2) as i16;
-        let both = |v: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(v), v);
-        let by = |a: i16, b: i16| {
-            _mm512_mask_blend_epi16(0xffff_0000, _mm512_set1_epi16(a), _mm512_set1_epi16(b))
-        };
-        let qs = both(_mm256_loadu_si256(x.add(32 + 32 * half) as *const __m256i));
-        let low = _mm512_and_si512(
-            _mm512_srlv_epi16(qs, by(2 * k, 2 * k + 2)),
-            _mm512_set1_epi8(3),
-        );
-        let hm = both(_mm256_loadu_si256(x as *const __m256i));
-        let h4 = 4 * half as i16;
-        let bit = _mm512_and_si512(
-            _mm512_srlv_epi16(hm, by(h4 + k, h4 + k + 1)),
-            _mm512_set1_epi8(1),
-        );
+        let (half, k) = (p / 2, 2 * (p % 2) as i16);
+        let low = bits(twice(x.add(32 + 32 * half)), (2 * k, 2 * k + 2), 3);
+        let h = 4 * half as i16 + k;
+        let bit = bits(twice(x), (h, h + 1), 1);
         _mm512_or_si512(low, _mm512_slli_epi16(bit, 2))
     }
     #[inline(always)]
@@ -264,14 +275,7 @@ impl Format for Q2K {
         // Value vectors 2p and 2p + 1: bits 2k.. of `qs` half `p / 2`, k = 2 (p % 2) and
         // the next.
         let k = 2 * (p % 2) as i16;
-        let qs = _mm256_loadu_si256(x.add(16 + 32 * (p / 2)) as *const __m256i);
-        let qs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qs), qs);
-        let by = _mm512_mask_blend_epi16(
-            0xffff_0000,
-            _mm512_set1_epi16(2 * k),
-            _mm512_set1_epi16(2 * k + 2),
-        );
-        _mm512_and_si512(_mm512_srlv_epi16(qs, by), _mm512_set1_epi8(3))
+        bits(twice(x.add(16 + 32 * (p / 2))), (2 * k, 2 * k + 2), 3)
     }
     #[inline(always)]
     unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
