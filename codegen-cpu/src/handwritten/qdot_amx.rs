@@ -49,9 +49,10 @@ struct Aligned<const N: usize>([u8; N]);
 /// One super-block of sixteen weight rows, unpacked for the tiles.
 #[repr(C, align(64))]
 struct Unpacked {
-    /// Per pair of sub-blocks `p`: the `l·q` tile at `2p · TILE`, the `h·q` tile after it
-    /// (row `i` at `64 i`: sub-block `2p`'s 32 values, then `2p + 1`'s).
-    tiles: Aligned<{ 8 * TILE }>,
+    /// Per pair of sub-blocks `p`: the `l·q` tile at `T·p · TILE` (`T` = [`tiles_of`]),
+    /// the `h·q` tile after it, and for split quants the same two of the high parts (row
+    /// `i` at `64 i`: value vector `2p`'s 32 values, then `2p + 1`'s).
+    tiles: Aligned<{ 16 * TILE }>,
     /// Row `i`'s `vpmaddwd` operands of the mins' integers (or, for the types without
     /// mins, of the scales' `t`): pair `j` of i16 factors for the activations' `bsums` pair
     /// `j` ([`Format::scales`]).
@@ -118,6 +119,17 @@ pub(crate) trait Format {
     /// The tiled order's step for the types without mins: `s1 - 2^SHIFT·t` (`t` the scales
     /// times `bsums`; 2 for Q3_K); `None` for the types with mins.
     const SHIFT: Option<u32>;
+    /// Whether the quants come in two parts, `q = lo + 16·hi` (Q6_K's 4 + 2 bits: its
+    /// 8-bit scales times 6-bit quants need both splits), each with its own two tiles.
+    const SPLIT: bool = false;
+    /// For [`Format::SPLIT`] formats, pair `p`'s high parts (`quants` gives the low ones).
+    ///
+    /// # Safety
+    /// As [`Format::quants`].
+    #[inline(always)]
+    unsafe fn quants_hi(_x: *const u8, _p: usize) -> __m512i {
+        _mm512_setzero_si512()
+    }
     /// [`PAIR_SCALES`] or [`PAIR_SCALES16`] for the words of [`Format::scales`].
     const SCALE_IDX: [[u16; 32]; 4];
     /// The block at `x`'s scales as i16 words (what [`Format::SCALE_IDX`] indexes), its
@@ -292,6 +304,67 @@ impl Format for Q2K {
     }
 }
 
+/// Q6_K: 210-byte blocks (`ql[128]`, `qh[64]`, `scales[16]`, `d`), 6-bit quants (the
+/// weight plus 32, as `qdot_tiled` takes them) with sixteen signed 8-bit scales: `sc =
+/// 16h + l` and `q = lo + 16·hi`, four tiles a pair.
+pub(crate) struct Q6K;
+
+impl Format for Q6K {
+    const BLOCK: usize = 210;
+    const FOLD: u32 = 4;
+    const SIGNED: bool = true;
+    const SHIFT: Option<u32> = Some(5);
+    const SPLIT: bool = true;
+    const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES16;
+    #[inline(always)]
+    unsafe fn quants(x: *const u8, p: usize) -> __m512i {
+        // Value vectors 2p, 2p + 1: the low nibbles of `ql[64 (p / 2)..][..64]` for even
+        // `p`, the high ones for odd.
+        let v = _mm512_loadu_si512(x.add(64 * (p / 2)) as *const __m512i);
+        let v = if p % 2 == 1 {
+            _mm512_srli_epi16(v, 4)
+        } else {
+            v
+        };
+        _mm512_and_si512(v, _mm512_set1_epi8(0x0f))
+    }
+    #[inline(always)]
+    unsafe fn quants_hi(x: *const u8, p: usize) -> __m512i {
+        // Bits 4 (p % 2).. and 4 (p % 2) + 2.. of `qh[32 (p / 2)..][..32]`.
+        let s = 4 * (p % 2) as i16;
+        bits(twice(x.add(128 + 32 * (p / 2))), (s, s + 2), 3)
+    }
+    #[inline(always)]
+    unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192) as *const __m128i));
+        (_mm512_castsi256_si512(sc), sc, f16_at(x.add(208)), 0.0)
+    }
+}
+
+/// Tiles a pair of [`Unpacked`] holds for format `F`: 2, or 4 for split quants.
+const fn tiles_of<F: Format>() -> usize {
+    if F::SPLIT {
+        4
+    } else {
+        2
+    }
+}
+
+/// `q·f` per byte for factors `f` (i16 words) that may be negative (a negative low byte
+/// would borrow from the high one in one `vpmullw`): even bytes, then odd ones.
+///
+/// # Safety
+/// AVX-512F/BW (inlined into such a caller).
+#[inline(always)]
+unsafe fn mul_signed(q: __m512i, f: __m512i) -> __m512i {
+    let even = _mm512_mullo_epi16(_mm512_and_si512(q, _mm512_set1_epi16(0xff)), f);
+    let odd = _mm512_mullo_epi16(_mm512_srli_epi16(q, 8), f);
+    _mm512_or_si512(
+        _mm512_and_si512(even, _mm512_set1_epi16(0xff)),
+        _mm512_slli_epi16(odd, 8),
+    )
+}
+
 /// The f32 orders of [`update`]: llama.cpp's repacked Q4_K gemm (a fused multiply-add per
 /// pair of sub-blocks) and gemv (one per super-block: `acc = fma(isum, d·d_y, acc)`, the
 /// mins likewise, the result `acc - acc_min`), and the tiled K-quant order of
@@ -325,24 +398,25 @@ unsafe fn unpack<F: Format>(w: &[&[u8]; ROWS], b: usize, u: *mut Unpacked) {
         // Arithmetic: a negative scale's `h` is negative, `l` stays in 0..2^FOLD.
         let hi = _mm512_sra_epi16(words, fold);
         for (p, idx) in idx.iter().enumerate() {
-            let q = F::quants(x, p);
-            let at = tiles.add(2 * p * TILE + 64 * i);
+            let at = tiles.add(tiles_of::<F>() * p * TILE + 64 * i);
             let l = _mm512_permutexvar_epi16(*idx, lo);
             let h = _mm512_permutexvar_epi16(*idx, hi);
-            _mm512_store_si512(at as *mut __m512i, _mm512_mullo_epi16(q, l));
-            let qh = if F::SIGNED {
-                // Each byte's product on its own (a negative low byte would borrow from
-                // the high one): even bytes, then odd ones.
-                let even = _mm512_mullo_epi16(_mm512_and_si512(q, _mm512_set1_epi16(0xff)), h);
-                let odd = _mm512_mullo_epi16(_mm512_srli_epi16(q, 8), h);
-                _mm512_or_si512(
-                    _mm512_and_si512(even, _mm512_set1_epi16(0xff)),
-                    _mm512_slli_epi16(odd, 8),
-                )
-            } else {
-                _mm512_mullo_epi16(q, h)
-            };
-            _mm512_store_si512(at.add(TILE) as *mut __m512i, qh);
+            let parts = if F::SPLIT { 2 } else { 1 };
+            for part in 0..parts {
+                let q = if part == 0 {
+                    F::quants(x, p)
+                } else {
+                    F::quants_hi(x, p)
+                };
+                let at = at.add(2 * TILE * part);
+                _mm512_store_si512(at as *mut __m512i, _mm512_mullo_epi16(q, l));
+                let qh = if F::SIGNED {
+                    mul_signed(q, h)
+                } else {
+                    _mm512_mullo_epi16(q, h)
+                };
+                _mm512_store_si512(at.add(TILE) as *mut __m512i, qh);
+            }
         }
     }
 }
@@ -422,6 +496,39 @@ unsafe fn products<const TWO: bool, const ACC: bool>(
     }
 }
 
+/// [`products`] for split quants, one panel: the four tiles at `a` (`l·lo`, `h·lo`, `l·hi`,
+/// `h·hi`; the `h` ones signed) times the activation tile at `b0` into `tmm4`–`tmm7`.
+///
+/// # Safety
+/// As [`products`]; `a` holds four tiles.
+#[inline(always)]
+unsafe fn products4<const ACC: bool>(a: *const u8, b0: *const u8) {
+    if !ACC {
+        std::arch::asm!(
+            "tilezero tmm4",
+            "tilezero tmm5",
+            "tilezero tmm6",
+            "tilezero tmm7",
+            options(nostack, preserves_flags, nomem)
+        );
+    }
+    std::arch::asm!(
+        "tileloadd tmm2, [{b0} + {s}]",
+        "tileloadd tmm0, [{a} + {s}]",
+        "tdpbusd tmm4, tmm0, tmm2",
+        "tileloadd tmm1, [{a} + {s} + 1024]",
+        "tdpbssd tmm5, tmm1, tmm2",
+        "tileloadd tmm3, [{a} + {s} + 2048]",
+        "tdpbusd tmm6, tmm3, tmm2",
+        "tileloadd tmm0, [{a} + {s} + 3072]",
+        "tdpbssd tmm7, tmm0, tmm2",
+        a = in(reg) a,
+        b0 = in(reg) b0,
+        s = in(reg) 64usize,
+        options(nostack, preserves_flags, readonly),
+    );
+}
+
 /// Stores `tmm4`/`tmm5` (and `tmm6`/`tmm7` with `TWO`) to `c`, one tile each, in order.
 ///
 /// # Safety
@@ -446,16 +553,25 @@ unsafe fn store<const TWO: bool>(c: *mut u8) {
     }
 }
 
-/// `2^FOLD·hi + lo` of row `i` of the two stored tiles at `c`: the exact integer sums.
+/// `2^FOLD·hi + lo` of row `i` of the two stored tiles at `c` (for split quants, that of
+/// the next two times 16 added): the exact integer sums.
 ///
 /// # Safety
 /// AVX-512F (inlined into such a caller); `c` holds two stored tiles.
 #[inline(always)]
 unsafe fn sums<F: Format>(c: *const u8, i: usize) -> __m512i {
-    let lo = _mm512_load_si512(c.add(64 * i) as *const __m512i);
-    let hi = _mm512_load_si512(c.add(TILE + 64 * i) as *const __m512i);
-    let hi = _mm512_sll_epi32(hi, _mm_cvtsi32_si128(F::FOLD as i32));
-    _mm512_add_epi32(hi, lo)
+    let pair = |c: *const u8| {
+        let lo = _mm512_load_si512(c.add(64 * i) as *const __m512i);
+        let hi = _mm512_load_si512(c.add(TILE + 64 * i) as *const __m512i);
+        let hi = _mm512_sll_epi32(hi, _mm_cvtsi32_si128(F::FOLD as i32));
+        _mm512_add_epi32(hi, lo)
+    };
+    if F::SPLIT {
+        // `q = lo + 16·hi`: the high parts' sums after the low ones' two tiles.
+        _mm512_add_epi32(pair(c), _mm512_slli_epi32(pair(c.add(2 * TILE)), 4))
+    } else {
+        pair(c)
+    }
 }
 
 /// `vpdpwssd`: `acc` plus the i16 pair products of `a` and `b`, one instruction (LLVM
@@ -721,22 +837,29 @@ unsafe fn batch<F: Format, const ORDER: u8>(
         let a = std::ptr::addr_of!((*unpacked).tiles) as *const u8;
         let mut k = 0;
         while k < groups {
-            let two = k + 1 < groups;
+            // Split quants fill the sum tiles with one panel.
+            let two = k + 1 < groups && !F::SPLIT;
             let o0 = panel.add((g0 + k) * group + b * Q8_K_PANEL16_BYTES);
             let o1 = if two { o0.add(group) } else { o0 };
             for p in 0..if ORDER == GEMM { 4 } else { 1 } {
                 if ORDER != GEMM {
                     for q in 0..4 {
-                        let (a, b0, b1) = (a.add(2 * q * TILE), o0.add(TILE * q), o1.add(TILE * q));
-                        match (two, q) {
-                            (true, 0) => products::<true, false>(a, b0, b1, F::SIGNED),
-                            (true, _) => products::<true, true>(a, b0, b1, F::SIGNED),
-                            (false, 0) => products::<false, false>(a, b0, b1, F::SIGNED),
-                            (false, _) => products::<false, true>(a, b0, b1, F::SIGNED),
+                        let at = a.add(tiles_of::<F>() * q * TILE);
+                        let (a, b0, b1) = (at, o0.add(TILE * q), o1.add(TILE * q));
+                        match (F::SPLIT, two, q) {
+                            (true, _, 0) => products4::<false>(a, b0),
+                            (true, _, _) => products4::<true>(a, b0),
+                            (false, two, q) => match (two, q) {
+                                (true, 0) => products::<true, false>(a, b0, b1, F::SIGNED),
+                                (true, _) => products::<true, true>(a, b0, b1, F::SIGNED),
+                                (false, 0) => products::<false, false>(a, b0, b1, F::SIGNED),
+                                (false, _) => products::<false, true>(a, b0, b1, F::SIGNED),
+                            },
                         }
                     }
                 } else {
-                    let (a, b0, b1) = (a.add(2 * p * TILE), o0.add(TILE * p), o1.add(TILE * p));
+                    let at = a.add(tiles_of::<F>() * p * TILE);
+                    let (a, b0, b1) = (at, o0.add(TILE * p), o1.add(TILE * p));
                     if two {
                         products::<true, false>(a, b0, b1, F::SIGNED);
                     } else {
@@ -744,7 +867,7 @@ unsafe fn batch<F: Format, const ORDER: u8>(
                     }
                 }
                 let c = staged[turn].as_mut_ptr() as *mut u8;
-                if two {
+                if two || F::SPLIT {
                     store::<true>(c);
                 } else {
                     store::<false>(c);

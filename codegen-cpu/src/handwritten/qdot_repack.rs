@@ -288,7 +288,10 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::IQ2_S => Some(tiled_packed(x86::iq2_s_tiled_x8x16)),
             GgmlType::IQ1_S => Some(tiled_packed(x86::iq1_s_tiled_x8x16)),
             GgmlType::IQ1_M => Some(tiled_packed(x86::iq1_m_tiled_x8x16)),
-            GgmlType::Q6_K => Some(tiled_packed(x86::q6_k_tiled_x8x16)),
+            GgmlType::Q6_K => Some(Packed8x16 {
+                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q6K>),
+                ..tiled_packed(x86::q6_k_tiled_x8x16)
+            }),
             _ => None,
         };
     }
@@ -2447,6 +2450,7 @@ mod tests {
             GgmlType::Q5_K,
             GgmlType::Q3_K,
             GgmlType::Q2_K,
+            GgmlType::Q6_K,
         ] {
             let pk = packed8x16_fn(t).or_else(|| tiled_packed8x16_fn(t));
             let Some((pk, rows16)) = pk.and_then(|p| Some((p, p.rows16?))) else {
@@ -2459,6 +2463,7 @@ mod tests {
                 let f16s: &[usize] = match t {
                     GgmlType::Q3_K => &[108],
                     GgmlType::Q2_K => &[80, 82],
+                    GgmlType::Q6_K => &[208],
                     _ => &[0, 2],
                 };
                 for b in 0..16 * nb {
