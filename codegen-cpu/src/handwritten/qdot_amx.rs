@@ -1,4 +1,4 @@
-//! Q4_K, Q5_K, Q3_K and Q2_K weights × packed Q8_K activation panels on AMX tiles
+//! Q4_K, Q5_K, Q3_K, Q2_K and Q6_K weights × packed Q8_K activation panels on AMX tiles
 //! ([`super::amx`]), sixteen weight rows against every sixteen-column panel of a chunk of
 //! tokens at once, in llama.cpp's orders: for Q4_K those of its repacked kernels
 //! (`ggml_gemm_q4_K_8x8_q8_K` / `ggml_gemv_q4_K_8x8_q8_K`, ggml-cpu/arch/x86/repack.cpp; the
@@ -23,8 +23,8 @@
 //! The unpacking (`vpmullw`: for unsigned factors a word's two bytes times the same `l`
 //! cannot carry, since each product is below 256; signed ones per byte) is paid once per
 //! super-block for all of a chunk's panels, not once per sixteen columns; two panels share
-//! each weight tile load. Q6_K is not here: its 8-bit scales against 6-bit quants would
-//! need four digit tiles.
+//! each weight tile load. Q6_K's 8-bit signed scales against 6-bit quants need both
+//! splits (`sc = 16h + l`, `q = lo + 16·hi`): four tiles a pair, one panel a step.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
