@@ -495,14 +495,12 @@ pub(crate) unsafe fn products(
     // tile in L1), else chunks whose prepared activations stay in L1 while every row of
     // the range passes over them (each weight row is read once per chunk, from L2 at
     // worst).
-    let chunk = if dot
-        .packed8x16(n_cols, n)
-        .is_some_and(|pk| pk.rows16.is_some())
-    {
+    let packed16 = dot.packed8x16(n_cols, n);
+    let chunk = if packed16.is_some_and(|pk| pk.rows16.is_some()) {
         // The sixteen-row form unpacks each weight block once per chunk: twice as many
         // columns as below halve that work (the panels, 8 × 4.6 KiB per block, stay in L2).
         128
-    } else if dot.packed8x16(n_cols, n).is_some() {
+    } else if packed16.is_some() {
         // Whole groups of sixteen for the packed 8 × 16 tile, as many as a chunk may hold:
         // each row tile then runs over every group's panel (from L2) while its rows stay
         // in L1, and the weights are read once per 64 tokens, not once per 16.
@@ -765,10 +763,14 @@ unsafe fn products_chunk(
     };
     let mut r = r0;
     // Sixteen rows against every panel of the chunk at once where the tile has that form
-    // (Q4_K on AMX hosts): each weight block is unpacked once for all the chunk's columns.
-    // It takes the gemm columns and the gemv ones after them, and a last group of fewer
-    // than sixteen rows (padded with copies of its last row, whose results are dropped).
-    if let Some((pk, rows16)) = packed16.and_then(|pk| Some((pk, pk.rows16?))) {
+    // (the K-quants on AMX hosts): each weight block is unpacked once for all the chunk's
+    // columns. It takes the gemm columns and the gemv ones after them (so a gemm-only
+    // tile needs its gemv form), and a last group of fewer than sixteen rows (padded with
+    // copies of its last row, whose results are dropped).
+    let rows16 = packed16
+        .filter(|pk| !pk.gemm_only || pk.gemv.is_some())
+        .and_then(|pk| Some((pk, pk.rows16?)));
+    if let Some((pk, rows16)) = rows16 {
         let groups = n.div_ceil(16);
         while r < r1 {
             let m = (r1 - r).min(16);

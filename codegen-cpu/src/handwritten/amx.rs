@@ -66,8 +66,7 @@ fn request_tile_permission() -> bool {
 }
 
 /// The tile configuration of every AMX kernel here (palette 1): all eight tiles of 16 rows
-/// × 64 bytes (`tmm0`–`tmm1` weight tiles, `tmm2`–`tmm3` activation tiles, `tmm4`–`tmm7`
-/// sums: [`super::qdot_amx`]).
+/// × 64 bytes (weight, activation and sum tiles of [`super::qdot_amx`]).
 const CONFIG: [u8; 64] = {
     let mut c = [0u8; 64];
     c[0] = 1;

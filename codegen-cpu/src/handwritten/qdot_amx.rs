@@ -12,8 +12,8 @@
 //! weight row is unpacked once per super-block into two tiles of bytes, `l·q` and `h·q`:
 //! one tile row is 64 values (two 32-value sub-blocks, or four 16-value ones), so one
 //! `tdpbusd` of each against the activations' 64 bytes gives `Σ l·q·y` and `Σ h·q·y` for 16
-//! rows × 16 columns, and `2^F·hi + lo` is their exact `Σ sc·q·y`. Q3_K's scales are
-//! signed: its `h` is too, and its `h·q` tile (signed bytes) takes `tdpbssd`. Q4_K's gemm
+//! rows × 16 columns, and `2^F·hi + lo` is their exact `Σ sc·q·y`. Q3_K's and Q6_K's
+//! scales are signed: their `h` is too, and the `h·q` tiles (signed bytes) take `tdpbssd`. Q4_K's gemm
 //! order takes the sums per pair of sub-blocks (its fused multiply-add per pair); its gemv
 //! order and the tiled order let the tiles add the whole super-block first. The mins' (or
 //! Q3_K's scales') integers against the activations' `bsums` come from `vpmaddwd` /
@@ -104,21 +104,23 @@ const PAIR_SCALES16: [[u16; 32]; 4] = {
 };
 
 /// A weight format the kernel reads: Q4_K and Q5_K (the same 6-bit scales and mins in
-/// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants), Q3_K
-/// (signed 6-bit scales per 16 values, 3-bit quants offset by 4).
+/// 12 bytes at offset 4, `d` and `dmin` before them; 4- and 5-bit unsigned quants), and the
+/// formats with a scale per 16 values: Q3_K (signed 6-bit scales, 3-bit quants offset by
+/// 4), Q2_K (4-bit scales and mins, 2-bit quants), Q6_K (signed 8-bit scales, 6-bit quants
+/// offset by 32).
 pub(crate) trait Format {
     /// Bytes of one super-block.
     const BLOCK: usize;
     /// The scale split `sc = 2^FOLD·h + l` (`0 ≤ l < 2^FOLD`): both `l·q` and `h·q` must
-    /// fit a byte for every quant `q` (4 for Q4_K's `q ≤ 15`, 3 for Q5_K's `q ≤ 31` and
-    /// Q3_K's `q ≤ 7`).
+    /// fit a byte for every quant `q` (4 for Q4_K's `q ≤ 15`, Q6_K's 4-bit parts and Q2_K,
+    /// whose `h` is 0; 3 for Q5_K's `q ≤ 31` and Q3_K's `q ≤ 7`).
     const FOLD: u32;
-    /// Whether scales may be negative (Q3_K): `h` is then signed, its tile of signed bytes
-    /// multiplied by `tdpbssd`.
-    const SIGNED: bool;
+    /// Whether scales may be negative (Q3_K, Q6_K): `h` is then signed, its tile of signed
+    /// bytes multiplied by `tdpbssd`.
+    const SIGNED: bool = false;
     /// The tiled order's step for the types without mins: `s1 - 2^SHIFT·t` (`t` the scales
-    /// times `bsums`; 2 for Q3_K); `None` for the types with mins.
-    const SHIFT: Option<u32>;
+    /// times `bsums`; 2 for Q3_K, 5 for Q6_K); `None` for the types with mins.
+    const SHIFT: Option<u32> = None;
     /// Whether the quants come in two parts, `q = lo + 16·hi` (Q6_K's 4 + 2 bits: its
     /// 8-bit scales times 6-bit quants need both splits), each with its own two tiles.
     const SPLIT: bool = false;
@@ -185,8 +187,6 @@ pub(crate) struct Q4K;
 impl Format for Q4K {
     const BLOCK: usize = 144;
     const FOLD: u32 = 4;
-    const SIGNED: bool = false;
-    const SHIFT: Option<u32> = None;
     const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES;
     #[inline(always)]
     unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
@@ -205,8 +205,6 @@ pub(crate) struct Q5K;
 impl Format for Q5K {
     const BLOCK: usize = 176;
     const FOLD: u32 = 3;
-    const SIGNED: bool = false;
-    const SHIFT: Option<u32> = None;
     const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES;
     #[inline(always)]
     unsafe fn scales(x: *const u8) -> (__m512i, __m256i, f32, f32) {
@@ -279,8 +277,6 @@ pub(crate) struct Q2K;
 impl Format for Q2K {
     const BLOCK: usize = 84;
     const FOLD: u32 = 4;
-    const SIGNED: bool = false;
-    const SHIFT: Option<u32> = None;
     const SCALE_IDX: [[u16; 32]; 4] = PAIR_SCALES16;
     #[inline(always)]
     unsafe fn quants(x: *const u8, p: usize) -> __m512i {
@@ -496,6 +492,29 @@ unsafe fn products<const TWO: bool, const ACC: bool>(
     }
 }
 
+/// The tiles of one pair of format `F` (at `a`) against the activation tiles `b0` (and `b1`
+/// with `two`): [`products`] or for split quants [`products4`], added to the sum tiles
+/// with `acc`, else into zeroed ones.
+///
+/// # Safety
+/// As [`products`].
+#[inline(always)]
+unsafe fn pair_products<F: Format>(
+    a: *const u8,
+    (b0, b1): (*const u8, *const u8),
+    two: bool,
+    acc: bool,
+) {
+    match (F::SPLIT, two, acc) {
+        (true, _, false) => products4::<false>(a, b0),
+        (true, _, true) => products4::<true>(a, b0),
+        (false, true, false) => products::<true, false>(a, b0, b1, F::SIGNED),
+        (false, true, true) => products::<true, true>(a, b0, b1, F::SIGNED),
+        (false, false, false) => products::<false, false>(a, b0, b1, F::SIGNED),
+        (false, false, true) => products::<false, true>(a, b0, b1, F::SIGNED),
+    }
+}
+
 /// [`products`] for split quants, one panel: the four tiles at `a` (`l·lo`, `h·lo`, `l·hi`,
 /// `h·hi`; the `h` ones signed) times the activation tile at `b0` into `tmm4`–`tmm7`.
 ///
@@ -680,9 +699,9 @@ unsafe fn update<F: Format, const ORDER: u8>(
 /// `cols.0..cols.1`; rows past `rows` may repeat real ones (their results are dropped).
 ///
 /// # Safety
-/// AVX-512F/BW/VL/VNNI/VBMI, F16C and [`amx::has_amx`]; every row holds `nb` Q4_K blocks;
+/// AVX-512F/BW/VL/VNNI, F16C and [`amx::has_amx`]; every row holds `nb` Q4_K blocks;
 /// the panels hold groups `g0..g1`; `out` writable at those indices.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn q4_k_rows16(
     w: &[&[u8]; ROWS],
@@ -698,13 +717,13 @@ pub(crate) unsafe fn q4_k_rows16(
     rows16::<Q4K>(w, panel, nb, groups, order, (out, out_stride), (rows, cols));
 }
 
-/// [`q4_k_rows16`] for rows of a tiled-order format (`F`: [`Q5K`], [`Q3K`], [`Q2K`]), in the
+/// [`q4_k_rows16`] for rows of a tiled-order format (`F`: [`Q5K`], [`Q3K`], [`Q2K`], [`Q6K`]), in the
 /// tiled K-quant order of `qdot_tiled` (the one order of llama.cpp's prompt products for
 /// them; `gemv` is ignored).
 ///
 /// # Safety
 /// As [`q4_k_rows16`], the rows of format `F`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn tiled_rows16<F: Format>(
     w: &[&[u8]; ROWS],
@@ -723,7 +742,7 @@ pub(crate) unsafe fn tiled_rows16<F: Format>(
 ///
 /// # Safety
 /// As [`q4_k_rows16`], the rows of format `F`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
 unsafe fn rows16<F: Format>(
     w: &[&[u8]; ROWS],
     panel: *const u8,
@@ -813,7 +832,7 @@ unsafe fn transpose16(v: [__m512; 16]) -> [__m512; 16] {
 ///
 /// # Safety
 /// As [`q4_k_rows16`], configured.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni,avx512bw")]
 unsafe fn batch<F: Format, const ORDER: u8>(
     w: &[&[u8]; ROWS],
     panel: *const u8,
@@ -842,29 +861,12 @@ unsafe fn batch<F: Format, const ORDER: u8>(
             let o0 = panel.add((g0 + k) * group + b * Q8_K_PANEL16_BYTES);
             let o1 = if two { o0.add(group) } else { o0 };
             for p in 0..if ORDER == GEMM { 4 } else { 1 } {
-                if ORDER != GEMM {
-                    for q in 0..4 {
-                        let at = a.add(tiles_of::<F>() * q * TILE);
-                        let (a, b0, b1) = (at, o0.add(TILE * q), o1.add(TILE * q));
-                        match (F::SPLIT, two, q) {
-                            (true, _, 0) => products4::<false>(a, b0),
-                            (true, _, _) => products4::<true>(a, b0),
-                            (false, two, q) => match (two, q) {
-                                (true, 0) => products::<true, false>(a, b0, b1, F::SIGNED),
-                                (true, _) => products::<true, true>(a, b0, b1, F::SIGNED),
-                                (false, 0) => products::<false, false>(a, b0, b1, F::SIGNED),
-                                (false, _) => products::<false, true>(a, b0, b1, F::SIGNED),
-                            },
-                        }
-                    }
-                } else {
-                    let at = a.add(tiles_of::<F>() * p * TILE);
-                    let (a, b0, b1) = (at, o0.add(TILE * p), o1.add(TILE * p));
-                    if two {
-                        products::<true, false>(a, b0, b1, F::SIGNED);
-                    } else {
-                        products::<false, false>(a, b0, b1, F::SIGNED);
-                    }
+                // The gemm order: pair `p` alone; the others: all four pairs added.
+                let pairs = if ORDER == GEMM { p..p + 1 } else { 0..4 };
+                for q in pairs.clone() {
+                    let at = a.add(tiles_of::<F>() * q * TILE);
+                    let (b0, b1) = (o0.add(TILE * q), o1.add(TILE * q));
+                    pair_products::<F>(at, (b0, b1), two, q > pairs.start);
                 }
                 let c = staged[turn].as_mut_ptr() as *mut u8;
                 if two || F::SPLIT {

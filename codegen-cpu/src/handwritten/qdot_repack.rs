@@ -18,6 +18,9 @@
 
 use ir::ggml::{GgmlType, RepackKernel, RepackedRow};
 
+#[cfg(target_arch = "x86_64")]
+use super::qdot_amx;
+
 /// A repacked-order dot product of two whole rows; the kernel (gemv or gemm) chooses the
 /// order for Q4_K.
 ///
@@ -209,8 +212,8 @@ pub(crate) struct Packed8x16 {
     /// columns, and for the first eight only (zeros after them).
     pub gemv: Option<[Tile8x16Fn; 2]>,
     /// Sixteen rows against all of a chunk's panels at once, where the type has that form
-    /// on this host (Q4_K with AMX: `qdot_amx`); it then takes every column the tiles
-    /// would, in the same orders.
+    /// on this host (the K-quants with AMX: `qdot_amx`); it then takes every column the
+    /// tiles would, in the same orders.
     pub rows16: Option<Rows16Fn>,
 }
 
@@ -251,7 +254,7 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
-                rows16: amx_rows16(super::qdot_amx::q4_k_rows16),
+                rows16: amx_rows16(qdot_amx::q4_k_rows16),
             }),
             _ => None,
         };
@@ -268,18 +271,9 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
     if super::has_vnni512() {
         return match wtype {
-            GgmlType::Q2_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q2K>),
-                ..tiled_packed(x86::q2_k_tiled_x8x16)
-            }),
-            GgmlType::Q3_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q3K>),
-                ..tiled_packed(x86::q3_k_tiled_x8x16)
-            }),
-            GgmlType::Q5_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q5K>),
-                ..tiled_packed(x86::q5_k_tiled_x8x16)
-            }),
+            GgmlType::Q2_K => Some(tiled_packed_amx::<qdot_amx::Q2K>(x86::q2_k_tiled_x8x16)),
+            GgmlType::Q3_K => Some(tiled_packed_amx::<qdot_amx::Q3K>(x86::q3_k_tiled_x8x16)),
+            GgmlType::Q5_K => Some(tiled_packed_amx::<qdot_amx::Q5K>(x86::q5_k_tiled_x8x16)),
             GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
             GgmlType::IQ3_XXS => Some(tiled_packed(x86::iq3_xxs_tiled_x8x16)),
             GgmlType::IQ3_S => Some(tiled_packed(x86::iq3_s_tiled_x8x16)),
@@ -288,10 +282,7 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::IQ2_S => Some(tiled_packed(x86::iq2_s_tiled_x8x16)),
             GgmlType::IQ1_S => Some(tiled_packed(x86::iq1_s_tiled_x8x16)),
             GgmlType::IQ1_M => Some(tiled_packed(x86::iq1_m_tiled_x8x16)),
-            GgmlType::Q6_K => Some(Packed8x16 {
-                rows16: amx_rows16(super::qdot_amx::tiled_rows16::<super::qdot_amx::Q6K>),
-                ..tiled_packed(x86::q6_k_tiled_x8x16)
-            }),
+            GgmlType::Q6_K => Some(tiled_packed_amx::<qdot_amx::Q6K>(x86::q6_k_tiled_x8x16)),
             _ => None,
         };
     }
@@ -300,10 +291,19 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 }
 
 /// `f` where this host can run the sixteen-row AMX forms of `qdot_amx` (AMX-INT8 with the
-/// kernel's permission, AVX-512 VBMI).
+/// kernel's permission; the callers checked AVX-512 VNNI/BW).
 #[cfg(target_arch = "x86_64")]
 fn amx_rows16(f: Rows16Fn) -> Option<Rows16Fn> {
-    (super::amx::has_amx() && std::is_x86_feature_detected!("avx512vbmi")).then_some(f)
+    super::amx::has_amx().then_some(f)
+}
+
+/// [`tiled_packed`] with the sixteen-row AMX form of format `F` where the host has it.
+#[cfg(target_arch = "x86_64")]
+fn tiled_packed_amx<F: qdot_amx::Format>(tile: Tile8x16Fn) -> Packed8x16 {
+    Packed8x16 {
+        rows16: amx_rows16(qdot_amx::tiled_rows16::<F>),
+        ..tiled_packed(tile)
+    }
 }
 
 /// A tiled-order tile over the Q8_K panel of [`x86::q8_k_pack16`].
