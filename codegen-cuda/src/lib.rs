@@ -30,6 +30,10 @@
 //! | `u8 i8 u16 i16 u32 i32 u64 i64` | integer types |
 //! | `expf logf tanhf sqrtf fabsf fmaxf fminf roundf floorf cosf sinf powf` | `float` math |
 //!
+//! A target with [`Target::tensor_cores`] (CUDA) also has two words for one warp's TF32
+//! matrix product, `TO_TF32(f)` and `MMA_TF32(d, a, b)` (prelude.cuh gives their fragment
+//! layout); the printer uses them only for such a target.
+//!
 //! Nothing else of either language appears in a kernel body: no `std::`, no `double`, no
 //! recursion, every pointer qualified with `GMEM`, no pointer into `SHARED` memory
 //! (Metal would want an address space for it that CUDA lacks; shared arrays are indexed in
@@ -40,11 +44,18 @@ pub mod nvrtc;
 pub mod program;
 pub mod shim;
 
-pub use kernels::{generate, generate_with, CodegenError};
+pub use kernels::{generate, generate_with, CodegenError, Target};
 pub use program::{
     GpuProgram, Launch, StepProgram, WeightTable, MAX_OPERANDS, SIMD_WIDTH, WEIGHT_ALIGN,
 };
 
 /// The CUDA prelude of every generated source: includes, integer types and the kernel
-/// vocabulary of the module doc in CUDA terms.
+/// vocabulary of the module doc in CUDA terms, and the tensor-core words `TO_TF32` /
+/// `MMA_TF32` (sm_80 on).
 pub const CUDA_PRELUDE: &str = include_str!("prelude.cuh");
+
+/// The CUDA target: [`CUDA_PRELUDE`], prompt products on the tensor cores.
+pub const CUDA: Target = Target {
+    prelude: CUDA_PRELUDE,
+    tensor_cores: true,
+};

@@ -45,3 +45,25 @@ struct Operands {
 #define AS_FLOAT(u) __uint_as_float(u)
 #define AS_UINT(f) __float_as_uint(f)
 #define UNROLL _Pragma("unroll")
+
+// Tensor cores (Target::tensor_cores; sm_80 and later). Kernels printed for a target with
+// them may use these two words; the CPU shim (cuda_shim.h) defines both for itself.
+#ifndef MODELC_CPU_SHIM
+// `f` rounded to TF32 (10 mantissa bits, f32's range; nearest, ties away from zero), as a
+// float whose low 13 bits are zero: `cvt.rna.tf32.f32`.
+FN float TO_TF32(float f) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return __uint_as_float(r);
+}
+// d += A·B for one warp: A a 16×8 TF32 tile (row-major), B 8×8 (column-major), d the 16×8
+// f32 accumulator (PTX ISA, "mma.m16n8k8", .tf32 fragments). With g = lane / 4 and
+// t = lane % 4, a lane holds a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]},
+// b = {B[t][g], B[t+4][g]} and d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.
+#define MMA_TF32(d, a, b)                                                                   \
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                      \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"          \
+                 : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                    \
+                 : "r"(AS_UINT((a)[0])), "r"(AS_UINT((a)[1])), "r"(AS_UINT((a)[2])),         \
+                   "r"(AS_UINT((a)[3])), "r"(AS_UINT((b)[0])), "r"(AS_UINT((b)[1])))
+#endif

@@ -14,7 +14,7 @@ pub mod lint;
 
 pub use lint::lint;
 
-use codegen_cuda::kernels::{assemble, layout, print_step, CodegenError};
+use codegen_cuda::kernels::{assemble, layout, print_step, CodegenError, Target};
 use codegen_cuda::{Launch, WeightTable};
 use ir::plan::Plan;
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,13 @@ use std::collections::BTreeSet;
 
 /// The Metal prelude: the kernel vocabulary of `codegen_cuda` in MSL terms.
 pub const METAL_PRELUDE: &str = include_str!("prelude.metal");
+
+/// The Metal target of the shared printer: [`METAL_PRELUDE`], no tensor-core words (the
+/// prompt products keep the f32 threadgroup tiles; `simdgroup_matrix` is not used yet).
+pub const METAL: Target = Target {
+    prelude: METAL_PRELUDE,
+    tensor_cores: false,
+};
 
 /// The dispatch table of one step: its threadgroups, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +90,7 @@ pub fn generate_with(plan: &Plan, ring_ubatch: Option<u32>) -> Result<MetalProgr
     let mut steps = Vec::new();
     for s in &plan.steps {
         let p = print_step(
+            &METAL,
             plan,
             s,
             &weights,
@@ -99,7 +107,7 @@ pub fn generate_with(plan: &Plan, ring_ubatch: Option<u32>) -> Result<MetalProgr
     }
     let title = format!("{} steps, one Metal library", plan.steps.len());
     Ok(MetalProgram {
-        source: assemble(&title, METAL_PRELUDE, &needs, &texts)?,
+        source: assemble(&title, METAL.prelude, &needs, &texts)?,
         steps,
         weights,
         kv_cells: u64::from(plan.n_ctx),

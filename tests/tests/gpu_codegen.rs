@@ -23,9 +23,9 @@ fn every_fixture_generates_deterministically() {
         let gguf = GgufFile::open(&path).expect("fixture opens");
         let model = compiler::load_model(&gguf).expect("model lowers");
         let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Both).expect("plan");
-        let a = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE)
+        let a = codegen_cuda::generate(&plan, &codegen_cuda::CUDA)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let b = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("again");
+        let b = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("again");
         assert_eq!(a, b, "{}", path.display());
         if let Ok(dir) = std::env::var("MODELC_DUMP_GPU") {
             let stem = path
@@ -51,7 +51,7 @@ fn golden_kernels() {
     let gguf = GgufFile::open(&path).expect("fixture opens");
     let model = compiler::load_model(&gguf).expect("model lowers");
     let plan = build_plan(&model, &[1, 8], 64, KvTypes::F16, LogitRows::Last).expect("plan");
-    let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+    let prog = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("generates");
     let si = plan
         .steps
         .iter()
@@ -71,6 +71,22 @@ fn golden_kernels() {
         "metal",
         &metal.source,
         &metal.steps[si].launches[..3],
+    );
+    // The tensor-core prompt products (CUDA, 16 tokens): norm + q/k/v, output + residual,
+    // norm + gate/up + SwiGLU.
+    let plan = build_plan(&model, &[1, 16], 64, KvTypes::F16, LogitRows::Last).expect("plan");
+    let prog = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("generates");
+    let si = plan
+        .steps
+        .iter()
+        .position(|s| s.n_tokens == 16)
+        .expect("ubatch 16");
+    let l = &prog.steps[si].launches;
+    check_golden(
+        &root.join("tensor_core"),
+        "cu",
+        &prog.steps[si].source,
+        &[l[1].clone(), l[4].clone(), l[5].clone()],
     );
 }
 
@@ -137,7 +153,7 @@ fn real_models_generate() {
             LogitRows::Both,
         )
         .expect("plan");
-        let cuda = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE)
+        let cuda = codegen_cuda::generate(&plan, &codegen_cuda::CUDA)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(cuda.steps.len(), plan.steps.len());
         let metal =
@@ -278,7 +294,7 @@ impl Distinct {
         use codegen_cuda::kernels::{layout, print_step};
         let (weights, kv) = layout(plan, ring_ubatch).expect("layout");
         for s in &plan.steps {
-            let p = print_step(plan, s, &weights, &kv, "").expect("prints");
+            let p = print_step(&codegen_cuda::CUDA, plan, s, &weights, &kv, "").expect("prints");
             self.needs.extend(&p.needs);
             for t in &p.kernels {
                 let l = p

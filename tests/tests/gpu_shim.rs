@@ -82,6 +82,16 @@ fn rel_diff(got: &[f32], want: &[f32]) -> f32 {
         / scale
 }
 
+/// Whether kernel `name` of `source` multiplies on the tensor cores (`MMA_TF32`).
+fn uses_tensor_cores(source: &str, name: &str) -> bool {
+    let Some(at) = source.find(&format!("KERNEL({name},")) else {
+        return false;
+    };
+    let body = &source[at..];
+    let end = body[1..].find("\nKERNEL(").map_or(body.len(), |e| e + 1);
+    body[..end].contains("MMA_TF32(")
+}
+
 /// Writes the step's integer inputs (token ids, positions, output row ids) into `arena`.
 fn write_inputs(step: &Step, arena: &mut [u8], tokens: &[i32], positions: &[i32], outs: &[i32]) {
     for inp in &step.inputs {
@@ -153,13 +163,12 @@ fn each_kernel_of_turns_matches(
 ) {
     let (prog, metal, iopts) = match ring {
         None => (
-            codegen_cuda::generate(plan, codegen_cuda::CUDA_PRELUDE).expect("generates"),
+            codegen_cuda::generate(plan, &codegen_cuda::CUDA).expect("generates"),
             codegen_metal::generate(plan).expect("generates MSL"),
             InterpOptions::exact(),
         ),
         Some(ub) => (
-            codegen_cuda::generate_with(plan, codegen_cuda::CUDA_PRELUDE, Some(ub))
-                .expect("generates"),
+            codegen_cuda::generate_with(plan, &codegen_cuda::CUDA, Some(ub)).expect("generates"),
             codegen_metal::generate_with(plan, Some(ub)).expect("generates MSL"),
             InterpOptions {
                 kv_ring_ubatch: Some(ub),
@@ -218,8 +227,15 @@ fn each_kernel_of_turns_matches(
                 let want = exec.value(si, v, args.kv_len);
                 let got = gather(step, &arena, v);
                 let e = rel_diff(&got, &want);
+                // TF32 products (codegen_cuda::kernels::matmul::tensor_core) round their
+                // inputs to 10 mantissa bits: measured up to 3e-4 on the fixtures.
+                let tol = if uses_tensor_cores(source, &launches[k].kernel) {
+                    1.5e-3
+                } else {
+                    2e-4
+                };
                 assert!(
-                    e < 2e-4,
+                    e < tol,
                     "{name} {dialect:?} step {}x{} k{k} {} ({}): relative difference {e}",
                     turn.n_tokens,
                     turn.n_outputs,
@@ -247,6 +263,73 @@ fn each_cuda_kernel_matches_the_interpreter() {
     }
 }
 
+/// The tensor-core prompt kernel's other shapes, through the CUDA shim, each kernel
+/// against the interpreter: 72-token prompts (64-column tiles, the second one mostly past
+/// the last token) on two fixtures, and a model whose weights have rows in multiples of 32
+/// (n_embd 96, one KV head of 32: two warps along the rows) and of 16 only (n_ff 112: one
+/// warp along the rows, four along the columns).
+#[test]
+fn tensor_core_tiles_of_every_shape_match_the_interpreter() {
+    let turns = [
+        Turn {
+            n_tokens: 72,
+            n_outputs: 72,
+            pos0: 0,
+        },
+        Turn {
+            n_tokens: 1,
+            n_outputs: 1,
+            pos0: 72,
+        },
+    ];
+    let plan72 = |gguf: &GgufFile| {
+        let model = compiler::load_model(gguf).expect("model lowers");
+        build_plan(&model, &[1, 72], 128, KvTypes::F16, LogitRows::Both).expect("plan")
+    };
+    for name in ["llama-sep-Q4_K", "gemma3-Q8_0"] {
+        let (gguf, _) = fixture(name, KvTypes::F16);
+        let plan = plan72(&gguf);
+        each_kernel_of_turns_matches(name, &gguf, &plan, Dialect::Cuda, &turns, None);
+    }
+    let path = std::env::temp_dir().join(format!("modelc-odd-rows-{}.gguf", std::process::id()));
+    let shape = runtime::synth::Shape {
+        n_embd: 96,
+        n_layer: 1,
+        n_ff: 112,
+        n_head: 3,
+        n_head_kv: 1,
+        ..runtime::synth::Shape::preset("1b").expect("preset")
+    };
+    let vocab =
+        GgufFile::open(modelc_tests::shared_root().join("fixtures/models/llama-sep-F32.gguf"))
+            .expect("fixture opens");
+    let ftype = runtime::quantize::FileType::parse("Q8_0").expect("a type");
+    runtime::synth::Synth::new(&shape, vocab.metadata(), ftype, 3)
+        .expect("a shape")
+        .write(&path, 1, &std::sync::atomic::AtomicBool::new(false), |_| ())
+        .expect("synth writes the model");
+    let gguf = GgufFile::open(&path).expect("model opens");
+    let _ = std::fs::remove_file(&path);
+    let plan = plan72(&gguf);
+    let prog = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("generates");
+    for wr in [4, 2, 1] {
+        assert!(
+            prog.steps
+                .iter()
+                .any(|s| s.source.contains(&format!("const i32 wr = warp % {wr};"))),
+            "no tensor-core kernel with {wr} warps along the rows"
+        );
+    }
+    each_kernel_of_turns_matches(
+        "n_embd 96, n_ff 112",
+        &gguf,
+        &plan,
+        Dialect::Cuda,
+        &turns,
+        None,
+    );
+}
+
 /// SmolLM2 and Gemma 3 270M at their real shapes (SmolLM2: n_embd 576, 49152 output rows;
 /// Gemma: a K-quant mix, sliding-window layers, GELU): a prompt step and a decode step, all
 /// launches in one run each, against the interpreter's logits. (Kernel by kernel the
@@ -263,7 +346,7 @@ fn real_models_match_the_interpreter() {
             .unwrap_or_default()
             .to_string_lossy()
             .to_string();
-        let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+        let prog = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("generates");
         let wts = weight_bytes(&plan, &prog.weights, &gguf);
         let mut kv = vec![0u8; prog.kv_bytes as usize];
         let mut exec = PlanExec::new(&plan, &gguf, InterpOptions::exact()).expect("executor");
@@ -299,9 +382,12 @@ fn real_models_match_the_interpreter() {
             let got = gather(step, &arena, step.value(step.outputs[0]));
             let e = rel_diff(&got, &want[0]);
             eprintln!("{name} step {n}x1: relative logit difference {e:.2e}");
-            // Measured: SmolLM2 1e-4; Gemma 3 up to 1.2e-3 (18 layers of f32 sums in
-            // another order; every kernel alone is within 2e-4 on the fixtures).
-            assert!(e < 2e-3, "{name} step {n}x1: relative logit difference {e}");
+            // Measured: SmolLM2 7.6e-4 (prompt) and 3.4e-4 (decode), Gemma 3 2.3e-3 (18
+            // layers). The prompt's products are TF32 on the tensor cores (inputs rounded to
+            // 10 mantissa bits; with the f32 tiles they were 1e-4 and 1.2e-3), and the decode
+            // reads the KV cache they wrote; every kernel alone is within 2e-4 of the
+            // interpreter on the fixtures, 1.5e-3 for the TF32 products.
+            assert!(e < 5e-3, "{name} step {n}x1: relative logit difference {e}");
         }
     }
 }
@@ -512,7 +598,7 @@ fn llama_cpp_logits(name: &str) -> (Vec<i32>, Vec<f32>, f32) {
 /// logit row, all launches of a step in one run, against llama.cpp's logits.
 fn whole_model_matches_llama_cpp(name: &str, dialect: Dialect) {
     let (gguf, plan) = fixture(name, KvTypes::F16);
-    let prog = codegen_cuda::generate(&plan, codegen_cuda::CUDA_PRELUDE).expect("generates");
+    let prog = codegen_cuda::generate(&plan, &codegen_cuda::CUDA).expect("generates");
     let metal = codegen_metal::generate(&plan).expect("generates MSL");
     let wts = weight_bytes(&plan, &prog.weights, &gguf);
     let mut kv = vec![0u8; prog.kv_bytes as usize];

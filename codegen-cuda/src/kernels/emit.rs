@@ -47,6 +47,9 @@ pub struct Val {
     pub nb: [u64; 4],
     /// Bit `d` set: dimension `d` is the runtime KV length.
     pub kv: u8,
+    /// An expression to read `off` from instead of `ops.at[slot]` (a kernel that picks
+    /// one of several same-shaped operands at run time names it in a variable).
+    pub at: Option<String>,
 }
 
 impl Val {
@@ -60,6 +63,7 @@ impl Val {
             ne: v.shape.ne,
             nb: v.nb,
             kv: v.shape.kv,
+            at: None,
         }
     }
 
@@ -81,7 +85,10 @@ impl Val {
     /// The byte offset of the element (or, for block types, of the block holding value
     /// `i0`) at `idx`, as an expression.
     pub fn byte(&self, idx: &[&str; 4]) -> String {
-        let mut s = format!("ops.at[{}]", self.slot);
+        let mut s = match &self.at {
+            Some(e) => e.clone(),
+            None => format!("ops.at[{}]", self.slot),
+        };
         let bs = self.dtype.block_size();
         for d in 0..4 {
             if self.ne[d] == 1 && self.kv & (1 << d) == 0 || self.nb[d] == 0 {

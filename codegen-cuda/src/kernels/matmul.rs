@@ -9,8 +9,13 @@
 //! each column's `1 / sqrt(mean(x²) + eps)` is computed first (a warp per column) and held in
 //! shared memory; the input is then `(x * scale) * norm_w`, as ggml's `rms_norm` then `mul`.
 //!
-//! The matrix-vector case (decode, `N = 1`) reads each weight byte once; prompts re-read the
-//! row once per [`NC`] columns.
+//! The matrix-vector case (decode, `N = 1`) reads each weight byte once. Prompts of 16
+//! columns or more take tiles that dequantize each weight once per block: on a target with
+//! tensor cores, [`tensor_core`]'s TF32 products (any number of columns); otherwise, for 16
+//! to 64 columns, f32 tiles of 16 rows (`Tiled`). Other prompts re-read the row once per
+//! [`NC`] columns.
+
+pub mod tensor_core;
 
 use super::emit::{broadcast, flt, refs, Val};
 use super::{CodegenError, Ctx, Emitted};
@@ -124,6 +129,36 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
     let nc = n.min(NC);
     let guard = n % nc != 0;
 
+    let whole_blocks = mats
+        .iter()
+        .all(|w| w.dtype.block_size() == 1 || w.dtype.block_size() % VPL == 0);
+    // Prompts on a target with tensor cores: a block per 16·WR rows and 64 columns, TF32
+    // tiles (tensor_core).
+    if ctx.target.tensor_cores
+        && n >= tensor_core::MIN_N
+        && k % tensor_core::TK == 0
+        && whole_blocks
+        && rows.iter().all(|r| r % tensor_core::WM == 0)
+    {
+        let xraw = x.load(&["k", "n", "0", "0"], &mut ctx.needs);
+        let nw = match (norm, &nw) {
+            (Some(eps), Some(w)) => Some((eps, w.load(&["k", "0", "0", "0"], &mut ctx.needs))),
+            _ => None,
+        };
+        let mma = tensor_core::Mma {
+            n,
+            k,
+            epi,
+            rows: &rows,
+            mats: &mats,
+            dsts: &dsts,
+            resid: resid.as_ref(),
+            xraw: &xraw,
+            norm: nw.as_ref().map(|(e, l)| (*e, l.as_str())),
+        };
+        return mma.emit(ctx);
+    }
+
     let mut b = String::new();
     b += "    const i32 lane = TX % 32; const i32 warp = TX / 32;\n";
     // The input element (k, n), with the norm prologue applied.
@@ -143,9 +178,6 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
     }
     // Prompts: a block per 16 rows, every column, the weight tile dequantized once into
     // shared memory (the warp-per-row kernel dequantizes a row once per 8 columns).
-    let whole_blocks = mats
-        .iter()
-        .all(|w| w.dtype.block_size() == 1 || w.dtype.block_size() % VPL == 0);
     // Not the GLU products yet: ptxas gave their tiled kernel an 8-byte stack frame (a
     // spill) at every width; they keep the warp-per-row kernel.
     if !glu
@@ -272,25 +304,32 @@ struct Tiled<'a> {
     xload: &'a str,
 }
 
+/// Statements setting `{dst}[j]` (an lvalue of `j`, e.g. `ws[r * 64 + kq + j]`) to
+/// `{conv}(value)` for `j < 8`: the values `k0 + kq ..` of row `m` of weight `w`, from one
+/// block (the caller checked that 8-value runs do not cross blocks).
+pub(super) fn dequant_run(ctx: &mut Ctx<'_>, w: &Val, dst: &str, conv: &str) -> String {
+    let bs = w.dtype.block_size();
+    if let DType::Block(t) = w.dtype {
+        ctx.needs.insert(t.id());
+        let at = w.ptr(&w.byte(&["k0 + kq", "m", "0", "0"]));
+        format!(
+            "{{ const GMEM u8* wb = {at}; const i32 wi = (k0 + kq) % {bs}; \
+             UNROLL for (i32 j = 0; j < {VPL}; ++j) {dst} = {conv}({}(wb, wi + j)); }}",
+            super::dequant::fn_name(t)
+        )
+    } else {
+        let ld = w.load(&["k", "m", "0", "0"], &mut ctx.needs);
+        format!(
+            "UNROLL for (i32 j = 0; j < {VPL}; ++j) {{ const i32 k = k0 + kq + j; {dst} = {conv}({ld}); }}"
+        )
+    }
+}
+
 impl Tiled<'_> {
     /// Statements filling `name[r * TK + kq + j]` for `j < 8` from weight `w`, row `m`,
     /// values `k0 + kq ..`.
     fn dequant(ctx: &mut Ctx<'_>, w: &Val, name: &str) -> String {
-        let bs = w.dtype.block_size();
-        if let DType::Block(t) = w.dtype {
-            ctx.needs.insert(t.id());
-            let at = w.ptr(&w.byte(&["k0 + kq", "m", "0", "0"]));
-            format!(
-                "{{ const GMEM u8* wb = {at}; const i32 wi = (k0 + kq) % {bs}; \
-                 UNROLL for (i32 j = 0; j < {VPL}; ++j) {name}[r * {TK} + kq + j] = {}(wb, wi + j); }}",
-                super::dequant::fn_name(t)
-            )
-        } else {
-            let ld = w.load(&["k", "m", "0", "0"], &mut ctx.needs);
-            format!(
-                "UNROLL for (i32 j = 0; j < {VPL}; ++j) {{ const i32 k = k0 + kq + j; {name}[r * {TK} + kq + j] = {ld}; }}"
-            )
-        }
+        dequant_run(ctx, w, &format!("{name}[r * {TK} + kq + j]"), "")
     }
 
     fn body(&self, ctx: &mut Ctx<'_>) -> Result<String, CodegenError> {

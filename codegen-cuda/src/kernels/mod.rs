@@ -10,7 +10,7 @@
 //!
 //! | plan kernel | device kernel |
 //! |---|---|
-//! | `mul_mat` and its fusions (norm prologue, q/k/v siblings, add / GLU epilogue) | [`matmul`]: a warp per output row, lanes over `K`, up to 8 columns per pass |
+//! | `mul_mat` and its fusions (norm prologue, q/k/v siblings, add / GLU epilogue) | [`matmul`]: a warp per output row, lanes over `K`, up to 8 columns per pass; prompts in tiles (TF32 tensor cores where the [`Target`] has them, f32 otherwise) |
 //! | `attention` | [`attention`]: a block per (head, token), warps over the keys, online softmax, merged in shared memory |
 //! | `rope`, `kv_store`, `rope+kv_store…` | [`rope`]: a block per token, the roped row staged in shared memory, then stored in the cache's type |
 //! | `rms_norm`, `norm`, `rms_norm+mul`, `soft_max` | [`rows`]: a block per row, block reductions |
@@ -85,6 +85,17 @@ pub fn block_reduce(v: &str, out: &str, nw: u32, max: bool) -> String {
     )
 }
 
+/// What the printer may assume of a target beyond the vocabulary of the crate doc.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The dialect's prelude: every source starts with it.
+    pub prelude: &'static str,
+    /// Whether kernels may use the tensor-core words `TO_TF32` / `MMA_TF32` (CUDA sm_80
+    /// on): prompt products then run on the tensor cores ([`matmul`]). Metal's printer
+    /// leaves this off: its kernels keep the f32 tiles.
+    pub tensor_cores: bool,
+}
+
 /// What one plan kernel printed to.
 pub struct Emitted {
     /// The kernel's source (its comment, `KERNEL(...)` and body).
@@ -102,6 +113,8 @@ pub struct Ctx<'p> {
     pub plan: &'p Plan,
     /// The step being printed.
     pub step: &'p Step,
+    /// The target printed for.
+    pub target: &'p Target,
     /// Index of the kernel being printed.
     pub index: usize,
     /// The device kernel's name.
@@ -300,12 +313,14 @@ pub struct PrintedStep {
     pub launches: Vec<Launch>,
 }
 
-/// Prints the kernels of one step; each kernel's name starts with `prefix` (empty for a
-/// source per step; the step's name where the steps share one source, as in Metal).
+/// Prints the kernels of one step for `target`; each kernel's name starts with `prefix`
+/// (empty for a source per step; the step's name where the steps share one source, as in
+/// Metal).
 ///
 /// # Errors
 /// [`CodegenError`].
 pub fn print_step(
+    target: &Target,
     plan: &Plan,
     step: &Step,
     weights: &WeightTable,
@@ -321,6 +336,7 @@ pub fn print_step(
         let mut ctx = Ctx {
             plan,
             step,
+            target,
             index: i,
             name: format!("{prefix}{}", kernel_name(i, &k.op.name())),
             weights,
@@ -409,17 +425,17 @@ pub fn layout(
     Ok((weights, kv))
 }
 
-/// Generates the program of every step of `plan` under `prelude` (the CUDA or Metal one),
-/// its sliding-window caches rings as llama.cpp sizes its SWA cache ([`Plan::ring_ubatch`]):
-/// [`generate_with`]`(plan, prelude, Some(plan.ring_ubatch()))`.
+/// Generates the program of every step of `plan` for `target` (`crate::CUDA`), one source
+/// per step, its sliding-window caches rings as llama.cpp sizes its SWA cache
+/// ([`Plan::ring_ubatch`]): [`generate_with`]`(plan, target, Some(plan.ring_ubatch()))`.
 ///
 /// # Errors
 /// [`CodegenError`]: an op or type without a kernel, or a plan without a memory plan.
-pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> {
-    generate_with(plan, prelude, Some(plan.ring_ubatch()))
+pub fn generate(plan: &Plan, target: &Target) -> Result<GpuProgram, CodegenError> {
+    generate_with(plan, target, Some(plan.ring_ubatch()))
 }
 
-/// Generates the program of every step of `plan` under `prelude` with the KV layout of
+/// Generates the program of every step of `plan` for `target` with the KV layout of
 /// [`layout`]`(plan, ring_ubatch)`: the KV stores write position `p` at cell `p % cells` of
 /// a ring and attention walks a ring's visible cells in cell order.
 ///
@@ -427,13 +443,13 @@ pub fn generate(plan: &Plan, prelude: &str) -> Result<GpuProgram, CodegenError> 
 /// As [`generate`]; rings sized for a ubatch smaller than a step.
 pub fn generate_with(
     plan: &Plan,
-    prelude: &str,
+    target: &Target,
     ring_ubatch: Option<u32>,
 ) -> Result<GpuProgram, CodegenError> {
     let (weights, kv) = layout(plan, ring_ubatch)?;
     let mut steps = Vec::with_capacity(plan.steps.len());
     for s in &plan.steps {
-        let p = print_step(plan, s, &weights, &kv, "")?;
+        let p = print_step(target, plan, s, &weights, &kv, "")?;
         let title = format!(
             "step n_tokens={} n_outputs={}, {} kernels",
             s.n_tokens,
@@ -443,7 +459,7 @@ pub fn generate_with(
         steps.push(StepProgram {
             n_tokens: s.n_tokens,
             n_outputs: s.n_outputs,
-            source: assemble(&title, prelude, &p.needs, &p.kernels)?,
+            source: assemble(&title, target.prelude, &p.needs, &p.kernels)?,
             launches: p.launches,
         });
     }

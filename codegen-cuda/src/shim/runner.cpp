@@ -303,6 +303,17 @@ extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
     return w->shfl[p][(t & ~(WARP - 1)) | ((t ^ m) & (WARP - 1))];
 }
 
+extern "C" void shim_warp_all(unsigned v, unsigned* all) {
+    Worker* w = t_worker;
+    const int t = w->cur;
+    Fiber& f = w->fibers[(size_t)t];
+    const int p = f.parity;
+    f.parity ^= 1;
+    w->shfl[p][t] = v;
+    fiber_yield(w, AT_WARP);
+    for (int i = 0; i < WARP; i++) all[i] = w->shfl[p][(t & ~(WARP - 1)) | i];
+}
+
 static std::vector<Worker*> g_workers;
 
 static void run_launch(const Launch& l, const Buffers& b) {
@@ -390,6 +401,15 @@ extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
     g_shfl[p][t] = v;
     g_warps[(size_t)(t / WARP)]->wait("shuffle");
     return g_shfl[p][(t & ~(WARP - 1)) | ((t ^ m) & (WARP - 1))];
+}
+
+extern "C" void shim_warp_all(unsigned v, unsigned* all) {
+    const int t = (int)shim_thread_idx.x;
+    const int p = t_parity;
+    t_parity ^= 1;
+    g_shfl[p][t] = v;
+    g_warps[(size_t)(t / WARP)]->wait("shuffle");
+    for (int i = 0; i < WARP; i++) all[i] = g_shfl[p][(t & ~(WARP - 1)) | i];
 }
 
 static void run_launch(const Launch& l, const Buffers& b) {

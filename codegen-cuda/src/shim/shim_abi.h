@@ -34,6 +34,9 @@ void shim_sync_block(void);
 // The 32-bit value of lane `lane ^ m` of the calling thread's 32-lane warp; every lane of
 // the warp must call it (it is a barrier of the warp).
 unsigned shim_shfl_xor(unsigned v, int m);
+// Every lane's `v` of the calling thread's warp, in lane order, into `all[32]`; every lane
+// of the warp must call it (a barrier of the warp, as a shuffle).
+void shim_warp_all(unsigned v, unsigned* all);
 }
 
 // Storage of a block's shared memory. Fiber runs (the default): each worker OS thread runs

@@ -17,7 +17,7 @@ use super::{Backend, LoadOptions, Payload, Support, Target};
 use crate::engine::{Engine, EngineMemory};
 use anyhow::Context;
 use codegen_cuda::nvrtc::{compile_step, step_file_name, NvrtcOptions, DEFAULT_PTX_ARCH};
-use codegen_cuda::{GpuProgram, CUDA_PRELUDE};
+use codegen_cuda::GpuProgram;
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -77,7 +77,7 @@ impl CudaBackend {
     /// # Errors
     /// What the kernel printer reports.
     pub fn generate(&self, plan: &Plan) -> anyhow::Result<GpuProgram> {
-        codegen_cuda::generate_with(plan, CUDA_PRELUDE, self.ring_ubatch(plan))
+        codegen_cuda::generate_with(plan, &codegen_cuda::CUDA, self.ring_ubatch(plan))
             .map_err(|e| anyhow::anyhow!("--target cuda: {e}"))
     }
 }
