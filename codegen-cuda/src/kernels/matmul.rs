@@ -71,6 +71,23 @@ fn epilogue(
     })
 }
 
+/// Statements declaring `mat`, the weight that the block's first row `r0` (declared by the
+/// caller) falls in among sibling weights of `rows` rows each (their rows concatenated),
+/// and `m0`, that row's index in its weight. Uniform per block: the callers' blocks never
+/// straddle two weights.
+fn which_weight(rows: &[u64]) -> String {
+    let mut b = "    i32 mat = 0; i32 m0 = r0;\n".to_string();
+    let mut row0 = 0u64;
+    for (j, w) in rows.windows(2).enumerate() {
+        row0 += w[0];
+        b += &format!(
+            "    if (r0 >= {row0}) {{ mat = {}; m0 = r0 - {row0}; }}\n",
+            j + 1
+        );
+    }
+    b
+}
+
 /// Rows of a tile of the tiled prompt kernel.
 const TM: u64 = 16;
 /// Values of `K` per tile.
@@ -120,6 +137,9 @@ pub fn emit(ctx: &mut Ctx<'_>, spec: Option<MulMatSpec>) -> Result<Emitted, Code
     } else {
         None
     };
+    if glu && mats.get(1).is_some_and(|u| u.ne[1] != mats[0].ne[1]) {
+        return Err(ctx.unsupported("gate and up weights of different row counts"));
+    }
     let rows: Vec<u64> = if glu {
         vec![mats[0].ne[1]]
     } else {
@@ -343,16 +363,7 @@ impl Tiled<'_> {
              const i32 r = TX / {tpr}; const i32 kq = (TX % {tpr}) * {VPL};\n",
             tpr = TK / VPL
         );
-        // Which weight the block's rows belong to (uniform per block).
-        b += "    i32 mat = 0; i32 m0 = r0;\n";
-        let mut row0 = 0u64;
-        for (j, w) in self.rows.windows(2).enumerate() {
-            row0 += w[0];
-            b += &format!(
-                "    if (r0 >= {row0}) {{ mat = {}; m0 = r0 - {row0}; }}\n",
-                j + 1
-            );
-        }
+        b += &which_weight(self.rows);
         b += &format!(
             "    float acc[{rpt}];\n    UNROLL for (i32 q = 0; q < {rpt}; ++q) acc[q] = 0.0f;\n"
         );

@@ -36,16 +36,18 @@ static inline float __int_as_float(int u) { return __builtin_bit_cast(float, u);
 static inline int __float_as_int(float f) { return __builtin_bit_cast(int, f); }
 
 // The prelude's tensor-core words (prelude.cuh, Target::tensor_cores) on the CPU.
-// TO_TF32: round to 10 mantissa bits, nearest, ties away from zero (cvt.rna.tf32.f32).
+// TO_TF32: round to 10 mantissa bits, nearest, ties away from zero (cvt.rna.tf32.f32); an
+// infinity or NaN only loses its low 13 bits.
 static inline float TO_TF32(float f) {
     unsigned u = __builtin_bit_cast(unsigned, f);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    return __builtin_bit_cast(float, u);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+    return __builtin_bit_cast(float, u & 0xffffe000u);
 }
 
 // MMA_TF32(d, a, b): one warp's m16n8k8 product in mma.sync's fragment layout (see the
 // prelude): every lane publishes its six input registers, then computes its four results
-// from the whole tiles. Inputs are truncated to TF32 as the tensor cores read them.
+// from the whole tiles. Inputs are truncated to TF32 as the tensor cores read them; the
+// sums are sequential fmaf, not the tensor cores' own order and rounding.
 static inline void shim_mma_tf32(float* d, const float* a, const float* b) {
     unsigned A[4][32], B[2][32];
     for (int i = 0; i < 4; i++) shim_warp_all(__builtin_bit_cast(unsigned, a[i]), A[i]);

@@ -292,7 +292,9 @@ static void run_block(Worker* w, int nt) {
 
 extern "C" void shim_sync_block(void) { fiber_yield(t_worker, AT_SYNC); }
 
-extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
+// Publishes the calling thread's `v` to its warp and waits for the warp's other lanes:
+// the warp's 32 values, in lane order (valid until the thread's next exchange but one).
+static const unsigned* warp_exchange(unsigned v) {
     Worker* w = t_worker;
     const int t = w->cur;
     Fiber& f = w->fibers[(size_t)t];
@@ -300,18 +302,17 @@ extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
     f.parity ^= 1;
     w->shfl[p][t] = v;
     fiber_yield(w, AT_WARP);
-    return w->shfl[p][(t & ~(WARP - 1)) | ((t ^ m) & (WARP - 1))];
+    return &w->shfl[p][t & ~(WARP - 1)];
+}
+
+extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
+    const int lane = t_worker->cur & (WARP - 1);
+    return warp_exchange(v)[(lane ^ m) & (WARP - 1)];
 }
 
 extern "C" void shim_warp_all(unsigned v, unsigned* all) {
-    Worker* w = t_worker;
-    const int t = w->cur;
-    Fiber& f = w->fibers[(size_t)t];
-    const int p = f.parity;
-    f.parity ^= 1;
-    w->shfl[p][t] = v;
-    fiber_yield(w, AT_WARP);
-    for (int i = 0; i < WARP; i++) all[i] = w->shfl[p][(t & ~(WARP - 1)) | i];
+    const unsigned* w = warp_exchange(v);
+    for (int i = 0; i < WARP; i++) all[i] = w[i];
 }
 
 static std::vector<Worker*> g_workers;
@@ -394,22 +395,24 @@ static thread_local int t_parity = 0;
 
 extern "C" void shim_sync_block(void) { g_block.wait("SYNC"); }
 
-extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
+// As the fiber runner's warp_exchange: the warp's 32 values after a barrier of the warp.
+static const unsigned* warp_exchange(unsigned v) {
     const int t = (int)shim_thread_idx.x;
     const int p = t_parity;
     t_parity ^= 1;
     g_shfl[p][t] = v;
     g_warps[(size_t)(t / WARP)]->wait("shuffle");
-    return g_shfl[p][(t & ~(WARP - 1)) | ((t ^ m) & (WARP - 1))];
+    return &g_shfl[p][t & ~(WARP - 1)];
+}
+
+extern "C" unsigned shim_shfl_xor(unsigned v, int m) {
+    const int lane = (int)shim_thread_idx.x & (WARP - 1);
+    return warp_exchange(v)[(lane ^ m) & (WARP - 1)];
 }
 
 extern "C" void shim_warp_all(unsigned v, unsigned* all) {
-    const int t = (int)shim_thread_idx.x;
-    const int p = t_parity;
-    t_parity ^= 1;
-    g_shfl[p][t] = v;
-    g_warps[(size_t)(t / WARP)]->wait("shuffle");
-    for (int i = 0; i < WARP; i++) all[i] = g_shfl[p][(t & ~(WARP - 1)) | i];
+    const unsigned* w = warp_exchange(v);
+    for (int i = 0; i < WARP; i++) all[i] = w[i];
 }
 
 static void run_launch(const Launch& l, const Buffers& b) {

@@ -2,8 +2,8 @@
 //! `mma.sync.m16n8k8` on TF32 tiles, f32 accumulation.
 //!
 //! A block of four warps computes `16 · WR` rows (of the concatenated sibling weights, or one
-//! row of gate and up for the GLU epilogues) × `BN` columns (64; 32 or 16 for prompts of up
-//! to 32 or 16 tokens); the grid is rows / (16 · WR) × ⌈n / BN⌉. `WR` (4, 2 or 1) is the most that
+//! row of gate and up for the GLU epilogues) × `BN` columns (64; 32 for prompts of up to 32
+//! tokens; 16 for up to 16 where `WR` ≥ 2); the grid is rows / (16 · WR) × ⌈n / BN⌉. `WR` (4, 2 or 1) is the most that
 //! divides every weight's rows, and the warps lie `WR` along the rows and `4 / WR` along
 //! the columns: warp `w` owns 16 rows × `BN · WR / 4` columns, `NT` tiles of 16 × 8.
 //! Per [`TK`] values of `K`:
@@ -18,12 +18,14 @@
 //!
 //! **Precision.** TF32 keeps f32's range with 10 mantissa bits: F16 and BF16 weights are
 //! exact in it; other weights' dequantized values and the activations are rounded
-//! (relative 2⁻¹¹), and products are summed in f32. That is finer than ggml's CUDA
-//! backend's prompt products (8-bit activations for quantized weights, F16 ones for F16
-//! weights). Where [`MIN_N`] is not reached (decode), the warp-per-row f32 kernel runs.
+//! (relative 2⁻¹¹), and the tensor cores accumulate the products in f32 (in an order and
+//! with a rounding of their own, which the CPU shim's sequential `fmaf` does not copy). That
+//! is finer than ggml's CUDA backend's prompt products (8-bit activations for quantized
+//! weights, F16 ones for F16 weights). Where [`MIN_N`] is not reached (decode), the
+//! warp-per-row f32 kernel runs.
 
 use super::super::{CodegenError, Ctx, Emitted};
-use super::{dequant_run, epilogue, Val, VPL};
+use super::{dequant_run, epilogue, which_weight, Val, VPL};
 use ir::plan::Epilogue;
 
 /// Columns from which a product takes the tensor cores.
@@ -116,19 +118,11 @@ impl Mma<'_> {
             "    SHARED float xs[{bn} * {LD}];\n    SHARED float ws[{} * {LD}];\n",
             n_w * bm
         );
-        // Which weight the block's rows belong to (uniform per block).
-        b += if glu {
-            "    const i32 m0 = r0;\n"
+        // Which weight the block's rows belong to (gate's, for the GLU products).
+        if glu {
+            b += "    const i32 m0 = r0;\n";
         } else {
-            "    i32 mat = 0; i32 m0 = r0;\n"
-        };
-        let mut row0 = 0u64;
-        for (j, w) in self.rows.windows(2).enumerate() {
-            row0 += w[0];
-            b += &format!(
-                "    if (r0 >= {row0}) {{ mat = {}; m0 = r0 - {row0}; }}\n",
-                j + 1
-            );
+            b += &which_weight(self.rows);
         }
         for a in ["acc", "accu"].iter().take(n_w as usize) {
             b += &format!(
