@@ -3,9 +3,10 @@
 //!
 //! A block of four warps computes `16 · WR` rows (of the concatenated sibling weights, or one
 //! row of gate and up for the GLU epilogues) × `BN` columns (64; 32 for prompts of up to 32
-//! tokens; 16 for up to 16 where `WR` ≥ 2); the grid is rows / (16 · WR) × ⌈n / BN⌉. `WR` (4, 2 or 1) is the most that
-//! divides every weight's rows, and the warps lie `WR` along the rows and `4 / WR` along
-//! the columns: warp `w` owns 16 rows × `BN · WR / 4` columns, `NT` tiles of 16 × 8.
+//! tokens; 16 for up to 16 where `WR` ≥ 2); the grid is rows / (16 · WR) × ⌈n / BN⌉. `WR`
+//! (4, 2 or 1) is the most that divides every weight's rows, and the warps lie `WR` along
+//! the rows and `4 / WR` along the columns: warp `w` owns 16 rows × `BN · WR / 4` columns,
+//! `NT` tiles of 16 × 8.
 //! Per [`TK`] values of `K`:
 //! - the input tile `{TK, BN}` (the norm prologue applied; zero past column `n`) and the
 //!   weight tile `{TK, rows}` (each thread dequantizes runs of 8 values of one row, one
