@@ -80,13 +80,6 @@ pub struct GenCompat {
     /// No performance timings: modelc prints none.
     #[arg(long = "no-perf", overrides_with = "perf")]
     pub no_perf: bool,
-    /// Render chat templates with the Jinja engine: modelc always does.
-    #[arg(long = "jinja", overrides_with = "no_jinja")]
-    pub jinja: bool,
-    /// llama.cpp's built-in template formats instead of Jinja: modelc renders the Jinja
-    /// template (built-in names with `--chat-template NAME`); noted on stderr.
-    #[arg(long = "no-jinja", overrides_with = "jinja")]
-    pub no_jinja: bool,
     /// Plain line input in a conversation: what modelc reads when stdin is not a terminal.
     #[arg(long = "simple-io")]
     pub simple_io: bool,
@@ -191,6 +184,25 @@ impl GenCompat {
         if self.perf {
             note("--perf: modelc prints no timings; --json has them in \"timings\"".into());
         }
+    }
+}
+
+/// `--jinja` / `--no-jinja`, for `run`, `repl` and a runner's generation (`serve` has its
+/// own `--jinja`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct JinjaArgs {
+    /// Render chat templates with the Jinja engine: modelc always does.
+    #[arg(long = "jinja", overrides_with = "no_jinja")]
+    pub jinja: bool,
+    /// llama.cpp's built-in template formats instead of Jinja: modelc renders the Jinja
+    /// template (built-in names with `--chat-template NAME`); noted on stderr.
+    #[arg(long = "no-jinja", overrides_with = "jinja")]
+    pub no_jinja: bool,
+}
+
+impl JinjaArgs {
+    /// The note line for `--no-jinja`, printed once.
+    pub fn notes(&self) {
         if self.no_jinja {
             note("--no-jinja: modelc renders chat templates with Jinja (built-in formats: --chat-template NAME)".into());
         }

@@ -351,3 +351,14 @@ pub fn main() -> ExitCode {
     };
     report(result)
 }
+
+#[cfg(test)]
+mod tests {
+    /// `modelc`'s command line and every subcommand's are well formed (clap's checks: no
+    /// flag defined twice, as a flattened struct can bring).
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

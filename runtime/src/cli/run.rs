@@ -74,6 +74,9 @@ pub struct RunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub gen: GenArgs,
+    /// llama.cpp's `--jinja` / `--no-jinja`.
+    #[command(flatten)]
+    pub jinja: super::llama_flags::JinjaArgs,
 }
 
 /// Opens the model (mapped or read, as `-lm` says: [`super::compile::LoadMode::open`]) and
@@ -273,6 +276,7 @@ pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.gen.validate()?;
+    args.jinja.notes();
     args.model.validate()?;
     let t0 = std::time::Instant::now();
     // A conversation shows what it is doing while the model compiles (on a terminal only:

@@ -36,6 +36,8 @@ struct RunnerCli {
     common: CommonArgs,
     #[command(flatten)]
     gen: GenArgs,
+    #[command(flatten)]
+    jinja: super::llama_flags::JinjaArgs,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -264,6 +266,7 @@ fn compiled_kernels(artifact: &Artifact, backend: &mut BackendArgs) {
 }
 
 fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
+    cli.jinja.notes();
     let notes = |e: &EngineArgs| e.compat.notes(artifact.target);
     match &cli.command {
         None => notes(&cli.common.engine),
@@ -493,4 +496,15 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
         super::serve::hand_over(run, session, ready, &a.server)
     });
     crate::server::serve(cfg, load)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The runner's command line and its subcommands' are well formed (clap's checks: no
+    /// flag defined twice, as a flattened struct can bring).
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::RunnerCli::command().debug_assert();
+    }
 }
