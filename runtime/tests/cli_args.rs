@@ -118,11 +118,18 @@ fn bad_flags_are_one_line_errors_without_a_model() {
         refused_up_front(&args, want);
     }
     // The multi-letter flags are named as typed, not as the long forms they are rewritten to.
+    // (`-np` is the server's: `run` does not take it.)
     let out = modelc()
-        .args(["run", missing, "-p", "x", "-ngl", "5"])
+        .args(["run", missing, "-p", "x", "-np", "5"])
         .output()
         .unwrap();
-    assert_one_line_error(&out, "'-ngl'");
+    assert_one_line_error(&out, "'-np'");
+    assert!(!stderr(&out).contains("--parallel"), "{}", stderr(&out));
+    let out = modelc()
+        .args(["run", missing, "-p", "x", "-ngl", "many"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "'-ngl <N>'");
     assert!(!stderr(&out).contains("--n-gpu-layers"), "{}", stderr(&out));
     let out = modelc()
         .args(["run", missing, "-p", "x", "-fa", "maybe"])
@@ -139,10 +146,10 @@ fn bad_flags_are_one_line_errors_without_a_model() {
     assert!(!stderr(&out).contains("--cache-type-k"), "{}", stderr(&out));
     // Typed in full, the long name stays.
     let out = modelc()
-        .args(["run", missing, "-p", "x", "--n-gpu-layers", "5"])
+        .args(["run", missing, "-p", "x", "--parallel", "5"])
         .output()
         .unwrap();
-    assert_one_line_error(&out, "'--n-gpu-layers'");
+    assert_one_line_error(&out, "'--parallel'");
     // A missing argument is named on the one line (clap lists it on the next ones).
     let out = modelc().args(["run"]).output().unwrap();
     assert_one_line_error(&out, "not provided <MODEL>");
@@ -307,11 +314,11 @@ fn thread_counts_batch_and_repetitions() {
 fn runner_errors_name_the_typed_flag() {
     let Some(runner) = runner() else { return };
     let out = Command::new(runner)
-        .args(["-p", "hi", "-ngl", "5"])
+        .args(["-p", "hi", "-np", "5"])
         .output()
         .unwrap();
-    assert_one_line_error(&out, "'-ngl'");
-    assert!(!stderr(&out).contains("--n-gpu-layers"), "{}", stderr(&out));
+    assert_one_line_error(&out, "'-np'");
+    assert!(!stderr(&out).contains("--parallel"), "{}", stderr(&out));
     let out = Command::new(runner)
         .args(["-p", "hi", "-ctk", "q4_0"])
         .output()

@@ -51,8 +51,8 @@ impl Kernels {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CpuArgs {
     /// CPU backend: quantized matmul kernels `exact` (llama.cpp's logits bit for bit) or
-    /// `fast` (faster; logits differ from llama.cpp's in the last bits).
-    /// (Default `exact`; `None` when not given, so that other targets can refuse it.)
+    /// `fast` (faster; logits differ from llama.cpp's in the last bits). Default: exact.
+    // `None` when not given, so that other targets can refuse it.
     #[arg(long = "kernels", value_enum)]
     pub kernels: Option<Kernels>,
 }

@@ -268,23 +268,21 @@ fn drv(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> anyhow::Error 
 
 /// The CUDA driver and one GPU, or a one-line error.
 fn open_device() -> anyhow::Result<Arc<CudaContext>> {
-    const NONE: &str = "--target cuda: no NVIDIA driver/GPU found";
+    let none = |why: String| super::NoDevice {
+        target: super::Target::Cuda,
+        what: format!("no NVIDIA driver/GPU found ({why})"),
+    };
     // SAFETY: opens (and closes again) libcuda by name, running the initialisers of the
     // driver library the loader finds; NVIDIA's driver library has no preconditions for that.
     if !unsafe { sys::is_culib_present() } {
-        anyhow::bail!("{NONE} (libcuda.so is not on the library path); compile a CPU runner instead: modelc compile MODEL --target cpu");
+        return Err(none("libcuda.so is not on the library path".into()).into());
     }
     let n = std::panic::catch_unwind(CudaContext::device_count)
-        .map_err(|_| anyhow::anyhow!("{NONE} (the driver library failed to load)"))?
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{NONE} ({e:?}); compile a CPU runner instead: modelc compile MODEL --target cpu"
-            )
-        })?;
-    anyhow::ensure!(
-        n > 0,
-        "{NONE} (the driver sees no device); compile a CPU runner instead: modelc compile MODEL --target cpu"
-    );
+        .map_err(|_| none("the driver library failed to load".into()))?
+        .map_err(|e| none(format!("{e:?}")))?;
+    if n == 0 {
+        return Err(none("the driver sees no device".into()).into());
+    }
     CudaContext::new(0).map_err(drv("opening device 0"))
 }
 

@@ -46,6 +46,42 @@ impl Target {
     }
 }
 
+/// A GPU target whose device this machine lacks (no driver, no GPU, not macOS). Its
+/// message is the runner's and `modelc compile`'s (compile a CPU runner instead);
+/// `modelc run` says `--backend cpu` instead ([`NoDevice::for_run`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoDevice {
+    /// The target asked for.
+    pub target: Target,
+    /// What is missing and why, e.g. "no NVIDIA driver/GPU found (the driver sees no
+    /// device)".
+    pub what: String,
+}
+
+impl std::fmt::Display for NoDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--target {}: {}; compile a CPU runner instead: modelc compile MODEL --target cpu",
+            self.target.name(),
+            self.what
+        )
+    }
+}
+
+impl std::error::Error for NoDevice {}
+
+impl NoDevice {
+    /// The message for `modelc run --backend TARGET`: run on the CPU instead.
+    pub fn for_run(&self) -> String {
+        format!(
+            "--backend {}: {}; run on the CPU instead: --backend cpu",
+            self.target.name(),
+            self.what
+        )
+    }
+}
+
 /// What a backend runs, derived from the backend itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Support {

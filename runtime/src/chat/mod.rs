@@ -9,6 +9,7 @@
 //! - [`template`]: [`ChatTemplate`], [`RenderOptions`], [`RenderLimits`], [`ChatError`].
 //! - [`source`]: which template to use (user file, named variant, default, ChatML fallback —
 //!   llama.cpp's order).
+//! - [`messages`]: OpenAI messages checked and their content parts joined, for a template.
 //! - [`model`]: the template and BOS/EOS texts of a GGUF model.
 //! - [`time`]: [`CivilTime`] and `strftime` for `strftime_now`.
 //! - [`pyfmt`]: Python's `str()` and `json.dumps` of template values.
@@ -26,6 +27,7 @@
 //! assert_eq!(t.render(&msgs, &RenderOptions::default()).unwrap(), "[user] hi\n");
 //! ```
 
+pub mod messages;
 pub mod model;
 pub mod preprocess;
 pub mod pyfmt;
@@ -33,9 +35,11 @@ pub mod source;
 pub mod template;
 pub mod time;
 
+pub use messages::{normalize_messages, MessageError};
 pub use model::template_for_model;
 pub use source::{
-    builtin_template, choose_template, metadata_key, TemplateOrigin, CHATML_FALLBACK, GEMMA_BUILTIN,
+    builtin_template, choose_template, metadata_key, user_template, TemplateOrigin, BUILTIN_NAMES,
+    CHATML_FALLBACK, GEMMA_BUILTIN,
 };
 pub use template::{ChatError, ChatTemplate, RenderLimits, RenderOptions};
 pub use time::CivilTime;

@@ -93,6 +93,28 @@ pub fn builtin_template(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The names [`builtin_template`] knows, in the order error messages list them.
+pub const BUILTIN_NAMES: [&str; 4] = ["chatml", "gemma", "llama3", "command-r"];
+
+/// The template text of `--chat-template VALUE`, as llama.cpp reads the flag: a value that
+/// contains `{%` or `{{` is a Jinja template's text; anything else must be a built-in
+/// format's name ([`builtin_template`]).
+///
+/// # Errors
+/// A value that is neither, in one line listing the names (llama.cpp: "the supplied chat
+/// template is not supported").
+pub fn user_template(value: &str) -> Result<&str, String> {
+    if value.contains("{%") || value.contains("{{") {
+        return Ok(value);
+    }
+    builtin_template(value).ok_or_else(|| {
+        format!(
+            "--chat-template {value:?}: the supplied chat template is not supported; give a built-in name ({}) or a Jinja template's text (or --chat-template-file FILE)",
+            BUILTIN_NAMES.join(", ")
+        )
+    })
+}
+
 /// Where the chosen template came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateOrigin {
@@ -184,5 +206,24 @@ mod tests {
             ("D", TemplateOrigin::Metadata(metadata_key(None)))
         );
         assert_eq!(choose_template(None, Some("tool_use"), &l).unwrap().0, "T");
+    }
+
+    /// `--chat-template`: Jinja text as it is, every built-in name, anything else refused
+    /// naming the built-in names.
+    #[test]
+    fn user_template_is_jinja_or_a_builtin_name() {
+        assert_eq!(user_template("{{ x }}"), Ok("{{ x }}"));
+        assert_eq!(
+            user_template("a{% if 1 %}b{% endif %}"),
+            Ok("a{% if 1 %}b{% endif %}")
+        );
+        for name in BUILTIN_NAMES {
+            assert_eq!(user_template(name), Ok(builtin_template(name).unwrap()));
+        }
+        let e = user_template("chatmll").unwrap_err();
+        assert!(
+            e.contains("not supported") && e.contains("chatml, gemma"),
+            "{e}"
+        );
     }
 }

@@ -20,7 +20,7 @@ pub struct BenchFlags {
         long = "n-prompt",
         value_delimiter = ',',
         default_value = "512"
-    )]
+    , value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_prompt: Vec<usize>,
     /// Generation lengths to test (`tgN`), comma-separated.
     #[arg(
@@ -28,10 +28,10 @@ pub struct BenchFlags {
         long = "n-gen",
         value_delimiter = ',',
         default_value = "128"
-    )]
+    , value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_gen: Vec<usize>,
     /// Repetitions of each test.
-    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub reps: usize,
     /// Thread counts to test, comma-separated (<= 0: the hardware's threads; more is capped
     /// there, with a warning).
@@ -89,7 +89,8 @@ impl BenchFlags {
     }
 
     /// The context the sessions need: the longest test, at least `n_ctx_max` up to the
-    /// next power of two.
+    /// next power of two, and at least the smallest context ([`super::run::MIN_CTX`]: bench
+    /// has no `-c` to warn about).
     pub fn n_ctx(&self, n_ctx_max: usize) -> usize {
         let max = self
             .n_prompt
@@ -99,6 +100,7 @@ impl BenchFlags {
             .max()
             .unwrap_or(1);
         max.max(n_ctx_max.min(max.next_power_of_two()))
+            .max(super::run::MIN_CTX)
     }
 
     /// Prints the tables (or JSON) for `rows` measured on `gguf` with caches `kv` and
@@ -166,7 +168,7 @@ pub struct BenchArgs {
     pub model: PathBuf,
     /// Largest number of tokens evaluated at once (`-ub`); the CPU backend compiles the sizes
     /// 1 and this one.
-    #[arg(long = "ubatch-size", default_value_t = 64)]
+    #[arg(long = "ubatch-size", default_value_t = 64, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_ubatch: usize,
     /// The benchmark's flags.
     #[command(flatten)]

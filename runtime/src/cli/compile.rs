@@ -39,7 +39,7 @@ pub struct CompileArgs {
     pub ubatch: Vec<u32>,
     /// Largest context of the runner, its default (0: the training context, at most 4096);
     /// the runner's `-c` may ask for less.
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_ctx: usize,
     /// The runner's KV cache types (they change the kernels: a runner runs the ones it was
     /// compiled with).
@@ -162,15 +162,19 @@ pub struct EngineArgs {
     /// `-lm none` (older llama.cpp's flag).
     #[arg(long = "no-mmap", conflicts_with = "load_mode")]
     pub no_mmap: bool,
+    /// llama.cpp's common flags (`-ngl`, `--mlock`, `--no-warmup`, ...): taken, done where
+    /// they mean something, noted where they do not.
+    #[command(flatten)]
+    pub compat: super::llama_flags::EngineCompat,
 }
 
 impl EngineArgs {
-    /// The load mode `-lm` (or `--no-mmap`) asks for.
+    /// The load mode `-lm` (or `--no-mmap`, `--mlock`, `--mmap`) asks for.
     pub fn load_mode(&self) -> LoadMode {
-        if self.no_mmap {
-            LoadMode::None
-        } else {
-            self.load_mode
+        match self.compat.load_mode() {
+            Some(mode) => mode,
+            None if self.no_mmap => LoadMode::None,
+            None => self.load_mode,
         }
     }
 

@@ -21,12 +21,13 @@ pub struct GenArgs {
     /// Read the prompt from this file instead.
     #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
     pub file: Option<PathBuf>,
-    /// Tokens to generate (-1: until end of generation, shifting a full context unless
-    /// --no-context-shift; -2: until the context is full).
+    /// Tokens to generate (-1: until end of generation; a full context stops it, or is
+    /// shifted with --context-shift (a conversation shifts by default); -2: until the
+    /// context is full).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
     /// Prompt tokens per decode call.
-    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048, value_parser = count, allow_negative_numbers = true)]
     pub n_batch: usize,
     /// Temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
@@ -113,7 +114,7 @@ pub struct GenArgs {
     #[arg(long)]
     pub json: bool,
     /// Report the top N log-probabilities at each generated position (JSON `probs`).
-    #[arg(long = "n-probs", default_value_t = 0)]
+    #[arg(long = "n-probs", default_value_t = 0, value_parser = count, allow_negative_numbers = true)]
     pub n_probs: usize,
     /// Emit these token ids (space- or comma-separated) instead of sampling; probabilities are
     /// still reported.
@@ -148,6 +149,10 @@ pub struct GenArgs {
     /// `--no-escape`).
     #[arg(long = "no-escape", overrides_with = "escape")]
     pub no_escape: bool,
+    /// llama.cpp's output flags (`--no-display-prompt`, `--color`, `--jinja`, ...): taken,
+    /// noted where they ask for output modelc does not print.
+    #[command(flatten)]
+    pub compat: super::llama_flags::GenCompat,
 }
 
 /// llama.cpp's `string_process_escapes` (`common/common.cpp`), on bytes: `\n`, `\r`,
@@ -203,6 +208,23 @@ fn parse_seed(s: &str) -> Result<u64, String> {
     }
 }
 
+/// Parses a count flag (`-c`, `-b`, `-ub`, `--n-probs`, bench's `-p` / `-n` / `-r`): a
+/// whole number from 0 up. A negative number is refused as out of range, not as "invalid
+/// digit" (clap's message for a `usize`).
+pub fn count(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    match t.parse::<i128>() {
+        Ok(n) if n < 0 => Err(format!("{n} is out of range: expected a number from 0 up")),
+        Ok(n) => usize::try_from(n).map_err(|_| {
+            format!(
+                "{n} is out of range: expected a number from 0 to {}",
+                usize::MAX
+            )
+        }),
+        Err(_) => Err("expected a whole number from 0 up".into()),
+    }
+}
+
 /// The number of threads `-t` asks for, as llama.cpp reads `n_threads`: none or `<= 0` means
 /// the hardware's threads ([`std::thread::available_parallelism`]). More than that is capped
 /// there with one warning line on stderr, because the CPU engine's workers spin-wait: an
@@ -242,12 +264,15 @@ pub fn check_n_batch(n_batch: usize) -> anyhow::Result<()> {
 
 impl GenArgs {
     /// Refuses values that cannot work (`-b 0`, `-n` below -2, a sampler value that is not
-    /// a finite number) before the model is loaded.
+    /// a finite number, a chat template flag that cannot be read or compiled) before the
+    /// model is loaded.
     ///
     /// # Errors
     /// The first such value, in one line naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_n_batch(self.n_batch)?;
+        self.user_template()?;
+        self.compat.notes();
         self.sampling.validate()?;
         anyhow::ensure!(
             self.n_predict >= -2,
@@ -370,17 +395,22 @@ impl GenArgs {
     /// # Errors
     /// A file that cannot be read, an unknown name, a template that does not compile.
     pub fn template(&self, file: &GgufFile) -> anyhow::Result<ChatTemplate> {
-        // `--chat-template` is a built-in format's name or a template's text, as llama.cpp
-        // takes it (`modelc template` reads it the same way).
-        let user = match (&self.chat_template_file, &self.chat_template) {
-            (Some(p), _) => Some(
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            ),
-            (None, Some(t)) => Some(crate::chat::builtin_template(t).unwrap_or(t).to_string()),
-            (None, None) => None,
-        };
+        let user = self.user_template()?;
         let (tmpl, _) = template_for_model(file, user.as_deref(), None)?;
         Ok(tmpl)
+    }
+
+    /// The template text `--chat-template-file` or `--chat-template` gives, or `None`: read
+    /// and checked whenever the flag is given, with or without `--chat`, as llama.cpp reads
+    /// its flags (`modelc template` reads them the same way: [`user_template_text`]).
+    ///
+    /// # Errors
+    /// As [`user_template_text`].
+    pub fn user_template(&self) -> anyhow::Result<Option<String>> {
+        user_template_text(
+            self.chat_template_file.as_deref(),
+            self.chat_template.as_deref(),
+        )
     }
 
     /// The positions a context shift of plain generation keeps for a prompt of `n_prompt`
@@ -487,6 +517,35 @@ impl GenArgs {
     }
 }
 
+/// The template text of `--chat-template-file FILE` (read) or `--chat-template VALUE` (Jinja
+/// text, or a built-in name: [`crate::chat::user_template`]), compiled once to check it, or
+/// `None` when neither is given.
+///
+/// # Errors
+/// A file that cannot be read, an unknown name, a template that does not compile; each in
+/// one line naming the flag.
+pub fn user_template_text(
+    file: Option<&std::path::Path>,
+    value: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    let (flag, text) = match (file, value) {
+        (Some(p), _) => (
+            format!("--chat-template-file {}", p.display()),
+            std::fs::read_to_string(p)
+                .with_context(|| format!("--chat-template-file: reading {}", p.display()))?,
+        ),
+        (None, Some(v)) => (
+            "--chat-template".to_string(),
+            crate::chat::user_template(v)
+                .map_err(anyhow::Error::msg)?
+                .to_string(),
+        ),
+        (None, None) => return Ok(None),
+    };
+    ChatTemplate::new(&text, "", "").map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    Ok(Some(text))
+}
+
 /// Tokenizes the prompt (after the chat template when `--chat`) as llama-completion does:
 /// BOS where the model asks for one, special-token texts parsed.
 pub fn prompt_tokens(
@@ -570,14 +629,19 @@ pub fn run_generation(
     let seed = opts.sampler.seed;
     let stdout = std::io::stdout();
     let stream = !args.json;
-    // The first error writing the streamed text (reported after generation: a closed pipe
-    // ends quietly as a SIGPIPE death would, anything else is an error).
+    // The first error writing the streamed text stops generation before the next token, as
+    // llama-completion stops at a failed write (its reader gone: `| head -c 50`, whatever
+    // `-n`); it is reported after: a closed pipe ends quietly as a SIGPIPE death would,
+    // anything else is an error.
+    let reader_gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    opts.cancel = Some(reader_gone.clone());
     let mut write_err: Option<std::io::Error> = None;
     let mut on_text = |s: &[u8]| {
         if stream && write_err.is_none() {
             let mut out = stdout.lock();
             if let Err(e) = out.write_all(s).and_then(|()| out.flush()) {
                 write_err = Some(e);
+                reader_gone.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
     };
@@ -604,7 +668,11 @@ pub fn run_generation(
             .flush()
             .map_err(|e| anyhow::anyhow!("writing output: {e}"))?;
         if completion.stop_type == "context" {
-            eprintln!("\nmodelc: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)", session.n_ctx());
+            eprintln!(
+                "\n{}: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)",
+                crate::cli::prog(),
+                session.n_ctx()
+            );
         }
     }
     Ok(())

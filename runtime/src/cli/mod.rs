@@ -10,6 +10,7 @@ mod bench;
 mod compile;
 mod gen_args;
 mod inspect;
+pub(crate) mod llama_flags;
 mod quantize;
 mod run;
 mod runner;
@@ -21,7 +22,7 @@ mod tokenize;
 
 /// modelc: an ahead-of-time compiler for GGUF language models.
 #[derive(Parser, Debug)]
-#[command(name = "modelc", version, about)]
+#[command(name = "modelc", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +42,12 @@ enum Command {
     Repl(run::RunArgs),
     /// Perplexity of a text, as llama-perplexity computes it (and KL divergence from a
     /// base model's saved log-probabilities: --kl-divergence-base, --kl-divergence).
-    #[command(allow_negative_numbers = true)]
+    #[command(
+        allow_negative_numbers = true,
+        mut_arg("n_ctx", |a| a
+            .default_value("512")
+            .help("Context size in tokens, the chunk size (0: the model's training context)"))
+    )]
     Perplexity(run::PerplexityArgs),
     /// Measure speed (compiled in memory): llama-bench's table, the weight bytes per token
     /// and the share of the machine's read bandwidth.
@@ -58,7 +64,7 @@ enum Command {
     /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
     #[command(allow_negative_numbers = true)]
     Serve(serve::ServeArgs),
-    /// Print the lowered tensor graph, one line per tensor (it parses back: `ir::graph::parse_graph`).
+    /// Print the lowered tensor graph, one line per tensor (a text form that parses back).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
     Template(template::TemplateArgs),
@@ -86,6 +92,14 @@ const MULTI_LETTER_FLAGS: [(&str, &str); 13] = [
     ("-st", "--single-turn"),
 ];
 
+/// [`MULTI_LETTER_FLAGS`] and the short forms of llama.cpp's common flags
+/// ([`llama_flags::SHORT_FORMS`]).
+fn all_short_forms() -> impl Iterator<Item = (&'static str, &'static str)> {
+    MULTI_LETTER_FLAGS
+        .into_iter()
+        .chain(llama_flags::SHORT_FORMS)
+}
+
 /// llama.cpp's multi-letter short flags (`-ub`, `-ctk`, `-ctv`, `-ngl`, `-fa`) rewritten to
 /// their long forms, which clap understands (also `-ctk=q8_0`, which clap would read as
 /// `-c tk=q8_0`).
@@ -94,7 +108,7 @@ pub(crate) fn normalize_args(
 ) -> Vec<std::ffi::OsString> {
     args.map(|a| {
         let Some(s) = a.to_str() else { return a };
-        for (short, long) in MULTI_LETTER_FLAGS {
+        for (short, long) in all_short_forms() {
             if s == short {
                 return long.into();
             }
@@ -168,7 +182,7 @@ pub(crate) fn model_flag_to_positional(
 /// the short one.
 fn restore_typed_flags(message: &str, typed: &[std::ffi::OsString]) -> String {
     let mut m = message.to_string();
-    for (short, long) in MULTI_LETTER_FLAGS {
+    for (short, long) in all_short_forms() {
         let has = |f: &str| typed.iter().any(|a| a.to_str() == Some(f));
         if has(short) && !has(long) {
             // clap quotes a flag as '--long' or '--long <VALUE>'.
@@ -180,19 +194,38 @@ fn restore_typed_flags(message: &str, typed: &[std::ffi::OsString]) -> String {
     m
 }
 
-/// Help and version go to stdout with status 0; a bad command line gives clap's first line
-/// (what was wrong, naming the flags as `typed`, the arguments before [`normalize_args`]) on
-/// stderr and status 1, like every other error.
+/// Help and version go to stdout with status 0; help shown because no subcommand was given
+/// (`modelc` alone) goes to stderr with status 2, as clap has it; a bad command line gives
+/// clap's first line (what was wrong, naming the flags as `typed`, the arguments before
+/// [`normalize_args`]) on stderr and status 1, like every other error, or a reason where it
+/// names a llama.cpp flag for a feature modelc lacks ([`llama_flags::refusal`]).
 pub(crate) fn usage_error(e: clap::Error, typed: &[std::ffi::OsString]) -> ExitCode {
-    use clap::error::ErrorKind;
-    if matches!(
-        e.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = e.print();
-        return ExitCode::SUCCESS;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // clap prints this help on stderr; its own exit status is 2.
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+        ErrorKind::UnknownArgument => {
+            if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+                let flag = arg.split(['=', ' ']).next().unwrap_or(arg);
+                if let Some(why) = llama_flags::refusal(flag) {
+                    let flag = restore_typed_flags(&format!("'{flag}'"), typed);
+                    eprintln!(
+                        "{}: error: {}: {why}",
+                        crate::cli::prog(),
+                        flag.trim_matches('\'')
+                    );
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => {}
     }
     let text = e.to_string();
     let mut first = text
@@ -317,4 +350,15 @@ pub fn main() -> ExitCode {
         Command::Detokenize(args) => tokenize::run_detokenize(args),
     };
     report(result)
+}
+
+#[cfg(test)]
+mod tests {
+    /// `modelc`'s command line and every subcommand's are well formed (clap's checks: no
+    /// flag defined twice, as a flattened struct can bring).
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -46,14 +46,14 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = Backend::Cpu)]
     pub backend: Backend,
     /// Context size in tokens (0: the model's training context, at most 4096 by default).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_ctx: usize,
     /// Threads (default, or <= 0: the hardware's threads; more is capped there).
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     pub threads: Option<i64>,
     /// Largest number of tokens evaluated at once (`-ub`); the CPU backend compiles the sizes
     /// 1 and this one.
-    #[arg(long = "ubatch-size", default_value_t = 64)]
+    #[arg(long = "ubatch-size", default_value_t = 64, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_ubatch: usize,
     /// Interpreter only: compute in plain f32, without llama.cpp's 8-bit activation and f16
     /// attention rounding.
@@ -74,6 +74,9 @@ pub struct RunArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub gen: GenArgs,
+    /// llama.cpp's `--jinja` / `--no-jinja`.
+    #[command(flatten)]
+    pub jinja: super::llama_flags::JinjaArgs,
 }
 
 /// Opens the model (mapped or read, as `-lm` says: [`super::compile::LoadMode::open`]) and
@@ -119,6 +122,10 @@ impl ModelArgs {
     /// the KV cache types.
     pub fn validate(&self) -> anyhow::Result<ir::graph::KvTypes> {
         anyhow::ensure!(self.n_ubatch > 0, "the ubatch size must be at least 1");
+        // The interpreter runs on the CPU.
+        self.engine
+            .compat
+            .notes(self.backend.target().unwrap_or(Target::Cpu));
         if let Some(t) = self.backend.target() {
             backend(t, &self.backend_args)?;
         }
@@ -161,6 +168,15 @@ pub fn open_session<'a>(
     open_session_seqs(args, gguf, model, all_logits, 1)
 }
 
+/// `e`, or for a GPU backend this machine lacks, its message for `--backend`
+/// ([`crate::backend::NoDevice::for_run`]).
+fn backend_hint(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<crate::backend::NoDevice>() {
+        Some(none) => anyhow::anyhow!(none.for_run()),
+        None => e,
+    }
+}
+
 /// [`open_session`] with `n_seq` sequences of the context `args` asks for each (the
 /// server's slots).
 ///
@@ -196,7 +212,7 @@ pub fn open_session_seqs<'a>(
             }
             let opts = super::compile::compile_options(&ub, n_ctx, kv_types, all_logits)?;
             let plan = crate::cpu_engine::build_plan_with(model, &opts, logits, &mut |_, _| {})?;
-            let payload = be.build(plan)?;
+            let payload = be.build(plan).map_err(backend_hint)?;
             let opts = LoadOptions {
                 n_threads: threads,
                 n_ctx,
@@ -205,7 +221,8 @@ pub fn open_session_seqs<'a>(
                 swa_full: args.engine.swa_full,
             };
             let session =
-                crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)?;
+                crate::backend::open_session_seqs(be.as_ref(), &payload, gguf, &opts, n_seq)
+                    .map_err(backend_hint)?;
             warn_ctx_train(n_ctx, n_ctx_train);
             Ok(session)
         }
@@ -259,6 +276,7 @@ pub fn warn_ctx_train(n_ctx: usize, n_ctx_train: usize) {
 /// Runs `modelc run`.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.gen.validate()?;
+    args.jinja.notes();
     args.model.validate()?;
     let t0 = std::time::Instant::now();
     // A conversation shows what it is doing while the model compiles (on a terminal only:
@@ -312,7 +330,7 @@ pub struct PerplexityText {
     #[arg(short = 'f', long = "file", required_unless_present = "kl_divergence")]
     pub file: Option<PathBuf>,
     /// Tokens per decode call.
-    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_batch: usize,
     /// Chunks to score at most (llama-perplexity's `--chunks`; -1: all).
     #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
@@ -452,12 +470,10 @@ pub fn print_perplexity(
     Ok(())
 }
 
-/// Runs `modelc perplexity`: the context is `-c` (default 512, as llama-perplexity), or the
-/// base file's with --kl-divergence.
+/// Runs `modelc perplexity`: the context is `-c` (default 512, as llama-perplexity; 0: the
+/// model's training context; from 1 to 7: 8, with llama-completion's warning), or the base
+/// file's with --kl-divergence.
 pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
-    if args.model.n_ctx == 0 {
-        args.model.n_ctx = 512;
-    }
     check_n_batch(args.text.n_batch)?;
     args.model.validate()?;
     anyhow::ensure!(
@@ -465,8 +481,14 @@ pub fn perplexity(mut args: PerplexityArgs) -> anyhow::Result<()> {
         "--chunks must be at least 1 (-1: all)"
     );
     args.text.check_output(&args.model.model)?;
-    args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
+    if args.model.n_ctx != 0 {
+        args.model.n_ctx = at_least_min_ctx(args.model.n_ctx);
+    }
     let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
+    if args.model.n_ctx == 0 {
+        args.model.n_ctx = (model.hparams.n_ctx_train as usize).max(MIN_CTX);
+    }
+    args.model.n_ctx = args.text.n_ctx(args.model.n_ctx)?;
     let mut session = open_session(&args.model, &gguf, &model, true)?;
     print_perplexity(&mut session, &vocab, &args.text, args.model.n_ctx)
 }

@@ -36,6 +36,8 @@ struct RunnerCli {
     common: CommonArgs,
     #[command(flatten)]
     gen: GenArgs,
+    #[command(flatten)]
+    jinja: super::llama_flags::JinjaArgs,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -47,7 +49,7 @@ struct CommonArgs {
     #[arg(short = 't', long = "threads", allow_negative_numbers = true)]
     threads: Option<i64>,
     /// Context size (default, or 0: the one compiled in, which is also the largest).
-    #[arg(short = 'c', long = "ctx-size")]
+    #[arg(short = 'c', long = "ctx-size", value_parser = super::gen_args::count, allow_negative_numbers = true)]
     n_ctx: Option<usize>,
     /// llama.cpp's `-ub`: refused with an explanation (the runner's ubatch sizes are fixed
     /// when it is compiled: `modelc compile --ubatch`).
@@ -106,7 +108,7 @@ struct RunnerPerplexityArgs {
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
     /// Chunk size in tokens.
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     n_ctx: usize,
     /// The text to score, its chunks and the KL-divergence files.
     #[command(flatten)]
@@ -264,6 +266,15 @@ fn compiled_kernels(artifact: &Artifact, backend: &mut BackendArgs) {
 }
 
 fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
+    cli.jinja.notes();
+    let notes = |e: &EngineArgs| e.compat.notes(artifact.target);
+    match &cli.command {
+        None => notes(&cli.common.engine),
+        Some(RunnerCommand::Bench(b)) => notes(&b.flags.engine),
+        Some(RunnerCommand::Perplexity(p)) => notes(&p.engine),
+        Some(RunnerCommand::Serve(a)) => notes(&a.common.engine),
+        Some(RunnerCommand::Info { .. }) => {}
+    }
     match &mut cli.command {
         None => compiled_kernels(&artifact, &mut cli.common.backend),
         Some(RunnerCommand::Bench(b)) => compiled_kernels(&artifact, &mut b.flags.backend),
@@ -332,12 +343,13 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
             let step_tokens = artifact.ubatch.iter().copied().max().unwrap_or(1);
             f.report(&gguf, kv, step_tokens, &rows)
         }
-        Some(RunnerCommand::Perplexity(p)) => {
+        Some(RunnerCommand::Perplexity(mut p)) => {
             check_n_batch(p.text.n_batch)?;
             anyhow::ensure!(
                 p.n_ctx > 0,
                 "perplexity needs a context: -c must be above 0"
             );
+            p.n_ctx = super::run::at_least_min_ctx(p.n_ctx);
             p.text
                 .check_output(p.model.as_ref().unwrap_or(&artifact.model_path))?;
             let n_ctx = p.text.n_ctx(p.n_ctx)?;
@@ -484,4 +496,15 @@ fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
         super::serve::hand_over(run, session, ready, &a.server)
     });
     crate::server::serve(cfg, load)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The runner's command line and its subcommands' are well formed (clap's checks: no
+    /// flag defined twice, as a flattened struct can bring).
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::RunnerCli::command().debug_assert();
+    }
 }

@@ -10,7 +10,7 @@
 //! template uses llama.cpp's ChatML fallback (`runtime::chat::CHATML_FALLBACK`), and says so
 //! on stderr.
 
-use crate::chat::{builtin_template, template_for_model, CivilTime, RenderOptions, TemplateOrigin};
+use crate::chat::{template_for_model, CivilTime, RenderOptions, TemplateOrigin};
 use anyhow::{bail, Context};
 use ir::gguf::GgufFile;
 use std::io::Write;
@@ -77,13 +77,10 @@ pub fn run(args: TemplateArgs) -> anyhow::Result<()> {
             args.messages.display()
         ),
     };
-    let user_template = match (&args.chat_template_file, &args.chat_template) {
-        (Some(path), _) => Some(
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        ),
-        (None, Some(text)) => Some(builtin_template(text).unwrap_or(text).to_string()),
-        (None, None) => None,
-    };
+    let user_template = super::gen_args::user_template_text(
+        args.chat_template_file.as_deref(),
+        args.chat_template.as_deref(),
+    )?;
     let file =
         GgufFile::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
     let (template, origin) = template_for_model(
@@ -103,6 +100,9 @@ pub fn run(args: TemplateArgs) -> anyhow::Result<()> {
         now,
         ..Default::default()
     };
+    // OpenAI's content parts joined as the server joins them.
+    let messages = crate::chat::normalize_messages(&messages)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.messages.display()))?;
     let prompt = template
         .render(&messages, &opts)
         .context("rendering the chat template")?;

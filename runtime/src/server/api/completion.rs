@@ -4,7 +4,8 @@
 //! each answered whole or streamed as server-sent events (the OpenAI ones end with
 //! `data: [DONE]`).
 
-use crate::chat::RenderOptions;
+use crate::chat::messages::content_text;
+use crate::chat::{normalize_messages, MessageError, RenderOptions};
 use crate::generate::{GenerateOptions, PositionProbs, Timings};
 use crate::server::error::ApiError;
 use crate::server::params::{wrong_type, Body};
@@ -432,81 +433,6 @@ enum Continuation {
     Reasoning,
 }
 
-/// llama-server's checks of a chat request's messages, in its order and with its messages
-/// (`oaicompat_chat_params_parse`, then `common_chat_msgs_parse_oaicompat`, whose errors it
-/// reports as 500 "Failed to parse messages: …"): content where a role needs it, content a
-/// string, null or a list of parts, parts of type text (media: 500, no projector here).
-fn check_messages(messages: &[Value]) -> Result<(), ApiError> {
-    for m in messages {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-        let content = m.get("content");
-        if role != "assistant" && content.is_none() {
-            return Err(ApiError::invalid(
-                "All non-assistant messages must contain 'content'",
-            ));
-        }
-        if role == "assistant" && content.is_none() {
-            if m.get("tool_calls").is_none() {
-                return Err(ApiError::invalid(
-                    "Assistant message must contain either 'content' or 'tool_calls'!",
-                ));
-            }
-            continue;
-        }
-        let parts = match content {
-            Some(Value::Array(parts)) => parts,
-            Some(Value::String(_) | Value::Null) | None => continue,
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "Expected 'content' to be a string or an array",
-                ))
-            }
-        };
-        for p in parts {
-            let media = match p.get("type").and_then(Value::as_str).unwrap_or("") {
-                "text" => continue,
-                "image_url" => "image",
-                "input_audio" => "audio",
-                "input_video" | "video_url" => "video",
-                _ => return Err(ApiError::invalid("unsupported content[].type")),
-            };
-            return Err(ApiError::server(format!(
-                "{media} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
-            )));
-        }
-    }
-    for m in messages {
-        let parse_error = |e: String| ApiError::server(format!("Failed to parse messages: {e}"));
-        if m.get("role").is_none() {
-            return Err(parse_error(format!("Missing 'role' in message: {m}")));
-        }
-        if let Some(Value::Array(parts)) = m.get("content") {
-            if let Some(p) = parts.iter().find(|p| !p["text"].is_string()) {
-                return Err(parse_error(format!(
-                    "a text part without a string 'text': {p}"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A message's text parts joined (after [`check_messages`]): with `"\n"` in the messages
-/// a template renders (llama.cpp's `concat_content_parts`), with `"\n\n"` in a continued
-/// final message (`common_chat_msg::render_content`). A string content is itself; no
-/// content is empty.
-fn content_text(content: Option<&Value>, sep: &str) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(sep),
-        _ => String::new(),
-    }
-}
-
 /// `messages` (a list of objects) rendered with the model's chat template, as llama-server
 /// renders them (`oaicompat_chat_params_parse`, `common_chat_templates_apply`): ending with
 /// the assistant's header (`add_generation_prompt`, default true) — or, when the request
@@ -525,25 +451,11 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
         None => return Err(ApiError::invalid("\"messages\" is required")),
     };
-    if let Some(i) = messages.iter().position(|m| !m.is_object()) {
-        return Err(ApiError::invalid(format!(
-            "\"messages\"[{i}] must be an object"
-        )));
-    }
-    check_messages(messages)?;
-    // Each message (all objects, checked above) with its text parts joined.
-    let flat: Vec<Value> = messages
-        .iter()
-        .filter_map(Value::as_object)
-        .map(|o| {
-            let mut o = o.clone();
-            if let Some(Value::Array(_)) = o.get("content") {
-                let text = content_text(o.get("content"), "\n");
-                o.insert("content".into(), Value::String(text));
-            }
-            Value::Object(o)
-        })
-        .collect();
+    // Each message checked, with its text parts joined (as `modelc template` has them).
+    let flat = normalize_messages(messages).map_err(|e| match e {
+        MessageError::Invalid(m) => ApiError::invalid(m),
+        MessageError::Unsupported(m) => ApiError::server(m),
+    })?;
     let mut continuation = match body.get("continue_final_message") {
         Some(Value::Bool(true)) => Continuation::Content,
         Some(Value::String(s)) if s == "content" => Continuation::Content,
