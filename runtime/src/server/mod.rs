@@ -26,6 +26,7 @@ pub mod params;
 pub mod sampling;
 pub mod slots;
 pub mod streams;
+pub mod webui;
 
 use crate::chat::ChatTemplate;
 use crate::generate::GenerateOptions;
@@ -109,9 +110,21 @@ pub struct ServerArgs {
     /// Accepted for llama-server's command lines: batching is always continuous.
     #[arg(long = "cont-batching", hide = true)]
     pub cont_batching: bool,
-    /// Accepted for llama-server's command lines: there is no web UI.
-    #[arg(long = "no-webui", visible_alias = "no-ui", hide = true)]
-    pub no_webui: bool,
+    /// Serve the chat page at `/` (`--ui`, `--webui`: the default), from files built into
+    /// the binary ([`webui`]).
+    #[arg(long = "ui", visible_alias = "webui", overrides_with = "no_ui")]
+    pub ui: bool,
+    /// Do not serve the chat page (`--no-ui`, `--no-webui`): `/` answers llama-server's 404.
+    #[arg(long = "no-ui", visible_alias = "no-webui", overrides_with = "ui")]
+    pub no_ui: bool,
+    /// Serve the static files of DIR at `/` instead of the built-in page (`/` is
+    /// `DIR/index.html`).
+    #[arg(long = "path", value_name = "DIR")]
+    pub path: Option<std::path::PathBuf>,
+    /// Serve the page and every endpoint under PREFIX (`--api-prefix /v1x`: `/v1x/health`,
+    /// `/v1x/v1/chat/completions`, the page at `/v1x/`), without a trailing slash.
+    #[arg(long = "api-prefix", value_name = "PREFIX", default_value = "")]
+    pub api_prefix: String,
     /// Accepted for llama-server's command lines: chat templates are always Jinja.
     #[arg(long = "jinja", hide = true)]
     pub jinja: bool,
@@ -125,7 +138,29 @@ impl ServerArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
         anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        let p = &self.api_prefix;
+        anyhow::ensure!(
+            p.is_empty() || (p.starts_with('/') && !p.ends_with('/')),
+            "--api-prefix must start with '/' and not end with one (as /v1x), got {p:?}"
+        );
+        if let Some(dir) = &self.path {
+            anyhow::ensure!(
+                dir.is_dir(),
+                "--path: static assets path not found: {}",
+                dir.display()
+            );
+        }
         Ok(())
+    }
+
+    /// What serves the page: nothing with `--no-ui`, else `--path`'s folder, else the
+    /// built-in files.
+    pub fn ui(&self) -> webui::Ui {
+        match &self.path {
+            _ if self.no_ui && !self.ui => webui::Ui::Off,
+            Some(dir) => webui::Ui::Dir(dir.clone()),
+            None => webui::Ui::Builtin,
+        }
     }
 }
 
@@ -145,6 +180,8 @@ pub struct Config {
     pub grammar: Option<String>,
     /// DRY's processed sequence breakers, per list of breakers requests used.
     pub dry_cache: std::sync::Arc<sampling::DryCache>,
+    /// What serves the chat page ([`ServerArgs::ui`]).
+    pub ui: webui::Ui,
 }
 
 impl Config {
@@ -156,6 +193,7 @@ impl Config {
             seed,
             grammar: None,
             dry_cache: Default::default(),
+            ui: args.ui(),
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -418,7 +456,12 @@ const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
 /// (every endpoint, as llama-server), then the API key check.
 async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+    // The page's files first (as llama-server: no key, served while loading).
+    let page = webui::strip_prefix(&st.cfg.args.api_prefix, req.uri().path())
+        .and_then(|p| st.cfg.ui.serve(req.method(), p));
+    let mut resp = if let Some(page) = page {
+        page
+    } else if req.method() == axum::http::Method::OPTIONS {
         let mut r = StatusCode::OK.into_response();
         let h = r.headers_mut();
         h.insert(
@@ -454,7 +497,8 @@ fn authorized(st: &AppState, req: &Request) -> bool {
     let Some(key) = &st.cfg.args.api_key else {
         return true;
     };
-    if PUBLIC.contains(&req.uri().path()) {
+    let path = webui::strip_prefix(&st.cfg.args.api_prefix, req.uri().path());
+    if path.is_some_and(|p| PUBLIC.contains(&p)) {
         return true;
     }
     let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -480,11 +524,13 @@ async fn not_served(uri: axum::http::Uri) -> ApiError {
     ))
 }
 
-/// The routes (module doc).
+/// The routes (module doc), under `--api-prefix`; the chat page is served by the gate
+/// ([`webui`]).
 pub fn router(st: AppState) -> Router {
     use api::{completion, info, stream, tokens};
     let limit = st.cfg.args.max_body;
-    Router::new()
+    let prefix = st.cfg.args.api_prefix.clone();
+    let routes = Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
         .route("/models", get(info::models))
@@ -518,7 +564,13 @@ pub fn router(st: AppState) -> Router {
         .route("/reranking", post(not_served))
         .route("/v1/rerank", post(not_served))
         .route("/v1/reranking", post(not_served))
-        .route("/v1/responses", post(not_served))
+        .route("/v1/responses", post(not_served));
+    let routes = if prefix.is_empty() {
+        routes
+    } else {
+        Router::new().nest(&prefix, routes)
+    };
+    routes
         .fallback(not_found)
         // A known path with another method: llama-server's 404 too (its HTTP layer matches
         // method and path together), not an empty 405.
@@ -726,7 +778,10 @@ mod tests {
             spm_infill: false,
             max_body: 1024,
             cont_batching: false,
-            no_webui: false,
+            ui: false,
+            no_ui: false,
+            path: None,
+            api_prefix: String::new(),
             jinja: false,
         };
         let (jobs, _) = mpsc::unbounded_channel();
