@@ -200,6 +200,10 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": chromium,
+                "prefs": {
+                    "download.default_directory": profile.join("downloads"),
+                    "download.prompt_for_download": false,
+                },
                 "args": [
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking",
@@ -282,6 +286,25 @@ impl Browser {
     fn log(&self, kind: &str) -> Vec<Value> {
         let v = self.cmd("POST", "/se/log", Some(json!({ "type": kind })));
         v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `dir` holds a finished download; its path.
+    fn wait_for_file(&self, dir: &Path) -> PathBuf {
+        let t0 = Instant::now();
+        loop {
+            let done = std::fs::read_dir(dir).ok().and_then(|mut d| {
+                d.find_map(|e| {
+                    let p = e.ok()?.path();
+                    let name = p.file_name()?.to_str()?.to_string();
+                    (!name.ends_with(".crdownload") && !name.starts_with('.')).then_some(p)
+                })
+            });
+            if let Some(p) = done {
+                return p;
+            }
+            assert!(t0.elapsed() < PATIENCE, "no download in {}", dir.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn screenshot(&self, file: &Path) {
@@ -370,6 +393,12 @@ const CONV: &str = "const all = JSON.parse(localStorage.getItem('modelc.conversa
 /// The messages of the conversation the page shows, as it keeps them.
 fn stored(b: &Browser) -> Value {
     b.js(&format!("{CONV} return c ? c.messages : null;"), json!([]))
+}
+
+/// Messages as OpenAI's `{"role", "content"}` (without the page's speed line).
+fn texts(messages: &Value) -> Value {
+    let list = messages.as_array().expect("messages");
+    Value::Array(list.iter().map(|m| json!({"role": m["role"], "content": m["content"]})).collect())
 }
 
 /// Whether an answer is streaming (the Stop button shows): a script expression.
@@ -465,6 +494,49 @@ fn chat_in_browser() {
     );
     assert_eq!(shown_again, shown);
 
+    // Regenerate: at temperature 0, the same answer again.
+    b.click(".msg.assistant button[title^=Answer]");
+    b.wait("the answer again", &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"));
+    assert_eq!(texts(&stored(&b)), texts(&kept));
+
+    // Export writes `modelc repl`'s /save format: /load reads it back.
+    b.click("#export");
+    let downloads = b.profile.join("downloads");
+    let file = b.wait_for_file(&downloads);
+    let exported = runtime::repl::load(&file).expect("/load reads the export");
+    assert_eq!(Value::Array(exported), texts(&kept));
+
+    // Edit and resend the last user message: one question, one new answer.
+    b.click(".msg.user button[title^=Edit]");
+    b.type_into(".msg.user textarea.edit", "Write a Python function that adds two numbers.\u{E007}");
+    b.wait(
+        "the edited question's answer",
+        &format!("{CONV} return c && c.messages[0].content.includes('Python') && c.messages.length === 2 && !({BUSY});"),
+    );
+    let edited = stored(&b);
+    assert_eq!(edited[0]["content"], "Write a Python function that adds two numbers.");
+    assert_ne!(edited[1], kept[1]);
+
+    // A conversation saved by `modelc repl`'s /save imports as a new one, system prompt
+    // included.
+    let saved = downloads.join("saved.json");
+    let messages = [
+        json!({"role": "system", "content": "Be brief."}),
+        json!({"role": "user", "content": "Hi"}),
+        json!({"role": "assistant", "content": "Hello! **How** can I help?"}),
+    ];
+    runtime::repl::save(&saved, &messages).expect("save");
+    let input = b.element("#import");
+    b.cmd("POST", &format!("/element/{input}/value"), Some(json!({"text": saved.display().to_string()})));
+    b.wait("the imported conversation", &format!("{CONV} return c && c.name === 'saved';"));
+    assert_eq!(texts(&stored(&b)), json!(messages[1..]));
+    assert_eq!(b.js("return document.getElementById('system').value;", json!([])), "Be brief.");
+    assert_eq!(b.js("return document.querySelector('.msg.assistant strong').textContent;", json!([])), "How");
+    assert_eq!(b.js("return document.querySelectorAll('#conv-list li').length;", json!([])), 2);
+    // Back to the first conversation for the pictures.
+    b.click("#conv-list li:nth-child(2) button.open");
+    b.wait("the first conversation", &format!("{CONV} return c && c.messages[0].content.includes('Python');"));
+
     let dir = shots();
     b.screenshot(&dir.join("desktop.png"));
     b.color_scheme("dark");
@@ -551,4 +623,22 @@ fn no_ui() {
     );
     assert_eq!(request(port, "GET", "/chat.js", None).status, 404);
     assert_eq!(request(port, "GET", "/props", None).json()["ui"], false);
+}
+
+/// `--api-key`: the page asks for the key once, keeps it, and chats with it.
+#[test]
+fn api_key_asked_once() {
+    let Some(s) = setup() else { return };
+    let (_srv, port) = serve(&s.model, &["--api-key", "sesame"], "");
+    let b = Browser::start(&s.driver, &s.chromium);
+    b.go(&format!("http://127.0.0.1:{port}/"));
+    b.wait("the key dialog", "return document.getElementById('key-dialog').open;");
+    b.type_into("#key-input", "sesame\u{E007}");
+    b.wait("the model's name", "return document.getElementById('model-info').textContent;");
+    b.cmd("POST", "/refresh", None);
+    b.wait("the model's name", "return document.getElementById('model-info').textContent;");
+    assert_eq!(b.js("return document.getElementById('key-dialog').open;", json!([])), false);
+    b.type_into("#input", "Hi\u{E007}");
+    b.wait("the answer", &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"));
+    assert_eq!(b.js("return document.getElementById('status').classList.contains('error');", json!([])), false);
 }

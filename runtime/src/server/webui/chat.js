@@ -48,6 +48,7 @@ const state = {
   apiKey: load(KEYS.apiKey, ""),
   busy: null,                         // {controller} while an answer streams
   nCtx: 0,
+  shown: null,                        // the id of the conversation last rendered
 };
 
 function saveConvs() {
@@ -222,6 +223,7 @@ function renderList() {
       state.current = c.id;
       saveConvs();
       $("sidebar").classList.remove("shown");
+      setStatus("");
       render();
     });
     open.className = "open";
@@ -265,7 +267,9 @@ function render() {
   const c = conv();
   $("conv-name").value = c.name;
   $("system").value = c.system || "";
-  if (c.system) $("system-box").open = true;
+  // Another conversation shown: its system prompt open if it has one.
+  if (state.shown !== c.id) $("system-box").open = !!c.system;
+  state.shown = c.id;
   const box = $("messages");
   box.replaceChildren(...c.messages.map((m, i) => messageView(m, i, c)));
   box.scrollTop = box.scrollHeight;
