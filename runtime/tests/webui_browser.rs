@@ -53,13 +53,20 @@ fn request(port: u16, method: &str, path: &str, body: Option<&Value>) -> Resp {
     let mut head = String::new();
     loop {
         let mut line = String::new();
-        assert!(r.read_line(&mut line).expect("read") > 0, "{method} {path}: no answer");
+        assert!(
+            r.read_line(&mut line).expect("read") > 0,
+            "{method} {path}: no answer"
+        );
         if line == "\r\n" {
             break;
         }
         head.push_str(&line);
     }
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
     let lower = head.to_ascii_lowercase();
     let length = lower
         .lines()
@@ -123,7 +130,10 @@ fn serve(model: &Path, args: &[&str], prefix: &str) -> (Proc, u16) {
     let mut line = String::new();
     let port = loop {
         line.clear();
-        assert!(err.read_line(&mut line).expect("stderr") > 0, "serve exited before listening");
+        assert!(
+            err.read_line(&mut line).expect("stderr") > 0,
+            "serve exited before listening"
+        );
         if let Some(rest) = line.split("http://").nth(1) {
             break rest
                 .split(|c: char| !c.is_ascii_digit() && c != ':' && c != '.')
@@ -165,7 +175,12 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = request(self.port, "DELETE", &format!("/session/{}", self.session), None);
+        let _ = request(
+            self.port,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        );
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
@@ -190,11 +205,8 @@ impl Browser {
             assert!(t0.elapsed() < PATIENCE, "chromedriver does not listen");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let profile = std::env::temp_dir().join(format!(
-            "modelc-webui-{}-{}",
-            std::process::id(),
-            port
-        ));
+        let profile =
+            std::env::temp_dir().join(format!("modelc-webui-{}-{}", std::process::id(), port));
         let _ = std::fs::remove_dir_all(&profile);
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
@@ -220,7 +232,12 @@ impl Browser {
             .as_str()
             .expect("a session id")
             .to_string();
-        let b = Browser { port, session, _driver: driver, profile };
+        let b = Browser {
+            port,
+            session,
+            _driver: driver,
+            profile,
+        };
         // What the new tab page did before the test's page is not the page's doing.
         b.go("about:blank");
         b.log("performance");
@@ -246,7 +263,11 @@ impl Browser {
 
     /// Runs `script` (a function body) in the page.
     fn js(&self, script: &str, args: Value) -> Value {
-        self.cmd("POST", "/execute/sync", Some(json!({"script": script, "args": args})))
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": args})),
+        )
     }
 
     /// Waits until `script` returns something truthy; returns it.
@@ -263,7 +284,11 @@ impl Browser {
     }
 
     fn element(&self, css: &str) -> String {
-        let v = self.cmd("POST", "/element", Some(json!({"using": "css selector", "value": css})));
+        let v = self.cmd(
+            "POST",
+            "/element",
+            Some(json!({"using": "css selector", "value": css})),
+        );
         v.as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
@@ -279,7 +304,11 @@ impl Browser {
     fn type_into(&self, css: &str, text: &str) {
         let e = self.element(css);
         self.cmd("POST", &format!("/element/{e}/clear"), None);
-        self.cmd("POST", &format!("/element/{e}/value"), Some(json!({ "text": text })));
+        self.cmd(
+            "POST",
+            &format!("/element/{e}/value"),
+            Some(json!({ "text": text })),
+        );
     }
 
     /// The log entries of `kind` (`browser`, `performance`) since the last call.
@@ -315,7 +344,11 @@ impl Browser {
     }
 
     fn window(&self, width: u32, height: u32) {
-        self.cmd("POST", "/window/rect", Some(json!({"width": width, "height": height})));
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        );
     }
 
     /// Chrome's `prefers-color-scheme` (DevTools' media emulation).
@@ -338,10 +371,17 @@ fn base64(s: &str) -> Vec<u8> {
         b'/' => 63,
         _ => panic!("not base64: {c}"),
     };
-    let digits: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).map(val).collect();
+    let digits: Vec<u8> = s
+        .bytes()
+        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
+        .map(val)
+        .collect();
     let mut out = Vec::with_capacity(digits.len() * 3 / 4);
     for q in digits.chunks(4) {
-        let n = q.iter().enumerate().fold(0u32, |n, (i, &d)| n | u32::from(d) << (18 - 6 * i));
+        let n = q
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &d)| n | u32::from(d) << (18 - 6 * i));
         out.extend_from_slice(&n.to_be_bytes()[1..q.len()]);
     }
     out
@@ -398,7 +438,11 @@ fn stored(b: &Browser) -> Value {
 /// Messages as OpenAI's `{"role", "content"}` (without the page's speed line).
 fn texts(messages: &Value) -> Value {
     let list = messages.as_array().expect("messages");
-    Value::Array(list.iter().map(|m| json!({"role": m["role"], "content": m["content"]})).collect())
+    Value::Array(
+        list.iter()
+            .map(|m| json!({"role": m["role"], "content": m["content"]}))
+            .collect(),
+    )
 }
 
 /// Whether an answer is streaming (the Stop button shows): a script expression.
@@ -421,9 +465,14 @@ fn setup() -> Option<Setup> {
     let how = "scripts/fetch-chromium installs Debian's chromium and chromium-driver";
     let driver = on_path(&["chromedriver"]).unwrap_or_else(|| "/usr/bin/chromedriver".into());
     let driver = modelc_tests::require(driver, how)?;
-    let chromium = on_path(&["chromium", "chromium-browser"]).unwrap_or_else(|| "/usr/bin/chromium".into());
+    let chromium =
+        on_path(&["chromium", "chromium-browser"]).unwrap_or_else(|| "/usr/bin/chromium".into());
     let chromium = modelc_tests::require(chromium, how)?;
-    Some(Setup { model, driver, chromium })
+    Some(Setup {
+        model,
+        driver,
+        chromium,
+    })
 }
 
 /// Load, settings, Enter, the streamed answer against the API's, reload, screenshots.
@@ -433,24 +482,39 @@ fn chat_in_browser() {
     let (_srv, port) = serve(&s.model, &[], "");
     let b = Browser::start(&s.driver, &s.chromium);
     b.go(&format!("http://127.0.0.1:{port}/"));
-    let info = b.wait("the model's name", "return document.getElementById('model-info').textContent;");
-    assert!(info.as_str().is_some_and(|i| i.contains("ctx 2048")), "{info}");
+    let info = b.wait(
+        "the model's name",
+        "return document.getElementById('model-info').textContent;",
+    );
+    assert!(
+        info.as_str().is_some_and(|i| i.contains("ctx 2048")),
+        "{info}"
+    );
 
     // Temperature 0 and a bound on the answer, through the settings dialog.
     b.click("#open-settings");
     b.type_into("input[name=temperature]", "0");
     b.type_into("input[name=max_tokens]", "64");
     b.click("#settings-save");
-    b.wait("the settings to close", "return !document.getElementById('settings').open;");
+    b.wait(
+        "the settings to close",
+        "return !document.getElementById('settings').open;",
+    );
 
-    b.type_into("#input", "What is the capital of France? Answer in one sentence.\u{E007}");
+    b.type_into(
+        "#input",
+        "What is the capital of France? Answer in one sentence.\u{E007}",
+    );
     b.wait(
         "the answer",
         &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"),
     );
     let kept = stored(&b);
     let answer = kept[1]["content"].as_str().expect("an answer").to_string();
-    assert_eq!(kept[0], json!({"role": "user", "content": "What is the capital of France? Answer in one sentence."}));
+    assert_eq!(
+        kept[0],
+        json!({"role": "user", "content": "What is the capital of France? Answer in one sentence."})
+    );
     assert!(!answer.is_empty());
 
     let perf = b.log("performance");
@@ -469,24 +533,43 @@ fn chat_in_browser() {
     body["stream"] = json!(false);
     let whole = request(port, "POST", "/v1/chat/completions", Some(&body));
     assert_eq!(whole.status, 200, "{}", whole.body);
-    assert_eq!(answer, whole.json()["choices"][0]["message"]["content"].as_str().expect("content"));
+    assert_eq!(
+        answer,
+        whole.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("content")
+    );
 
     // What the page shows is the answer rendered: the same words.
     let shown = b.js(
         "const m = document.querySelectorAll('.msg.assistant .body'); return m[m.length - 1].textContent;",
         json!([]),
     );
-    let words = |t: &str| t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    let words = |t: &str| {
+        t.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(words(shown.as_str().expect("text")), words(&answer));
     // And the speed, from the answer's `timings`.
-    let speed = b.js("return document.querySelector('.msg.assistant .stats').textContent;", json!([]));
+    let speed = b.js(
+        "return document.querySelector('.msg.assistant .stats').textContent;",
+        json!([]),
+    );
     assert!(speed.as_str().is_some_and(|s| s.contains("t/s")), "{speed}");
 
     // A reload keeps the conversation.
     b.cmd("POST", "/refresh", None);
-    b.wait("the page after a reload", "return document.getElementById('model-info').textContent;");
+    b.wait(
+        "the page after a reload",
+        "return document.getElementById('model-info').textContent;",
+    );
     assert_eq!(stored(&b), kept);
-    let n = b.js("return document.querySelectorAll('.msg').length;", json!([]));
+    let n = b.js(
+        "return document.querySelectorAll('.msg').length;",
+        json!([]),
+    );
     assert_eq!(n, 2);
     let shown_again = b.js(
         "const m = document.querySelectorAll('.msg.assistant .body'); return m[m.length - 1].textContent;",
@@ -496,7 +579,10 @@ fn chat_in_browser() {
 
     // Regenerate: at temperature 0, the same answer again.
     b.click(".msg.assistant button[title^=Answer]");
-    b.wait("the answer again", &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"));
+    b.wait(
+        "the answer again",
+        &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"),
+    );
     assert_eq!(texts(&stored(&b)), texts(&kept));
 
     // Export writes `modelc repl`'s /save format: /load reads it back.
@@ -508,14 +594,33 @@ fn chat_in_browser() {
 
     // Edit and resend the last user message: one question, one new answer.
     b.click(".msg.user button[title^=Edit]");
-    b.type_into(".msg.user textarea.edit", "Write a Python function that adds two numbers.\u{E007}");
+    b.type_into(
+        ".msg.user textarea.edit",
+        "Write a Python function that adds two numbers.\u{E007}",
+    );
     b.wait(
         "the edited question's answer",
         &format!("{CONV} return c && c.messages[0].content.includes('Python') && c.messages.length === 2 && !({BUSY});"),
     );
     let edited = stored(&b);
-    assert_eq!(edited[0]["content"], "Write a Python function that adds two numbers.");
+    assert_eq!(
+        edited[0]["content"],
+        "Write a Python function that adds two numbers."
+    );
     assert_ne!(edited[1], kept[1]);
+    // Its code block is rendered as one, with the fence's text inside.
+    let code = b.js(
+        "return document.querySelector('.msg.assistant .code code').textContent;",
+        json!([]),
+    );
+    let code = code.as_str().expect("a code block");
+    assert!(
+        !code.is_empty()
+            && edited[1]["content"]
+                .as_str()
+                .is_some_and(|t| t.contains(code)),
+        "{code:?}"
+    );
 
     // A conversation saved by `modelc repl`'s /save imports as a new one, system prompt
     // included.
@@ -527,15 +632,40 @@ fn chat_in_browser() {
     ];
     runtime::repl::save(&saved, &messages).expect("save");
     let input = b.element("#import");
-    b.cmd("POST", &format!("/element/{input}/value"), Some(json!({"text": saved.display().to_string()})));
-    b.wait("the imported conversation", &format!("{CONV} return c && c.name === 'saved';"));
+    b.cmd(
+        "POST",
+        &format!("/element/{input}/value"),
+        Some(json!({"text": saved.display().to_string()})),
+    );
+    b.wait(
+        "the imported conversation",
+        &format!("{CONV} return c && c.name === 'saved';"),
+    );
     assert_eq!(texts(&stored(&b)), json!(messages[1..]));
-    assert_eq!(b.js("return document.getElementById('system').value;", json!([])), "Be brief.");
-    assert_eq!(b.js("return document.querySelector('.msg.assistant strong').textContent;", json!([])), "How");
-    assert_eq!(b.js("return document.querySelectorAll('#conv-list li').length;", json!([])), 2);
+    assert_eq!(
+        b.js("return document.getElementById('system').value;", json!([])),
+        "Be brief."
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelector('.msg.assistant strong').textContent;",
+            json!([])
+        ),
+        "How"
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('#conv-list li').length;",
+            json!([])
+        ),
+        2
+    );
     // Back to the first conversation for the pictures.
     b.click("#conv-list li:nth-child(2) button.open");
-    b.wait("the first conversation", &format!("{CONV} return c && c.messages[0].content.includes('Python');"));
+    b.wait(
+        "the first conversation",
+        &format!("{CONV} return c && c.messages[0].content.includes('Python');"),
+    );
 
     let dir = shots();
     b.screenshot(&dir.join("desktop.png"));
@@ -566,11 +696,20 @@ fn prefix_and_stop() {
     assert_eq!(request(port, "GET", "/", None).status, 404);
     let page = request(port, "GET", "/v1x/", None);
     assert_eq!(page.status, 200);
-    assert!(page.head.to_ascii_lowercase().contains("content-type: text/html"), "{}", page.head);
+    assert!(
+        page.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/html"),
+        "{}",
+        page.head
+    );
 
     let b = Browser::start(&s.driver, &s.chromium);
     b.go(&format!("http://127.0.0.1:{port}/v1x/"));
-    b.wait("the model's name", "return document.getElementById('model-info').textContent;");
+    b.wait(
+        "the model's name",
+        "return document.getElementById('model-info').textContent;",
+    );
     b.click("#open-settings");
     b.type_into("input[name=max_tokens]", "1900");
     b.click("#settings-save");
@@ -578,42 +717,64 @@ fn prefix_and_stop() {
     // Streaming: text shows while the answer is still coming.
     b.wait(
         "a part of the answer",
-        &format!("const m = document.querySelectorAll('.msg.assistant .body');
+        &format!(
+            "const m = document.querySelectorAll('.msg.assistant .body');
                   return m.length && m[m.length - 1].textContent.length > 20 && ({BUSY});"
         ),
     );
     b.click("#stop");
-    b.wait("the page to stop", "return document.getElementById('stop').hidden;");
+    b.wait(
+        "the page to stop",
+        "return document.getElementById('stop').hidden;",
+    );
     let t0 = Instant::now();
     loop {
         let slots = request(port, "GET", "/v1x/slots", None).json();
-        let busy = slots.as_array().expect("slots").iter().any(|s| s["is_processing"] == true);
+        let busy = slots
+            .as_array()
+            .expect("slots")
+            .iter()
+            .any(|s| s["is_processing"] == true);
         if !busy {
             break;
         }
-        assert!(t0.elapsed() < PATIENCE, "the slot is still busy after Stop: {slots}");
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "the slot is still busy after Stop: {slots}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let kept = stored(&b);
-    let partial = kept[1]["content"].as_str().expect("the partial answer kept");
+    let partial = kept[1]["content"]
+        .as_str()
+        .expect("the partial answer kept");
     assert!(partial.len() > 20, "{partial}");
     // The slot went idle because the request was cancelled, not because the 1900 tokens
     // were all generated: its sequence (the prompt cache) holds far fewer.
     let slots = request(port, "GET", "/v1x/slots", None).json();
     let n_past = slots[0]["n_past"].as_u64().expect("n_past");
     assert!(n_past < 1000, "the answer ran on after Stop: {slots}");
-    eprintln!("stopped after {} bytes; the slot holds {n_past} tokens", partial.len());
+    eprintln!(
+        "stopped after {} bytes; the slot holds {n_past} tokens",
+        partial.len()
+    );
     let errors = console_errors(&b.log("browser"));
     assert!(errors.is_empty(), "console errors: {errors:?}");
     let reqs = requests(&b.log("performance"));
     assert_local(&reqs, port);
-    assert!(reqs.iter().any(|(u, ..)| u.ends_with("/v1x/v1/chat/completions")), "{reqs:?}");
+    assert!(
+        reqs.iter()
+            .any(|(u, ..)| u.ends_with("/v1x/v1/chat/completions")),
+        "{reqs:?}"
+    );
 }
 
 /// `--no-ui` (`--no-webui`): `/` is llama-server's 404; the API is as before.
 #[test]
 fn no_ui() {
-    let Some(model) = modelc_tests::smollm2() else { return };
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
     let (_srv, port) = serve(&model, &["--no-webui"], "");
     let r = request(port, "GET", "/", None);
     assert_eq!(r.status, 404);
@@ -625,6 +786,40 @@ fn no_ui() {
     assert_eq!(request(port, "GET", "/props", None).json()["ui"], false);
 }
 
+/// `--path DIR`: DIR's files instead of the built-in page (`/` is `DIR/index.html`), nothing
+/// outside DIR; the API as before.
+#[test]
+fn path_serves_a_folder() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("webui-path");
+    std::fs::create_dir_all(dir.join("www")).expect("mkdir");
+    std::fs::write(dir.join("www/index.html"), "<p>mine</p>").expect("write");
+    std::fs::write(dir.join("www/app.js"), "1;").expect("write");
+    std::fs::write(dir.join("outside.txt"), "no").expect("write");
+    let www = dir.join("www");
+    let (_srv, port) = serve(&model, &["--path", www.to_str().expect("a UTF-8 path")], "");
+    let index = request(port, "GET", "/", None);
+    assert_eq!((index.status, index.body.as_str()), (200, "<p>mine</p>"));
+    let js = request(port, "GET", "/app.js", None);
+    assert_eq!(js.status, 200);
+    assert!(
+        js.head
+            .to_ascii_lowercase()
+            .contains("content-type: text/javascript"),
+        "{}",
+        js.head
+    );
+    assert_eq!(request(port, "GET", "/chat.js", None).status, 404);
+    assert_eq!(request(port, "GET", "/../outside.txt", None).status, 404);
+    assert_eq!(
+        request(port, "GET", "/%2e%2e/outside.txt", None).status,
+        404
+    );
+    assert_eq!(request(port, "GET", "/health", None).status, 200);
+}
+
 /// `--api-key`: the page asks for the key once, keeps it, and chats with it.
 #[test]
 fn api_key_asked_once() {
@@ -632,13 +827,37 @@ fn api_key_asked_once() {
     let (_srv, port) = serve(&s.model, &["--api-key", "sesame"], "");
     let b = Browser::start(&s.driver, &s.chromium);
     b.go(&format!("http://127.0.0.1:{port}/"));
-    b.wait("the key dialog", "return document.getElementById('key-dialog').open;");
+    b.wait(
+        "the key dialog",
+        "return document.getElementById('key-dialog').open;",
+    );
     b.type_into("#key-input", "sesame\u{E007}");
-    b.wait("the model's name", "return document.getElementById('model-info').textContent;");
+    b.wait(
+        "the model's name",
+        "return document.getElementById('model-info').textContent;",
+    );
     b.cmd("POST", "/refresh", None);
-    b.wait("the model's name", "return document.getElementById('model-info').textContent;");
-    assert_eq!(b.js("return document.getElementById('key-dialog').open;", json!([])), false);
+    b.wait(
+        "the model's name",
+        "return document.getElementById('model-info').textContent;",
+    );
+    assert_eq!(
+        b.js(
+            "return document.getElementById('key-dialog').open;",
+            json!([])
+        ),
+        false
+    );
     b.type_into("#input", "Hi\u{E007}");
-    b.wait("the answer", &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"));
-    assert_eq!(b.js("return document.getElementById('status').classList.contains('error');", json!([])), false);
+    b.wait(
+        "the answer",
+        &format!("{CONV} return c && c.messages.length === 2 && !({BUSY});"),
+    );
+    assert_eq!(
+        b.js(
+            "return document.getElementById('status').classList.contains('error');",
+            json!([])
+        ),
+        false
+    );
 }

@@ -10,6 +10,7 @@
 //!
 //! - [`slots`]: the inference thread: `-np N` slots, one sequence each, batched steps,
 //!   prompt cache, cancellation of requests nobody waits for.
+//! - [`webui`]: the chat page at `/` (`--no-ui`, `--path`), everything under `--api-prefix`.
 //! - [`api`]: the endpoints; [`params`]: reading request fields; [`error`]: llama-server's
 //!   error object; [`metrics`]: `/metrics`; [`streams`]: resumable streams
 //!   (`X-Conversation-Id`, `/v1/stream`).
@@ -111,7 +112,7 @@ pub struct ServerArgs {
     #[arg(long = "cont-batching", hide = true)]
     pub cont_batching: bool,
     /// Serve the chat page at `/` (`--ui`, `--webui`: the default), from files built into
-    /// the binary ([`webui`]).
+    /// the binary.
     #[arg(long = "ui", visible_alias = "webui", overrides_with = "no_ui")]
     pub ui: bool,
     /// Do not serve the chat page (`--no-ui`, `--no-webui`): `/` answers llama-server's 404.
@@ -123,7 +124,12 @@ pub struct ServerArgs {
     pub path: Option<std::path::PathBuf>,
     /// Serve the page and every endpoint under PREFIX (`--api-prefix /v1x`: `/v1x/health`,
     /// `/v1x/v1/chat/completions`, the page at `/v1x/`), without a trailing slash.
-    #[arg(long = "api-prefix", value_name = "PREFIX", default_value = "")]
+    #[arg(
+        long = "api-prefix",
+        value_name = "PREFIX",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub api_prefix: String,
     /// Accepted for llama-server's command lines: chat templates are always Jinja.
     #[arg(long = "jinja", hide = true)]
@@ -450,7 +456,8 @@ pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 /// Endpoints served without an API key (llama-server's `public_endpoints`).
 const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
 
-/// CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
+/// The chat page's files first ([`webui`]: no key, served while loading, as llama-server's
+/// UI assets). Then CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
 /// `Origin` is allowed back on every response, and a preflight (`OPTIONS`) is answered
 /// at once, before the key check (browsers send no key with it). Then 503 while loading
 /// (every endpoint, as llama-server), then the API key check.
@@ -761,6 +768,10 @@ mod tests {
     use tower::ServiceExt;
 
     fn state(api_key: Option<&str>) -> AppState {
+        state_with(api_key, "", false)
+    }
+
+    fn state_with(api_key: Option<&str>, api_prefix: &str, no_ui: bool) -> AppState {
         let args = ServerArgs {
             host: "127.0.0.1".into(),
             port: 0,
@@ -779,9 +790,9 @@ mod tests {
             max_body: 1024,
             cont_batching: false,
             ui: false,
-            no_ui: false,
+            no_ui,
             path: None,
-            api_prefix: String::new(),
+            api_prefix: api_prefix.to_string(),
             jinja: false,
         };
         let (jobs, _) = mpsc::unbounded_channel();
@@ -795,7 +806,7 @@ mod tests {
         }
     }
 
-    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+    async fn call_raw(st: AppState, method: &str, path: &str) -> (StatusCode, Bytes) {
         let req = axum::http::Request::builder()
             .method(method)
             .uri(path)
@@ -806,7 +817,33 @@ mod tests {
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
             .expect("a body");
+        (status, bytes)
+    }
+
+    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let (status, bytes) = call_raw(st, method, path).await;
         (status, serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    /// The chat page is served while the model loads and without the API key (as
+    /// llama-server's UI assets), under `--api-prefix`; not with `--no-ui`.
+    #[tokio::test]
+    async fn page_is_public_and_served_while_loading() {
+        for (prefix, page) in [("", "/"), ("/p", "/p/"), ("/p", "/p/chat.js")] {
+            let (status, body) = call_raw(state_with(Some("k"), prefix, false), "GET", page).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            assert!(!body.is_empty());
+        }
+        // Not the page: outside the prefix, with `--no-ui`, the API under the prefix (the
+        // loading answer; runtime/tests/webui_browser.rs checks the 404s once loaded).
+        for (prefix, no_ui, path) in [
+            ("/p", false, "/"),
+            ("", true, "/"),
+            ("/p", false, "/p/props"),
+        ] {
+            let (status, _) = call(state_with(Some("k"), prefix, no_ui), "GET", path).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{prefix} {path}");
+        }
     }
 
     /// While the model loads, every endpoint answers llama-server's 503 `Loading model`.

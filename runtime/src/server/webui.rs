@@ -69,7 +69,11 @@ impl Ui {
         match self {
             Ui::Off => None,
             Ui::Builtin => {
-                let name = if path == "/" { "index.html" } else { path.get(1..)? };
+                let name = if path == "/" {
+                    "index.html"
+                } else {
+                    path.get(1..)?
+                };
                 let a = ASSETS.iter().find(|a| a.name == name)?;
                 Some(file_response(a.mime, a.body.to_vec()))
             }
@@ -85,6 +89,7 @@ impl Ui {
 /// The file under `dir` that `path` names (`/` and folders: their `index.html`); `None` for
 /// a path with `..`, a missing file, or one outside `dir` through a link.
 fn resolve(dir: &Path, path: &str) -> Option<PathBuf> {
+    let path = percent_decode(path)?;
     let rel = Path::new(path.trim_start_matches('/'));
     if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
         return None;
@@ -96,6 +101,24 @@ fn resolve(dir: &Path, path: &str) -> Option<PathBuf> {
     let real = file.canonicalize().ok()?;
     let root = dir.canonicalize().ok()?;
     (real.starts_with(&root) && real.is_file()).then_some(real)
+}
+
+/// `path` with its `%XX` escapes decoded (`None`: a bad escape, or not UTF-8).
+fn percent_decode(path: &str) -> Option<String> {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A content type from a file's extension (the web's common ones; else bytes).
@@ -151,8 +174,15 @@ mod tests {
         assert!(!page("/../secret.txt"));
         assert!(!page("/sub/../../secret.txt"));
         assert!(!page("/missing.js"));
+        assert!(!page("/%2e%2e/secret.txt"));
+        assert!(!page("/sub%2f..%2f..%2fsecret.txt"));
+        assert!(page("/sub%2fa.js"));
+        assert!(!page("/%zz"));
         let r = ui.serve(&Method::GET, "/sub/a.js").expect("served");
-        assert_eq!(r.headers()[header::CONTENT_TYPE], "text/javascript; charset=utf-8");
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            "text/javascript; charset=utf-8"
+        );
         assert!(ui.serve(&Method::POST, "/").is_none());
         let _ = std::fs::remove_dir_all(&tmp);
     }
