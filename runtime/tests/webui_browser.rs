@@ -784,6 +784,10 @@ fn no_ui() {
     );
     assert_eq!(request(port, "GET", "/chat.js", None).status, 404);
     assert_eq!(request(port, "GET", "/props", None).json()["ui"], false);
+    // A service worker that removes itself, for browsers that kept llama-server's UI's.
+    let sw = request(port, "GET", "/sw.js", None);
+    assert_eq!(sw.status, 200);
+    assert!(sw.body.contains("unregister()"), "{}", sw.body);
 }
 
 /// `--path DIR`: DIR's files instead of the built-in page (`/` is `DIR/index.html`), nothing

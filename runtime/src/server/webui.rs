@@ -36,9 +36,22 @@ const ASSETS: [Asset; 3] = [
     },
 ];
 
+/// Served at `/sw.js` whatever serves the page (unless `--path` has its own): a service
+/// worker that removes itself, for browsers that kept llama-server's web UI's worker for this
+/// address (llama-server answers the same when its UI is off or replaced).
+const SW_REMOVE: Asset = Asset {
+    name: "sw.js",
+    mime: "text/javascript; charset=utf-8",
+    body: include_bytes!("webui/sw.js"),
+};
+
 /// Bytes the built-in page adds to the binary.
 pub fn size() -> usize {
-    ASSETS.iter().map(|a| a.body.len()).sum()
+    ASSETS
+        .iter()
+        .chain([&SW_REMOVE])
+        .map(|a| a.body.len())
+        .sum()
 }
 
 /// What serves the page: the built-in files, a folder (`--path`), or nothing (`--no-ui`).
@@ -66,7 +79,7 @@ impl Ui {
         if method != Method::GET && method != Method::HEAD {
             return None;
         }
-        match self {
+        let page = match self {
             Ui::Off => None,
             Ui::Builtin => {
                 let name = if path == "/" {
@@ -74,15 +87,19 @@ impl Ui {
                 } else {
                     path.get(1..)?
                 };
-                let a = ASSETS.iter().find(|a| a.name == name)?;
-                Some(file_response(a.mime, a.body.to_vec()))
+                ASSETS
+                    .iter()
+                    .find(|a| a.name == name)
+                    .map(|a| file_response(a.mime, a.body.to_vec()))
             }
-            Ui::Dir(dir) => {
-                let file = resolve(dir, path)?;
+            Ui::Dir(dir) => resolve(dir, path).and_then(|file| {
                 let body = std::fs::read(&file).ok()?;
                 Some(file_response(mime(&file), body))
-            }
-        }
+            }),
+        };
+        page.or_else(|| {
+            (path == "/sw.js").then(|| file_response(SW_REMOVE.mime, SW_REMOVE.body.to_vec()))
+        })
     }
 }
 
@@ -196,5 +213,6 @@ mod tests {
         assert!(Ui::Builtin.serve(&Method::GET, "/").is_some());
         assert!(Ui::Builtin.serve(&Method::GET, "/health").is_none());
         assert!(Ui::Off.serve(&Method::GET, "/").is_none());
+        assert!(Ui::Off.serve(&Method::GET, "/sw.js").is_some());
     }
 }
