@@ -10,6 +10,7 @@
 //!
 //! - [`slots`]: the inference thread: `-np N` slots, one sequence each, batched steps,
 //!   prompt cache, cancellation of requests nobody waits for.
+//! - [`webui`]: the chat page at `/` (`--no-ui`, `--path`), everything under `--api-prefix`.
 //! - [`api`]: the endpoints; [`params`]: reading request fields; [`error`]: llama-server's
 //!   error object; [`metrics`]: `/metrics`; [`streams`]: resumable streams
 //!   (`X-Conversation-Id`, `/v1/stream`).
@@ -26,6 +27,7 @@ pub mod params;
 pub mod sampling;
 pub mod slots;
 pub mod streams;
+pub mod webui;
 
 use crate::chat::ChatTemplate;
 use crate::generate::GenerateOptions;
@@ -109,9 +111,26 @@ pub struct ServerArgs {
     /// Accepted for llama-server's command lines: batching is always continuous.
     #[arg(long = "cont-batching", hide = true)]
     pub cont_batching: bool,
-    /// Accepted for llama-server's command lines: there is no web UI.
-    #[arg(long = "no-webui", visible_alias = "no-ui", hide = true)]
-    pub no_webui: bool,
+    /// Serve the chat page at `/` (`--ui`, `--webui`: the default), from files built into
+    /// the binary.
+    #[arg(long = "ui", visible_alias = "webui", overrides_with = "no_ui")]
+    pub ui: bool,
+    /// Do not serve the chat page (`--no-ui`, `--no-webui`): `/` answers llama-server's 404.
+    #[arg(long = "no-ui", visible_alias = "no-webui", overrides_with = "ui")]
+    pub no_ui: bool,
+    /// Serve the static files of DIR at `/` instead of the built-in page (`/` is
+    /// `DIR/index.html`).
+    #[arg(long = "path", value_name = "DIR")]
+    pub path: Option<std::path::PathBuf>,
+    /// Serve the page and every endpoint under PREFIX (`--api-prefix /v1x`: `/v1x/health`,
+    /// `/v1x/v1/chat/completions`, the page at `/v1x/`), without a trailing slash.
+    #[arg(
+        long = "api-prefix",
+        value_name = "PREFIX",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub api_prefix: String,
     /// Accepted for llama-server's command lines: chat templates are always Jinja.
     #[arg(long = "jinja", hide = true)]
     pub jinja: bool,
@@ -125,7 +144,29 @@ impl ServerArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
         anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        let p = &self.api_prefix;
+        anyhow::ensure!(
+            p.is_empty() || (p.starts_with('/') && !p.ends_with('/')),
+            "--api-prefix must start with '/' and not end with one (as /v1x), got {p:?}"
+        );
+        if let Some(dir) = &self.path {
+            anyhow::ensure!(
+                dir.is_dir(),
+                "--path: static assets path not found: {}",
+                dir.display()
+            );
+        }
         Ok(())
+    }
+
+    /// What serves the page: nothing with `--no-ui`, else `--path`'s folder, else the
+    /// built-in files.
+    pub fn ui(&self) -> webui::Ui {
+        match &self.path {
+            _ if self.no_ui && !self.ui => webui::Ui::Off,
+            Some(dir) => webui::Ui::Dir(dir.clone()),
+            None => webui::Ui::Builtin,
+        }
     }
 }
 
@@ -145,6 +186,8 @@ pub struct Config {
     pub grammar: Option<String>,
     /// DRY's processed sequence breakers, per list of breakers requests used.
     pub dry_cache: std::sync::Arc<sampling::DryCache>,
+    /// What serves the chat page ([`ServerArgs::ui`]).
+    pub ui: webui::Ui,
 }
 
 impl Config {
@@ -156,6 +199,7 @@ impl Config {
             seed,
             grammar: None,
             dry_cache: Default::default(),
+            ui: args.ui(),
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -412,13 +456,19 @@ pub fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError>
 /// Endpoints served without an API key (llama-server's `public_endpoints`).
 const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
 
-/// CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
+/// The chat page's files first ([`webui`]: no key, served while loading, as llama-server's
+/// UI assets). Then CORS as llama-server's defaults (`--cors-origins *` with credentials): the request's
 /// `Origin` is allowed back on every response, and a preflight (`OPTIONS`) is answered
 /// at once, before the key check (browsers send no key with it). Then 503 while loading
 /// (every endpoint, as llama-server), then the API key check.
 async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+    // The page's files first (as llama-server: no key, served while loading).
+    let page = webui::strip_prefix(&st.cfg.args.api_prefix, req.uri().path())
+        .and_then(|p| st.cfg.ui.serve(req.method(), p));
+    let mut resp = if let Some(page) = page {
+        page
+    } else if req.method() == axum::http::Method::OPTIONS {
         let mut r = StatusCode::OK.into_response();
         let h = r.headers_mut();
         h.insert(
@@ -454,7 +504,8 @@ fn authorized(st: &AppState, req: &Request) -> bool {
     let Some(key) = &st.cfg.args.api_key else {
         return true;
     };
-    if PUBLIC.contains(&req.uri().path()) {
+    let path = webui::strip_prefix(&st.cfg.args.api_prefix, req.uri().path());
+    if path.is_some_and(|p| PUBLIC.contains(&p)) {
         return true;
     }
     let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -480,11 +531,13 @@ async fn not_served(uri: axum::http::Uri) -> ApiError {
     ))
 }
 
-/// The routes (module doc).
+/// The routes (module doc), under `--api-prefix`; the chat page is served by the gate
+/// ([`webui`]).
 pub fn router(st: AppState) -> Router {
     use api::{completion, info, stream, tokens};
     let limit = st.cfg.args.max_body;
-    Router::new()
+    let prefix = st.cfg.args.api_prefix.clone();
+    let routes = Router::new()
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
         .route("/models", get(info::models))
@@ -518,7 +571,13 @@ pub fn router(st: AppState) -> Router {
         .route("/reranking", post(not_served))
         .route("/v1/rerank", post(not_served))
         .route("/v1/reranking", post(not_served))
-        .route("/v1/responses", post(not_served))
+        .route("/v1/responses", post(not_served));
+    let routes = if prefix.is_empty() {
+        routes
+    } else {
+        Router::new().nest(&prefix, routes)
+    };
+    routes
         .fallback(not_found)
         // A known path with another method: llama-server's 404 too (its HTTP layer matches
         // method and path together), not an empty 405.
@@ -709,6 +768,10 @@ mod tests {
     use tower::ServiceExt;
 
     fn state(api_key: Option<&str>) -> AppState {
+        state_with(api_key, "", false)
+    }
+
+    fn state_with(api_key: Option<&str>, api_prefix: &str, no_ui: bool) -> AppState {
         let args = ServerArgs {
             host: "127.0.0.1".into(),
             port: 0,
@@ -726,7 +789,10 @@ mod tests {
             spm_infill: false,
             max_body: 1024,
             cont_batching: false,
-            no_webui: false,
+            ui: false,
+            no_ui,
+            path: None,
+            api_prefix: api_prefix.to_string(),
             jinja: false,
         };
         let (jobs, _) = mpsc::unbounded_channel();
@@ -740,7 +806,7 @@ mod tests {
         }
     }
 
-    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+    async fn call_raw(st: AppState, method: &str, path: &str) -> (StatusCode, Bytes) {
         let req = axum::http::Request::builder()
             .method(method)
             .uri(path)
@@ -751,7 +817,33 @@ mod tests {
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
             .expect("a body");
+        (status, bytes)
+    }
+
+    async fn call(st: AppState, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let (status, bytes) = call_raw(st, method, path).await;
         (status, serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    /// The chat page is served while the model loads and without the API key (as
+    /// llama-server's UI assets), under `--api-prefix`; not with `--no-ui`.
+    #[tokio::test]
+    async fn page_is_public_and_served_while_loading() {
+        for (prefix, page) in [("", "/"), ("/p", "/p/"), ("/p", "/p/chat.js")] {
+            let (status, body) = call_raw(state_with(Some("k"), prefix, false), "GET", page).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            assert!(!body.is_empty());
+        }
+        // Not the page: outside the prefix, with `--no-ui`, the API under the prefix (the
+        // loading answer; runtime/tests/webui_browser.rs checks the 404s once loaded).
+        for (prefix, no_ui, path) in [
+            ("/p", false, "/"),
+            ("", true, "/"),
+            ("/p", false, "/p/props"),
+        ] {
+            let (status, _) = call(state_with(Some("k"), prefix, no_ui), "GET", path).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{prefix} {path}");
+        }
     }
 
     /// While the model loads, every endpoint answers llama-server's 503 `Loading model`.

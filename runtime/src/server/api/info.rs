@@ -79,11 +79,11 @@ pub async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> 
         "model_ftype": r.model_ftype,
         "modalities": { "vision": false, "video": false, "audio": false },
         // Which optional endpoints are on (llama-server's `--slots`, `--props`, `--metrics`;
-        // POST /props is not served), and the web UI, which is not.
+        // POST /props is not served), and whether the chat page is served (`--no-ui`).
         "endpoint_slots": st.cfg.slots(),
         "endpoint_props": false,
         "endpoint_metrics": st.cfg.args.metrics,
-        "ui": false,
+        "ui": !matches!(st.cfg.ui, crate::server::webui::Ui::Off),
         "cors_proxy_enabled": false,
         "chat_template": r.template_source,
         "bos_token": piece(r.vocab.bos()),
