@@ -568,6 +568,120 @@ impl Drop for CudaDevice {
     }
 }
 
+/// Where a [`MemoryBandwidth`] figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BandwidthSource {
+    /// The data sheet's peak for the GPU the driver names ([`hbm_peak_gbs`]).
+    DataSheet,
+    /// Measured here with device-to-device copies ([`measure_copy_gbs`]).
+    Measured,
+}
+
+/// The memory bandwidth of GPU 0: what the decode's weight bandwidth is a share of.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryBandwidth {
+    /// The device's name as the driver reports it (`NVIDIA H100 80GB HBM3`).
+    pub device: String,
+    /// GB/s (10⁹ bytes per second).
+    pub gbs: f64,
+    /// The data sheet's figure, or a measurement.
+    pub source: BandwidthSource,
+}
+
+impl std::fmt::Display for MemoryBandwidth {
+    /// `NAME: N GB/s (the data sheet's peak)` or `... (measured: device-to-device copy)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.source {
+            BandwidthSource::DataSheet => "the data sheet's peak",
+            BandwidthSource::Measured => "measured: device-to-device copy, bytes read + written",
+        };
+        write!(f, "{}: {:.0} GB/s ({how})", self.device, self.gbs)
+    }
+}
+
+/// The peak memory bandwidth in GB/s of a GPU the driver names `device`, for the GPUs whose
+/// figure is certain from the name: an H100 SXM (`NVIDIA H100 80GB HBM3`, `... SXM...`):
+/// 3350; an H200 (`NVIDIA H200`, SXM and NVL alike): 4800. `None` for any other (the H100
+/// PCIe and NVL have other memory: 2000 and 3900), whose bandwidth is measured instead.
+pub fn hbm_peak_gbs(device: &str) -> Option<f64> {
+    let d = device.to_ascii_uppercase();
+    if d.contains("H200") {
+        Some(4800.0)
+    } else if d.contains("H100")
+        && (d.contains("HBM3") || d.contains("SXM"))
+        && !d.contains("PCIE")
+        && !d.contains("NVL")
+    {
+        Some(3350.0)
+    } else {
+        None
+    }
+}
+
+/// GPU 0's memory bandwidth: the data sheet's peak where [`hbm_peak_gbs`] knows the name,
+/// else [`measure_copy_gbs`].
+///
+/// # Errors
+/// No driver or GPU, or what the driver reports, in one line.
+pub fn memory_bandwidth() -> anyhow::Result<MemoryBandwidth> {
+    let ctx = open_device()?;
+    let device = ctx.name().map_err(drv("reading the device name"))?;
+    if let Some(gbs) = hbm_peak_gbs(&device) {
+        return Ok(MemoryBandwidth {
+            device,
+            gbs,
+            source: BandwidthSource::DataSheet,
+        });
+    }
+    let gbs = measure_copy_gbs(&ctx)?;
+    Ok(MemoryBandwidth {
+        device,
+        gbs,
+        source: BandwidthSource::Measured,
+    })
+}
+
+/// The bandwidth of device-to-device copies of 1 GiB on `ctx`'s device, in GB/s, counting
+/// the bytes read and the bytes written (as the weight bandwidth counts bytes moved): two
+/// copies to warm up, then the best of five timed rounds of four copies (CUDA events).
+/// Copies reach about 90% of the data sheet's peak on an H100 / H200.
+///
+/// # Errors
+/// Too little free memory for 2 GiB, or what the driver reports.
+pub fn measure_copy_gbs(ctx: &Arc<CudaContext>) -> anyhow::Result<f64> {
+    const BYTES: usize = 1 << 30;
+    const COPIES: usize = 4;
+    let stream = ctx.default_stream();
+    let src = stream
+        .alloc_zeros::<u8>(BYTES)
+        .map_err(drv("allocating 1 GiB to measure copies"))?;
+    let mut dst = stream
+        .alloc_zeros::<u8>(BYTES)
+        .map_err(drv("allocating 1 GiB to measure copies"))?;
+    for _ in 0..2 {
+        stream.memcpy_dtod(&src, &mut dst).map_err(drv("copying"))?;
+    }
+    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut best_ms = f32::INFINITY;
+    for _ in 0..5 {
+        let start = stream
+            .record_event(timing)
+            .map_err(drv("recording an event"))?;
+        for _ in 0..COPIES {
+            stream.memcpy_dtod(&src, &mut dst).map_err(drv("copying"))?;
+        }
+        let end = stream
+            .record_event(timing)
+            .map_err(drv("recording an event"))?;
+        best_ms = best_ms.min(start.elapsed_ms(&end).map_err(drv("timing copies"))?);
+    }
+    anyhow::ensure!(
+        best_ms.is_finite() && best_ms > 0.0,
+        "CUDA: timing copies: {best_ms} ms"
+    );
+    Ok((2 * BYTES * COPIES) as f64 / (f64::from(best_ms) * 1e-3) / 1e9)
+}
+
 /// The module image for a GPU of compute capability `cc`: the CUBIN of the same major
 /// architecture with the highest minor not above the GPU's, else the PTX.
 fn pick_image(
@@ -595,4 +709,23 @@ fn pick_image(
         dev.1
     );
     Ok(cudarc::nvrtc::Ptx::from_src(bin.ptx.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hbm_peak_gbs;
+
+    #[test]
+    fn data_sheet_bandwidth_by_device_name() {
+        // The names nvidia-smi and the driver report on the machines the check runs on.
+        assert_eq!(hbm_peak_gbs("NVIDIA H100 80GB HBM3"), Some(3350.0));
+        assert_eq!(hbm_peak_gbs("NVIDIA H100 SXM5 80GB"), Some(3350.0));
+        assert_eq!(hbm_peak_gbs("NVIDIA H200"), Some(4800.0));
+        assert_eq!(hbm_peak_gbs("NVIDIA H200 NVL"), Some(4800.0));
+        // Other memory than the SXM's: measured, never the SXM's figure.
+        assert_eq!(hbm_peak_gbs("NVIDIA H100 PCIe"), None);
+        assert_eq!(hbm_peak_gbs("NVIDIA H100 NVL"), None);
+        assert_eq!(hbm_peak_gbs("NVIDIA A100-SXM4-80GB"), None);
+        assert_eq!(hbm_peak_gbs(""), None);
+    }
 }

@@ -384,6 +384,15 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 artifact.target.name(),
                 artifact.payload_kind
             );
+            // The GPU a CUDA runner would run on and its memory bandwidth (what the decode's
+            // weight bandwidth is a share of: `scripts/gpu-check run` reads this line).
+            #[cfg(feature = "cuda")]
+            if artifact.target == crate::backend::Target::Cuda {
+                match crate::backend::cuda::memory_bandwidth() {
+                    Ok(bw) => println!("device          = {bw}"),
+                    Err(e) => println!("device          = none ({e})"),
+                }
+            }
             println!(
                 "kernels         = {} (the default of --kernels)",
                 artifact.kernels.as_deref().unwrap_or("exact")
