@@ -99,6 +99,12 @@ pub struct HostFeatures {
     pub avx2: bool,
     /// FMA3 (`vfmadd*`).
     pub fma: bool,
+    /// aarch64 Advanced SIMD (always present on aarch64 Linux and macOS).
+    pub neon: bool,
+    /// aarch64 dot product (`sdot`/`udot`, FEAT_DotProd).
+    pub dotprod: bool,
+    /// aarch64 8-bit integer matrix multiply (`smmla`, FEAT_I8MM).
+    pub i8mm: bool,
 }
 
 impl HostFeatures {
@@ -112,9 +118,12 @@ impl HostFeatures {
                 avx: std::is_x86_feature_detected!("avx"),
                 avx2: std::is_x86_feature_detected!("avx2"),
                 fma: std::is_x86_feature_detected!("fma"),
+                neon: false,
+                dotprod: false,
+                i8mm: false,
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
         {
             HostFeatures {
                 ssse3: false,
@@ -122,6 +131,22 @@ impl HostFeatures {
                 avx: false,
                 avx2: false,
                 fma: false,
+                neon: std::arch::is_aarch64_feature_detected!("neon"),
+                dotprod: std::arch::is_aarch64_feature_detected!("dotprod"),
+                i8mm: std::arch::is_aarch64_feature_detected!("i8mm"),
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            HostFeatures {
+                ssse3: false,
+                sse41: false,
+                avx: false,
+                avx2: false,
+                fma: false,
+                neon: false,
+                dotprod: false,
+                i8mm: false,
             }
         }
     }
@@ -135,6 +160,9 @@ impl std::fmt::Display for HostFeatures {
             ("avx", self.avx),
             ("avx2", self.avx2),
             ("fma", self.fma),
+            ("neon", self.neon),
+            ("dotprod", self.dotprod),
+            ("i8mm", self.i8mm),
         ];
         let on: Vec<&str> = names.iter().filter(|(_, b)| *b).map(|(n, _)| *n).collect();
         f.write_str(&on.join(","))
@@ -143,13 +171,17 @@ impl std::fmt::Display for HostFeatures {
 
 /// Builds a target ISA for the host with the settings the kernels are tuned for.
 ///
-/// Errors: [`CodegenError::Host`] when the host is not x86-64 with SSSE3 and SSE4.1 (the
-/// integer dot-product kernels need `pmaddubsw` and `pmovsx`), or Cranelift rejects it.
+/// Errors: [`CodegenError::Host`] when the host is neither x86-64 with SSSE3 and SSE4.1 (the
+/// integer dot-product kernels need `pmaddubsw` and `pmovsx`) nor aarch64 with NEON, or
+/// Cranelift rejects it.
 pub fn host_isa() -> Result<OwnedTargetIsa> {
     let host = HostFeatures::detect();
-    if !cfg!(target_arch = "x86_64") || !host.ssse3 || !host.sse41 {
+    let x86 = cfg!(target_arch = "x86_64") && host.ssse3 && host.sse41;
+    let arm = cfg!(target_arch = "aarch64") && host.neon;
+    if !x86 && !arm {
         return Err(CodegenError::Host(format!(
-            "the CPU kernels need x86-64 with SSSE3 and SSE4.1 (found: {host})"
+            "the CPU kernels need x86-64 with SSSE3 and SSE4.1, or aarch64 with NEON (found: {})",
+            if host.to_string().is_empty() { "none of them".to_string() } else { host.to_string() }
         )));
     }
     let mut flags = settings::builder();
@@ -202,6 +234,8 @@ pub struct Jit {
     /// When set, the disassembly (Cranelift's VCode text) of each compiled function is kept.
     keep_disasm: bool,
     disasm: HashMap<String, String>,
+    /// Generate only Cranelift's portable instructions (what aarch64 gets) even on x86-64.
+    portable: bool,
 }
 
 impl Jit {
@@ -227,6 +261,7 @@ impl Jit {
             names: HashMap::new(),
             keep_disasm: false,
             disasm: HashMap::new(),
+            portable: false,
         })
     }
 
@@ -246,6 +281,18 @@ impl Jit {
     /// `unsafe extern "C" fn` pointer of the same parameter types.
     pub fn call_conv(&self) -> CallConv {
         self.module.isa().default_call_conv()
+    }
+
+    /// Generate only Cranelift's portable instructions from now on, as for aarch64, even
+    /// on an x86-64 host: the same numbers, so x86 tests check the forms aarch64 runs.
+    pub fn portable(&mut self, on: bool) {
+        self.portable = on;
+    }
+
+    /// Whether the generators may take x86's own instructions where Cranelift has them
+    /// ([`crate::generated`]): the functions are for x86-64 and [`Jit::portable`] is off.
+    pub fn is_x86(&self) -> bool {
+        self.module.isa().name() == "x64" && !self.portable
     }
 
     /// The pointer type of the host.

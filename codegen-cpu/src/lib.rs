@@ -97,7 +97,9 @@ pub mod rows;
 pub use generated::{SumOrder, Tiling};
 pub use jit::{CodegenError, Jit, JitCode, Result};
 pub use layout::{repack, RepackedWeight};
-pub use matmul::{compile_matmul, compile_matmul_with, MatmulKernel, MatmulSpec};
+pub use matmul::{
+    compile_matmul, compile_matmul_portable, compile_matmul_with, MatmulKernel, MatmulSpec,
+};
 pub use pool::ThreadPool;
 
 /// Whether the CPU backend multiplies weights of type `wtype`: by a generated kernel over

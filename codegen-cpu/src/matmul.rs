@@ -201,7 +201,22 @@ pub fn compile_matmul(spec: &MatmulSpec) -> Result<MatmulKernel> {
 ///
 /// Errors: as [`compile_matmul`], and [`CodegenError::Shape`] for a zero tiling.
 pub fn compile_matmul_with(spec: &MatmulSpec, tiling: Tiling) -> Result<MatmulKernel> {
+    compile(spec, tiling, false)
+}
+
+/// [`compile_matmul_with`] from Cranelift's portable instructions only, the forms aarch64
+/// runs, on any host ([`Jit::portable`]): the same numbers as the host's own kernel, so the
+/// tests of an x86-64 machine check them too.
+///
+/// Errors: as [`compile_matmul_with`].
+pub fn compile_matmul_portable(spec: &MatmulSpec, tiling: Tiling) -> Result<MatmulKernel> {
+    compile(spec, tiling, true)
+}
+
+/// One kernel in a module of its own ([`Jit::portable`] as `portable` says).
+fn compile(spec: &MatmulSpec, tiling: Tiling, portable: bool) -> Result<MatmulKernel> {
     let mut jit = Jit::new()?;
+    jit.portable(portable);
     let name = define_matmul(&mut jit, spec, tiling)?;
     let code = jit.finalize()?;
     MatmulKernel::from_code(code, &name, spec, tiling)

@@ -7,7 +7,8 @@
 //! with a block remainder); heavy cases sample rows in debug builds.
 
 use codegen_cpu::{
-    compile_matmul, compile_matmul_with, repack, MatmulSpec, SumOrder, ThreadPool, Tiling,
+    compile_matmul, compile_matmul_portable, compile_matmul_with, repack, MatmulSpec, SumOrder,
+    ThreadPool, Tiling,
 };
 use ir::ggml::{quantize_activations, vec_dot_avx2, GgmlType, Q8Flavor};
 
@@ -28,11 +29,26 @@ fn random_weight(t: GgmlType, k: usize, m: usize, rng: &mut Rng) -> Vec<u8> {
 /// inputs (over two threads when `threads`) and checks every element (or, for large shapes
 /// in debug builds, a spread of rows plus the last ones) bit for bit.
 fn check(t: GgmlType, k: usize, m: usize, n: usize, tiling: Option<Tiling>, threads: bool) {
+    check_on(t, k, m, n, tiling, threads, false)
+}
+
+/// [`check`] of the kernel made of Cranelift's portable instructions (what aarch64 runs)
+/// when `portable`.
+fn check_on(
+    t: GgmlType,
+    k: usize,
+    m: usize,
+    n: usize,
+    tiling: Option<Tiling>,
+    threads: bool,
+    portable: bool,
+) {
     let mut rng = Rng((k * 7919 + m * 31 + n) as u64 ^ (t as u64) << 40 | 1);
     let spec = MatmulSpec { wtype: t, k, m, n };
-    let kernel = match tiling {
-        Some(ti) => compile_matmul_with(&spec, ti).unwrap(),
-        None => compile_matmul(&spec).unwrap(),
+    let kernel = match (tiling, portable) {
+        (ti, true) => compile_matmul_portable(&spec, ti.unwrap_or(spec.default_tiling())).unwrap(),
+        (Some(ti), false) => compile_matmul_with(&spec, ti).unwrap(),
+        (None, false) => compile_matmul(&spec).unwrap(),
     };
     let wdata = random_weight(t, k, m, &mut rng);
     let w = repack(t, k, m, &wdata).unwrap();
@@ -121,6 +137,60 @@ fn ragged_shapes_tilings_and_threads_bit_exact() {
         // of into their stack scratch
         for ti in tilings {
             check(t, 32 * 420, 8, 3, Some(ti), false);
+        }
+    }
+}
+
+/// The kernels made of Cranelift's portable instructions only (aarch64's; here on the test
+/// machine's own ISA): the same numbers, bit for bit, for SmolLM2's shapes, ragged ones and
+/// every tiling.
+#[test]
+fn portable_forms_bit_exact() {
+    for t in TYPES {
+        for (k, m) in [(576, 576), (1536, 576), (160, 23)] {
+            for n in [1, 3, 16] {
+                check_on(t, k, m, n, None, false, true);
+            }
+        }
+        for tokens in [1, 2, 4] {
+            let ti = Tiling {
+                tokens,
+                unroll: 3,
+                groups: 1,
+                order: SumOrder::Ggml,
+            };
+            check_on(t, 96, 9, 5, Some(ti), true, true);
+        }
+    }
+}
+
+/// The block-order kernels (`--kernels fast`) made of portable instructions give the host
+/// kernels' numbers bit for bit (their order is not llama.cpp's, so the host kernel is the
+/// reference here).
+#[test]
+fn portable_block_order_equals_host() {
+    for t in TYPES {
+        for (k, m, n, tokens, groups) in [(576, 64, 1, 1, 2), (160, 23, 7, 4, 1), (1536, 12, 3, 2, 3)] {
+            let mut rng = Rng((k * 31 + m) as u64 ^ (t as u64) << 32 | 1);
+            let spec = MatmulSpec { wtype: t, k, m, n };
+            let ti = Tiling {
+                tokens,
+                unroll: 2,
+                groups,
+                order: SumOrder::Block,
+            };
+            let host = compile_matmul_with(&spec, ti).unwrap();
+            let portable = compile_matmul_portable(&spec, ti).unwrap();
+            let w = repack(t, k, m, &random_weight(t, k, m, &mut rng)).unwrap();
+            let x = random_acts(k, n, &mut rng);
+            let mut act = vec![0u8; host.act_bytes()];
+            host.prepare(&x, &mut act).unwrap();
+            let run = |kernel: &codegen_cpu::MatmulKernel| {
+                let mut out = vec![f32::NAN; m * n];
+                kernel.call(&w, &act, &mut out, 0..m).unwrap();
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(run(&host), run(&portable), "{spec} {ti:?}");
         }
     }
 }

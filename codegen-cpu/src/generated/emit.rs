@@ -25,15 +25,20 @@ pub(crate) struct Emit<'a> {
     /// The Cranelift builder.
     pub fb: FunctionBuilder<'a>,
     flags: MemFlagsData,
+    /// Whether the function is for x86-64, whose SSSE3 `pmaddubsw` Cranelift exposes as its
+    /// own instruction ([`Emit::pmaddubsw`]); other targets get the same numbers from
+    /// Cranelift's portable vector instructions.
+    x86: bool,
 }
 
 impl<'a> Emit<'a> {
-    /// Wraps a builder. Loads are `notrap` (callers check every buffer size before a call) and
-    /// not marked aligned.
-    pub fn new(fb: FunctionBuilder<'a>) -> Emit<'a> {
+    /// Wraps a builder for a function of the target `x86` says (x86-64 or not). Loads are
+    /// `notrap` (callers check every buffer size before a call) and not marked aligned.
+    pub fn new(fb: FunctionBuilder<'a>, x86: bool) -> Emit<'a> {
         Emit {
             fb,
             flags: MemFlagsData::new().with_notrap(),
+            x86,
         }
     }
 
@@ -138,10 +143,31 @@ impl<'a> Emit<'a> {
 
     /// `pmaddubsw`: `signed` (i8x16) × `unsigned` (u8x16), adjacent products added with
     /// signed saturation into i16x8.
+    ///
+    /// On x86-64 it is the instruction itself. Elsewhere (aarch64: `smull`/`umull`-style
+    /// widening, `addp`, `sqxtn`) the same values: each byte widened to i16 (the products,
+    /// at most 128 · 255, fit), the products widened to i32 and added in adjacent pairs, and
+    /// the i32 pair sums narrowed back to i16 with signed saturation, as `pmaddubsw` saturates.
     pub fn pmaddubsw(&mut self, signed: Value, unsigned: Value) -> Value {
         let s = self.bitcast(I8X16, signed);
         let u = self.bitcast(I8X16, unsigned);
-        self.fb.ins().x86_pmaddubsw(s, u)
+        if self.x86 {
+            return self.fb.ins().x86_pmaddubsw(s, u);
+        }
+        let (s_lo, s_hi) = (self.fb.ins().swiden_low(s), self.fb.ins().swiden_high(s));
+        let (u_lo, u_hi) = (self.fb.ins().uwiden_low(u), self.fb.ins().uwiden_high(u));
+        let p_lo = self.fb.ins().imul(s_lo, u_lo); // i16x8: the products of bytes 0..8
+        let p_hi = self.fb.ins().imul(s_hi, u_hi); // bytes 8..16
+        let sum_lo = self.pair_sums_i32(p_lo);
+        let sum_hi = self.pair_sums_i32(p_hi);
+        self.fb.ins().snarrow(sum_lo, sum_hi)
+    }
+
+    /// The sums of adjacent i16 lanes of `p` as i32x4 (exact: no saturation).
+    fn pair_sums_i32(&mut self, p: Value) -> Value {
+        let lo = self.fb.ins().swiden_low(p);
+        let hi = self.fb.ins().swiden_high(p);
+        self.fb.ins().iadd_pairwise(lo, hi)
     }
 
     /// Sum of adjacent i16 lanes into i32x4 (`pmaddwd` with a vector of ones).

@@ -11,8 +11,9 @@
 //! ([`crate::handwritten`]'s `actq`), and every other kernel of a plan is hand-written too
 //! (the table in the crate doc says where each kernel comes from).
 //!
-//! The quantized generators use x86-specific Cranelift instructions (`x86_pmaddubsw`), so
-//! [`crate::jit::host_isa`] accepts x86-64 hosts only; the crate still builds everywhere.
+//! The quantized generators' one x86-specific Cranelift instruction (`x86_pmaddubsw`) has a
+//! portable form of the same values ([`emit::Emit::pmaddubsw`]), so every kernel is generated
+//! for x86-64 and aarch64 alike ([`crate::jit::host_isa`]).
 //!
 //! Every matmul kernel has the same signature, `KernelFn`, in the host's C calling
 //! convention (see [`crate::jit::Jit::call_conv`]):
@@ -101,7 +102,7 @@ pub(crate) fn build_matmul_fn(jit: &Jit, body: impl FnOnce(&mut Emit, &KernelArg
     let mut fctx = FunctionBuilderContext::new();
     {
         let fb = FunctionBuilder::new(&mut func, &mut fctx);
-        let mut e = Emit::new(fb);
+        let mut e = Emit::new(fb, jit.is_x86());
         let entry = e.fb.create_block();
         e.fb.append_block_params_for_function_params(entry);
         e.fb.switch_to_block(entry);
