@@ -181,7 +181,11 @@ pub fn host_isa() -> Result<OwnedTargetIsa> {
     if !x86 && !arm {
         return Err(CodegenError::Host(format!(
             "the CPU kernels need x86-64 with SSSE3 and SSE4.1, or aarch64 with NEON (found: {})",
-            if host.to_string().is_empty() { "none of them".to_string() } else { host.to_string() }
+            if host.to_string().is_empty() {
+                "none of them".to_string()
+            } else {
+                host.to_string()
+            }
         )));
     }
     let mut flags = settings::builder();

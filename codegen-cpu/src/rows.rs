@@ -1432,7 +1432,7 @@ mod tests {
                     .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
                     .collect();
                 let mm = RowsMatmul::new(t, k, m, n).expect("MXFP4 has row-dot kernels");
-                assert!(mm.exact() && mm.simd() == crate::handwritten::has_avx2());
+                assert!(mm.exact() && mm.simd() == crate::handwritten::qdot::host_isa().is_some());
                 let mut act = vec![0u8; mm.act_bytes()];
                 mm.prepare(&x, &mut act).expect("prepares");
                 let mut out = vec![0f32; m * n];

@@ -170,7 +170,9 @@ fn portable_forms_bit_exact() {
 #[test]
 fn portable_block_order_equals_host() {
     for t in TYPES {
-        for (k, m, n, tokens, groups) in [(576, 64, 1, 1, 2), (160, 23, 7, 4, 1), (1536, 12, 3, 2, 3)] {
+        for (k, m, n, tokens, groups) in
+            [(576, 64, 1, 1, 2), (160, 23, 7, 4, 1), (1536, 12, 3, 2, 3)]
+        {
             let mut rng = Rng((k * 31 + m) as u64 ^ (t as u64) << 32 | 1);
             let spec = MatmulSpec { wtype: t, k, m, n };
             let ti = Tiling {

@@ -91,7 +91,11 @@ fn excess(logits: &[f32], want: &serde_json::Value) -> f64 {
                 .collect()
         })
         .unwrap_or_default();
-    assert_eq!(want.len(), 5, "the reference lists a top 5 at every position");
+    assert_eq!(
+        want.len(),
+        5,
+        "the reference lists a top 5 at every position"
+    );
     let lp = log_softmax(logits);
     let mut excess = 0f64;
     for &(t, r) in &want {
@@ -155,7 +159,10 @@ fn check(model: &Path, reference: &Path) -> Report {
     let only = std::env::var("MODELC_VARIANTS_PROMPTS").ok();
     for p in v["prompts"].as_array().expect("prompts") {
         let id = p["id"].as_str().unwrap_or("?").to_string();
-        if only.as_ref().is_some_and(|o| !o.split(',').any(|x| x == id)) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|x| x == id))
+        {
             continue;
         }
         let tokens = ids(&p["tokens_add_special_true"]);
@@ -291,7 +298,9 @@ fn gemma3_270m_q4_k_m() {
 /// through the softmax's sum, which one ulp of a small probability does not move.)
 #[test]
 fn one_ulp_in_a_logit_is_a_difference() {
-    let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 1000) as f32 / 97.0 - 3.0).collect();
+    let logits: Vec<f32> = (0..1000)
+        .map(|i| ((i * 7919) % 1000) as f32 / 97.0 - 3.0)
+        .collect();
     let lp = log_softmax(&logits);
     let mut order: Vec<usize> = (0..lp.len()).collect();
     order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
@@ -305,7 +314,11 @@ fn one_ulp_in_a_logit_is_a_difference() {
             .iter()
             .map(|&t| serde_json::json!([t, printed(lp[t])]))
             .collect::<Vec<_>>());
-        assert_eq!(excess(&logits, &want), 0.0, "{digits} digits: our own figures");
+        assert_eq!(
+            excess(&logits, &want),
+            0.0,
+            "{digits} digits: our own figures"
+        );
         for &t in &order[..5] {
             let mut moved = logits.clone();
             moved[t] = f32::from_bits(moved[t].to_bits() + 1);

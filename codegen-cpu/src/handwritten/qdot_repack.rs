@@ -2368,10 +2368,13 @@ mod tests {
             // The AVX-512 gemm tile, whichever form `packed8x16_fn` chose for prompts.
             (
                 GgmlType::Q4_K,
+                #[cfg(target_arch = "x86_64")]
                 packed8x16_fn(GgmlType::Q4_K).map(|p| Packed8x16 {
                     tile: x86::q4_k_gemm_x8x16,
                     ..p
                 }),
+                #[cfg(not(target_arch = "x86_64"))]
+                None,
                 true,
             ),
             (GgmlType::Q4_1, block_packed8x16_fn(GgmlType::Q4_1), false),
