@@ -610,6 +610,10 @@ impl Decoding {
     }
 }
 
+/// Most tokens of one verifying step (the chosen token and its draft): with a draft of
+/// `--spec-ngram-simple-size-m` 48 at most, a step of 64 holds any.
+const VERIFY_MAX: usize = 64;
+
 /// A generation in progress over a session it borrows (module doc): a [`Decoding`] and
 /// the session that evaluates its tokens.
 pub struct Generation<'s, 'w> {
@@ -726,7 +730,7 @@ impl<'s, 'w> Generation<'s, 'w> {
             .session
             .n_ctx()
             .saturating_sub(n_past + 2)
-            .min(self.session.max_ubatch().saturating_sub(1));
+            .min(self.session.max_ubatch().min(VERIFY_MAX).saturating_sub(1));
         if self.state.limit != usize::MAX {
             let left = self.state.limit.saturating_sub(self.state.tokens.len());
             n_max = n_max.min(left.saturating_sub(1));
@@ -740,7 +744,8 @@ impl<'s, 'w> Generation<'s, 'w> {
         d
     }
 
-    /// Evaluates `token` and `draft` in one call with every row's logits, then feeds the
+    /// Evaluates `token` and `draft` in one call with every row's logits (each row as that
+    /// token decoded alone: [`Session::eval_as_singles`]), then feeds the
     /// rows in order while the chosen token is the drafted one (llama.cpp's
     /// `common_sampler_sample_and_accept_n`): the drafted tokens kept stay in the cache,
     /// the rest are truncated away, and the token chosen in place of the first rejected
@@ -750,7 +755,7 @@ impl<'s, 'w> Generation<'s, 'w> {
         let mut batch = Vec::with_capacity(draft.len() + 1);
         batch.push(token);
         batch.extend_from_slice(draft);
-        let out = self.session.eval(self.seq, &batch, true)?;
+        let out = self.session.eval_as_singles(self.seq, &batch)?;
         self.rows.clear();
         self.rows.extend_from_slice(out);
         let n_vocab = self.session.n_vocab();

@@ -3,7 +3,12 @@
 //! on the fixtures (the sliding-window gemma3 and fused phi3 included); a draft verified in
 //! one multi-token step gives each position the logits one-token steps give, bit for bit
 //! (the exact kernels); a rejected draft, truncated away, leaves the session as if it had
-//! never been tried (the next logits bit-identical).
+//! never been tried (the next logits bit-identical). A plain multi-token step is not always
+//! bit-identical to one-token steps (llama.cpp's own kernel choice by ubatch size: F16 / F32
+//! weights take tinyBLAS from two tokens, K-quants a tiled kernel from four, flash attention
+//! the split-KV path for one token at a padded KV length of 512 or more and the tiled kernel
+//! for 64 tokens), so verification computes each row as its token alone
+//! ([`Session::eval_as_singles`]).
 
 use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
@@ -62,7 +67,42 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// A source file and a request to repeat it with a rename: the answer copies the context.
-const CODE_PROMPT: &str = "fn count_words(text: &str) -> usize {\n    let mut count = 0;\n    for word in text.split_whitespace() {\n        if !word.is_empty() {\n            count += 1;\n        }\n    }\n    count\n}\n\nfn main() {\n    let text = \"the quick brown fox jumps over the lazy dog\";\n    let count = count_words(text);\n    println!(\"{} words\", count);\n}\n\nThe same program with the variable `count` renamed to `total`:\n\nfn count_words(text: &str) -> usize {\n";
+const CODE_PROMPT: &str = r#"fn count_words(text: &str) -> usize {
+    let mut count = 0;
+    for word in text.split_whitespace() {
+        if !word.is_empty() {
+            count += 1;
+        }
+    }
+    count
+}
+
+fn longest_word(text: &str) -> Option<&str> {
+    let mut best: Option<&str> = None;
+    for word in text.split_whitespace() {
+        match best {
+            Some(b) if b.len() >= word.len() => {}
+            _ => best = Some(word),
+        }
+    }
+    best
+}
+
+fn main() {
+    let text = "the quick brown fox jumps over the lazy dog";
+    let count = count_words(text);
+    println!("{} words", count);
+    if let Some(w) = longest_word(text) {
+        println!("longest: {}", w);
+    }
+}
+
+Rewrite the program above with the variable `count` renamed to `total`. Answer with the code only.
+
+The same program with the variable `count` renamed to `total`:
+
+fn count_words(text: &str) -> usize {
+"#;
 
 #[test]
 fn smollm2_greedy_equals_plain_with_llama_cpp_defaults() {
@@ -71,9 +111,12 @@ fn smollm2_greedy_equals_plain_with_llama_cpp_defaults() {
     };
     let gguf = GgufFile::open(path).expect("SmolLM2 opens");
     let vocab = Vocab::from_gguf(&gguf).expect("vocab");
-    let mut e = engine(&gguf, 512);
+    // Past 256 positions the one-token steps take flash attention's split-KV path (a
+    // padded KV length of 512): a draft verified as one plain multi-token ubatch parted
+    // from the plain output at token 118 here.
+    let mut e = engine(&gguf, 1024);
     let prompt = vocab.tokenize(CODE_PROMPT, true, true);
-    let (plain, fast) = both(&mut e, &vocab, &prompt, 96, NgramParams::default());
+    let (plain, fast) = both(&mut e, &vocab, &prompt, 160, NgramParams::default());
     assert_eq!(
         fast.tokens, plain.tokens,
         "speculation changed the greedy output"
@@ -193,6 +236,26 @@ fn rejected_draft_leaves_no_trace(gguf: &GgufFile, prompt: &[u32], batch_exact: 
             assert!(worst < 1e-2, "row {i}: {worst} from the one-token step");
         }
     }
+    // The same draft as verification evaluates it (each row as that token alone): bit for
+    // bit the one-token steps, whatever the weights.
+    s.truncate(0, n0);
+    let rows = s.eval_as_singles(0, &good).expect("verify").to_vec();
+    for (i, single) in singles.iter().enumerate() {
+        assert!(
+            bits(&rows[i * n_vocab..(i + 1) * n_vocab]) == bits(single),
+            "row {i} of the verifying step differs from the one-token step"
+        );
+    }
+    // And a rejected one, through the verifying step.
+    s.truncate(0, n0 + 1);
+    s.eval_as_singles(0, &[wrong, greedy[1], wrong])
+        .expect("bad draft");
+    s.truncate(0, n0 + 1);
+    let after = s.eval(0, &[greedy[0]], false).expect("token").to_vec();
+    assert!(
+        bits(&after) == bits(&singles[1]),
+        "the logits after a rejected verified draft differ from a session that never tried it"
+    );
 }
 #[test]
 fn smollm2_rejected_draft_leaves_no_trace() {
