@@ -21,7 +21,9 @@ fn run(m: &std::path::Path, extra: &[&str]) -> std::process::Command {
     let mut c = modelc();
     c.arg("run")
         .arg(m)
-        .args(["-p", PROMPT, "--temp", "0", "-n", "40", "-t", "2", "-c", "512"])
+        .args([
+            "-p", PROMPT, "--temp", "0", "-n", "40", "-t", "2", "-c", "512",
+        ])
         .args(extra);
     c
 }
@@ -58,7 +60,10 @@ fn unsupported_types_and_removed_flags_are_refused() {
         (&["--spec-type", "ngram-mod"][..], "not supported"),
         (&["--spec-type", "bogus"][..], "unknown type"),
         (&["--draft-max", "8"][..], "removed"),
-        (&["-md", "draft.gguf"][..], "draft models are not supported"),
+        (
+            &["-md", "draft.gguf"][..],
+            "draft models for speculative decoding are not supported",
+        ),
         (&["--spec-ngram-simple-size-n", "0"][..], "1 to 1024"),
     ] {
         let out = run(&m, args).output().expect("runs");

@@ -244,7 +244,7 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
             "multimodal input (a projector, images, audio) is not supported; modelc runs text models"
         }
         "--model-draft" | "--spec-draft-model" => {
-            "draft models are not supported; draftless speculation is --spec-type ngram-simple"
+            "draft models for speculative decoding are not supported; draftless speculation is --spec-type ngram-simple"
         }
         "--draft" | "--draft-max" | "--draft-min" | "--draft-n" | "--draft-n-min" => {
             "llama.cpp removed this flag; with --spec-type ngram-simple the draft's length is --spec-ngram-simple-size-m"
