@@ -53,6 +53,22 @@ fn same_tokens_and_draft_counts() {
     assert!(err.contains("draft acceptance = "), "{err}");
 }
 
+/// A seeded sampled run: every emitted token is one draw of the sampler chain from its own
+/// position's logits, with or without speculation, so the tokens are the same.
+#[test]
+fn seeded_sampling_is_unchanged() {
+    let Some(m) = model() else { return };
+    let seeded = ["--temp", "0.8", "-s", "42", "--json"];
+    let plain = json_output(&mut run(&m, &seeded));
+    let spec = json_output(run(&m, &seeded).args(SPEC));
+    assert_eq!(spec["tokens"], plain["tokens"]);
+    assert!(
+        spec["timings"]["draft_n"].as_u64() > Some(0),
+        "{}",
+        spec["timings"]
+    );
+}
+
 #[test]
 fn unsupported_types_and_removed_flags_are_refused() {
     let Some(m) = model() else { return };
