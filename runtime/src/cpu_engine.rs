@@ -434,6 +434,51 @@ impl Engine for CpuEngine<'_> {
         Ok(())
     }
 
+    /// Tokens of one sequence in the smallest step with a logit row per token that holds
+    /// them, each row its own one-token ubatch ([`CompiledPlan::step_rows_one_seq`]); one
+    /// at a time where no step holds them within twice their number, or for one token.
+    fn decode_as_singles(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        check_decode_args(self, tokens, pos0)?;
+        let n = tokens.len();
+        let size = self.padded_size(n);
+        if n == 1 || size == 0 || size > 2 * n {
+            for (i, &t) in tokens.iter().enumerate() {
+                let logits = self.decode(kv, &[t], pos0 + i, false)?;
+                out.extend_from_slice(logits);
+            }
+            return Ok(());
+        }
+        self.tokens.clear();
+        self.tokens.extend(tokens.iter().map(|&t| t as i32));
+        self.positions.clear();
+        self.positions.extend((pos0..pos0 + n).map(|p| p as i32));
+        // Padding rows repeat the last real row (they store nothing).
+        let (pad_t, pad_p) = (self.tokens[n - 1], self.positions[n - 1]);
+        self.tokens.resize(size, pad_t);
+        self.positions.resize(size, pad_p);
+        self.out_ids.clear();
+        self.out_ids.extend((0..n).map(|i| i as i32));
+        self.out_ids.resize(size, (n - 1) as i32);
+        let args = StepArgs {
+            tokens: &self.tokens,
+            positions: &self.positions,
+            output_ids: &self.out_ids,
+            kv_len: pos0 + n,
+            data: &[],
+        };
+        // Marked before the step: a failed step may have stored its rows.
+        kv.written = kv.written.max(pos0 + n);
+        let logits = self.exec.step_rows_one_seq(kv.mem, n, size as u32, &args)?;
+        out.extend_from_slice(&logits[..n * self.n_vocab]);
+        Ok(())
+    }
+
     /// One-token runs through [`Engine::decode_runs`]: groups of them share the plan's
     /// steps with a logit row per token.
     fn decode_seqs(

@@ -129,6 +129,30 @@ pub trait Engine {
         Ok(())
     }
 
+    /// Evaluates `tokens` of one sequence at positions `pos0..` as [`Engine::decode`] with
+    /// `all_logits` does, but with every row computed as that token decoded alone (a
+    /// one-token call), appending a logit row per token to `out`: the verification of a
+    /// speculative draft, bit for bit what decoding the tokens one at a time gives,
+    /// whatever kernels a many-token ubatch would take. An engine with multi-sequence
+    /// steps does it in one pass over the weights; the default decodes the tokens one
+    /// after another.
+    ///
+    /// # Errors
+    /// As [`Engine::decode`] (the cells written before the error are marked in `written`).
+    fn decode_as_singles(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        for (i, &t) in tokens.iter().enumerate() {
+            let logits = self.decode(kv, &[t], pos0 + i, false)?;
+            out.extend_from_slice(logits);
+        }
+        Ok(())
+    }
+
     /// Forgets cells `from..` of stream `stream`, for an engine that keeps KV state outside
     /// the session's memory (the session has already zeroed the cells of its own memory).
     fn forget(&mut self, _stream: usize, _from: usize) {}
@@ -303,6 +327,16 @@ impl<E: Engine + ?Sized> Engine for &mut E {
         out: &mut Vec<f32>,
     ) -> anyhow::Result<()> {
         (**self).decode_seqs(kvs, tokens, positions, out)
+    }
+
+    fn decode_as_singles(
+        &mut self,
+        kv: &mut KvStream<'_>,
+        tokens: &[u32],
+        pos0: usize,
+        out: &mut Vec<f32>,
+    ) -> anyhow::Result<()> {
+        (**self).decode_as_singles(kv, tokens, pos0, out)
     }
 
     fn forget(&mut self, stream: usize, from: usize) {

@@ -63,6 +63,11 @@ pub struct GenerateOptions {
     /// DRY's sequence breakers processed against the vocabulary (needed when
     /// `sampler.dry_on()`; without them DRY is off).
     pub dry_breakers: Option<Arc<crate::sampler::dry::DryBreakers>>,
+    /// Draftless speculation (`--spec-type ngram-simple`): drafts from the sequence's own
+    /// tokens verified in one step ([`crate::speculative`]); `None` decodes one token per
+    /// step. The session's engine needs steps with a logit row per token. The output is
+    /// the same either way.
+    pub speculative: Option<crate::speculative::NgramParams>,
 }
 
 impl Default for GenerateOptions {
@@ -82,6 +87,7 @@ impl Default for GenerateOptions {
             context_shift: None,
             grammar: None,
             dry_breakers: None,
+            speculative: None,
         }
     }
 }
@@ -121,6 +127,28 @@ pub struct Timings {
     pub predicted_n: usize,
     pub predicted_ms: f64,
     pub predicted_per_second: f64,
+    /// Draft tokens proposed for verification (llama-server's `draft_n`; absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_n: usize,
+    /// Draft tokens the target accepted (llama-server's `draft_n_accepted`; absent when
+    /// no draft was proposed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<usize>,
+}
+
+impl Timings {
+    /// llama-server's end-of-request line for speculation: `draft acceptance = R (A
+    /// accepted / N generated)`, or `None` when nothing was drafted.
+    pub fn draft_line(&self) -> Option<String> {
+        let accepted = self.draft_n_accepted?;
+        (self.draft_n > 0).then(|| {
+            format!(
+                "draft acceptance = {:.5} ({accepted:5} accepted / {:5} generated)",
+                accepted as f64 / self.draft_n as f64,
+                self.draft_n
+            )
+        })
+    }
 }
 
 /// A finished generation.
@@ -474,6 +502,12 @@ impl Decoding {
         self.raw_tail.take()
     }
 
+    /// Records a verified draft of `n` tokens of which the first `accepted` were kept.
+    pub fn add_draft(&mut self, n: usize, accepted: usize) {
+        self.timings.draft_n += n;
+        *self.timings.draft_n_accepted.get_or_insert(0) += accepted;
+    }
+
     /// Records `n` positions dropped by a context shift.
     pub fn add_discarded(&mut self, n: usize) {
         self.n_discarded += n;
@@ -576,6 +610,10 @@ impl Decoding {
     }
 }
 
+/// Most tokens of one verifying step (the chosen token and its draft): with a draft of
+/// `--spec-ngram-simple-size-m` 48 at most, a step of 64 holds any.
+const VERIFY_MAX: usize = 64;
+
 /// A generation in progress over a session it borrows (module doc): a [`Decoding`] and
 /// the session that evaluates its tokens.
 pub struct Generation<'s, 'w> {
@@ -583,7 +621,13 @@ pub struct Generation<'s, 'w> {
     vocab: &'s Vocab,
     seq: SeqId,
     state: Decoding,
+    /// The logits the next token is chosen from (when `pending` is `None`).
     logits: Vec<f32>,
+    /// A token already chosen but not evaluated: the one that replaced a rejected draft
+    /// token (its logits were the verifying step's).
+    pending: Option<TokenId>,
+    /// Logit rows of the last verifying step, kept between steps.
+    rows: Vec<f32>,
 }
 
 impl<'s, 'w> Generation<'s, 'w> {
@@ -620,6 +664,8 @@ impl<'s, 'w> Generation<'s, 'w> {
             seq,
             state,
             logits,
+            pending: None,
+            rows: Vec::new(),
         })
     }
 
@@ -640,9 +686,12 @@ impl<'s, 'w> Generation<'s, 'w> {
     /// # Errors
     /// A forced token outside the vocabulary, or an engine error.
     pub fn step(&mut self) -> anyhow::Result<Option<String>> {
-        let token = match self.state.feed(self.vocab, &self.logits)? {
-            Fed::Continue(t) => t,
-            Fed::Stopped => return Ok(self.state.take_text()),
+        let token = match self.pending.take() {
+            Some(t) => t,
+            None => match self.state.feed(self.vocab, &self.logits)? {
+                Fed::Continue(t) => t,
+                Fed::Stopped => return Ok(self.state.take_text()),
+            },
         };
         // llama-completion shifts, or without a shift stops, before the decode that would
         // fill the context's last cell (`n_past + 1 >= n_ctx`; the token is emitted, not
@@ -658,10 +707,86 @@ impl<'s, 'w> Generation<'s, 'w> {
                 }
             }
         }
+        let draft = self.draft(token);
+        if !draft.is_empty() {
+            self.verify(token, &draft)?;
+            return Ok(self.state.take_text());
+        }
         let out = self.session.eval(self.seq, &[token], false)?;
         self.logits.clear();
         self.logits.extend_from_slice(out);
         Ok(self.state.take_text())
+    }
+
+    /// The draft to verify after `token` (chosen, not evaluated), as llama-server bounds it
+    /// (`get_n_draft_max`): room for it and one more position in the context, at most one
+    /// fewer than the tokens left to generate, and (modelc) one engine call.
+    fn draft(&self, token: TokenId) -> Vec<TokenId> {
+        let Some(p) = self.state.options().speculative else {
+            return Vec::new();
+        };
+        let n_past = self.session.n_past(self.seq);
+        let mut n_max = self
+            .session
+            .n_ctx()
+            .saturating_sub(n_past + 2)
+            .min(self.session.max_ubatch().min(VERIFY_MAX).saturating_sub(1));
+        if self.state.limit != usize::MAX {
+            let left = self.state.limit.saturating_sub(self.state.tokens.len());
+            n_max = n_max.min(left.saturating_sub(1));
+        }
+        if n_max == 0 {
+            return Vec::new();
+        }
+        let mut d =
+            crate::speculative::ngram_simple_draft(&p, self.session.tokens(self.seq), token);
+        d.truncate(n_max);
+        d
+    }
+
+    /// Evaluates `token` and `draft` in one call with every row's logits (each row as that
+    /// token decoded alone: [`Session::eval_as_singles`]), then feeds the
+    /// rows in order while the chosen token is the drafted one (llama.cpp's
+    /// `common_sampler_sample_and_accept_n`): the drafted tokens kept stay in the cache,
+    /// the rest are truncated away, and the token chosen in place of the first rejected
+    /// one is evaluated by the next step.
+    fn verify(&mut self, token: TokenId, draft: &[TokenId]) -> anyhow::Result<()> {
+        let n_past = self.session.n_past(self.seq);
+        let mut batch = Vec::with_capacity(draft.len() + 1);
+        batch.push(token);
+        batch.extend_from_slice(draft);
+        let out = self.session.eval_as_singles(self.seq, &batch)?;
+        self.rows.clear();
+        self.rows.extend_from_slice(out);
+        let n_vocab = self.session.n_vocab();
+        let mut accepted = 0;
+        let mut next = None;
+        let mut stopped = false;
+        for (i, &d) in draft.iter().enumerate() {
+            let row = &self.rows[i * n_vocab..(i + 1) * n_vocab];
+            match self.state.feed(self.vocab, row)? {
+                Fed::Continue(t) if t == d => accepted += 1,
+                Fed::Continue(t) => {
+                    next = Some(t);
+                    break;
+                }
+                Fed::Stopped => {
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        self.state.add_draft(draft.len(), accepted);
+        // The cache keeps `token` and the accepted drafted tokens.
+        self.session.truncate(self.seq, n_past + 1 + accepted);
+        if accepted == draft.len() && !stopped {
+            let row = &self.rows[accepted * n_vocab..(accepted + 1) * n_vocab];
+            self.logits.clear();
+            self.logits.extend_from_slice(row);
+        } else {
+            self.pending = next;
+        }
+        Ok(())
     }
 
     /// The context is full: keeps the first `n_keep` positions, drops the oldest half of the

@@ -24,5 +24,6 @@ pub mod repl;
 pub mod sampler;
 pub mod server;
 pub mod session;
+pub mod speculative;
 pub mod synth;
 pub mod tokenizer;

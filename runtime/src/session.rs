@@ -154,6 +154,39 @@ impl<'w> Session<'w> {
         self.decode_seq(seq, tokens, n_past, all_logits)
     }
 
+    /// Evaluates `tokens` as the continuation of sequence `seq` with a logit row per token,
+    /// each row computed as that token decoded alone ([`Engine::decode_as_singles`]): the
+    /// verification of a speculative draft, whose rows are then bit for bit those of
+    /// decoding the tokens one at a time. At most [`Session::max_ubatch`] tokens.
+    ///
+    /// # Errors
+    /// As [`Session::eval`]; the sequence keeps its past on an error.
+    pub fn eval_as_singles(&mut self, seq: SeqId, tokens: &[TokenId]) -> anyhow::Result<&[f32]> {
+        let i = self.kv.stream_for(seq)?;
+        let pos0 = self.kv.n_past(i);
+        self.kv.check_room(tokens.len())?;
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.clear();
+        let mut kv = self.kv.lend(i);
+        let done = self
+            .engine
+            .decode_as_singles(&mut kv, tokens, pos0, &mut rows);
+        let written = kv.written;
+        self.rows = rows;
+        match done {
+            Ok(()) => {
+                self.kv.commit(i, tokens, written);
+                Ok(&self.rows)
+            }
+            Err(e) => {
+                // Cells the failed call wrote are zeroed; the sequence keeps its past.
+                self.kv.commit(i, &[], written);
+                self.truncate_stream(i, pos0);
+                Err(e)
+            }
+        }
+    }
+
     /// Evaluates `tokens` of sequence 0 at positions `pos0..` ([`Session::decode_seq`]).
     ///
     /// # Errors

@@ -945,14 +945,73 @@ impl<'w> CompiledPlan<'w> {
         for kv in kvs.iter() {
             self.check_kv_memory(kv)?;
         }
-        let si = self.step_index(n_tokens, n_tokens)?;
-        self.write_inputs(si, args)?;
         let mut rows = std::mem::take(&mut self.row_kv);
         rows.clear();
         for (kv, r) in kvs.iter_mut().zip(runs) {
             let p = Ptr(kv.as_mut_ptr());
             rows.extend(std::iter::repeat_n(p, r.len));
         }
+        self.run_rows(rows, runs, n_real, n_tokens, args)
+    }
+
+    /// One sequence's tokens in a step compiled for `n_tokens` tokens with a logit row per
+    /// token, each row its own one-token llama.cpp ubatch reading and writing the one KV
+    /// memory `kv` at the position `args.positions` gives it (consecutive, after the
+    /// sequence's past): the rows of a speculative draft verified in one pass over the
+    /// weights, each computing the numbers [`CompiledPlan::step_real`] of that token alone
+    /// computes (one-token kernels, its own padded KV length, its causal mask over the
+    /// cells the earlier rows of the step wrote). `args.output_ids` must list rows
+    /// `0..n_real` first. Returns `n_tokens` logit rows, the first `n_real` real.
+    ///
+    /// # Errors
+    /// As [`CompiledPlan::step_runs`]; `n_real` of 0 or above `n_tokens`.
+    pub fn step_rows_one_seq(
+        &mut self,
+        kv: &mut [u8],
+        n_real: usize,
+        n_tokens: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
+        if n_real == 0 || n_real > n_tokens as usize {
+            return Err(ExecError::Input(format!(
+                "{n_real} rows in a step of {n_tokens} tokens"
+            )));
+        }
+        self.check_kv_memory(kv)?;
+        let runs: Vec<RowRun> = (0..n_real)
+            .map(|start| RowRun {
+                start,
+                len: 1,
+                n_llama: 1,
+                col0: 0,
+            })
+            .collect();
+        let mut rows = std::mem::take(&mut self.row_kv);
+        rows.clear();
+        rows.extend(std::iter::repeat_n(Ptr(kv.as_mut_ptr()), n_real));
+        self.run_rows(rows, &runs, n_real, n_tokens, args)
+    }
+
+    /// Runs the step of `n_tokens` with a logit row per token over `runs`, row `i` reading
+    /// and writing the KV memory at `rows[i]` (checked by the caller).
+    fn run_rows(
+        &mut self,
+        rows: Vec<Ptr>,
+        runs: &[RowRun],
+        n_real: usize,
+        n_tokens: u32,
+        args: &StepArgs<'_>,
+    ) -> Result<&[f32], ExecError> {
+        let si = match self
+            .step_index(n_tokens, n_tokens)
+            .and_then(|si| self.write_inputs(si, args).map(|()| si))
+        {
+            Ok(si) => si,
+            Err(e) => {
+                self.row_kv = rows;
+                return Err(e);
+            }
+        };
         let all = self.steps[si].ops.len();
         let done = self.run(
             si,

@@ -149,6 +149,20 @@ pub struct GenArgs {
     /// `--no-escape`).
     #[arg(long = "no-escape", overrides_with = "escape")]
     pub no_escape: bool,
+    /// Speculative decoding (llama.cpp's `--spec-type`, comma-separated): `none` (the
+    /// default) or `ngram-simple`, drafts looked up in the conversation's own tokens and
+    /// verified in one step; the output is the same as without.
+    #[arg(long = "spec-type", value_name = "none|ngram-simple")]
+    pub spec_type: Option<String>,
+    /// ngram-simple: length of the n-gram looked up in the history (1 to 1024).
+    #[arg(long = "spec-ngram-simple-size-n", value_name = "N", default_value_t = 12, value_parser = ngram_size)]
+    pub spec_ngram_simple_size_n: usize,
+    /// ngram-simple: most tokens drafted after a match (1 to 1024).
+    #[arg(long = "spec-ngram-simple-size-m", value_name = "N", default_value_t = 48, value_parser = ngram_size)]
+    pub spec_ngram_simple_size_m: usize,
+    /// ngram-simple: minimum hits (at least 1; llama.cpp's ngram-simple does not use it).
+    #[arg(long = "spec-ngram-simple-min-hits", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub spec_ngram_simple_min_hits: u16,
     /// llama.cpp's output flags (`--no-display-prompt`, `--color`, `--jinja`, ...): taken,
     /// noted where they ask for output modelc does not print.
     #[command(flatten)]
@@ -190,6 +204,14 @@ pub fn process_escapes(input: &[u8]) -> Vec<u8> {
         i += 1;
     }
     out
+}
+
+/// Parses an n-gram size as llama.cpp bounds it: 1 to 1024.
+fn ngram_size(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n @ 1..=1024) => Ok(n as usize),
+        _ => Err("an n-gram size is a number from 1 to 1024".into()),
+    }
 }
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED` (`-s -1`): draw a random seed.
@@ -271,6 +293,7 @@ impl GenArgs {
     /// The first such value, in one line naming its flag.
     pub fn validate(&self) -> anyhow::Result<()> {
         check_n_batch(self.n_batch)?;
+        self.speculative()?;
         self.user_template()?;
         self.compat.notes();
         self.sampling.validate()?;
@@ -309,6 +332,26 @@ impl GenArgs {
             self.repeat_last_n
         );
         Ok(())
+    }
+
+    /// The speculation `--spec-type` asks for: `None` for none (the last type named wins
+    /// where several are).
+    ///
+    /// # Errors
+    /// A type modelc does not implement or know.
+    pub fn speculative(&self) -> anyhow::Result<Option<crate::speculative::NgramParams>> {
+        use crate::speculative::{NgramParams, SpecType};
+        let Some(types) = &self.spec_type else {
+            return Ok(None);
+        };
+        let mut on = false;
+        for name in types.split(',') {
+            on = SpecType::from_name(name).map_err(anyhow::Error::msg)? == SpecType::NgramSimple;
+        }
+        Ok(on.then_some(NgramParams {
+            size_n: self.spec_ngram_simple_size_n,
+            size_m: self.spec_ngram_simple_size_m,
+        }))
     }
 
     /// The sampler settings these flags give; a random seed (`-s -1` or none) is drawn here
@@ -447,6 +490,7 @@ impl GenArgs {
             n_batch: self.n_batch,
             stop: self.stops(),
             grammar: self.grammar_rules(vocab)?,
+            speculative: self.speculative()?,
             ..GenerateOptions::default()
         })
     }
@@ -667,6 +711,9 @@ pub fn run_generation(
             .lock()
             .flush()
             .map_err(|e| anyhow::anyhow!("writing output: {e}"))?;
+        if let Some(line) = completion.timings.draft_line() {
+            eprintln!("\n{}: {line}", crate::cli::prog());
+        }
         if completion.stop_type == "context" {
             eprintln!(
                 "\n{}: warning: the context ({} tokens) is full; generation stopped (use -c to enlarge it)",

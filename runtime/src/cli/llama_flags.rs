@@ -243,8 +243,12 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
         "--mmproj" | "--mmproj-url" | "--image" | "--audio" | "--video" => {
             "multimodal input (a projector, images, audio) is not supported; modelc runs text models"
         }
-        "--model-draft" | "--draft" | "--draft-max" | "--draft-min" | "--draft-n"
-        | "--spec-type" | "--spec-draft-model" => "speculative decoding is not supported",
+        "--model-draft" | "--spec-draft-model" => {
+            "draft models for speculative decoding are not supported; draftless speculation is --spec-type ngram-simple"
+        }
+        "--draft" | "--draft-max" | "--draft-min" | "--draft-n" | "--draft-n-min" => {
+            "llama.cpp removed this flag; with --spec-type ngram-simple the draft's length is --spec-ngram-simple-size-m"
+        }
         "--rpc" => "RPC backends are not supported",
         "--override-tensor" | "--cpu-moe" | "--n-cpu-moe" => {
             "tensor placement overrides are not supported: every tensor lives on the target"

@@ -189,6 +189,31 @@ pub fn open_session_seqs<'a>(
     all_logits: bool,
     n_seq: usize,
 ) -> anyhow::Result<Session<'a>> {
+    let logits = match (all_logits, n_seq) {
+        (true, _) => LogitRows::All,
+        (false, 1) => LogitRows::Last,
+        // Several sequences (server slots) decode together through the steps with
+        // a logit row per token (`Engine::decode_seqs`, `Engine::decode_runs`).
+        (false, _) => LogitRows::Both,
+    };
+    open_session_rows(args, gguf, model, logits, n_seq)
+}
+
+/// [`open_session_seqs`] with the steps `logits` names. With [`LogitRows::Both`] the
+/// steps with a logit row per token come in sizes 2, 4, ... up to the slots and at least to
+/// 64 (within `-ub`), besides the prompt's: short prompt chunks share steps with other
+/// slots' tokens, and a speculative draft is verified in one step padded at most twofold.
+///
+/// # Errors
+/// As [`open_session`].
+pub fn open_session_rows<'a>(
+    args: &ModelArgs,
+    gguf: &'a GgufFile,
+    model: &'a compiler::Model,
+    logits: LogitRows,
+    n_seq: usize,
+) -> anyhow::Result<Session<'a>> {
+    let all_logits = logits == LogitRows::All;
     let n_ctx_train = model.hparams.n_ctx_train as usize;
     let n_ctx = resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.validate()?;
@@ -196,15 +221,6 @@ pub fn open_session_seqs<'a>(
     match args.backend.target() {
         Some(target) => {
             let be = crate::backend::backend_kv(target, &args.backend_args, args.engine.swa_full)?;
-            let logits = match (all_logits, n_seq) {
-                (true, _) => LogitRows::All,
-                (false, 1) => LogitRows::Last,
-                // Several sequences (server slots) decode together through the steps with
-                // a logit row per token (`Engine::decode_seqs`, `Engine::decode_runs`):
-                // sizes 2, 4, ... up to the slots and at least to 64 (short prompt chunks
-                // share steps with the other slots' tokens), besides the prompt's.
-                (false, _) => LogitRows::Both,
-            };
             let mut ub = vec![1, args.n_ubatch as u32];
             if logits == LogitRows::Both {
                 let top = n_seq.next_power_of_two().max(64).min(args.n_ubatch.max(2)) as u32;
@@ -291,7 +307,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         p
     });
     let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
-    let mut session = open_session(&args.model, &gguf, &model, false)?;
+    // Speculation verifies drafts in steps with a logit row per token.
+    let logits = if args.gen.speculative()?.is_some() {
+        LogitRows::Both
+    } else {
+        LogitRows::Last
+    };
+    let mut session = open_session_rows(&args.model, &gguf, &model, logits, 1)?;
     if let Some(p) = spinner {
         p.finish_and_clear();
         let m = session.memory();

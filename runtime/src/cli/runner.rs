@@ -307,11 +307,18 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
             };
             warn_ctx_train(n_ctx, n_ctx_train(&gguf)?);
             let threads = resolve_threads(cli.common.threads);
+            // Speculation verifies drafts in the compiled steps with a logit row per token
+            // (`modelc compile --ubatch 1,2,4,8,16,32,64` gives it small ones).
+            let logits = if gen.speculative()?.is_some() {
+                LogitRows::Both
+            } else {
+                LogitRows::Last
+            };
             let mut session = load_session(
                 &artifact,
                 &gguf,
                 n_ctx,
-                LogitRows::Last,
+                logits,
                 &cli.common.engine,
                 &cli.common.backend,
                 threads,

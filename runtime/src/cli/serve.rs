@@ -31,6 +31,10 @@ pub struct ServeArgs {
 /// A bad flag value ([`GenArgs::validate`], [`ServerArgs::validate`]).
 pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
     gen.validate()?;
+    anyhow::ensure!(
+        gen.speculative()?.is_none(),
+        "--spec-type: the server does not speculate yet (modelc run, the runner and the REPL do)"
+    );
     server.validate()?;
     let defaults = GenerateOptions {
         n_predict: gen.n_predict.max(-1),

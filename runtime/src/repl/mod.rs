@@ -444,6 +444,9 @@ impl<'a, 'w> Chat<'a, 'w> {
                 "last turn: {} prompt tokens evaluated ({} reused from the cache) at {:.1} t/s; {} tokens generated at {:.1} t/s\n",
                 t.prompt_n, t.cache_n, t.prompt_per_second, t.predicted_n, t.predicted_per_second
             );
+            if let Some(line) = t.draft_line() {
+                s += &format!("{line}\n");
+            }
         }
         let m = self.session.memory();
         s += &format!(
