@@ -20,6 +20,7 @@
 //! exit with status 0.
 
 pub mod api;
+pub mod conn;
 pub mod error;
 pub mod grammar;
 pub mod metrics;
@@ -105,6 +106,13 @@ pub struct ServerArgs {
     /// models were trained with).
     #[arg(long = "spm-infill")]
     pub spm_infill: bool,
+    /// Seconds a client may take to send a request's headers, each next piece of its body,
+    /// or to take each piece of the answer (`-to`, llama-server's read/write timeout); past
+    /// it the connection is closed. Waiting for a slot and generating do not count. Open
+    /// connections are bounded too: at most `ulimit -n` less 64 (4096 at most) at once,
+    /// further clients wait to be accepted until one closes.
+    #[arg(long = "timeout", value_name = "N", default_value_t = 600)]
+    pub timeout: u64,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -144,6 +152,7 @@ impl ServerArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
         anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        anyhow::ensure!(self.timeout >= 1, "--timeout must be at least 1 second");
         let p = &self.api_prefix;
         anyhow::ensure!(
             p.is_empty() || (p.starts_with('/') && !p.ends_with('/')),
@@ -620,6 +629,16 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         listeners.push(listener);
     }
     anyhow::ensure!(!listeners.is_empty(), "--host: no address to listen on");
+    let max_conns = conn::max_connections();
+    eprintln!(
+        "{}: at most {max_conns} connections open at once; one that stalls {} s sending a request or taking an answer is closed (--timeout)",
+        crate::cli::prog(),
+        cfg.args.timeout
+    );
+    let limits = ConnLimits {
+        timeout: std::time::Duration::from_secs(cfg.args.timeout),
+        open: Arc::new(tokio::sync::Semaphore::new(max_conns)),
+    };
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     let permits = Arc::new(tokio::sync::Semaphore::new(cfg.capacity()));
     let st = AppState {
@@ -677,7 +696,12 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     });
     let mut servers = Vec::new();
     for listener in listeners {
-        servers.push(tokio::spawn(accept(listener, app.clone(), stop_rx.clone())));
+        servers.push(tokio::spawn(accept(
+            listener,
+            app.clone(),
+            limits.clone(),
+            stop_rx.clone(),
+        )));
     }
     for s in servers {
         s.await?;
@@ -685,19 +709,44 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The limits on each connection ([`conn`]): `--timeout` and the bound on open ones.
+#[derive(Clone)]
+struct ConnLimits {
+    /// `--timeout`: for the headers, each piece of a body, each write.
+    timeout: std::time::Duration,
+    /// One permit per connection open at once ([`conn::max_connections`]), shared by the
+    /// listeners.
+    open: Arc<tokio::sync::Semaphore>,
+}
+
 /// Serves the connections of `listener` with `app` until `stop` turns true, then waits for
-/// the open connections to finish (at most [`DRAIN`]). HTTP/1 answers write header names
-/// in title case (`Access-Control-Allow-Origin`) as llama-server's do, for clients that
-/// compare them exactly.
+/// the open connections to finish (at most [`DRAIN`]). A connection is accepted only with
+/// a permit of `limits.open` and is held to `limits.timeout` ([`conn`]). HTTP/1 answers
+/// write header names in title case (`Access-Control-Allow-Origin`) as llama-server's do,
+/// for clients that compare them exactly.
 async fn accept(
     listener: tokio::net::TcpListener,
     app: Router,
+    limits: ConnLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    use tower::ServiceExt;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = stopped(stop);
     tokio::pin!(stop);
+    let timeout = limits.timeout;
+    let app = app.map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+        req.map(|b| axum::body::Body::new(conn::TimeoutBody::new(b, timeout)))
+    });
     loop {
+        // A permit first: at the bound, new clients wait in the backlog, unaccepted.
+        let permit = tokio::select! {
+            p = limits.open.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut stop => break,
+        };
         tokio::select! {
             r = listener.accept() => {
                 let Ok((stream, _)) = r else {
@@ -705,14 +754,17 @@ async fn accept(
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 };
-                let io = hyper_util::rt::TokioIo::new(stream);
+                let io = hyper_util::rt::TokioIo::new(conn::WriteTimeout::new(stream, timeout));
                 let svc = hyper_util::service::TowerToHyperService::new(app.clone());
                 let conn = hyper::server::conn::http1::Builder::new()
                     .title_case_headers(true)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(timeout)
                     .serve_connection(io, svc);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    drop(permit);
                 });
             }
             () = &mut stop => break,
@@ -788,6 +840,7 @@ mod tests {
             no_prefill_assistant: false,
             spm_infill: false,
             max_body: 1024,
+            timeout: 600,
             cont_batching: false,
             ui: false,
             no_ui,
