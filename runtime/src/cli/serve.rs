@@ -32,6 +32,7 @@ pub struct ServeArgs {
 pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
     gen.validate()?;
     server.validate()?;
+    server.notes();
     let defaults = GenerateOptions {
         n_predict: gen.n_predict.max(-1),
         sampler: gen.sampler(),
@@ -39,6 +40,7 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         ignore_eos: gen.ignore_eos,
         n_batch: gen.n_batch,
         stop: gen.stops(),
+        cache_prompt: server.compat.cache_prompt(),
         ..GenerateOptions::default()
     };
     let seed = gen.seed.filter(|&s| s != SEED_RANDOM);
@@ -124,6 +126,7 @@ pub fn ready_info(
         model_name,
         aliases,
         tags: list(&server.tags),
+        template_kwargs: server.compat.template_kwargs()?,
         model_path: path.display().to_string(),
         model_ftype: gguf
             .metadata()
