@@ -63,7 +63,7 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
     #[command(allow_negative_numbers = true)]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Print the lowered tensor graph, one line per tensor (a text form that parses back).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -377,7 +377,7 @@ pub fn main() -> ExitCode {
         }
         Command::Perplexity(args) => run::perplexity(args),
         Command::Bench(args) => bench::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Graph(args) => run::graph(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Synth(args) => synth::run(args),

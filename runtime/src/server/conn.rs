@@ -53,7 +53,10 @@ fn fd_limit() -> Option<u64> {
     };
     // SAFETY: getrlimit writes one `rlimit` through a valid pointer to a local.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then(|| lim.rlim_cur as u64)
+    // `rlim_t` is u64 on Linux and macOS, narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let cur = lim.rlim_cur as u64;
+    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(cur)
 }
 
 #[cfg(not(unix))]
