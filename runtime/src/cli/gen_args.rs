@@ -24,13 +24,13 @@ pub struct GenArgs {
     /// Tokens to generate (-1: until end of generation; a full context stops it, or is
     /// shifted with --context-shift (a conversation shifts by default); -2: until the
     /// context is full).
-    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(short = 'n', long = "n-predict", visible_alias = "predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
     /// Prompt tokens per decode call.
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048, value_parser = count, allow_negative_numbers = true)]
     pub n_batch: usize,
     /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, visible_alias = "temperature", default_value_t = 0.8)]
     pub temp: f32,
     /// Top-k sampling (0 disables).
     #[arg(long = "top-k", default_value_t = 40, allow_negative_numbers = true)]

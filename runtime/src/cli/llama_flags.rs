@@ -111,7 +111,7 @@ fn parse_color(s: &str) -> Result<String, String> {
 
 /// Prints `message` as one `NAME: note: ...` line on stderr, once per process (a command
 /// checks its flags more than once).
-fn note(message: String) {
+pub(crate) fn note(message: String) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID
         .lock()
@@ -187,8 +187,8 @@ impl GenCompat {
     }
 }
 
-/// `--jinja` / `--no-jinja`, for `run`, `repl` and a runner's generation (`serve` has its
-/// own `--jinja`).
+/// `--jinja` / `--no-jinja`, for `run`, `repl`, `serve` and a runner's generation and
+/// serving.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct JinjaArgs {
     /// Render chat templates with the Jinja engine: modelc always does.
@@ -209,9 +209,10 @@ impl JinjaArgs {
     }
 }
 
-/// llama.cpp's multi-letter short flags for the flags above and for [`refusal`]'s, with
-/// the long forms `normalize_args` rewrites them to.
-pub const SHORT_FORMS: [(&str, &str); 16] = [
+/// llama.cpp's multi-letter short flags for the flags above, for llama-server's
+/// ([`crate::server::flags`]) and for [`refusal`]'s, with the long forms `normalize_args`
+/// rewrites them to.
+pub const SHORT_FORMS: [(&str, &str); 65] = [
     ("-tb", "--threads-batch"),
     ("-nkvo", "--no-kv-offload"),
     ("-kvo", "--kv-offload"),
@@ -228,6 +229,56 @@ pub const SHORT_FORMS: [(&str, &str); 16] = [
     ("-gaw", "--grp-attn-w"),
     ("-bf", "--binary-file"),
     ("-cmoe", "--cpu-moe"),
+    // llama-server's
+    ("-to", "--timeout"),
+    ("-rea", "--reasoning"),
+    ("-sps", "--slot-prompt-similarity"),
+    ("-nocb", "--no-cont-batching"),
+    ("-cb", "--cont-batching"),
+    ("-lv", "--verbosity"),
+    ("-cram", "--cache-ram"),
+    ("-ctxcp", "--ctx-checkpoints"),
+    ("-cms", "--checkpoint-min-step"),
+    ("-Cr", "--cpu-range"),
+    ("-Cb", "--cpu-mask-batch"),
+    ("-Crb", "--cpu-range-batch"),
+    ("-nr", "--no-repack"),
+    ("-dev", "--device"),
+    ("-sm", "--split-mode"),
+    ("-ts", "--tensor-split"),
+    ("-mg", "--main-gpu"),
+    ("-fitt", "--fit-target"),
+    ("-fitc", "--fit-ctx"),
+    ("-fit", "--fit"),
+    ("-dt", "--defrag-thold"),
+    ("-lzm", "--lazy-mode"),
+    ("-bs", "--backend-sampling"),
+    ("-jf", "--json-schema-file"),
+    ("-no-ag", "--no-agent"),
+    ("-ag", "--agent"),
+    ("-lcs", "--lookup-cache-static"),
+    ("-lcd", "--lookup-cache-dynamic"),
+    ("-ncmoe", "--n-cpu-moe"),
+    ("-ncffn", "--n-cpu-ffn"),
+    ("-dr", "--docker-repo"),
+    ("-hfr", "--hf-repo"),
+    ("-hff", "--hf-file"),
+    ("-hft", "--hf-token"),
+    ("-cl", "--cache-list"),
+    ("-hfd", "--hf-repo-draft"),
+    ("-hfrd", "--hf-repo-draft"),
+    ("-ctkd", "--cache-type-k-draft"),
+    ("-ctvd", "--cache-type-v-draft"),
+    ("-devd", "--device-draft"),
+    ("-ngld", "--n-gpu-layers-draft"),
+    ("-td", "--threads-draft"),
+    ("-tbd", "--threads-batch-draft"),
+    ("-Cd", "--cpu-mask-draft"),
+    ("-Crd", "--cpu-range-draft"),
+    ("-Cbd", "--cpu-mask-batch-draft"),
+    ("-otd", "--override-tensor-draft"),
+    ("-cmoed", "--cpu-moe-draft"),
+    ("-ncmoed", "--n-cpu-moe-draft"),
 ];
 
 /// Why modelc refuses llama.cpp's flag `flag` (a long form, or a one-letter short one), or
@@ -271,6 +322,57 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
             "llama-completion's interactive mode is not supported; chat with -cnv (or modelc repl)"
         }
         "--special" => "printing special tokens' text is not supported",
+        "--embedding" | "--embeddings" | "--rerank" | "--reranking" | "--pooling"
+        | "--embd-normalize" => {
+            "embeddings and reranking are not supported; modelc serves text generation"
+        }
+        "--ui-config" | "--webui-config" | "--ui-config-file" | "--webui-config-file" => {
+            "the chat page takes no configuration"
+        }
+        "--ui-mcp-proxy" | "--webui-mcp-proxy" | "--tools" | "--tools-runtime"
+        | "--mcp-servers-config" | "--mcp-servers-json" | "--agent" => {
+            "server-side tools (MCP, the agent's tools and proxy) are not supported"
+        }
+        "--ssl-key-file" | "--ssl-cert-file" => {
+            "HTTPS is not supported; put a TLS proxy in front of modelc serve"
+        }
+        "--slot-save-path" => "saving and restoring slots is not supported",
+        "--props" => "changing the server's settings through POST /props is not supported",
+        "--media-path" | "--image-min-tokens" | "--image-max-tokens"
+        | "--mtmd-batch-max-tokens" | "--video-fps" | "--video-timestamp-interval"
+        | "--video-ffmpeg-dir" => {
+            "multimodal input (a projector, images, audio) is not supported; modelc runs text models"
+        }
+        "--models-dir" | "--models-preset" | "--models-max" | "--models-autoload" => {
+            "router mode (several models, loaded on request) is not supported; serve one GGUF file"
+        }
+        "--lookup-cache-static" | "--lookup-cache-dynamic" => {
+            "lookup decoding (speculative) is not supported"
+        }
+        f if f.starts_with("--spec-") || f.starts_with("--draft") || f.ends_with("-draft") => {
+            "speculative decoding is not supported"
+        }
+        "--embd-gemma-default" | "--fim-qwen-1.5b-default" | "--fim-qwen-3b-default"
+        | "--fim-qwen-7b-default" | "--fim-qwen-7b-spec" | "--fim-qwen-14b-spec"
+        | "--fim-qwen-30b-default" | "--gpt-oss-20b-default" | "--gpt-oss-120b-default"
+        | "--vision-gemma-4b-default" | "--vision-gemma-12b-default" => {
+            "preset models are downloaded from Hugging Face; modelc does not download models"
+        }
+        "--docker-repo" | "--hf-token" | "--cache-list" => {
+            "modelc does not download models; pass a local GGUF file"
+        }
+        "--n-cpu-ffn" => "tensor placement overrides are not supported: every tensor lives on the target",
+        "--adaptive-target" | "--adaptive-decay" => "the adaptive-p sampler is not supported",
+        "-l" | "--logit-bias" => {
+            "a command-line logit bias is not supported; give \"logit_bias\" in requests"
+        }
+        "--reasoning-format" | "--reasoning-budget" | "--reasoning-budget-message"
+        | "--reasoning-preserve" => {
+            "splitting reasoning out of the answer is not supported: the model's text stays in \"content\""
+        }
+        "--log-prompts-dir" => "logging prompts to files is not supported",
+        "--list-devices" => "modelc lists no devices; pick one with --backend",
+        "--completion-bash" => "there is no bash completion script",
         "--binary-file" => "binary prompt files are not supported; use -f FILE",
         _ => return None,
     })
@@ -289,6 +391,31 @@ mod tests {
             "--no-kv-offload",
             "--kv-offload",
             "--color",
+            "--timeout",
+            "--reasoning",
+            "--slot-prompt-similarity",
+            "--no-cont-batching",
+            "--cont-batching",
+            "--verbosity",
+            "--cache-ram",
+            "--ctx-checkpoints",
+            "--checkpoint-min-step",
+            "--cpu-range",
+            "--cpu-mask-batch",
+            "--cpu-range-batch",
+            "--no-repack",
+            "--device",
+            "--split-mode",
+            "--tensor-split",
+            "--main-gpu",
+            "--fit-target",
+            "--fit-ctx",
+            "--fit",
+            "--defrag-thold",
+            "--lazy-mode",
+            "--backend-sampling",
+            "--json-schema-file",
+            "--no-agent",
         ];
         for (short, long) in SHORT_FORMS {
             assert!(

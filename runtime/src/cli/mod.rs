@@ -22,7 +22,7 @@ mod tokenize;
 
 /// modelc: an ahead-of-time compiler for GGUF language models.
 #[derive(Parser, Debug)]
-#[command(name = "modelc", version)]
+#[command(name = "modelc", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,7 +63,7 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
     #[command(allow_negative_numbers = true)]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Print the lowered tensor graph, one line per tensor (a text form that parses back).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -76,7 +76,8 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags and the long forms they are rewritten to
 /// ([`normalize_args`]).
-const MULTI_LETTER_FLAGS: [(&str, &str); 13] = [
+const MULTI_LETTER_FLAGS: [(&str, &str); 14] = [
+    ("--usage", "--help"),
     ("-np", "--parallel"),
     ("-lm", "--load-mode"),
     ("-kvu", "--kv-unified"),
@@ -313,8 +314,43 @@ pub(crate) fn parse_last_wins<P: clap::Parser>(
     fn last_wins(c: clap::Command) -> clap::Command {
         c.args_override_self(true).mut_subcommands(last_wins)
     }
-    let matches = last_wins(P::command()).try_get_matches_from(args)?;
-    P::from_arg_matches(&matches)
+    let mut args = args;
+    // llama.cpp reads `_` as `-` in long flags (`--backend_sampling`): an unknown flag
+    // with `_` is tried again with dashes, once per argument at most.
+    for _ in 0..=args.len() {
+        let e = match last_wins(P::command()).try_get_matches_from(args.clone()) {
+            Ok(matches) => return P::from_arg_matches(&matches),
+            Err(e) => e,
+        };
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        let unknown = match (e.kind(), e.get(ContextKind::InvalidArg)) {
+            (ErrorKind::UnknownArgument, Some(ContextValue::String(a))) => a.clone(),
+            _ => return Err(e),
+        };
+        let name = unknown
+            .split(['=', ' '])
+            .next()
+            .unwrap_or(&unknown)
+            .to_string();
+        if !name.starts_with("--") || !name.contains('_') {
+            return Err(e);
+        }
+        let Some(i) = args.iter().position(|a| {
+            a.to_str()
+                .is_some_and(|a| a == name || a.starts_with(&format!("{name}=")))
+        }) else {
+            return Err(e);
+        };
+        let fixed = args[i]
+            .to_str()
+            .map(|a| match a.split_once('=') {
+                Some((f, v)) => format!("{}={v}", f.replace('_', "-")),
+                None => a.replace('_', "-"),
+            })
+            .unwrap_or_default();
+        args[i] = fixed.into();
+    }
+    Err(clap::Error::new(clap::error::ErrorKind::UnknownArgument))
 }
 
 /// Parses the command line, runs the subcommand, and maps errors to exit status 1. An
@@ -341,7 +377,7 @@ pub fn main() -> ExitCode {
         }
         Command::Perplexity(args) => run::perplexity(args),
         Command::Bench(args) => bench::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Graph(args) => run::graph(args),
         Command::Quantize(args) => quantize::run(args),
         Command::Synth(args) => synth::run(args),
@@ -360,5 +396,109 @@ mod tests {
     fn command_line_is_well_formed() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    /// Every flag llama-server takes (`tests/data/llama-server-flags.txt`: the names of
+    /// each option of `LLAMA_EXAMPLE_SERVER` and the common ones in llama.cpp's
+    /// `common/arg.cpp`, one option a line) is either taken by `modelc serve` (after the
+    /// short forms are rewritten) or refused with a reason, never "unexpected argument".
+    #[test]
+    fn every_llama_server_flag_is_taken_or_refused() {
+        use clap::CommandFactory;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/llama-server-flags.txt"
+        );
+        let text = std::fs::read_to_string(path).expect("the flag list");
+        let cli = super::Cli::command();
+        let serve = cli.find_subcommand("serve").expect("serve").clone();
+        let taken = |flag: &str| {
+            if let Some(long) = flag.strip_prefix("--") {
+                serve.get_arguments().any(|a| {
+                    a.get_long() == Some(long)
+                        || a.get_all_aliases().is_some_and(|v| v.contains(&long))
+                })
+            } else {
+                let mut c = flag.chars().skip(1);
+                match (c.next(), c.next()) {
+                    (Some(ch), None) => serve.get_arguments().any(|a| a.get_short() == Some(ch)),
+                    _ => false,
+                }
+            }
+        };
+        let mut bad = Vec::new();
+        let mut n = 0;
+        for flag in text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .flat_map(str::split_whitespace)
+        {
+            n += 1;
+            // Help, version and the model are clap's and `model_flag_to_positional`'s.
+            if ["-h", "--help", "--usage", "--version", "-m", "--model"].contains(&flag) {
+                continue;
+            }
+            let long = super::all_short_forms()
+                .find(|(s, _)| *s == flag)
+                .map_or(flag, |(_, l)| l);
+            if !taken(long) && super::llama_flags::refusal(long).is_none() {
+                bad.push(flag.to_string());
+            }
+        }
+        assert!(n > 300, "{n} flags read");
+        assert!(
+            bad.is_empty(),
+            "neither taken nor refused: {}",
+            bad.join(" ")
+        );
+    }
+
+    /// llama.cpp's spellings parse: `--usage` is help, `_` in a long flag is `-`, and a
+    /// llama-server command line as its test suite writes it starts `modelc serve`.
+    #[test]
+    fn llama_server_command_lines_parse() {
+        let parse = |line: &str| {
+            let args = line.split_whitespace().map(std::ffi::OsString::from);
+            super::parse_last_wins::<super::Cli>(super::model_flag_to_positional(
+                super::normalize_args(args),
+            ))
+        };
+        let e = parse("modelc serve --usage").expect_err("help");
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        let line = "modelc serve --port 8080 --temp 0.8 --seed 42 --host 127.0.0.1 --offline \
+            -m m.gguf --batch-size 32 --threads 2 --n-gpu-layers 99 --cont-batching --metrics \
+            --kv-unified --slots --alias a --ctx-size 512 --parallel 2 -ctk q8_0 -fa on \
+            --n-predict 64 --verbose --context-shift --api-key k --no-ui --no-jinja \
+            --reasoning off --no-mmproj --no-cache-idle-slots --backend_sampling -to 30 \
+            --cors-origins localhost --no-models-autoload --swa-full --sleep-idle-seconds 5 \
+            --cache-ram 0 --chat-template-kwargs {} --no-cache-prompt -rea on";
+        let cli = parse(line).unwrap_or_else(|e| panic!("{e}"));
+        let super::Command::Serve(a) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(a.server.timeout, 30);
+        assert!(a.server.compat.backend_sampling && a.server.compat.offline);
+        assert_eq!(a.server.compat.reasoning.as_deref(), Some("on"));
+        assert!(!a.server.compat.cache_prompt());
+        assert_eq!(
+            a.server.compat.template_kwargs().expect("kwargs")["enable_thinking"],
+            serde_json::json!(true)
+        );
+        // Refused, with a reason.
+        for flag in [
+            "--embedding",
+            "--lora x",
+            "--spec-draft-n-max 4",
+            "-td 2",
+            "--tools all",
+        ] {
+            let e = parse(&format!("modelc serve m.gguf {flag}")).expect_err(flag);
+            assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{flag}");
+            let first = flag.split(' ').next().unwrap_or(flag);
+            let long = super::all_short_forms()
+                .find(|(s, _)| *s == first)
+                .map_or(first, |(_, l)| l);
+            assert!(super::llama_flags::refusal(long).is_some(), "{flag}");
+        }
     }
 }

@@ -36,6 +36,7 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         "--spec-type: the server does not speculate yet (modelc run, the runner and the REPL do)"
     );
     server.validate()?;
+    server.notes();
     let defaults = GenerateOptions {
         n_predict: gen.n_predict.max(-1),
         sampler: gen.sampler(),
@@ -43,6 +44,7 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         ignore_eos: gen.ignore_eos,
         n_batch: gen.n_batch,
         stop: gen.stops(),
+        cache_prompt: server.compat.cache_prompt(),
         ..GenerateOptions::default()
     };
     let seed = gen.seed.filter(|&s| s != SEED_RANDOM);
@@ -128,6 +130,7 @@ pub fn ready_info(
         model_name,
         aliases,
         tags: list(&server.tags),
+        template_kwargs: server.compat.template_kwargs()?,
         model_path: path.display().to_string(),
         model_ftype: gguf
             .metadata()

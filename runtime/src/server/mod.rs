@@ -20,7 +20,9 @@
 //! exit with status 0.
 
 pub mod api;
+pub mod conn;
 pub mod error;
+pub mod flags;
 pub mod grammar;
 pub mod metrics;
 pub mod params;
@@ -99,12 +101,22 @@ pub struct ServerArgs {
     /// A chat request ending with an assistant message continues it (llama-server's
     /// assistant prefill, on by default; `--no-prefill-assistant` renders it as a whole
     /// turn and adds a new assistant header after it).
-    #[arg(long = "no-prefill-assistant")]
+    #[arg(long = "no-prefill-assistant", overrides_with = "prefill_assistant")]
     pub no_prefill_assistant: bool,
+    /// Continue a final assistant message (the default).
+    #[arg(long = "prefill-assistant", overrides_with = "no_prefill_assistant")]
+    pub prefill_assistant: bool,
     /// `/infill` prompts put the suffix before the prefix (`--spm-infill`, the order some
     /// models were trained with).
     #[arg(long = "spm-infill")]
     pub spm_infill: bool,
+    /// Seconds a client may take to send a request's headers, each next piece of its body,
+    /// or to take each piece of the answer (`-to`, llama-server's read/write timeout); past
+    /// it the connection is closed. Waiting for a slot and generating do not count. Open
+    /// connections are bounded too: at most `ulimit -n` less 64 (4096 at most) at once,
+    /// further clients wait to be accepted until one closes.
+    #[arg(long = "timeout", value_name = "N", default_value_t = 600)]
+    pub timeout: u64,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -131,9 +143,12 @@ pub struct ServerArgs {
         hide_default_value = true
     )]
     pub api_prefix: String,
-    /// Accepted for llama-server's command lines: chat templates are always Jinja.
-    #[arg(long = "jinja", hide = true)]
-    pub jinja: bool,
+    /// `--jinja` / `--no-jinja`: modelc renders chat templates with Jinja.
+    #[command(flatten)]
+    pub jinja: crate::cli::llama_flags::JinjaArgs,
+    /// llama-server's other flags ([`flags`]).
+    #[command(flatten)]
+    pub compat: flags::ServerCompat,
 }
 
 impl ServerArgs {
@@ -144,6 +159,8 @@ impl ServerArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.parallel >= 1, "-np must be at least 1");
         anyhow::ensure!(self.queue_size >= 1, "--queue-size must be at least 1");
+        anyhow::ensure!(self.timeout >= 1, "--timeout must be at least 1 second");
+        self.compat.validate()?;
         let p = &self.api_prefix;
         anyhow::ensure!(
             p.is_empty() || (p.starts_with('/') && !p.ends_with('/')),
@@ -157,6 +174,31 @@ impl ServerArgs {
             );
         }
         Ok(())
+    }
+
+    /// The API keys: `--api-key`'s (comma-separated, as llama-server) and
+    /// `--api-key-file`'s; none: no key is asked for.
+    ///
+    /// # Errors
+    /// `--api-key-file` unreadable.
+    pub fn api_keys(&self) -> anyhow::Result<Vec<String>> {
+        let mut keys: Vec<String> = self
+            .api_key
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+            .collect();
+        keys.extend(self.compat.api_keys()?);
+        Ok(keys)
+    }
+
+    /// The note lines of flags taken without effect ([`flags`], `--no-jinja`).
+    pub fn notes(&self) {
+        self.jinja.notes();
+        self.compat.notes();
     }
 
     /// What serves the page: nothing with `--no-ui`, else `--path`'s folder, else the
@@ -188,6 +230,8 @@ pub struct Config {
     pub dry_cache: std::sync::Arc<sampling::DryCache>,
     /// What serves the chat page ([`ServerArgs::ui`]).
     pub ui: webui::Ui,
+    /// The API keys ([`ServerArgs::api_keys`]); empty: none asked for.
+    pub api_keys: Vec<String>,
 }
 
 impl Config {
@@ -200,6 +244,8 @@ impl Config {
             grammar: None,
             dry_cache: Default::default(),
             ui: args.ui(),
+            // Read again by `validate`, which reports an unreadable file.
+            api_keys: args.api_keys().unwrap_or_default(),
             started: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -372,6 +418,10 @@ pub struct Ready {
     pub aliases: Vec<String>,
     /// `--tags`.
     pub tags: Vec<String>,
+    /// The chat template's extra variables from the command line
+    /// (`--chat-template-kwargs`, `--reasoning`); a request's `chat_template_kwargs` go
+    /// over them.
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// The model's path.
     pub model_path: String,
     /// `general.file_type`'s name, as llama.cpp's `llama_model_ftype_name` (`Q4_1`,
@@ -470,18 +520,28 @@ async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response 
         page
     } else if req.method() == axum::http::Method::OPTIONS {
         let mut r = StatusCode::OK.into_response();
+        let c = &st.cfg.args.compat;
         let h = r.headers_mut();
+        let value = |s: &str| HeaderValue::from_str(s).unwrap_or(HeaderValue::from_static(""));
         h.insert(
             header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-            HeaderValue::from_static("true"),
+            HeaderValue::from_static(if c.no_cors_credentials {
+                "false"
+            } else {
+                "true"
+            }),
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+            value(
+                c.cors_methods
+                    .as_deref()
+                    .unwrap_or("GET, POST, DELETE, OPTIONS"),
+            ),
         );
         h.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static("*"),
+            value(c.cors_headers.as_deref().unwrap_or("*")),
         );
         r
     } else if st.ready.get().is_none() {
@@ -491,7 +551,7 @@ async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response 
     } else {
         next.run(req).await
     };
-    if let Some(o) = origin {
+    if let Some(o) = allowed_origin(&st.cfg.args.compat, origin.as_ref()) {
         resp.headers_mut()
             .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
     }
@@ -501,16 +561,44 @@ async fn gate(State(st): State<AppState>, req: Request, next: Next) -> Response 
 /// Whether `req` may pass: no `--api-key`, a public endpoint, or the key given as
 /// `Authorization: Bearer KEY` (or `X-Api-Key: KEY`).
 fn authorized(st: &AppState, req: &Request) -> bool {
-    let Some(key) = &st.cfg.args.api_key else {
+    let keys = &st.cfg.api_keys;
+    if keys.is_empty() {
         return true;
-    };
+    }
     let path = webui::strip_prefix(&st.cfg.args.api_prefix, req.uri().path());
     if path.is_some_and(|p| PUBLIC.contains(&p)) {
         return true;
     }
     let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
     let given = h("authorization").or_else(|| h("x-api-key")).unwrap_or("");
-    given.strip_prefix("Bearer ").unwrap_or(given) == key
+    let given = given.strip_prefix("Bearer ").unwrap_or(given);
+    keys.iter().any(|k| k == given)
+}
+
+/// The `Access-Control-Allow-Origin` answered to a request from `origin`, by llama-server's
+/// rules: with `--cors-origins *` and credentials the origin itself, with `localhost` the
+/// origin when its host is `localhost`, `127.0.0.1` or `::1` (else none), otherwise the
+/// `--cors-origins` list as given.
+fn allowed_origin(c: &flags::ServerCompat, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
+    let credentials = !c.no_cors_credentials;
+    match c.cors_origins.as_deref().unwrap_or("*") {
+        "*" if credentials => origin.cloned(),
+        "localhost" => origin
+            .filter(|o| o.to_str().is_ok_and(origin_is_localhost))
+            .cloned(),
+        list => HeaderValue::from_str(list).ok(),
+    }
+}
+
+/// Whether an `Origin` (`http://host[:port]`) names the local machine.
+fn origin_is_localhost(origin: &str) -> bool {
+    let rest = origin.split_once("://").map_or(origin, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
 async fn not_found() -> ApiError {
@@ -620,6 +708,16 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         listeners.push(listener);
     }
     anyhow::ensure!(!listeners.is_empty(), "--host: no address to listen on");
+    let max_conns = conn::max_connections();
+    eprintln!(
+        "{}: at most {max_conns} connections open at once; one that stalls {} s sending a request or taking an answer is closed (--timeout)",
+        crate::cli::prog(),
+        cfg.args.timeout
+    );
+    let limits = ConnLimits {
+        timeout: std::time::Duration::from_secs(cfg.args.timeout),
+        open: Arc::new(tokio::sync::Semaphore::new(max_conns)),
+    };
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     let permits = Arc::new(tokio::sync::Semaphore::new(cfg.capacity()));
     let st = AppState {
@@ -677,7 +775,12 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     });
     let mut servers = Vec::new();
     for listener in listeners {
-        servers.push(tokio::spawn(accept(listener, app.clone(), stop_rx.clone())));
+        servers.push(tokio::spawn(accept(
+            listener,
+            app.clone(),
+            limits.clone(),
+            stop_rx.clone(),
+        )));
     }
     for s in servers {
         s.await?;
@@ -685,19 +788,44 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The limits on each connection ([`conn`]): `--timeout` and the bound on open ones.
+#[derive(Clone)]
+struct ConnLimits {
+    /// `--timeout`: for the headers, each piece of a body, each write.
+    timeout: std::time::Duration,
+    /// One permit per connection open at once ([`conn::max_connections`]), shared by the
+    /// listeners.
+    open: Arc<tokio::sync::Semaphore>,
+}
+
 /// Serves the connections of `listener` with `app` until `stop` turns true, then waits for
-/// the open connections to finish (at most [`DRAIN`]). HTTP/1 answers write header names
-/// in title case (`Access-Control-Allow-Origin`) as llama-server's do, for clients that
-/// compare them exactly.
+/// the open connections to finish (at most [`DRAIN`]). A connection is accepted only with
+/// a permit of `limits.open` and is held to `limits.timeout` ([`conn`]). HTTP/1 answers
+/// write header names in title case (`Access-Control-Allow-Origin`) as llama-server's do,
+/// for clients that compare them exactly.
 async fn accept(
     listener: tokio::net::TcpListener,
     app: Router,
+    limits: ConnLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    use tower::ServiceExt;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = stopped(stop);
     tokio::pin!(stop);
+    let timeout = limits.timeout;
+    let app = app.map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+        req.map(|b| axum::body::Body::new(conn::TimeoutBody::new(b, timeout)))
+    });
     loop {
+        // A permit first: at the bound, new clients wait in the backlog, unaccepted.
+        let permit = tokio::select! {
+            p = limits.open.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut stop => break,
+        };
         tokio::select! {
             r = listener.accept() => {
                 let Ok((stream, _)) = r else {
@@ -705,14 +833,17 @@ async fn accept(
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 };
-                let io = hyper_util::rt::TokioIo::new(stream);
+                let io = hyper_util::rt::TokioIo::new(conn::WriteTimeout::new(stream, timeout));
                 let svc = hyper_util::service::TowerToHyperService::new(app.clone());
                 let conn = hyper::server::conn::http1::Builder::new()
                     .title_case_headers(true)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(timeout)
                     .serve_connection(io, svc);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    drop(permit);
                 });
             }
             () = &mut stop => break,
@@ -786,14 +917,17 @@ mod tests {
             slots: false,
             no_slots: false,
             no_prefill_assistant: false,
+            prefill_assistant: false,
             spm_infill: false,
             max_body: 1024,
+            timeout: 600,
             cont_batching: false,
             ui: false,
             no_ui,
             path: None,
             api_prefix: api_prefix.to_string(),
-            jinja: false,
+            jinja: Default::default(),
+            compat: Default::default(),
         };
         let (jobs, _) = mpsc::unbounded_channel();
         AppState {
@@ -861,5 +995,47 @@ mod tests {
                 serde_json::json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
             );
         }
+    }
+
+    /// `--cors-origins localhost` allows local origins only, `*` (the default) any; a
+    /// preflight names `--cors-methods`; `--api-key a,b` takes either key.
+    #[tokio::test]
+    async fn cors_origins_and_keys() {
+        let with_origin = |st: AppState, origin: &str| {
+            let req = axum::http::Request::builder()
+                .method("OPTIONS")
+                .uri("/completions")
+                .header("Origin", origin)
+                .body(HttpBody::empty())
+                .expect("a request");
+            async move { router(st).oneshot(req).await.expect("a response") }
+        };
+        let mut st = state(None);
+        let mut args = st.cfg.args.clone();
+        args.compat.cors_origins = Some("localhost".into());
+        args.compat.cors_methods = Some("GET".into());
+        st.cfg = Arc::new(Config::new(&args, GenerateOptions::default(), None));
+        for (origin, allowed) in [
+            ("http://localhost:8080", true),
+            ("http://127.0.0.1", true),
+            ("http://[::1]:3000", true),
+            ("http://evil.com", false),
+            ("http://localhost.evil.com", false),
+        ] {
+            let r = with_origin(st.clone(), origin).await;
+            let got = r.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+            assert_eq!(got.is_some(), allowed, "{origin}");
+            assert_eq!(r.headers()[header::ACCESS_CONTROL_ALLOW_METHODS], "GET");
+        }
+        let r = with_origin(state(None), "http://evil.com").await;
+        assert_eq!(
+            r.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "http://evil.com"
+        );
+
+        let mut args = state(None).cfg.args.clone();
+        args.api_key = Some("a,b".into());
+        let cfg = Config::new(&args, GenerateOptions::default(), None);
+        assert_eq!(cfg.api_keys, ["a", "b"]);
     }
 }

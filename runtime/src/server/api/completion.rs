@@ -486,12 +486,18 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
     let Some(tmpl) = ready.template.as_ref() else {
         return Err(ApiError::not_supported("this model has no chat template"));
     };
+    // The command line's template variables, then the request's (`chat_template_kwargs`).
+    let mut extra = ready.template_kwargs.clone();
+    match body.get("chat_template_kwargs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(kw)) => extra.extend(kw.clone()),
+        Some(v) => return Err(wrong_type("chat_template_kwargs", "an object", v)),
+    }
     let render = |msgs: &[Value], add_generation_prompt: bool| {
-        tmpl.render(
-            msgs,
-            &RenderOptions::for_prompt(&ready.vocab, add_generation_prompt),
-        )
-        .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
+        let mut opts = RenderOptions::for_prompt(&ready.vocab, add_generation_prompt);
+        opts.extra.extend(extra.clone());
+        tmpl.render(msgs, &opts)
+            .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
     };
     let Some((original, before)) = messages
         .split_last()
