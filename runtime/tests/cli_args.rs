@@ -21,25 +21,7 @@ fn runner() -> Option<&'static Path> {
     static RUNNER: OnceLock<Option<PathBuf>> = OnceLock::new();
     let model = model()?;
     RUNNER
-        .get_or_init(|| {
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_args");
-            std::fs::create_dir_all(&dir).unwrap();
-            let runner = dir.join("smol");
-            let out = modelc()
-                .arg("compile")
-                .arg(&model)
-                .arg("-o")
-                .arg(&runner)
-                .args(["-c", "256", "--ubatch", "1,16"])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "compile failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(runner)
-        })
+        .get_or_init(|| Some(common::compile_runner(&model, "cli_args", 256)))
         .as_deref()
 }
 

@@ -26,21 +26,7 @@ fn runner() -> Option<&'static Path> {
     static RUNNER: OnceLock<Option<PathBuf>> = OnceLock::new();
     let model = fixture()?;
     RUNNER
-        .get_or_init(|| {
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_new_user");
-            std::fs::create_dir_all(&dir).unwrap();
-            let runner = dir.join("smol");
-            let out = modelc()
-                .arg("compile")
-                .arg(&model)
-                .arg("-o")
-                .arg(&runner)
-                .args(["-c", "32", "--ubatch", "1,16"])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "compile failed: {}", stderr(&out));
-            Some(runner)
-        })
+        .get_or_init(|| Some(common::compile_runner(&model, "cli_new_user", 32)))
         .as_deref()
 }
 

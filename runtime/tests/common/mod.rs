@@ -67,3 +67,28 @@ pub fn cases_differing_from_llama_cpp(model: &std::path::Path, name: &str) -> Ve
     }
     bad
 }
+
+/// A runner named `smol` for `model`, compiled with `modelc compile -c N_CTX --ubatch 1,16`
+/// into the test target's folder `dir` (each test file compiles its own once).
+///
+/// # Panics
+/// When the compile fails (its stderr in the message).
+pub fn compile_runner(model: &std::path::Path, dir: &str, n_ctx: u32) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let runner = dir.join("smol");
+    let out = modelc()
+        .arg("compile")
+        .arg(model)
+        .arg("-o")
+        .arg(&runner)
+        .args(["-c", &n_ctx.to_string(), "--ubatch", "1,16"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    runner
+}
