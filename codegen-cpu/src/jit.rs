@@ -179,13 +179,14 @@ pub fn host_isa() -> Result<OwnedTargetIsa> {
     let x86 = cfg!(target_arch = "x86_64") && host.ssse3 && host.sse41;
     let arm = cfg!(target_arch = "aarch64") && host.neon;
     if !x86 && !arm {
+        let found = host.to_string();
+        let found = if found.is_empty() {
+            "none of them"
+        } else {
+            &found
+        };
         return Err(CodegenError::Host(format!(
-            "the CPU kernels need x86-64 with SSSE3 and SSE4.1, or aarch64 with NEON (found: {})",
-            if host.to_string().is_empty() {
-                "none of them".to_string()
-            } else {
-                host.to_string()
-            }
+            "the CPU kernels need x86-64 with SSSE3 and SSE4.1, or aarch64 with NEON (found: {found})"
         )));
     }
     let mut flags = settings::builder();
