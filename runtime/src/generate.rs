@@ -616,7 +616,7 @@ const VERIFY_MAX: usize = 64;
 
 /// A generation in progress over a session it borrows (module doc): a [`Decoding`] and
 /// the session that evaluates its tokens.
-pub struct Generation<'s, 'w> {
+pub struct Generation<'s, 'w, 'd> {
     session: &'s mut Session<'w>,
     vocab: &'s Vocab,
     seq: SeqId,
@@ -628,9 +628,13 @@ pub struct Generation<'s, 'w> {
     pending: Option<TokenId>,
     /// Logit rows of the last verifying step, kept between steps.
     rows: Vec<f32>,
+    /// A draft model ([`Generation::with_drafter`]), asked when the n-gram lookup of
+    /// [`GenerateOptions::speculative`] has no draft (llama.cpp tries its n-gram kinds
+    /// before a draft model).
+    drafter: Option<&'s mut (dyn crate::speculative::Drafter + 'd)>,
 }
 
-impl<'s, 'w> Generation<'s, 'w> {
+impl<'s, 'w, 'd> Generation<'s, 'w, 'd> {
     /// Evaluates `prompt` as the new content of sequence `seq` (keeping the longest prefix
     /// it already holds when `opts.cache_prompt`) and gets ready to generate.
     ///
@@ -642,7 +646,7 @@ impl<'s, 'w> Generation<'s, 'w> {
         seq: SeqId,
         prompt: &[TokenId],
         opts: &GenerateOptions,
-    ) -> anyhow::Result<Generation<'s, 'w>> {
+    ) -> anyhow::Result<Generation<'s, 'w, 'd>> {
         anyhow::ensure!(
             !prompt.is_empty(),
             "the prompt is empty (no tokens to evaluate)"
@@ -666,7 +670,19 @@ impl<'s, 'w> Generation<'s, 'w> {
             logits,
             pending: None,
             rows: Vec::new(),
+            drafter: None,
         })
+    }
+
+    /// Drafts from `drafter` (a draft model: [`crate::speculative::draft::DraftModel`])
+    /// verified as the n-gram ones are; the session's engine needs steps with a logit row per
+    /// token. The output is the same as without.
+    pub fn with_drafter(
+        mut self,
+        drafter: Option<&'s mut (dyn crate::speculative::Drafter + 'd)>,
+    ) -> Self {
+        self.drafter = drafter;
+        self
     }
 
     /// Whether generation has stopped.
@@ -707,7 +723,7 @@ impl<'s, 'w> Generation<'s, 'w> {
                 }
             }
         }
-        let draft = self.draft(token);
+        let draft = self.draft(token)?;
         if !draft.is_empty() {
             self.verify(token, &draft)?;
             return Ok(self.state.take_text());
@@ -720,11 +736,16 @@ impl<'s, 'w> Generation<'s, 'w> {
 
     /// The draft to verify after `token` (chosen, not evaluated), as llama-server bounds it
     /// (`get_n_draft_max`): room for it and one more position in the context, at most one
-    /// fewer than the tokens left to generate, and (modelc) one engine call.
-    fn draft(&self, token: TokenId) -> Vec<TokenId> {
-        let Some(p) = self.state.options().speculative else {
-            return Vec::new();
-        };
+    /// fewer than the tokens left to generate, and (modelc) one engine call. The n-gram
+    /// lookup is asked first, then the draft model.
+    ///
+    /// # Errors
+    /// The draft model's engine error.
+    fn draft(&mut self, token: TokenId) -> anyhow::Result<Vec<TokenId>> {
+        use crate::speculative::Drafter;
+        if self.state.options().speculative.is_none() && self.drafter.is_none() {
+            return Ok(Vec::new());
+        }
         let n_past = self.session.n_past(self.seq);
         let mut n_max = self
             .session
@@ -736,12 +757,19 @@ impl<'s, 'w> Generation<'s, 'w> {
             n_max = n_max.min(left.saturating_sub(1));
         }
         if n_max == 0 {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let mut d =
-            crate::speculative::ngram_simple_draft(&p, self.session.tokens(self.seq), token);
-        d.truncate(n_max);
-        d
+        let history = self.session.tokens(self.seq);
+        if let Some(mut p) = self.state.options().speculative {
+            let d = p.draft(history, token, n_max)?;
+            if !d.is_empty() {
+                return Ok(d);
+            }
+        }
+        match self.drafter.as_deref_mut() {
+            Some(d) => d.draft(history, token, n_max),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Evaluates `token` and `draft` in one call with every row's logits (each row as that
@@ -887,7 +915,22 @@ pub fn generate(
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&[u8]),
 ) -> anyhow::Result<Completion> {
-    let mut g = Generation::start(session, vocab, 0, prompt, opts)?;
+    generate_with_drafter(session, vocab, prompt, opts, None, on_text)
+}
+
+/// [`generate`] with drafts from a draft model too ([`Generation::with_drafter`]).
+///
+/// # Errors
+/// As [`generate`].
+pub fn generate_with_drafter(
+    session: &mut Session<'_>,
+    vocab: &Vocab,
+    prompt: &[TokenId],
+    opts: &GenerateOptions,
+    drafter: Option<&mut (dyn crate::speculative::Drafter + '_)>,
+    on_text: &mut dyn FnMut(&[u8]),
+) -> anyhow::Result<Completion> {
+    let mut g = Generation::start(session, vocab, 0, prompt, opts)?.with_drafter(drafter);
     g.run(on_text)?;
     Ok(g.finish())
 }

@@ -1,8 +1,9 @@
-//! Draftless speculative decoding: draft tokens found in the conversation's own tokens
-//! (llama.cpp's `--spec-type ngram-simple`, `common/ngram-map.cpp`), verified by the target
-//! model in one multi-token step ([`crate::generate::Generation`]).
+//! Speculative decoding: draft tokens proposed cheaply and verified by the target model in
+//! one multi-token step ([`crate::generate::Generation`]). Drafts come from the conversation's
+//! own tokens (llama.cpp's `--spec-type ngram-simple`, `common/ngram-map.cpp`: this module) or
+//! from a smaller draft model (`-md`, `draft-simple`: [`draft`]); both are [`Drafter`]s.
 //!
-//! The draft: the last `size_n` tokens (the history's last `size_n - 1` and the token just
+//! The n-gram draft: the last `size_n` tokens (the history's last `size_n - 1` and the token just
 //! sampled) are looked for earlier in the history, latest match first; the up to `size_m`
 //! tokens that followed the match are the draft. Verification feeds each drafted position's
 //! logits to the sampler in order and keeps a drafted token while the sampler picks it, so
@@ -11,6 +12,24 @@
 
 use crate::tokenizer::TokenId;
 
+pub mod draft;
+
+/// What proposes drafts for a generation to verify.
+pub trait Drafter {
+    /// Up to `n_max` tokens likely to follow `history` (the tokens the target's sequence
+    /// holds) and `sampled` (the token chosen after them, not yet evaluated); empty for no
+    /// draft.
+    ///
+    /// # Errors
+    /// An engine error of a draft model.
+    fn draft(
+        &mut self,
+        history: &[TokenId],
+        sampled: TokenId,
+        n_max: usize,
+    ) -> anyhow::Result<Vec<TokenId>>;
+}
+
 /// llama.cpp's `--spec-type` names that modelc implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecType {
@@ -18,6 +37,8 @@ pub enum SpecType {
     None,
     /// `ngram-simple`: prompt lookup from the history ([`ngram_simple_draft`]).
     NgramSimple,
+    /// `draft-simple`: a draft model (`-md`, [`draft::DraftModel`]).
+    DraftSimple,
 }
 
 impl SpecType {
@@ -30,13 +51,14 @@ impl SpecType {
         match name.trim() {
             "none" => Ok(SpecType::None),
             "ngram-simple" => Ok(SpecType::NgramSimple),
-            n @ ("draft-simple" | "draft-eagle3" | "draft-mtp" | "draft-dflash"
+            "draft-simple" => Ok(SpecType::DraftSimple),
+            n @ ("draft-eagle3" | "draft-mtp" | "draft-dflash"
             | "draft-dspark" | "ngram-map-k" | "ngram-map-k4v" | "ngram-mod"
             | "ngram-cache") => Err(format!(
-                "--spec-type {n}: not supported by modelc (it has none and ngram-simple)"
+                "--spec-type {n}: not supported by modelc (it has none, ngram-simple and draft-simple)"
             )),
             n => Err(format!(
-                "--spec-type {n}: unknown type (modelc has none and ngram-simple)"
+                "--spec-type {n}: unknown type (modelc has none, ngram-simple and draft-simple)"
             )),
         }
     }
@@ -50,6 +72,19 @@ pub struct NgramParams {
     pub size_n: usize,
     /// Most tokens drafted (`--spec-ngram-simple-size-m`), at least 1.
     pub size_m: usize,
+}
+
+impl Drafter for NgramParams {
+    fn draft(
+        &mut self,
+        history: &[TokenId],
+        sampled: TokenId,
+        n_max: usize,
+    ) -> anyhow::Result<Vec<TokenId>> {
+        let mut d = ngram_simple_draft(self, history, sampled);
+        d.truncate(n_max);
+        Ok(d)
+    }
 }
 
 impl Default for NgramParams {

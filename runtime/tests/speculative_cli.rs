@@ -1,7 +1,8 @@
-//! `--spec-type ngram-simple` on `modelc run` with SmolLM2: the same greedy text and tokens
-//! as without, llama-server's `draft_n` / `draft_n_accepted` in the JSON timings, the
-//! acceptance line on stderr; types modelc lacks and llama.cpp's removed draft flags are
-//! refused with the reason.
+//! Speculative decoding on `modelc run` with SmolLM2, n-gram lookup (`--spec-type
+//! ngram-simple`) and a draft model (`-md`, SmolLM2's Q4_0 file drafting for its Q4_1): the
+//! same greedy text and tokens as without, llama-server's `draft_n` / `draft_n_accepted` in
+//! the JSON timings, the acceptance line on stderr; a draft model with another vocabulary,
+//! types modelc lacks and llama.cpp's removed draft flags are refused with the reason.
 
 mod common;
 
@@ -76,10 +77,12 @@ fn unsupported_types_and_removed_flags_are_refused() {
         (&["--spec-type", "ngram-mod"][..], "not supported"),
         (&["--spec-type", "bogus"][..], "unknown type"),
         (&["--draft-max", "8"][..], "removed"),
+        (&["-md", "absent-draft.gguf"][..], "-md absent-draft.gguf"),
         (
-            &["-md", "draft.gguf"][..],
-            "draft models for speculative decoding are not supported",
+            &["--spec-type", "draft-simple"][..],
+            "needs a draft model (-md FILE)",
         ),
+        (&["-td", "2"][..], "not supported"),
         (&["--spec-ngram-simple-size-n", "0"][..], "1 to 1024"),
     ] {
         let out = run(&m, args).output().expect("runs");
@@ -87,4 +90,68 @@ fn unsupported_types_and_removed_flags_are_refused() {
         assert!(!out.status.success(), "{args:?} was taken");
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// SmolLM2's Q4_0 file (made by scripts/make-variants), a draft with SmolLM2's vocabulary.
+fn draft_model() -> Option<std::path::PathBuf> {
+    modelc_tests::require(
+        modelc_tests::models_dir().join("SmolLM2-135M-Instruct.Q4_0.gguf"),
+        "scripts/make-variants makes it",
+    )
+}
+
+/// `-md`: greedy and seeded sampled output as without it; drafts proposed and accepted.
+#[test]
+fn draft_model_same_tokens() {
+    let (Some(m), Some(d)) = (model(), draft_model()) else {
+        return;
+    };
+    let md = ["-md", d.to_str().expect("utf-8 path")];
+    let plain = json_output(run(&m, &[]).arg("--json"));
+    let spec = json_output(run(&m, &md).arg("--json"));
+    assert_eq!(spec["tokens"], plain["tokens"]);
+    assert_eq!(spec["content"], plain["content"]);
+    let t = &spec["timings"];
+    let (n, accepted) = (t["draft_n"].as_u64(), t["draft_n_accepted"].as_u64());
+    assert!(
+        matches!((n, accepted), (Some(n), Some(a)) if n > 0 && a > 0 && a <= n),
+        "{t}"
+    );
+    // Longer drafts, and with the n-gram lookup asked first.
+    let more = json_output(
+        run(&m, &md)
+            .args([
+                "--spec-draft-n-max",
+                "8",
+                "--spec-type",
+                "ngram-simple,draft-simple",
+            ])
+            .arg("--json"),
+    );
+    assert_eq!(more["tokens"], plain["tokens"]);
+    let seeded = ["--temp", "0.8", "-s", "7", "--json"];
+    let plain = json_output(&mut run(&m, &seeded));
+    let spec = json_output(run(&m, &seeded).args(md));
+    assert_eq!(spec["tokens"], plain["tokens"]);
+    // Text output: the acceptance line on stderr.
+    let out = run(&m, &md).output().expect("runs");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("draft acceptance = "), "{err}");
+}
+
+/// A draft model whose vocabulary is not the target's (Gemma 3 for SmolLM2) is refused
+/// before generation, saying why; the server refuses -md.
+#[test]
+fn draft_model_with_another_vocabulary_is_refused() {
+    let (Some(m), Some(g)) = (model(), modelc_tests::gemma3()) else {
+        return;
+    };
+    let out = run(&m, &["-md", g.to_str().expect("utf-8 path")])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("cannot draft for this model"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

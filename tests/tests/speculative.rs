@@ -9,6 +9,9 @@
 //! the split-KV path for one token at a padded KV length of 512 or more and the tiled kernel
 //! for 64 tokens), so verification computes each row as its token alone
 //! ([`Session::eval_as_singles`]).
+//!
+//! With a draft model (`-md`, [`DraftModel`]): the same, the draft being a second file of
+//! the same fixture in another weight type (high acceptance) or another fixture (low).
 
 use ir::gguf::GgufFile;
 use ir::graph::KvTypes;
@@ -16,6 +19,7 @@ use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
 use runtime::generate::{generate, Completion, GenerateOptions};
 use runtime::sampler::SamplerParams;
 use runtime::session::Session;
+use runtime::speculative::draft::{check_compatible, DraftModel, DraftParams};
 use runtime::speculative::NgramParams;
 use runtime::tokenizer::Vocab;
 
@@ -286,4 +290,91 @@ fn fixtures_rejected_draft_leaves_no_trace() {
         let prompt: Vec<u32> = (1u32..20).map(|i| i * 37 % 1000).collect();
         rejected_draft_leaves_no_trace(&gguf, &prompt, batch_exact);
     }
+}
+
+/// The draft model's engine: one-token and prompt steps, the last row's logits.
+fn draft_engine<'a>(gguf: &'a GgufFile, n_ctx: u32) -> CpuEngine<'a> {
+    let model = compiler::load_model(gguf).expect("model lowers");
+    let plan = build_plan(&model, &[1, 64], n_ctx, KvTypes::F16, LogitRows::Last).expect("plan");
+    CpuEngine::new(gguf, plan, 2).expect("compiles")
+}
+
+#[test]
+fn fixtures_draft_model_greedy_equals_plain() {
+    let prompt: Vec<u32> = (1u32..24).map(|i| i * 53 % 1000).collect();
+    let mut checked = 0;
+    for (target, draft, n_max) in [
+        ("llama-sep-Q4_1", "llama-sep-Q8_0", 3),
+        ("llama-sep-F16", "llama-sep-Q4_0", 5),
+        ("qwen3-Q8_0", "qwen3-Q4_K", 4),
+        ("gemma3-Q8_0", "gemma3-Q4_K", 3),
+        ("phi3-Q8_0", "phi3-Q4_K", 2),
+    ] {
+        let (Some(tp), Some(dp)) = (
+            modelc_tests::shared(&format!("fixtures/models/{target}.gguf")),
+            modelc_tests::shared(&format!("fixtures/models/{draft}.gguf")),
+        ) else {
+            continue;
+        };
+        let (tg, dg) = (
+            GgufFile::open(tp).expect("opens"),
+            GgufFile::open(dp).expect("opens"),
+        );
+        let (tv, dv) = (
+            Vocab::from_gguf(&tg).expect("vocab"),
+            Vocab::from_gguf(&dg).expect("vocab"),
+        );
+        check_compatible(&tv, &dv).expect("the same fixture's vocabulary");
+        let mut te = engine(&tg, 160);
+        let mut de = draft_engine(&dg, 160);
+        let mut s = Session::single(&mut te).expect("session");
+        let plain = generate(&mut s, &tv, &prompt, &greedy(48, None), &mut |_| {}).expect("plain");
+        s.clear();
+        let params = DraftParams {
+            n_max,
+            ..DraftParams::default()
+        };
+        let mut d = DraftModel::new(
+            Session::single(&mut de).expect("draft session"),
+            params,
+            tv.n_vocab(),
+        );
+        let fast = runtime::generate::generate_with_drafter(
+            &mut s,
+            &tv,
+            &prompt,
+            &greedy(48, None),
+            Some(&mut d),
+            &mut |_| {},
+        )
+        .expect("speculative");
+        assert_eq!(fast.tokens, plain.tokens, "{target} drafted by {draft}");
+        let t = &fast.timings;
+        let accepted = t.draft_n_accepted.unwrap_or(0);
+        eprintln!("{target} by {draft}: {accepted} of {} accepted", t.draft_n);
+        assert!(t.draft_n > 0 && accepted > 0, "{target} by {draft}: {t:?}");
+        // The draft session followed the target past the prompt.
+        let held = d.session().tokens(0);
+        let n = runtime::generate::common_prefix(held, s.tokens(0));
+        assert!(
+            n > prompt.len(),
+            "the draft's session holds {n} of the target's tokens"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0 || !modelc_tests::required());
+}
+
+/// llama.cpp's vocabulary check: a model's own vocabulary is compatible; Gemma 3's is not
+/// SmolLM2's, and the reason is one line.
+#[test]
+fn draft_vocabularies_checked_as_llama_cpp() {
+    let (Some(a), Some(b)) = (modelc_tests::smollm2(), modelc_tests::gemma3()) else {
+        return;
+    };
+    let va = Vocab::from_gguf(&GgufFile::open(a).expect("opens")).expect("vocab");
+    let vb = Vocab::from_gguf(&GgufFile::open(b).expect("opens")).expect("vocab");
+    assert!(check_compatible(&va, &va).is_ok());
+    let why = check_compatible(&va, &vb).expect_err("another vocabulary");
+    assert!(!why.is_empty() && !why.contains('\n'), "{why}");
 }

@@ -3,7 +3,7 @@
 //! tokens → [`crate::generate::generate`] → plain text or llama-server's JSON.
 
 use crate::chat::{template_for_model, ChatTemplate, RenderOptions};
-use crate::generate::{generate, GenerateOptions};
+use crate::generate::GenerateOptions;
 use crate::sampler::SamplerParams;
 use crate::session::Session;
 use crate::tokenizer::{TokenId, Vocab};
@@ -150,10 +150,34 @@ pub struct GenArgs {
     #[arg(long = "no-escape", overrides_with = "escape")]
     pub no_escape: bool,
     /// Speculative decoding (llama.cpp's `--spec-type`, comma-separated): `none` (the
-    /// default) or `ngram-simple`, drafts looked up in the conversation's own tokens and
-    /// verified in one step; the output is the same as without.
-    #[arg(long = "spec-type", value_name = "none|ngram-simple")]
+    /// default), `ngram-simple` (drafts looked up in the conversation's own tokens) or
+    /// `draft-simple` (drafts from the -md model, which alone also turns it on), verified in
+    /// one step; the output is the same as without.
+    #[arg(long = "spec-type", value_name = "none|ngram-simple|draft-simple")]
     pub spec_type: Option<String>,
+    /// Draft model for speculative decoding (`-md`; llama.cpp's `--spec-draft-model`): a
+    /// smaller model with the same vocabulary proposes tokens the model verifies in one step.
+    #[arg(
+        long = "model-draft",
+        visible_alias = "spec-draft-model",
+        value_name = "FNAME"
+    )]
+    pub model_draft: Option<PathBuf>,
+    /// Tokens the draft model proposes per step at most (0 to 64).
+    #[arg(long = "spec-draft-n-max", value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub spec_draft_n_max: u16,
+    /// Drafts shorter than this are not verified.
+    #[arg(long = "spec-draft-n-min", value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub spec_draft_n_min: u16,
+    /// Drafting stops at a token the draft model gives less than this probability (among
+    /// its ten most likely; 0: never).
+    #[arg(
+        long = "spec-draft-p-min",
+        visible_alias = "draft-p-min",
+        value_name = "P",
+        default_value_t = 0.0
+    )]
+    pub spec_draft_p_min: f32,
     /// ngram-simple: length of the n-gram looked up in the history (1 to 1024).
     #[arg(long = "spec-ngram-simple-size-n", value_name = "N", default_value_t = 12, value_parser = ngram_size)]
     pub spec_ngram_simple_size_n: usize,
@@ -294,6 +318,7 @@ impl GenArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         check_n_batch(self.n_batch)?;
         self.speculative()?;
+        self.draft_model()?;
         self.user_template()?;
         self.compat.notes();
         self.sampling.validate()?;
@@ -346,12 +371,52 @@ impl GenArgs {
         };
         let mut on = false;
         for name in types.split(',') {
-            on = SpecType::from_name(name).map_err(anyhow::Error::msg)? == SpecType::NgramSimple;
+            match SpecType::from_name(name).map_err(anyhow::Error::msg)? {
+                SpecType::NgramSimple => on = true,
+                SpecType::None => on = false,
+                SpecType::DraftSimple => anyhow::ensure!(
+                    self.model_draft.is_some(),
+                    "--spec-type draft-simple needs a draft model (-md FILE)"
+                ),
+            }
         }
         Ok(on.then_some(NgramParams {
             size_n: self.spec_ngram_simple_size_n,
             size_m: self.spec_ngram_simple_size_m,
         }))
+    }
+
+    /// The draft model `-md` names and its settings, or `None`.
+    ///
+    /// # Errors
+    /// A `--spec-draft-p-min` that is not a number from 0 to 1.
+    pub fn draft_model(
+        &self,
+    ) -> anyhow::Result<Option<(&std::path::Path, crate::speculative::draft::DraftParams)>> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.spec_draft_p_min),
+            "--spec-draft-p-min must be a probability from 0 to 1, not {}",
+            self.spec_draft_p_min
+        );
+        Ok(self.model_draft.as_deref().map(|path| {
+            (
+                path,
+                crate::speculative::draft::DraftParams {
+                    n_max: usize::from(self.spec_draft_n_max),
+                    n_min: usize::from(self.spec_draft_n_min),
+                    p_min: self.spec_draft_p_min,
+                },
+            )
+        }))
+    }
+
+    /// Whether generation speculates (n-gram lookup or a draft model): the session then
+    /// needs steps with a logit row per token.
+    ///
+    /// # Errors
+    /// As [`GenArgs::speculative`].
+    pub fn speculates(&self) -> anyhow::Result<bool> {
+        Ok(self.speculative()?.is_some() || self.model_draft.is_some())
     }
 
     /// The sampler settings these flags give; a random seed (`-s -1` or none) is drawn here
@@ -621,6 +686,7 @@ pub fn run_conversation(
     file: &GgufFile,
     vocab: &Vocab,
     session: &mut Session<'_>,
+    drafter: Option<&mut (dyn crate::speculative::Drafter + '_)>,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     anyhow::ensure!(!args.json, "--json does not apply to a conversation");
@@ -636,7 +702,10 @@ pub fn run_conversation(
         context_shift: !args.no_context_shift && args.n_predict != -2,
         keep: usize::try_from(args.keep).unwrap_or(0),
     };
-    let mut chat = crate::repl::Chat::new(session, vocab, args.template(file)?, opts);
+    // The draft's own lifetime shortened to the conversation's.
+    let drafter = drafter.map(|d| d as &mut dyn crate::speculative::Drafter);
+    let mut chat =
+        crate::repl::Chat::new(session, vocab, args.template(file)?, opts).with_drafter(drafter);
     let terminal = std::io::stdin().is_terminal();
     let mut lines: Box<dyn crate::repl::input::Lines> = if terminal {
         Box::new(crate::repl::input::Terminal::new()?)
@@ -651,16 +720,17 @@ pub fn run_conversation(
 }
 
 /// Runs one generation with these flags on `session` and prints the result (streamed text,
-/// or the JSON object at the end).
+/// or the JSON object at the end); `drafter` is the `-md` draft model, if any.
 pub fn run_generation(
     args: &GenArgs,
     file: &GgufFile,
     vocab: &Vocab,
     session: &mut Session<'_>,
+    drafter: Option<&mut (dyn crate::speculative::Drafter + '_)>,
 ) -> anyhow::Result<()> {
     args.validate()?;
     if args.conversation {
-        return run_conversation(args, file, vocab, session);
+        return run_conversation(args, file, vocab, session, drafter);
     }
     let prompt = prompt_tokens(args, file, vocab)?;
     let mut opts = args.generate_options(vocab)?;
@@ -689,7 +759,14 @@ pub fn run_generation(
             }
         }
     };
-    let completion = generate(session, vocab, &prompt, &opts, &mut on_text)?;
+    let completion = crate::generate::generate_with_drafter(
+        session,
+        vocab,
+        &prompt,
+        &opts,
+        drafter,
+        &mut on_text,
+    )?;
     if let Some(e) = write_err {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);

@@ -294,11 +294,8 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
         "--mmproj" | "--mmproj-url" | "--image" | "--audio" | "--video" => {
             "multimodal input (a projector, images, audio) is not supported; modelc runs text models"
         }
-        "--model-draft" | "--spec-draft-model" => {
-            "draft models for speculative decoding are not supported; draftless speculation is --spec-type ngram-simple"
-        }
         "--draft" | "--draft-max" | "--draft-min" | "--draft-n" | "--draft-n-min" => {
-            "llama.cpp removed this flag; with --spec-type ngram-simple the draft's length is --spec-ngram-simple-size-m"
+            "llama.cpp removed this flag; the draft's length is --spec-draft-n-max / --spec-draft-n-min with -md, --spec-ngram-simple-size-m with ngram-simple"
         }
         "--rpc" => "RPC backends are not supported",
         "--override-tensor" | "--cpu-moe" | "--n-cpu-moe" => {
@@ -350,7 +347,7 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
             "lookup decoding (speculative) is not supported"
         }
         f if f.starts_with("--spec-") || f.starts_with("--draft") || f.ends_with("-draft") => {
-            "speculative decoding is not supported"
+            "this speculative-decoding setting is not supported: the draft model (-md) runs on the main model's backend, threads and cache types; modelc has --spec-draft-n-max/-n-min/-p-min and --spec-type ngram-simple|draft-simple"
         }
         "--embd-gemma-default" | "--fim-qwen-1.5b-default" | "--fim-qwen-3b-default"
         | "--fim-qwen-7b-default" | "--fim-qwen-7b-spec" | "--fim-qwen-14b-spec"

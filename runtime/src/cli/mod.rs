@@ -488,7 +488,7 @@ mod tests {
         for flag in [
             "--embedding",
             "--lora x",
-            "--spec-draft-n-max 4",
+            "-ctkd q8_0",
             "-td 2",
             "--tools all",
         ] {

@@ -308,12 +308,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
     // Speculation verifies drafts in steps with a logit row per token.
-    let logits = if args.gen.speculative()?.is_some() {
+    let logits = if args.gen.speculates()? {
         LogitRows::Both
     } else {
         LogitRows::Last
     };
     let mut session = open_session_rows(&args.model, &gguf, &model, logits, 1)?;
+    let draft_files = DraftFiles::open(&args.gen, &args.model.engine, &vocab)?;
+    let mut draft = match &draft_files {
+        Some(f) => Some(f.drafter(&args.gen, &args.model, session.n_ctx(), vocab.n_vocab())?),
+        None => None,
+    };
     if let Some(p) = spinner {
         p.finish_and_clear();
         let m = session.memory();
@@ -332,7 +337,84 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             mib(m.engine.work)
         );
     }
-    run_generation(&args.gen, &gguf, &vocab, &mut session)
+    run_generation(
+        &args.gen,
+        &gguf,
+        &vocab,
+        &mut session,
+        draft
+            .as_mut()
+            .map(|d| d as &mut dyn crate::speculative::Drafter),
+    )
+}
+
+/// The draft model `-md` names, opened and checked against the target's vocabulary; its
+/// session ([`DraftFiles::drafter`]) borrows it.
+pub struct DraftFiles {
+    path: PathBuf,
+    gguf: GgufFile,
+    model: compiler::Model,
+}
+
+impl DraftFiles {
+    /// The draft model of `gen`'s `-md` (`None` without one), loaded as `engine` says (`-lm`).
+    ///
+    /// # Errors
+    /// A file that cannot be read or lowered, or whose vocabulary cannot draft for `target`
+    /// ([`crate::speculative::draft::check_compatible`]): one line naming the file.
+    pub fn open(
+        gen: &GenArgs,
+        engine: &super::compile::EngineArgs,
+        target: &Vocab,
+    ) -> anyhow::Result<Option<DraftFiles>> {
+        let Some((path, _)) = gen.draft_model()? else {
+            return Ok(None);
+        };
+        let (gguf, model, vocab) =
+            open_model(path, engine).with_context(|| format!("-md {}", path.display()))?;
+        crate::speculative::draft::check_compatible(target, &vocab).map_err(|why| {
+            anyhow::anyhow!(
+                "-md {}: the draft model cannot draft for this model: {why}",
+                path.display()
+            )
+        })?;
+        Ok(Some(DraftFiles {
+            path: path.to_path_buf(),
+            gguf,
+            model,
+        }))
+    }
+
+    /// The drafter: the draft model compiled for the CPU with `target`'s flags (threads,
+    /// `-ub`, cache types, flash attention) and a context of `n_ctx`, the target's.
+    ///
+    /// # Errors
+    /// A compile or load error of the draft model.
+    pub fn drafter(
+        &self,
+        gen: &GenArgs,
+        target: &ModelArgs,
+        n_ctx: usize,
+        n_vocab_target: usize,
+    ) -> anyhow::Result<crate::speculative::draft::DraftModel<'_>> {
+        let args = ModelArgs {
+            model: self.path.clone(),
+            n_ctx,
+            backend: match target.backend {
+                Backend::Interp => Backend::Interp,
+                _ => Backend::Cpu,
+            },
+            ..target.clone()
+        };
+        let session = open_session_rows(&args, &self.gguf, &self.model, LogitRows::Last, 1)
+            .with_context(|| format!("-md {}", self.path.display()))?;
+        let params = gen.draft_model()?.map(|(_, p)| p).unwrap_or_default();
+        Ok(crate::speculative::draft::DraftModel::new(
+            session,
+            params,
+            n_vocab_target,
+        ))
+    }
 }
 
 /// Arguments of `modelc perplexity`.

@@ -309,7 +309,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
             let threads = resolve_threads(cli.common.threads);
             // Speculation verifies drafts in the compiled steps with a logit row per token
             // (`modelc compile --ubatch 1,2,4,8,16,32,64` gives it small ones).
-            let logits = if gen.speculative()?.is_some() {
+            let logits = if gen.speculates()? {
                 LogitRows::Both
             } else {
                 LogitRows::Last
@@ -323,7 +323,34 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 &cli.common.backend,
                 threads,
             )?;
-            run_generation(&gen, &gguf, &vocab, &mut session)
+            // A draft model (-md) is compiled for the CPU at start, with the runner's
+            // threads, cache types and context.
+            let draft_files = super::run::DraftFiles::open(&gen, &cli.common.engine, &vocab)?;
+            let mut draft = match &draft_files {
+                Some(f) => {
+                    let target = super::run::ModelArgs {
+                        model: PathBuf::new(),
+                        backend: super::run::Backend::Cpu,
+                        n_ctx,
+                        threads: cli.common.threads,
+                        n_ubatch: 64,
+                        no_rounding: false,
+                        engine: cli.common.engine.clone(),
+                        backend_args: cli.common.backend.clone(),
+                    };
+                    Some(f.drafter(&gen, &target, session.n_ctx(), vocab.n_vocab())?)
+                }
+                None => None,
+            };
+            run_generation(
+                &gen,
+                &gguf,
+                &vocab,
+                &mut session,
+                draft
+                    .as_mut()
+                    .map(|d| d as &mut dyn crate::speculative::Drafter),
+            )
         }
         Some(RunnerCommand::Bench(b)) => {
             let f = &b.flags;

@@ -35,6 +35,10 @@ pub fn config(gen: &GenArgs, server: &ServerArgs) -> anyhow::Result<Config> {
         gen.speculative()?.is_none(),
         "--spec-type: the server does not speculate yet (modelc run, the runner and the REPL do)"
     );
+    anyhow::ensure!(
+        gen.model_draft.is_none(),
+        "-md: the server does not use a draft model yet (modelc run and the runner do)"
+    );
     server.validate()?;
     server.notes();
     let defaults = GenerateOptions {

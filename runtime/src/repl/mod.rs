@@ -81,6 +81,8 @@ pub struct Chat<'a, 'w> {
     raw: Option<String>,
     last: Option<Completion>,
     interrupts: Arc<Interrupts>,
+    /// The `-md` draft model, if any ([`Generation::with_drafter`]).
+    drafter: Option<&'a mut (dyn crate::speculative::Drafter + 'a)>,
 }
 
 fn message(role: &str, content: &str) -> serde_json::Value {
@@ -104,11 +106,21 @@ impl<'a, 'w> Chat<'a, 'w> {
             last: None,
             interrupts: Arc::new(Interrupts::default()),
             opts,
+            drafter: None,
         };
         c.opts.generate.cancel = Some(c.interrupts.cancel.clone());
         c.opts.generate.cache_prompt = true;
         c.reset();
         c
+    }
+
+    /// Answers with drafts from `drafter` (the `-md` draft model) verified in one step.
+    pub fn with_drafter(
+        mut self,
+        drafter: Option<&'a mut (dyn crate::speculative::Drafter + 'a)>,
+    ) -> Self {
+        self.drafter = drafter;
+        self
     }
 
     /// The conversation so far.
@@ -194,7 +206,8 @@ impl<'a, 'w> Chat<'a, 'w> {
         self.interrupts.generating.store(true, Ordering::Relaxed);
         let result = (|| -> anyhow::Result<Completion> {
             let mut g =
-                Generation::start(self.session, self.vocab, 0, &tokens, &self.opts.generate)?;
+                Generation::start(self.session, self.vocab, 0, &tokens, &self.opts.generate)?
+                    .with_drafter(self.drafter.as_deref_mut());
             while let Some(t) = g.step()? {
                 out.write_all(t.as_bytes())?;
                 out.flush()?;
