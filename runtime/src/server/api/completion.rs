@@ -277,6 +277,9 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     let response_fields = body.strings("response_fields")?.unwrap_or_default();
     let mut opts = st.cfg.options(&body, api, vocab)?;
     opts.grammar = crate::server::grammar::request_grammar(&body, api, ready, &st.cfg)?;
+    if opts.grammar.is_some() {
+        opts.grammar_triggers = crate::server::grammar::request_triggers(&body, ready)?;
+    }
     let reply = match &chat {
         Some(c) => reply_parser(st, &body, c, &mut opts, ready)?,
         None => None,
