@@ -64,6 +64,9 @@ pub struct GenerateOptions {
     /// triggers appears in the output (llama.cpp's `grammar_lazy` / `grammar_triggers`;
     /// [`crate::grammar::lazy`]). `None`: the grammar holds from the first token.
     pub grammar_triggers: Option<Arc<crate::grammar::Triggers>>,
+    /// Close the model's thought after this many tokens (`--reasoning-budget`;
+    /// [`crate::reasoning_budget`]); `None`: unlimited.
+    pub reasoning_budget: Option<crate::reasoning_budget::ReasoningBudget>,
     /// DRY's sequence breakers processed against the vocabulary (needed when
     /// `sampler.dry_on()`; without them DRY is off).
     pub dry_breakers: Option<Arc<crate::sampler::dry::DryBreakers>>,
@@ -91,6 +94,7 @@ impl Default for GenerateOptions {
             context_shift: None,
             grammar: None,
             grammar_triggers: None,
+            reasoning_budget: None,
             dry_breakers: None,
             speculative: None,
         }
@@ -255,6 +259,8 @@ pub struct Decoding {
     sampler: Sampler,
     /// The grammar's state, when generation is constrained.
     grammar: Option<Constraint>,
+    /// The reasoning budget's state, when there is one.
+    budget: Option<crate::reasoning_budget::BudgetState>,
     decoder: StreamDecoder,
     tokens: Vec<TokenId>,
     prompt: Vec<TokenId>,
@@ -288,6 +294,10 @@ impl Decoding {
                 .grammar
                 .clone()
                 .map(|g| Constraint::new(g, opts.grammar_triggers.clone())),
+            budget: opts
+                .reasoning_budget
+                .clone()
+                .map(crate::reasoning_budget::BudgetState::new),
             decoder: StreamDecoder::new(false),
             tokens: Vec::new(),
             prompt: prompt.to_vec(),
@@ -409,8 +419,14 @@ impl Decoding {
                     return Ok(Fed::Stopped);
                 }
             },
-            None => self.sample(logits),
+            None => match self.budget.as_ref().and_then(|b| b.forced()) {
+                Some(t) if (t as usize) < n_vocab => t,
+                _ => self.sample(logits),
+            },
         };
+        if let Some(b) = self.budget.as_mut() {
+            b.accept(&String::from_utf8_lossy(vocab.token_to_piece(token, true)));
+        }
         if let Some(p) = self.probs.as_mut() {
             let entry = if self.opts.post_sampling_probs && self.opts.forced.is_none() {
                 let post = self.sampler.post_sampling_probs(usize::MAX);

@@ -1714,3 +1714,85 @@ fn lazy_grammar_holds_after_its_trigger() {
     );
     assert_eq!(r.json()["content"].as_str().unwrap(), format!("{word}{tail}{digits}}}"));
 }
+
+/// Reasoning: with DeepSeek R1's template (its prompt opens `<think>`), the reply's thought
+/// goes to `reasoning_content` (`--reasoning-format` auto), whole and streamed alike, or
+/// stays in `content` with `"reasoning_format": "none"`; `--reasoning-budget N` closes the
+/// thought after N tokens of it (N = 0: at once), the text before it the free run's.
+#[test]
+fn reasoning_content_and_budget() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let Some(templates) = modelc_tests::shared("templates") else {
+        return;
+    };
+    let template = templates.join("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja");
+    let template = template.to_str().unwrap();
+    let chat = |port: u16, extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+            "max_tokens": 24, "temperature": 0,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = post(port, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r
+    };
+    let srv = start(&model, &["-c", "512", "--chat-template-file", template]);
+    let whole = chat(srv.port, json!({})).json();
+    let msg = &whole["choices"][0]["message"];
+    let raw = chat(srv.port, json!({"reasoning_format": "none"})).json();
+    let raw = raw["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let thought = msg["reasoning_content"].as_str().unwrap_or("");
+    assert!(!thought.is_empty(), "{whole}");
+    assert!(raw.contains(thought), "{raw:?} / {thought:?}");
+    assert!(msg.get("reasoning_content").is_some());
+    // Streamed: the same thought and content, in reasoning_content deltas.
+    let r = chat(srv.port, json!({"stream": true}));
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for d in sse_data(&r.body) {
+        if d == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&d).unwrap();
+        let delta = &v["choices"][0]["delta"];
+        reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+        content += delta["content"].as_str().unwrap_or("");
+    }
+    assert_eq!(reasoning, thought);
+    assert_eq!(content, msg["content"].as_str().unwrap());
+    drop(srv);
+
+    let tokens = |port: u16, text: &str| {
+        let r = post(port, "/tokenize", &json!({ "content": text }));
+        r.json()["tokens"].as_array().unwrap().len()
+    };
+    let budget = start(
+        &model,
+        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "5"],
+    );
+    let out = chat(budget.port, json!({"reasoning_format": "none"})).json();
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    let (before, _) = text
+        .split_once("</think>")
+        .unwrap_or_else(|| panic!("no </think> in {text:?}"));
+    assert!(raw.starts_with(before), "{raw:?} / {before:?}");
+    assert_eq!(tokens(budget.port, before), 5, "{before:?}");
+    let split = chat(budget.port, json!({})).json();
+    assert_eq!(
+        split["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or(""),
+        before.trim()
+    );
+    drop(budget);
+
+    let none = start(
+        &model,
+        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "0"],
+    );
+    let out = chat(none.port, json!({"reasoning_format": "none"})).json();
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("</think>"), "{text:?}");
+}

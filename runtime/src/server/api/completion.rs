@@ -472,10 +472,18 @@ fn reply_parser(
             tools = Some(plan.format);
         }
     }
+    let forced_open = chat.prefill.is_empty() && reply::thinking_forced_open(&chat.text);
+    if let Some(n) = compat.reasoning_budget.and_then(|n| usize::try_from(n).ok()) {
+        opts.reasoning_budget = Some(crate::reasoning_budget::ReasoningBudget {
+            n,
+            end: ready.vocab.tokenize(reply::THINK_END, false, true),
+            forced_open,
+        });
+    }
     Ok(Some(ReplyParser {
         tools,
         reasoning,
-        forced_open: chat.prefill.is_empty() && reply::thinking_forced_open(&chat.text),
+        forced_open,
     }))
 }
 
@@ -755,10 +763,11 @@ fn stream(
                                 _ => deltas.insert(0, json!({ "content": req.prefill })),
                             }
                         }
-                        if deltas.is_empty() {
-                            // Nothing to show yet (held back): the token still gets its
-                            // chunk, as before, with its probabilities.
-                            deltas.push(json!({ "content": "" }));
+                        // Nothing to show yet (held back): no chunk, as llama-server sends
+                        // none for an empty diff — unless the token's probabilities or
+                        // timings were asked for, which go out with an empty delta.
+                        if deltas.is_empty() && (req.opts.n_probs > 0 || req.timings_per_token) {
+                            deltas.push(json!({}));
                         }
                         for (k, delta) in deltas.into_iter().enumerate() {
                             let mut v = chat_chunk(&ready, &req, delta, Value::Null);
