@@ -21,9 +21,9 @@ impl ToolFormat for Llama3 {
     }
 
     fn grammar(&self, tools: &[Tool], opts: CallOptions) -> Result<CallGrammar, String> {
-        let call = call_object_rules(tools, "root", "name", "parameters", &[])?;
+        let call = call_object_rules(tools, "call", "name", "parameters", &[])?;
         Ok(CallGrammar {
-            gbnf: call,
+            gbnf: super::join_rules(&["root ::= call".into(), call]),
             lazy: !opts.required,
             triggers: vec![Trigger::PatternFull(
                 r#"\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*")[\s\S]*"#.into(),
@@ -62,4 +62,30 @@ fn call_of(v: &Value) -> Option<ToolCall> {
         "arguments"
     };
     super::call_from_object(v, "name", key).filter(|_| v.get(key).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::{Grammar, Matcher, Rules, TokenTable};
+    use std::sync::Arc;
+
+    /// The grammar has a root and accepts the call the parser reads.
+    #[test]
+    fn grammar_accepts_a_call() {
+        let tools = [Tool {
+            name: "f".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),
+        }];
+        let g = Llama3
+            .grammar(&tools, CallOptions { parallel: false, required: true })
+            .unwrap();
+        let parsed = Grammar::parse(&g.gbnf, None).unwrap();
+        let rules = Arc::new(Rules::new(&parsed, Arc::new(TokenTable::from_pieces(Vec::new()))));
+        let mut m = Matcher::new(rules);
+        let text = r#"{"name": "f", "parameters": {"a": 1}}"#;
+        assert!(m.accept_str(text) && m.can_end(), "{}", g.gbnf);
+        let msg = Llama3.parse(text, false);
+        assert_eq!(msg.tool_calls[0].name, "f");
+    }
 }

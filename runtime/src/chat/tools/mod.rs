@@ -357,6 +357,29 @@ pub fn call_object_rules(
 mod tests {
     use super::*;
 
+    /// Every format's grammar reads (a `root`, every rule defined), for one tool and two,
+    /// with and without parallel calls, lazy or required.
+    #[test]
+    fn every_grammar_reads() {
+        let tool = |n: &str| Tool {
+            name: n.into(),
+            parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}),
+        };
+        let all: Vec<&dyn ToolFormat> = formats().iter().copied().chain([&generic::Generic as &dyn ToolFormat]).collect();
+        for f in all {
+            for tools in [vec![tool("a")], vec![tool("a"), tool("b")]] {
+                for (parallel, required) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let g = f.grammar(&tools, CallOptions { parallel, required }).unwrap();
+                    if let Err(e) = crate::grammar::Grammar::parse(&g.gbnf, None) {
+                        panic!("{}: {e}\n{}", f.name(), g.gbnf);
+                    }
+                    assert!(g.lazy != required || !g.lazy, "{}", f.name());
+                    crate::grammar::Triggers::new(&g.triggers).unwrap();
+                }
+            }
+        }
+    }
+
     #[test]
     fn partial_markers_are_held_back() {
         assert_eq!(without_partial_marker("abc<tool", &["<tool_call>"]), "abc");
