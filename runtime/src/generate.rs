@@ -13,7 +13,7 @@
 //! the server ([`crate::server::slots`]) drives one per slot, evaluating all slots' tokens in
 //! one batch.
 
-use crate::grammar::Matcher;
+use crate::grammar::Constraint;
 use crate::kv_cache::SeqId;
 use crate::sampler::{Sampler, SamplerParams};
 use crate::session::Session;
@@ -60,6 +60,13 @@ pub struct GenerateOptions {
     /// Constrain the generated text to this grammar (`--grammar`, `--json-schema`,
     /// llama-server's `grammar` / `json_schema` / `response_format`; [`crate::grammar`]).
     pub grammar: Option<Arc<crate::grammar::Rules>>,
+    /// Makes [`GenerateOptions::grammar`] lazy: it holds only from where one of these
+    /// triggers appears in the output (llama.cpp's `grammar_lazy` / `grammar_triggers`;
+    /// [`crate::grammar::lazy`]). `None`: the grammar holds from the first token.
+    pub grammar_triggers: Option<Arc<crate::grammar::Triggers>>,
+    /// Close the model's thought after this many tokens (`--reasoning-budget`;
+    /// [`crate::reasoning_budget`]); `None`: unlimited.
+    pub reasoning_budget: Option<crate::reasoning_budget::ReasoningBudget>,
     /// DRY's sequence breakers processed against the vocabulary (needed when
     /// `sampler.dry_on()`; without them DRY is off).
     pub dry_breakers: Option<Arc<crate::sampler::dry::DryBreakers>>,
@@ -86,6 +93,8 @@ impl Default for GenerateOptions {
             cancel: None,
             context_shift: None,
             grammar: None,
+            grammar_triggers: None,
+            reasoning_budget: None,
             dry_breakers: None,
             speculative: None,
         }
@@ -249,7 +258,9 @@ pub struct Decoding {
     opts: GenerateOptions,
     sampler: Sampler,
     /// The grammar's state, when generation is constrained.
-    grammar: Option<Matcher>,
+    grammar: Option<Constraint>,
+    /// The reasoning budget's state, when there is one.
+    budget: Option<crate::reasoning_budget::BudgetState>,
     decoder: StreamDecoder,
     tokens: Vec<TokenId>,
     prompt: Vec<TokenId>,
@@ -279,7 +290,14 @@ impl Decoding {
         }
         Decoding {
             sampler,
-            grammar: opts.grammar.clone().map(Matcher::new),
+            grammar: opts
+                .grammar
+                .clone()
+                .map(|g| Constraint::new(g, opts.grammar_triggers.clone())),
+            budget: opts
+                .reasoning_budget
+                .clone()
+                .map(crate::reasoning_budget::BudgetState::new),
             decoder: StreamDecoder::new(false),
             tokens: Vec::new(),
             prompt: prompt.to_vec(),
@@ -401,8 +419,14 @@ impl Decoding {
                     return Ok(Fed::Stopped);
                 }
             },
-            None => self.sample(logits),
+            None => match self.budget.as_ref().and_then(|b| b.forced()) {
+                Some(t) if (t as usize) < n_vocab => t,
+                _ => self.sample(logits),
+            },
         };
+        if let Some(b) = self.budget.as_mut() {
+            b.accept(&String::from_utf8_lossy(vocab.token_to_piece(token, true)));
+        }
         if let Some(p) = self.probs.as_mut() {
             let entry = if self.opts.post_sampling_probs && self.opts.forced.is_none() {
                 let post = self.sampler.post_sampling_probs(usize::MAX);
@@ -436,7 +460,7 @@ impl Decoding {
         }
         if self.opts.forced.is_none() {
             if let Some(g) = self.grammar.as_mut() {
-                if let Err(e) = g.accept(token) {
+                if let Err(e) = g.accept(token, vocab.token_to_piece(token, true)) {
                     anyhow::bail!("grammar: {e}");
                 }
             }

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod mt19937;
 pub mod perplexity;
 pub mod quantize;
+pub mod reasoning_budget;
 pub mod repl;
 pub mod sampler;
 pub mod server;

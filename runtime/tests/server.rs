@@ -1611,3 +1611,188 @@ fn sampler_fields_are_llama_cpp_s() {
     }
     drop(s);
 }
+
+/// Tool calls through the OpenAI Python client (`runtime/tests/data/openai_tools.py`):
+/// SmolLM2 with Qwen 2.5's template (Hermes `<tool_call>` format), calls required or named
+/// so that the grammar makes them; whole and streamed the same call, `tool_choice: none`,
+/// a tool result rendered back.
+#[test]
+fn openai_python_client_tools() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let Some(templates) = modelc_tests::shared("templates") else {
+        return;
+    };
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let Some(python) = modelc_tests::require(
+        home.join(".cache/modelc/venv-server/bin/python"),
+        "scripts/fetch-server-tests installs it",
+    ) else {
+        return;
+    };
+    let template = templates.join("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let template = template.to_str().unwrap();
+    let srv = start(
+        &model,
+        &["-c", "2048", "--alias", "smol", "--chat-template-file", template],
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/openai_tools.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{}", srv.port))
+        .arg("smol")
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A lazy grammar (`grammar_lazy`, `grammar_triggers`): greedy, the text up to the trigger
+/// is the unconstrained model's, and from the trigger on the text is the grammar's (which
+/// the model would not have written).
+#[test]
+fn lazy_grammar_holds_after_its_trigger() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let srv = start(&model, &["-c", "512"]);
+    let prompt = "Once upon a time";
+    let free = greedy(srv.port, prompt, 24);
+    let text = free["content"].as_str().unwrap().to_string();
+    let tokens = ids(&free["tokens"]);
+    let piece = |range: &[u64]| -> String {
+        let r = post(srv.port, "/detokenize", &json!({ "tokens": range }));
+        r.json()["content"].as_str().unwrap().to_string()
+    };
+    // The trigger: a whole token's text, at its first place in the output.
+    let (at, word) = (4..tokens.len())
+        .find_map(|k| {
+            let w = piece(&tokens[k..=k]);
+            let at = piece(&tokens[..k]).len();
+            (w.trim().len() > 2 && text.find(&w) == Some(at)).then_some((at, w))
+        })
+        .expect("a trigger token in the output");
+    let tail = " {\"a\": ";
+    assert!(!text[at + word.len()..].starts_with(tail));
+    let literal = serde_json::to_string(&word).unwrap();
+    let grammar = format!("root ::= {literal} \" {{\\\"a\\\": \" [0-9] [0-9]? \"}}\"");
+    let r = post(
+        srv.port,
+        "/completion",
+        &json!({
+            "prompt": prompt, "n_predict": 40, "temperature": 0, "cache_prompt": false,
+            "grammar": grammar, "grammar_lazy": true,
+            "grammar_triggers": [{"type": 1, "value": word}],
+        }),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let out = r.json();
+    let content = out["content"].as_str().unwrap();
+    assert_eq!(&content[..at + word.len()], &text[..at + word.len()], "{out}");
+    let rest = &content[at + word.len()..];
+    let digits = rest
+        .strip_prefix(tail)
+        .and_then(|r| r.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("after the trigger: {rest:?}"));
+    assert!(
+        (1..=2).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()),
+        "{rest:?}"
+    );
+    assert_eq!(out["stop_type"], "eos", "{out}");
+    // Not lazy, the same grammar holds from the first token.
+    let r = post(
+        srv.port,
+        "/completion",
+        &json!({"prompt": prompt, "n_predict": 40, "temperature": 0, "grammar": grammar}),
+    );
+    assert_eq!(r.json()["content"].as_str().unwrap(), format!("{word}{tail}{digits}}}"));
+}
+
+/// Reasoning: with DeepSeek R1's template (its prompt opens `<think>`), the reply's thought
+/// goes to `reasoning_content` (`--reasoning-format` auto), whole and streamed alike, or
+/// stays in `content` with `"reasoning_format": "none"`; `--reasoning-budget N` closes the
+/// thought after N tokens of it (N = 0: at once), the text before it the free run's.
+#[test]
+fn reasoning_content_and_budget() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let Some(templates) = modelc_tests::shared("templates") else {
+        return;
+    };
+    let template = templates.join("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja");
+    let template = template.to_str().unwrap();
+    let chat = |port: u16, extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+            "max_tokens": 24, "temperature": 0,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = post(port, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r
+    };
+    let srv = start(&model, &["-c", "512", "--chat-template-file", template]);
+    let whole = chat(srv.port, json!({})).json();
+    let msg = &whole["choices"][0]["message"];
+    let raw = chat(srv.port, json!({"reasoning_format": "none"})).json();
+    let raw = raw["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let thought = msg["reasoning_content"].as_str().unwrap_or("");
+    assert!(!thought.is_empty(), "{whole}");
+    assert!(raw.contains(thought), "{raw:?} / {thought:?}");
+    assert!(msg.get("reasoning_content").is_some());
+    // Streamed: the same thought and content, in reasoning_content deltas.
+    let r = chat(srv.port, json!({"stream": true}));
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for d in sse_data(&r.body) {
+        if d == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&d).unwrap();
+        let delta = &v["choices"][0]["delta"];
+        reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+        content += delta["content"].as_str().unwrap_or("");
+    }
+    assert_eq!(reasoning, thought);
+    assert_eq!(content, msg["content"].as_str().unwrap());
+    drop(srv);
+
+    let tokens = |port: u16, text: &str| {
+        let r = post(port, "/tokenize", &json!({ "content": text }));
+        r.json()["tokens"].as_array().unwrap().len()
+    };
+    let budget = start(
+        &model,
+        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "5"],
+    );
+    let out = chat(budget.port, json!({"reasoning_format": "none"})).json();
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    let (before, _) = text
+        .split_once("</think>")
+        .unwrap_or_else(|| panic!("no </think> in {text:?}"));
+    assert!(raw.starts_with(before), "{raw:?} / {before:?}");
+    assert_eq!(tokens(budget.port, before), 5, "{before:?}");
+    let split = chat(budget.port, json!({})).json();
+    assert_eq!(
+        split["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or(""),
+        before.trim()
+    );
+    drop(budget);
+
+    let none = start(
+        &model,
+        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "0"],
+    );
+    let out = chat(none.port, json!({"reasoning_format": "none"})).json();
+    let text = out["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("</think>"), "{text:?}");
+}

@@ -14,6 +14,8 @@
 //! - [`time`]: [`CivilTime`] and `strftime` for `strftime_now`.
 //! - [`pyfmt`]: Python's `str()` and `json.dumps` of template values.
 //! - [`preprocess`]: rewriting `{% generation %}` blocks, which minijinja does not know.
+//! - [`tools`]: tool-call formats (one module each): detection, grammar, parsing.
+//! - [`reply`]: the model's text read back into reasoning, content and tool calls.
 //!
 //! ```
 //! use runtime::chat::{ChatTemplate, RenderOptions};
@@ -31,9 +33,11 @@ pub mod messages;
 pub mod model;
 pub mod preprocess;
 pub mod pyfmt;
+pub mod reply;
 pub mod source;
 pub mod template;
 pub mod time;
+pub mod tools;
 
 pub use messages::{normalize_messages, MessageError};
 pub use model::template_for_model;

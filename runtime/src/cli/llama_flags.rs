@@ -363,9 +363,8 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
         "-l" | "--logit-bias" => {
             "a command-line logit bias is not supported; give \"logit_bias\" in requests"
         }
-        "--reasoning-format" | "--reasoning-budget" | "--reasoning-budget-message"
-        | "--reasoning-preserve" => {
-            "splitting reasoning out of the answer is not supported: the model's text stays in \"content\""
+        "--reasoning-budget-message" | "--reasoning-preserve" => {
+            "a reasoning budget message and preserving reasoning across turns are not supported"
         }
         "--log-prompts-dir" => "logging prompts to files is not supported",
         "--list-devices" => "modelc lists no devices; pick one with --backend",

@@ -167,6 +167,17 @@ fn repetition(item: &str, min: u64, max: Option<u64>, sep: &str) -> String {
 /// A schema llama.cpp refuses (not an object, an unknown `type`, a bad `$ref`, a malformed
 /// count, an invalid `pattern`), one line naming where.
 pub fn to_grammar(schema: &Value) -> Result<String, String> {
+    to_rules(schema, "")
+}
+
+/// Like [`to_grammar`], with the schema's rule named `name` instead of `root` (its helper
+/// rules prefixed with it), so that the rules can be part of a larger grammar (llama.cpp's
+/// `common_grammar_builder::add_schema`, which tool-call grammars use). An empty `name`
+/// gives `root`.
+///
+/// # Errors
+/// As [`to_grammar`].
+pub fn to_rules(schema: &Value, name: &str) -> Result<String, String> {
     let mut refs = BTreeMap::new();
     let root = node::build(schema, &mut refs)
         .map_err(|e| format!("JSON schema conversion failed: {e}"))?;
@@ -178,7 +189,7 @@ pub fn to_grammar(schema: &Value) -> Result<String, String> {
         warnings: Vec::new(),
     };
     c.rules.insert("space".into(), SPACE_RULE.into());
-    c.visit(&root, "");
+    c.visit(&root, name);
     if !c.errors.is_empty() {
         return Err(format!(
             "JSON schema conversion failed: {}",

@@ -10,11 +10,13 @@
 //! goes through it.
 
 pub mod json_schema;
+pub mod lazy;
 pub mod matcher;
 pub mod parse;
 pub mod tokens;
 pub mod utf8;
 
+pub use lazy::{Constraint, Trigger, Triggers};
 pub use matcher::{Matcher, Rules};
 pub use parse::{Grammar, GrammarError};
 pub use tokens::TokenTable;

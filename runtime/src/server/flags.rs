@@ -47,13 +47,25 @@ pub struct ServerCompat {
     /// a request's own `chat_template_kwargs` override them.
     #[arg(long = "chat-template-kwargs", value_name = "JSON")]
     pub chat_template_kwargs: Option<String>,
+    /// `--reasoning-format none|deepseek|deepseek-legacy|auto`: where a chat reply's
+    /// thoughts (`<think>...</think>`) go: left in `content` (`none`), or split into
+    /// `reasoning_content` (the others; `deepseek-legacy` also keeps them in `content`).
+    /// Default `auto`, as llama-server.
+    #[arg(long = "reasoning-format", value_name = "FORMAT", value_parser = parse_reasoning_format)]
+    pub reasoning_format: Option<String>,
+    /// `--reasoning-budget N`: thinking tokens allowed, -1 unlimited (the default), 0 none
+    /// (the template's `enable_thinking` is false, and a thought the model opens anyway is
+    /// closed at once), N > 0: the thought is closed after N tokens.
+    #[arg(long = "reasoning-budget", value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(-1..))]
+    pub reasoning_budget: Option<i64>,
     /// The chat template's `reasoning_effort` (`default`: the template's own).
     #[arg(long = "reasoning-effort", value_name = "LEVEL")]
     pub reasoning_effort: Option<String>,
-    /// Leave the model's output unparsed (modelc does not parse chat output: taken).
+    /// Leave the model's output unparsed: no reasoning split out, no tool calls read.
     #[arg(long = "skip-chat-parsing", overrides_with = "no_skip_chat_parsing")]
     pub skip_chat_parsing: bool,
-    /// Parse the model's output (taken: see `--skip-chat-parsing`).
+    /// Parse the model's output (the default).
     #[arg(long = "no-skip-chat-parsing", overrides_with = "skip_chat_parsing")]
     pub no_skip_chat_parsing: bool,
 
@@ -254,6 +266,11 @@ pub struct ServerCompat {
     pub no_spec_draft_backend_sampling: bool,
 }
 
+/// A `--reasoning-format` name ([`crate::chat::reply::ReasoningFormat::parse`]).
+fn parse_reasoning_format(s: &str) -> Result<String, String> {
+    crate::chat::reply::ReasoningFormat::parse(s).map(|f| f.name().to_string())
+}
+
 /// `on` / `off` / `auto` as llama.cpp's `is_truthy` / `is_falsey` / `is_autoy` read them.
 fn parse_on_off_auto(s: &str) -> Result<String, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -317,10 +334,22 @@ impl ServerCompat {
             }
             _ => {}
         }
+        // No thinking budget: the template is asked not to think (unless told otherwise).
+        if self.reasoning_budget == Some(0) && self.reasoning.is_none() {
+            kw.entry("enable_thinking").or_insert(false.into());
+        }
         if let Some(e) = self.reasoning_effort.as_deref().filter(|e| *e != "default") {
             kw.insert("reasoning_effort".into(), e.into());
         }
         Ok(kw)
+    }
+
+    /// `--reasoning-format` (default `auto`).
+    pub fn reasoning_format(&self) -> crate::chat::reply::ReasoningFormat {
+        self.reasoning_format
+            .as_deref()
+            .and_then(|f| crate::chat::reply::ReasoningFormat::parse(f).ok())
+            .unwrap_or_default()
     }
 
     /// Whether requests cache their prompt unless they say otherwise.

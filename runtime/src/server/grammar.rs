@@ -95,6 +95,56 @@ pub fn request_grammar(
         .map_err(|e| ApiError::invalid(format!("Failed to parse grammar: {e}")))
 }
 
+/// A request's lazy grammar triggers (llama-server's `grammar_lazy` and `grammar_triggers`,
+/// `server_grammar_trigger`): with `grammar_lazy: true`, each trigger an object
+/// `{"type": T, "value": TEXT, "token": ID}` where T is 0 (a token: `token`), 1 (a word),
+/// 2 (a pattern found anywhere) or 3 (a pattern matching the whole output). `None`: the
+/// grammar is not lazy.
+///
+/// # Errors
+/// 400: a field of the wrong type, an unknown trigger type, a pattern that does not compile,
+/// a token outside the vocabulary.
+pub fn request_triggers(body: &Body, ready: &Ready) -> Result<Option<Arc<grammar::Triggers>>, ApiError> {
+    if !body.bool("grammar_lazy")?.unwrap_or(false) {
+        return Ok(None);
+    }
+    let list = match body.get("grammar_triggers") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(v) => return Err(wrong_type("grammar_triggers", "an array", v)),
+    };
+    let mut triggers = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let what = format!("grammar_triggers[{i}]");
+        let kind = t.get("type").and_then(Value::as_i64);
+        let value = t.get("value").and_then(Value::as_str).unwrap_or("").to_string();
+        triggers.push(match kind {
+            Some(0) => {
+                let id = t
+                    .get("token")
+                    .and_then(Value::as_i64)
+                    .ok_or_else(|| ApiError::invalid(format!("{what}: a token trigger needs \"token\"")))?;
+                let id = ready
+                    .vocab
+                    .check_id(id)
+                    .map_err(|e| ApiError::invalid(format!("{what}: {e}")))?;
+                grammar::Trigger::Token(id)
+            }
+            Some(1) => grammar::Trigger::Word(value),
+            Some(2) => grammar::Trigger::Pattern(value),
+            Some(3) => grammar::Trigger::PatternFull(value),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "{what}: \"type\" must be 0 (token), 1 (word), 2 (pattern) or 3 (full pattern)"
+                )))
+            }
+        });
+    }
+    grammar::Triggers::new(&triggers)
+        .map(|t| Some(Arc::new(t)))
+        .map_err(ApiError::invalid)
+}
+
 /// Whether `schema` is absent or empty (nlohmann's `empty()`: null, `{}`, `[]`, `""` is not).
 fn schema_is_empty(schema: Option<&Value>) -> bool {
     match schema {

@@ -29,6 +29,7 @@ pub mod params;
 pub mod sampling;
 pub mod slots;
 pub mod streams;
+pub mod tools;
 pub mod webui;
 
 use crate::chat::ChatTemplate;

@@ -5,6 +5,9 @@
 //! `data: [DONE]`).
 
 use crate::chat::messages::content_text;
+use crate::chat::reply::{self, Delta, ReasoningFormat, ReplyParser};
+use crate::chat::tools::ChatMsg;
+use crate::server::tools::{calls_for_template, ToolPlan};
 use crate::chat::{normalize_messages, MessageError, RenderOptions};
 use crate::generate::{GenerateOptions, PositionProbs, Timings};
 use crate::server::error::ApiError;
@@ -60,6 +63,9 @@ struct Request {
     /// The assistant prefill a chat prompt ends with ([`ChatPrompt::prefill`]): the reply's
     /// content (and its first streamed delta) starts with it.
     prefill: String,
+    /// How a chat reply is read back (reasoning, tool calls); `None` for the other APIs
+    /// and with `--skip-chat-parsing`.
+    reply: Option<ReplyParser>,
     id: String,
     created: u64,
 }
@@ -237,9 +243,12 @@ async fn run(
 fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request, ApiError> {
     let body = Body::parse(bytes)?;
     let vocab = &ready.vocab;
+    let mut chat = None;
     let (prompts, prefill) = match api {
         Api::OaiChat => {
-            let (tokens, prefill) = chat_prompt(st, ready, &body)?;
+            let (tokens, c) = chat_prompt(st, ready, &body)?;
+            let prefill = c.prefill.clone();
+            chat = Some(c);
             (vec![tokens], prefill)
         }
         Api::Infill => {
@@ -268,6 +277,13 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
     let response_fields = body.strings("response_fields")?.unwrap_or_default();
     let mut opts = st.cfg.options(&body, api, vocab)?;
     opts.grammar = crate::server::grammar::request_grammar(&body, api, ready, &st.cfg)?;
+    if opts.grammar.is_some() {
+        opts.grammar_triggers = crate::server::grammar::request_triggers(&body, ready)?;
+    }
+    let reply = match &chat {
+        Some(c) => reply_parser(st, &body, c, &mut opts, ready)?,
+        None => None,
+    };
     let stream = body.bool("stream")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
         None => false,
@@ -323,6 +339,7 @@ fn parse(st: &AppState, ready: &Ready, bytes: &[u8], api: Api) -> Result<Request
         id_slot,
         n_choices,
         prefill,
+        reply,
         id: format!("chatcmpl-{:016x}", rand::random::<u64>()),
         created,
     })
@@ -407,13 +424,71 @@ fn chat_prompt(
     st: &AppState,
     ready: &Ready,
     body: &Body,
-) -> Result<(Vec<TokenId>, String), ApiError> {
+) -> Result<(Vec<TokenId>, ChatPrompt), ApiError> {
     let chat = render_messages(ready, body, !st.cfg.args.no_prefill_assistant)?;
-    Ok((ready.vocab.tokenize(&chat.text, true, true), chat.prefill))
+    Ok((ready.vocab.tokenize(&chat.text, true, true), chat))
+}
+
+/// How a chat request's reply is read back, and the call grammar its tools add to `opts`
+/// (lazy unless a call is required). The request's `reasoning_format` overrides
+/// `--reasoning-format`.
+///
+/// # Errors
+/// 400: tools with a grammar of the request's own (llama-server's "Cannot specify grammar
+/// with tools"), an unknown reasoning format, a tool schema the converter refuses.
+fn reply_parser(
+    st: &AppState,
+    body: &Body,
+    chat: &ChatPrompt,
+    opts: &mut GenerateOptions,
+    ready: &Ready,
+) -> Result<Option<ReplyParser>, ApiError> {
+    let compat = &st.cfg.args.compat;
+    if compat.skip_chat_parsing {
+        return Ok(None);
+    }
+    let reasoning = match body.str("reasoning_format")? {
+        Some(f) => ReasoningFormat::parse(f).map_err(ApiError::invalid)?,
+        None => compat.reasoning_format(),
+    };
+    let mut tools = None;
+    if let Some(plan) = &chat.tools {
+        if let Some(g) = plan.grammar()? {
+            if opts.grammar.is_some() && (body.get("grammar").is_some() || body.get("json_schema").is_some()) {
+                return Err(ApiError::invalid("Cannot specify grammar with tools"));
+            }
+            let table = crate::grammar::TokenTable::shared(&ready.vocab);
+            let rules = crate::grammar::compile(&g.gbnf, &ready.vocab, table)
+                .map_err(|e| ApiError::server(format!("the tool-call grammar: {e}")))?;
+            opts.grammar = Some(rules);
+            opts.grammar_triggers = if g.lazy {
+                let t = crate::grammar::Triggers::new(&g.triggers).map_err(ApiError::server)?;
+                Some(std::sync::Arc::new(t))
+            } else {
+                None
+            };
+        }
+        if plan.calls_allowed() || plan.format.always() {
+            tools = Some(plan.format);
+        }
+    }
+    let forced_open = chat.prefill.is_empty() && reply::thinking_forced_open(&chat.text);
+    if let Some(n) = compat.reasoning_budget.and_then(|n| usize::try_from(n).ok()) {
+        opts.reasoning_budget = Some(crate::reasoning_budget::ReasoningBudget {
+            n,
+            end: ready.vocab.tokenize(reply::THINK_END, false, true),
+            forced_open,
+        });
+    }
+    Ok(Some(ReplyParser {
+        tools,
+        reasoning,
+        forced_open,
+    }))
 }
 
 /// A chat request's prompt ([`render_messages`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ChatPrompt {
     /// The rendered text.
     pub text: String,
@@ -421,6 +496,8 @@ pub struct ChatPrompt {
     /// `continue_final_message`), at the end of `text`; empty when it continues none. The
     /// reply's content starts with it, as llama-server's does.
     pub prefill: String,
+    /// The request's tools (`tools`, `tool_choice`, `parallel_tool_calls`), when it has any.
+    pub tools: Option<ToolPlan>,
 }
 
 /// How a chat request continues its final message (`continue_final_message`, llama.cpp's
@@ -452,10 +529,15 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         None => return Err(ApiError::invalid("\"messages\" is required")),
     };
     // Each message checked, with its text parts joined (as `modelc template` has them).
-    let flat = normalize_messages(messages).map_err(|e| match e {
+    let mut flat = normalize_messages(messages).map_err(|e| match e {
         MessageError::Invalid(m) => ApiError::invalid(m),
         MessageError::Unsupported(m) => ApiError::server(m),
     })?;
+    calls_for_template(&mut flat);
+    let plan = ToolPlan::from_request(body, &ready.template_source)?;
+    if let Some(p) = &plan {
+        p.prepare(&mut flat);
+    }
     let mut continuation = match body.get("continue_final_message") {
         Some(Value::Bool(true)) => Continuation::Content,
         Some(Value::String(s)) if s == "content" => Continuation::Content,
@@ -496,6 +578,7 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
     let render = |msgs: &[Value], add_generation_prompt: bool| {
         let mut opts = RenderOptions::for_prompt(&ready.vocab, add_generation_prompt);
         opts.extra.extend(extra.clone());
+        opts.tools = plan.as_ref().map(|p| p.raw.clone());
         tmpl.render(msgs, &opts)
             .map_err(|e| ApiError::invalid(format!("chat template: {e}")))
     };
@@ -507,6 +590,7 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         return Ok(ChatPrompt {
             text: render(&flat, add_generation_prompt)?,
             prefill: String::new(),
+            tools: plan,
         });
     };
     // The final message continued: the others rendered, then the assistant's header (what
@@ -527,6 +611,7 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         return Ok(ChatPrompt {
             text,
             prefill: String::new(),
+            tools: plan,
         });
     }
     let with_header = render(before, true)?;
@@ -547,7 +632,11 @@ pub fn render_messages(ready: &Ready, body: &Body, prefill: bool) -> Result<Chat
         content
     };
     text.push_str(&prefill);
-    Ok(ChatPrompt { text, prefill })
+    Ok(ChatPrompt {
+        text,
+        prefill,
+        tools: plan,
+    })
 }
 
 /// A non-streamed result: waits for it.
@@ -622,6 +711,10 @@ fn stream(
         // llama-server ends an OpenAI stream with `[DONE]` unless it ended with an error.
         let mut failed = false;
         let mut first = true;
+        // A chat reply read as it grows: the text so far, the last read, the calls' ids.
+        let mut chat_text = String::new();
+        let mut chat_prev = ChatMsg::default();
+        let mut call_ids: Vec<String> = Vec::new();
         loop {
             let ev = match &session {
                 Some(s) => tokio::select! {
@@ -656,6 +749,44 @@ fn stream(
                     timings,
                 } => {
                     n_decoded += 1;
+                    if let (Api::OaiChat, Some(parser)) = (api, req.reply.as_ref()) {
+                        chat_text.push_str(&content);
+                        let now = parser.parse(&chat_text, true);
+                        let mut deltas: Vec<Value> = reply::diff(&chat_prev, &now)
+                            .iter()
+                            .map(|d| delta_json(d, &mut call_ids))
+                            .collect();
+                        chat_prev = now;
+                        if n_decoded == 1 && !req.prefill.is_empty() {
+                            match deltas.first_mut().and_then(|d| d.get_mut("content")) {
+                                Some(Value::String(c)) => c.insert_str(0, &req.prefill),
+                                _ => deltas.insert(0, json!({ "content": req.prefill })),
+                            }
+                        }
+                        // Nothing to show yet (held back): no chunk, as llama-server sends
+                        // none for an empty diff — unless the token's probabilities or
+                        // timings were asked for, which go out with an empty delta.
+                        if deltas.is_empty() && (req.opts.n_probs > 0 || req.timings_per_token) {
+                            deltas.push(json!({}));
+                        }
+                        for (k, delta) in deltas.into_iter().enumerate() {
+                            let mut v = chat_chunk(&ready, &req, delta, Value::Null);
+                            if k == 0 {
+                                let p = probs.as_ref().filter(|_| req.opts.n_probs > 0);
+                                if let (Some(p), Some(c)) = (
+                                    p,
+                                    v.pointer_mut("/choices/0").and_then(Value::as_object_mut),
+                                ) {
+                                    let p = probs_json(&ready.vocab, p, req.opts.post_sampling_probs);
+                                    c.insert("logprobs".into(), json!({ "content": [p] }));
+                                }
+                                if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
+                                    o.insert("timings".into(), timings_json(&timings));
+                                }
+                            }
+                            events.push(v);
+                        }
+                    } else {
                     // A continued message's text goes out with the first token, as
                     // llama-server's first content delta carries it.
                     let content = if n_decoded == 1 && !req.prefill.is_empty() {
@@ -676,6 +807,7 @@ fn stream(
                         o.insert("timings".into(), timings_json(&timings));
                     }
                     events.push(v);
+                    }
                 }
                 Event::Progress(p) => events.push(progress_json(&ready, &req, api, &p)),
                 Event::Error(e) => {
@@ -685,7 +817,16 @@ fn stream(
                 Event::Done(f) => {
                     // Counted as opened: no second role chunk.
                     n_decoded = n_decoded.max(1);
-                    events.extend(final_stream_json(&ready, &req, api, &f));
+                    let mut has_calls = false;
+                    if let (Api::OaiChat, Some(parser)) = (api, req.reply.as_ref()) {
+                        let last = parser.parse(&f.completion.content, false);
+                        for d in reply::diff(&chat_prev, &last) {
+                            let delta = delta_json(&d, &mut call_ids);
+                            events.push(chat_chunk(&ready, &req, delta, Value::Null));
+                        }
+                        has_calls = !last.tool_calls.is_empty();
+                    }
+                    events.extend(final_stream_json(&ready, &req, api, &f, has_calls));
                 }
             }
             for v in events {
@@ -831,6 +972,42 @@ fn finish_reason(f: &Finished) -> &'static str {
     }
 }
 
+/// A chat's `finish_reason`: `tool_calls` where it would be `stop` and the reply has calls.
+fn chat_finish_reason(f: &Finished, has_calls: bool) -> &'static str {
+    match finish_reason(f) {
+        "stop" if has_calls => "tool_calls",
+        other => other,
+    }
+}
+
+/// A new tool call's id: 32 random letters and digits (llama-server's `gen_tool_call_id`).
+fn tool_call_id() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..32)
+        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// A streamed chat delta (llama-server's `server_chat_msg_diff_to_json_oaicompat`).
+fn delta_json(d: &Delta, ids: &mut Vec<String>) -> Value {
+    match d {
+        Delta::Reasoning(t) => json!({ "reasoning_content": t }),
+        Delta::Content(t) => json!({ "content": t }),
+        Delta::Call { index, call } => {
+            while ids.len() <= *index {
+                ids.push(tool_call_id());
+            }
+            let id = if call.id.is_empty() { &ids[*index] } else { &call.id };
+            json!({ "tool_calls": [{
+                "index": index,
+                "id": id,
+                "type": "function",
+                "function": { "name": call.name, "arguments": call.arguments },
+            }] })
+        }
+    }
+}
+
 /// The generation settings llama-server reports with a result and in `/props`
 /// (`server-task.cpp` `task_params::to_json`): `opts` with `seed` and `stream`.
 pub fn settings_json(opts: &GenerateOptions, seed: Value, stream: bool) -> Value {
@@ -919,10 +1096,22 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
             }),
         ),
         Api::OaiChat => {
+            let (message, has_calls) = match &req.reply {
+                Some(parser) => {
+                    let mut msg = parser.parse(&c.content, false);
+                    msg.content = format!("{}{}", req.prefill, msg.content);
+                    let ids: Vec<String> = msg.tool_calls.iter().map(|_| tool_call_id()).collect();
+                    (crate::chat::tools::message_json(&msg, &ids), !msg.tool_calls.is_empty())
+                }
+                None => (
+                    json!({ "role": "assistant", "content": format!("{}{}", req.prefill, c.content) }),
+                    false,
+                ),
+            };
             let mut choice = json!({
-                "finish_reason": finish_reason(f),
+                "finish_reason": chat_finish_reason(f, has_calls),
                 "index": 0,
-                "message": { "role": "assistant", "content": format!("{}{}", req.prefill, c.content) },
+                "message": message,
             });
             if let (Some(p), Some(o)) = (probs(), choice.as_object_mut()) {
                 o.insert("logprobs".into(), json!({ "content": p }));
@@ -1106,7 +1295,13 @@ fn chat_chunk(ready: &Ready, req: &Request, delta: Value, finish: Value) -> Valu
 }
 
 /// The last events of a stream in the shape of `api`.
-fn final_stream_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Vec<Value> {
+fn final_stream_json(
+    ready: &Ready,
+    req: &Request,
+    api: Api,
+    f: &Finished,
+    has_calls: bool,
+) -> Vec<Value> {
     let timings = timings_json(&f.completion.timings);
     match api {
         Api::Llama | Api::Infill => vec![llama_final(ready, req, f, "")],
@@ -1133,7 +1328,8 @@ fn final_stream_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Ve
             vec![v]
         }
         Api::OaiChat => {
-            let mut out = vec![chat_chunk(ready, req, json!({}), finish_reason(f).into())];
+            let finish = chat_finish_reason(f, has_calls);
+            let mut out = vec![chat_chunk(ready, req, json!({}), finish.into())];
             if req.include_usage {
                 out.push(json!({
                     "choices": [],
