@@ -660,7 +660,7 @@ pub fn router(st: AppState) -> Router {
         .route("/v1/stream", get(stream::get).delete(stream::delete))
         .route("/v1/streams/lookup", post(stream::lookup))
         .route("/embedding", post(embeddings::llama))
-        .route("/embeddings", post(embeddings::oai))
+        .route("/embeddings", post(embeddings::llama))
         .route("/v1/embeddings", post(embeddings::oai))
         .route("/rerank", post(not_served))
         .route("/reranking", post(not_served))

@@ -1,4 +1,4 @@
-//! `POST /v1/embeddings` (and `/embeddings`: OpenAI's shape) and `/embedding` (llama-server's
+//! `POST /v1/embeddings` (OpenAI's shape) and `/embedding`, `/embeddings` (llama-server's
 //! own), served with `--embedding` as llama-server serves them (`handle_embeddings_impl`,
 //! `send_embedding`, `format_embeddings_response_oaicompat` in tools/server).
 //!
@@ -18,6 +18,7 @@
 //! The embeddings are computed on their own thread ([`run_worker`]) over a plan whose output
 //! is the hidden state ([`crate::embed`]), beside the slots that generate.
 
+use crate::cpu_engine::LLAMA_N_UBATCH;
 use crate::embed::{normalize, Embedder, Pooling};
 use crate::server::api::completion::mixed_list;
 use crate::server::error::ApiError;
@@ -80,6 +81,8 @@ pub struct EmbedService {
     pub pooling: OnceLock<Pooling>,
     /// `--embd-normalize`.
     pub embd_normalize: i32,
+    /// Tokens one input may have (the embedder's context), once loaded.
+    pub n_ctx: OnceLock<usize>,
 }
 
 /// Loads the embedding model on the embeddings thread and calls its argument with it (a
@@ -101,6 +104,7 @@ pub fn start(
     let svc = Arc::new(EmbedService {
         jobs: tx,
         pooling: OnceLock::new(),
+        n_ctx: OnceLock::new(),
         embd_normalize: args.embd_normalize,
     });
     let shared = svc.clone();
@@ -108,6 +112,7 @@ pub fn start(
         .name("embeddings".into())
         .spawn(move || {
             let mut on_loaded = |mut e: Embedder<'_>| {
+                let _ = shared.n_ctx.set(e.n_ctx());
                 let _ = shared.pooling.set(e.pooling());
                 eprintln!(
                     "{}: embeddings ready (pooling {})",
@@ -140,7 +145,7 @@ pub fn run_worker(embedder: &mut Embedder<'_>, jobs: &mut mpsc::UnboundedReceive
     }
 }
 
-/// `POST /v1/embeddings`, `/embeddings`: OpenAI's shape (module doc).
+/// `POST /v1/embeddings`: OpenAI's shape (module doc).
 pub async fn oai(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -148,7 +153,7 @@ pub async fn oai(
     handle(st, body, true).await
 }
 
-/// `POST /embedding`: llama-server's shape (module doc).
+/// `POST /embedding`, `/embeddings`: llama-server's shape (module doc).
 pub async fn llama(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -202,6 +207,22 @@ async fn handle(
     }
     if inputs.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid("Input content cannot be empty"));
+    }
+    // llama-server evaluates an input in one ubatch unless its pooling is `last` (then in
+    // pieces), and within the slot's context.
+    let n_ctx = svc.n_ctx.get().copied().unwrap_or(0);
+    for t in &inputs {
+        let n = t.len();
+        if pooling != Pooling::Last && n > LLAMA_N_UBATCH {
+            return Err(ApiError::server(format!(
+                "input ({n} tokens) is too large to process. increase the physical batch size (current batch size: {LLAMA_N_UBATCH})"
+            )));
+        }
+        if n > n_ctx {
+            return Err(ApiError::server(format!(
+                "input ({n} tokens) is larger than the max context size ({n_ctx} tokens). skipping"
+            )));
+        }
     }
     let norm = match body.i64("embd_normalize")? {
         Some(n) => i32::try_from(n)
