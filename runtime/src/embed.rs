@@ -199,6 +199,7 @@ pub fn pool(states: &[f32], n_embd: usize, pooling: Pooling) -> anyhow::Result<V
 pub struct Embedder<'a> {
     session: Session<'a>,
     pooling: Pooling,
+    n_ubatch: usize,
 }
 
 impl<'a> Embedder<'a> {
@@ -211,7 +212,23 @@ impl<'a> Embedder<'a> {
         if pooling == Pooling::Rank {
             pool(&[0.0], 1, pooling)?;
         }
-        Ok(Embedder { session, pooling })
+        let n_ubatch = session.max_ubatch();
+        Ok(Embedder {
+            session,
+            pooling,
+            n_ubatch,
+        })
+    }
+
+    /// The physical batch llama.cpp would have (`-ub`): an input of more tokens needs several
+    /// ubatches, which only `last` pooling allows (llama-server's `can_split`).
+    pub fn n_ubatch(&self) -> usize {
+        self.n_ubatch
+    }
+
+    /// Sets [`Embedder::n_ubatch`] (`-ub`; at least 1).
+    pub fn set_n_ubatch(&mut self, n: usize) {
+        self.n_ubatch = n.max(1);
     }
 
     /// The pooling.

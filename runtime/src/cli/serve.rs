@@ -203,12 +203,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// `--embedding`: the model compiled a second time, to output its hidden state, for the
-/// embeddings thread (one sequence of the whole context, evaluated alone per input).
+/// embeddings thread (one sequence of a slot's context, evaluated alone per input; inputs
+/// longer than `-ub` only with `last` pooling, as llama-server).
 fn embed_loader(args: &ServeArgs) -> crate::server::api::embeddings::EmbedLoader {
-    let margs = args.model.clone();
+    let mut margs = args.model.clone();
     let pooling = args.server.embed.pooling;
+    let (parallel, unified) = (args.server.parallel, args.server.kv_unified);
     Box::new(move |run| {
         let (gguf, model, _) = open_model(&margs.model, &margs.engine)?;
+        // A slot's context, as llama-server gives each input.
+        let n_ctx = resolve_n_ctx(margs.n_ctx, model.hparams.n_ctx_train as usize);
+        margs.n_ctx = slot_ctx(n_ctx, parallel, unified)?;
         let pooling = crate::embed::Pooling::resolve(pooling, &gguf)?;
         let model = model.with_output(compiler::GraphOutput::Embeddings);
         let session = super::run::open_session_rows(
@@ -218,7 +223,11 @@ fn embed_loader(args: &ServeArgs) -> crate::server::api::embeddings::EmbedLoader
             crate::cpu_engine::LogitRows::All,
             1,
         )?;
-        run(crate::embed::Embedder::new(session, pooling)?);
+        let mut embedder = crate::embed::Embedder::new(session, pooling)?;
+        // modelc's `-ub` sizes the compiled steps (64 by default); llama.cpp's physical
+        // batch is 512 unless larger.
+        embedder.set_n_ubatch(margs.n_ubatch.max(crate::cpu_engine::LLAMA_N_UBATCH));
+        run(embedder);
         Ok(())
     })
 }

@@ -18,7 +18,6 @@
 //! The embeddings are computed on their own thread ([`run_worker`]) over a plan whose output
 //! is the hidden state ([`crate::embed`]), beside the slots that generate.
 
-use crate::cpu_engine::LLAMA_N_UBATCH;
 use crate::embed::{normalize, Embedder, Pooling};
 use crate::server::api::completion::mixed_list;
 use crate::server::error::ApiError;
@@ -77,12 +76,21 @@ pub struct EmbedJob {
 pub struct EmbedService {
     /// The queue to the thread.
     pub jobs: mpsc::UnboundedSender<EmbedJob>,
-    /// The pooling it applies (`--pooling`, else the model's, else none), once loaded.
-    pub pooling: OnceLock<Pooling>,
+    /// What the loaded embedder is, once loaded.
+    pub info: OnceLock<EmbedInfo>,
     /// `--embd-normalize`.
     pub embd_normalize: i32,
-    /// Tokens one input may have (the embedder's context), once loaded.
-    pub n_ctx: OnceLock<usize>,
+}
+
+/// The loaded embedder's settings the handlers check requests against.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedInfo {
+    /// The pooling it applies (`--pooling`, else the model's, else none).
+    pub pooling: Pooling,
+    /// Tokens one input may have (a slot's context).
+    pub n_ctx: usize,
+    /// Tokens of one ubatch (`-ub`): the most an input may have unless pooling is `last`.
+    pub n_ubatch: usize,
 }
 
 /// Loads the embedding model on the embeddings thread and calls its argument with it (a
@@ -103,8 +111,7 @@ pub fn start(
     let (tx, mut rx) = mpsc::unbounded_channel::<EmbedJob>();
     let svc = Arc::new(EmbedService {
         jobs: tx,
-        pooling: OnceLock::new(),
-        n_ctx: OnceLock::new(),
+        info: OnceLock::new(),
         embd_normalize: args.embd_normalize,
     });
     let shared = svc.clone();
@@ -112,8 +119,11 @@ pub fn start(
         .name("embeddings".into())
         .spawn(move || {
             let mut on_loaded = |mut e: Embedder<'_>| {
-                let _ = shared.n_ctx.set(e.n_ctx());
-                let _ = shared.pooling.set(e.pooling());
+                let _ = shared.info.set(EmbedInfo {
+                    pooling: e.pooling(),
+                    n_ctx: e.n_ctx(),
+                    n_ubatch: e.n_ubatch(),
+                });
                 eprintln!(
                     "{}: embeddings ready (pooling {})",
                     crate::cli::prog(),
@@ -171,9 +181,10 @@ async fn handle(
             "This server does not support embeddings. Start it with `--embeddings`",
         ));
     };
-    let Some(&pooling) = svc.pooling.get() else {
+    let Some(&info) = svc.info.get() else {
         return Err(ApiError::unavailable("Loading model"));
     };
+    let pooling = info.pooling;
     if oai && pooling == Pooling::None {
         return Err(ApiError::invalid(
             "Pooling type 'none' is not OAI compatible. Please use a different pooling type",
@@ -208,14 +219,14 @@ async fn handle(
     if inputs.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid("Input content cannot be empty"));
     }
-    // llama-server evaluates an input in one ubatch unless its pooling is `last` (then in
-    // pieces), and within the slot's context.
-    let n_ctx = svc.n_ctx.get().copied().unwrap_or(0);
+    // llama-server evaluates an input in one ubatch (`-ub`) unless its pooling is `last`
+    // (then in pieces), and within a slot's context.
+    let (n_ctx, n_ubatch) = (info.n_ctx, info.n_ubatch);
     for t in &inputs {
         let n = t.len();
-        if pooling != Pooling::Last && n > LLAMA_N_UBATCH {
+        if pooling != Pooling::Last && n > n_ubatch {
             return Err(ApiError::server(format!(
-                "input ({n} tokens) is too large to process. increase the physical batch size (current batch size: {LLAMA_N_UBATCH})"
+                "input ({n} tokens) is too large to process. increase the physical batch size (current batch size: {n_ubatch})"
             )));
         }
         if n > n_ctx {
