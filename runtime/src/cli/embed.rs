@@ -195,7 +195,7 @@ pub fn format_output(
                     for b in embs {
                         let _ = write!(s, "{:6.2} ", cosine(a, b));
                     }
-                    s.push_str(&c_prefix(prompts[i], 10));
+                    s.push_str(c_prefix(prompts[i], 10));
                     s.push('\n');
                 }
             }
