@@ -24,6 +24,7 @@ pub mod hparams;
 pub mod passes;
 
 pub use arch::Arch;
+
 pub use error::{Error, Result};
 pub use hparams::{HParams, RopeScaling};
 
@@ -38,6 +39,19 @@ pub struct Model {
     /// The hyperparameters.
     pub hparams: HParams,
     tensors: arch::TensorTable,
+    output: GraphOutput,
+}
+
+/// What a model's graphs put in their first output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GraphOutput {
+    /// The logits, `{n_vocab, n_outputs}` (`result_output`): generation.
+    #[default]
+    Logits,
+    /// The final hidden state after the output norm and before the output head,
+    /// `{n_embd, n_outputs}` (`result_norm`, llama.cpp's `t_embd`): what llama.cpp pools
+    /// into embeddings (`llama_get_embeddings_ith`, `--pooling none` gives it as is).
+    Embeddings,
 }
 
 /// Reads the hyperparameters and tensor table of `gguf` and checks that the model lowers
@@ -53,7 +67,11 @@ pub fn load_model(gguf: &GgufFile) -> Result<Model> {
         .iter()
         .map(|t| (t.name.clone(), (t.ggml_type, t.ne)))
         .collect();
-    let model = Model { hparams, tensors };
+    let model = Model {
+        hparams,
+        tensors,
+        output: GraphOutput::Logits,
+    };
     model.build_graph(&GraphRequest {
         n_tokens: 1,
         n_outputs: 1,
@@ -64,15 +82,28 @@ pub fn load_model(gguf: &GgufFile) -> Result<Model> {
 }
 
 impl Model {
+    /// This model with graphs whose first output is `output` (the logits by default;
+    /// [`GraphOutput::Embeddings`] for embeddings).
+    pub fn with_output(mut self, output: GraphOutput) -> Model {
+        self.output = output;
+        self
+    }
+
+    /// What the graphs output.
+    pub fn output(&self) -> GraphOutput {
+        self.output
+    }
+
     /// The graph of one ubatch: `req.n_tokens` tokens, logits for `req.n_outputs` of them
-    /// (`{n_vocab, n_outputs}`, the graph's first output), KV caches of `req.n_ctx` cells of
+    /// (`{n_vocab, n_outputs}`, the graph's first output; the hidden state `{n_embd,
+    /// n_outputs}` with [`GraphOutput::Embeddings`]), KV caches of `req.n_ctx` cells of
     /// types `req.kv_types`.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for an impossible request (no tokens, more outputs than
     /// tokens, a KV type other than F16/F32); tensor errors as [`load_model`].
     pub fn build_graph(&self, req: &GraphRequest) -> Result<Graph> {
-        arch::lower(&self.hparams, &self.tensors, req)
+        arch::lower(&self.hparams, &self.tensors, req, self.output)
     }
 }
 

@@ -135,7 +135,11 @@ pub fn merge_steps(a: &mut Plan, b: Plan) -> anyhow::Result<()> {
 /// A compiled plan with its KV cache, evaluating tokens (module doc).
 pub struct CpuEngine<'a> {
     exec: CompiledPlan<'a>,
+    /// Token ids are below this (`token_embd.weight`'s rows).
     n_vocab: usize,
+    /// Values per output row: `n_vocab` for logits, `n_embd` for a plan of hidden states
+    /// (`compiler::GraphOutput::Embeddings`).
+    row_len: usize,
     n_ctx: usize,
     /// Sizes of the steps with one logit row, increasing.
     last_sizes: Vec<u32>,
@@ -205,7 +209,12 @@ impl<'a> CpuEngine<'a> {
             .outputs
             .first()
             .context("the plan's steps have no logits output")?;
-        let n_vocab = first.values[logits.index()].shape.ne[0] as usize;
+        let row_len = first.values[logits.index()].shape.ne[0] as usize;
+        // A plan of hidden states has rows of n_embd values; the tokens are still bounded
+        // by the embedding table.
+        let n_vocab = plan
+            .weight("token_embd.weight")
+            .map_or(row_len, |w| plan.weights[w.0 as usize].shape.ne[1] as usize);
         let mut last_sizes = Vec::new();
         let mut all_sizes = Vec::new();
         let mut max_rows = 0;
@@ -226,9 +235,10 @@ impl<'a> CpuEngine<'a> {
             n_ctx: exec.n_ctx(),
             exec,
             n_vocab,
+            row_len,
             last_sizes,
             all_sizes,
-            logits: Vec::with_capacity(n_vocab * max_rows),
+            logits: Vec::with_capacity(row_len * max_rows),
             tokens: Vec::with_capacity(max_rows),
             positions: Vec::with_capacity(max_rows),
             out_ids: Vec::with_capacity(max_rows),
@@ -246,6 +256,13 @@ impl<'a> CpuEngine<'a> {
             codegen_cpu::exec::ExecError::Input(m) => anyhow::anyhow!(m),
             e => e.into(),
         })
+    }
+
+    /// Values per output row: `n_vocab` for a plan of logits, `n_embd` for a plan of
+    /// hidden states (`compiler::GraphOutput::Embeddings`, whose rows
+    /// [`Engine::decode`] returns instead of logits).
+    pub fn row_len(&self) -> usize {
+        self.row_len
     }
 
     /// The compiled plan (load statistics, per-kernel profile).
@@ -328,7 +345,7 @@ impl CpuEngine<'_> {
         }
         let mut mems: Vec<&mut [u8]> = kvs.iter_mut().map(|k| &mut *k.mem).collect();
         let logits = self.exec.step_runs(&mut mems, &rows, size, &args)?;
-        out.extend_from_slice(&logits[..rows.len() * self.n_vocab]);
+        out.extend_from_slice(&logits[..rows.len() * self.row_len]);
         Ok(())
     }
 }
@@ -475,7 +492,7 @@ impl Engine for CpuEngine<'_> {
         // Marked before the step: a failed step may have stored its rows.
         kv.written = kv.written.max(pos0 + n);
         let logits = self.exec.step_rows_one_seq(kv.mem, n, size as u32, &args)?;
-        out.extend_from_slice(&logits[..n * self.n_vocab]);
+        out.extend_from_slice(&logits[..n * self.row_len]);
         Ok(())
     }
 
@@ -532,13 +549,13 @@ impl Engine for CpuEngine<'_> {
             let out = self.exec.step(kv.mem, 1, 1, &args)?;
             kv.written = kv.written.max(pos0 + 1);
             self.logits.clear();
-            self.logits.extend_from_slice(&out[..self.n_vocab]);
+            self.logits.extend_from_slice(&out[..self.row_len]);
             return Ok(&self.logits);
         }
         let cut = chunks(sizes, pos0 as u32, tokens.len() as u32, self.n_ctx as u32)?;
         self.logits.clear();
         let mut done = 0usize;
-        let n_vocab = self.n_vocab;
+        let row_len = self.row_len;
         for (ci, c) in cut.iter().enumerate() {
             let n_real = c.n_real as usize;
             let real = &tokens[done..done + n_real];
@@ -585,9 +602,9 @@ impl Engine for CpuEngine<'_> {
             // Padding rows are stored too, at the positions after the real ones.
             kv.written = kv.written.max((c.pos0 + c.n_tokens) as usize);
             if all_logits {
-                self.logits.extend_from_slice(&out[..n_real * n_vocab]);
+                self.logits.extend_from_slice(&out[..n_real * row_len]);
             } else if last {
-                self.logits.extend_from_slice(&out[..n_vocab]);
+                self.logits.extend_from_slice(&out[..row_len]);
             }
             done += n_real;
         }

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod cpu_engine;
+pub mod embed;
 pub mod engine;
 pub mod engine_weights;
 pub mod generate;

@@ -81,7 +81,12 @@ impl Arch {
 pub(crate) type TensorTable = HashMap<String, (GgmlType, [u64; 4])>;
 
 /// Lowers a model for one ubatch shape.
-pub(crate) fn lower(hp: &HParams, tensors: &TensorTable, req: &GraphRequest) -> Result<Graph> {
+pub(crate) fn lower(
+    hp: &HParams,
+    tensors: &TensorTable,
+    req: &GraphRequest,
+    output: crate::GraphOutput,
+) -> Result<Graph> {
     if req.n_tokens == 0 || req.n_outputs > req.n_tokens || req.n_ctx == 0 {
         return Err(Error::Unsupported(format!(
             "graph request with {} tokens, {} outputs, n_ctx {}",
@@ -90,6 +95,7 @@ pub(crate) fn lower(hp: &HParams, tensors: &TensorTable, req: &GraphRequest) -> 
     }
     req.kv_types.check().map_err(Error::Unsupported)?;
     let mut b = Builder::new(hp, tensors, *req);
+    b.embeddings = output == crate::GraphOutput::Embeddings;
     let logits = match hp.arch {
         Arch::Llama => llama::build(&mut b)?,
         Arch::Qwen2 => qwen2::build(&mut b)?,
@@ -123,6 +129,8 @@ pub(crate) struct Builder<'m> {
     pub pos: TensorId,
     /// `inp_out_ids`, `I32 {n_outputs}`.
     pub out_ids: TensorId,
+    /// [`Builder::output`] stops at `result_norm` (embeddings) instead of the logits.
+    pub embeddings: bool,
 }
 
 fn shape_str(ne: &[u64; 4]) -> String {
@@ -149,6 +157,7 @@ impl<'m> Builder<'m> {
             tokens,
             pos,
             out_ids,
+            embeddings: false,
         }
     }
 
@@ -447,11 +456,15 @@ impl<'m> Builder<'m> {
 
     /// `result_norm = rms_norm(x) * output_norm`, `result_output = mul_mat(output, ·)`
     /// (`token_embd.weight` when the output is tied), soft-capped if the model says so.
+    /// With [`Builder::embeddings`], `result_norm` itself (llama.cpp's `t_embd`).
     pub fn output(&mut self, x: TensorId) -> Result<TensorId> {
         let hp = self.hp;
         let (e, v) = (hp.n_embd as u64, hp.n_vocab as u64);
         let w = self.weight("output_norm.weight", &[e])?;
         let cur = self.rms_norm_w(x, w, "result_norm")?;
+        if self.embeddings {
+            return Ok(cur);
+        }
         let out_w = if hp.tied_output {
             self.weight("token_embd.weight", &[e, v])?
         } else {

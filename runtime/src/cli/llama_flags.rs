@@ -319,10 +319,10 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
             "llama-completion's interactive mode is not supported; chat with -cnv (or modelc repl)"
         }
         "--special" => "printing special tokens' text is not supported",
-        "--embedding" | "--embeddings" | "--rerank" | "--reranking" | "--pooling"
-        | "--embd-normalize" => {
-            "embeddings and reranking are not supported; modelc serves text generation"
+        "--embedding" | "--embeddings" | "--pooling" | "--embd-normalize" => {
+            "embeddings are computed by modelc embed and served by modelc serve --embedding"
         }
+        "--rerank" | "--reranking" => "reranking is not supported yet",
         "--ui-config" | "--webui-config" | "--ui-config-file" | "--webui-config-file" => {
             "the chat page takes no configuration"
         }

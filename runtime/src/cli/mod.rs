@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod compile;
+mod embed;
 mod gen_args;
 mod inspect;
 pub(crate) mod llama_flags;
@@ -64,6 +65,10 @@ enum Command {
     /// Serve the model over HTTP with llama-server's API (OpenAI-compatible), `-np` slots.
     #[command(allow_negative_numbers = true)]
     Serve(Box<serve::ServeArgs>),
+    /// Embeddings of a text, printed as llama-embedding prints them (`--pooling`,
+    /// `--embd-normalize`, `--embd-output-format`).
+    #[command(allow_negative_numbers = true)]
+    Embed(embed::EmbedArgs),
     /// Print the lowered tensor graph, one line per tensor (a text form that parses back).
     Graph(run::GraphArgs),
     /// Render a conversation with the model's chat template and print the prompt exactly.
@@ -124,8 +129,9 @@ pub(crate) fn normalize_args(
 
 /// The subcommands whose first positional argument is the GGUF model: there llama.cpp's
 /// `-m MODEL` / `--model MODEL` is taken as that argument ([`model_flag_to_positional`]).
-const MODEL_FIRST: [&str; 11] = [
+const MODEL_FIRST: [&str; 12] = [
     "run",
+    "embed",
     "repl",
     "perplexity",
     "bench",
@@ -383,6 +389,7 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Template(args) => template::run(args),
         Command::Tokenize(args) => tokenize::run_tokenize(args),
+        Command::Embed(args) => embed::run(args),
         Command::Detokenize(args) => tokenize::run_detokenize(args),
     };
     report(result)
@@ -486,7 +493,7 @@ mod tests {
         );
         // Refused, with a reason.
         for flag in [
-            "--embedding",
+            "--reranking",
             "--lora x",
             "-ctkd q8_0",
             "-td 2",

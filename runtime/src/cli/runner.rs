@@ -483,6 +483,10 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
 /// ([`super::serve`]).
 fn serve(artifact: Artifact, a: Box<RunnerServeArgs>) -> anyhow::Result<()> {
     anyhow::ensure!(
+        !a.server.embed.embedding,
+        "--embedding: a runner serves text generation; serve embeddings with modelc serve --embedding"
+    );
+    anyhow::ensure!(
         a.common.ubatch_size.is_none(),
         "-ub: this runner's ubatch sizes are fixed when it is compiled (modelc compile --ubatch)"
     );

@@ -172,8 +172,20 @@ pub fn hand_over(
 /// Runs `modelc serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     args.model.validate()?;
+    anyhow::ensure!(
+        !args.server.embed.embedding || args.model.backend == super::run::Backend::Cpu,
+        "--embedding: embeddings run on the CPU backend only"
+    );
+    if let Some(p) = args.server.embed.pooling {
+        anyhow::ensure!(
+            args.server.embed.embedding,
+            "--pooling {}: embeddings are served with --embedding",
+            p.name()
+        );
+    }
     let cfg = config(&args.gen, &args.server)?;
     let n_parallel = cfg.args.parallel;
+    let embed = args.server.embed.embedding.then(|| embed_loader(&args));
     let load: Loader = Box::new(move |run| {
         let (gguf, model, vocab) = open_model(&args.model.model, &args.model.engine)?;
         let n_ctx = resolve_n_ctx(args.model.n_ctx, model.hparams.n_ctx_train as usize);
@@ -191,5 +203,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         )?;
         hand_over(run, session, ready, &args.server)
     });
-    crate::server::serve(cfg, load)
+    crate::server::serve_with_embeddings(cfg, load, embed)
+}
+
+/// `--embedding`: the model compiled a second time, to output its hidden state, for the
+/// embeddings thread (one sequence of a slot's context, evaluated alone per input; inputs
+/// longer than `-ub` only with `last` pooling, as llama-server).
+fn embed_loader(args: &ServeArgs) -> crate::server::api::embeddings::EmbedLoader {
+    let mut margs = args.model.clone();
+    let pooling = args.server.embed.pooling;
+    let (parallel, unified) = (args.server.parallel, args.server.kv_unified);
+    Box::new(move |run| {
+        let (gguf, model, _) = open_model(&margs.model, &margs.engine)?;
+        // A slot's context, as llama-server gives each input.
+        let n_ctx = resolve_n_ctx(margs.n_ctx, model.hparams.n_ctx_train as usize);
+        margs.n_ctx = slot_ctx(n_ctx, parallel, unified)?;
+        let pooling = crate::embed::Pooling::resolve(pooling, &gguf)?;
+        let model = model.with_output(compiler::GraphOutput::Embeddings);
+        let session = super::run::open_session_rows(
+            &margs,
+            &gguf,
+            &model,
+            crate::cpu_engine::LogitRows::All,
+            1,
+        )?;
+        let mut embedder = crate::embed::Embedder::new(session, pooling)?;
+        // modelc's `-ub` sizes the compiled steps (64 by default); llama.cpp's physical
+        // batch is 512 unless larger.
+        embedder.set_n_ubatch(margs.n_ubatch.max(crate::cpu_engine::LLAMA_N_UBATCH));
+        run(embedder);
+        Ok(())
+    })
 }

@@ -150,6 +150,9 @@ pub struct ServerArgs {
     /// llama-server's other flags ([`flags`]).
     #[command(flatten)]
     pub compat: flags::ServerCompat,
+    /// `--embedding`, `--pooling`, `--embd-normalize`.
+    #[command(flatten)]
+    pub embed: api::embeddings::EmbedArgs,
 }
 
 impl ServerArgs {
@@ -473,6 +476,8 @@ pub struct AppState {
     pub shared: Arc<Shared>,
     /// The resumable streams (`X-Conversation-Id`).
     pub streams: Arc<streams::Streams>,
+    /// The embeddings thread (`--embedding`).
+    pub embed: Option<Arc<api::embeddings::EmbedService>>,
 }
 
 impl AppState {
@@ -606,13 +611,15 @@ async fn not_found() -> ApiError {
     ApiError::not_found("File Not Found")
 }
 
-/// llama-server's endpoints this server does not serve (embeddings, reranking, OpenAI's
-/// Responses API): llama-server's 501 `not_supported_error`, so that a client learns why
+/// llama-server's endpoints this server does not serve (reranking, OpenAI's Responses API): llama-server's 501 `not_supported_error`, so that a client learns why
 /// instead of reading a 404 as a wrong URL.
 async fn not_served(uri: axum::http::Uri) -> ApiError {
     let what = match uri.path() {
-        p if p.contains("embedding") => "embeddings",
-        p if p.contains("rerank") => "reranking",
+        p if p.contains("rerank") => {
+            return ApiError::not_supported(
+                "This server does not support reranking. Start it with `--reranking`",
+            )
+        }
         _ => "the Responses API",
     };
     ApiError::not_supported(format!(
@@ -623,7 +630,7 @@ async fn not_served(uri: axum::http::Uri) -> ApiError {
 /// The routes (module doc), under `--api-prefix`; the chat page is served by the gate
 /// ([`webui`]).
 pub fn router(st: AppState) -> Router {
-    use api::{completion, info, stream, tokens};
+    use api::{completion, embeddings, info, stream, tokens};
     let limit = st.cfg.args.max_body;
     let prefix = st.cfg.args.api_prefix.clone();
     let routes = Router::new()
@@ -653,9 +660,9 @@ pub fn router(st: AppState) -> Router {
         .route("/apply-template", post(tokens::apply_template))
         .route("/v1/stream", get(stream::get).delete(stream::delete))
         .route("/v1/streams/lookup", post(stream::lookup))
-        .route("/embedding", post(not_served))
-        .route("/embeddings", post(not_served))
-        .route("/v1/embeddings", post(not_served))
+        .route("/embedding", post(embeddings::llama))
+        .route("/embeddings", post(embeddings::llama))
+        .route("/v1/embeddings", post(embeddings::oai))
         .route("/rerank", post(not_served))
         .route("/reranking", post(not_served))
         .route("/v1/rerank", post(not_served))
@@ -682,14 +689,31 @@ pub fn router(st: AppState) -> Router {
 /// # Errors
 /// An address that cannot be bound, or a model that cannot be loaded.
 pub fn serve(cfg: Config, load: Loader) -> anyhow::Result<()> {
+    serve_with_embeddings(cfg, load, None)
+}
+
+/// [`serve`], with `embed` (`--embedding`) loading the embedding model on a thread of its
+/// own that computes `/v1/embeddings` and `/embedding` ([`api::embeddings`]).
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_with_embeddings(
+    cfg: Config,
+    load: Loader,
+    embed: Option<api::embeddings::EmbedLoader>,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(serve_async(cfg, load))
+    rt.block_on(serve_async(cfg, load, embed))
 }
 
-async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
+async fn serve_async(
+    cfg: Config,
+    load: Loader,
+    embed: Option<api::embeddings::EmbedLoader>,
+) -> anyhow::Result<()> {
     let mut listeners = Vec::new();
     for host in cfg
         .args
@@ -721,6 +745,15 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
     };
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     let permits = Arc::new(tokio::sync::Semaphore::new(cfg.capacity()));
+    let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
+    let embed = match embed {
+        Some(load) => Some(api::embeddings::start(
+            &cfg.args.embed,
+            load,
+            failed_tx.clone(),
+        )?),
+        None => None,
+    };
     let st = AppState {
         permits,
         cfg: Arc::new(cfg),
@@ -728,8 +761,8 @@ async fn serve_async(cfg: Config, load: Loader) -> anyhow::Result<()> {
         jobs: jobs_tx,
         shared: Arc::new(Shared::default()),
         streams: Arc::new(streams::Streams::default()),
+        embed,
     };
-    let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<anyhow::Error>();
     {
         let ready = st.ready.clone();
         let shared = st.shared.clone();
@@ -929,6 +962,7 @@ mod tests {
             api_prefix: api_prefix.to_string(),
             jinja: Default::default(),
             compat: Default::default(),
+            embed: Default::default(),
         };
         let (jobs, _) = mpsc::unbounded_channel();
         AppState {
@@ -938,6 +972,7 @@ mod tests {
             permits: Arc::new(tokio::sync::Semaphore::new(2)),
             shared: Arc::new(Shared::default()),
             streams: Arc::new(streams::Streams::default()),
+            embed: None,
         }
     }
 
