@@ -1,8 +1,11 @@
 //! Speed measurement in llama-bench's terms (`tools/llama-bench/llama-bench.cpp`): `ppN`
-//! evaluates an N-token prompt from an empty KV cache in ubatch-sized decode calls; `tgN`
-//! generates N tokens one decode call at a time from an empty cache. Each test runs once to
-//! warm up, then `reps` times; t/s is reported as `mean ± stddev` of the per-run rates.
-//! The table has llama-bench's markdown columns, so the two can be pasted side by side.
+//! evaluates an N-token prompt in ubatch-sized decode calls; `tgN` generates N tokens one
+//! decode call at a time. Both start from a KV cache holding `d` tokens (`-d/--n-depth`,
+//! default 0: an empty cache); those are evaluated once per thread count and depth, untimed,
+//! and every run starts from them again (llama-bench restores a saved state; here the cache
+//! is cut back to `d` positions). Each test runs once to warm up, then `reps` times; t/s is
+//! reported as `mean ± stddev` of the per-run rates. The table has llama-bench's markdown
+//! columns and test names (`pp512 @ d4096`), so the two can be pasted side by side.
 
 use crate::session::Session;
 use std::time::Instant;
@@ -25,18 +28,29 @@ impl std::fmt::Display for Test {
     }
 }
 
-/// Measured rates of one (threads, test) pair.
+/// Measured rates of one (threads, depth, test) triple.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// Threads used.
     pub threads: usize,
     /// The test.
     pub test: Test,
+    /// Tokens in the KV cache before the test (llama-bench's `n_depth`).
+    pub depth: usize,
     /// Tokens per second of each repetition.
     pub samples: Vec<f64>,
 }
 
 impl Row {
+    /// llama-bench's test name: `pp512`, `tg64`, `pp512 @ d4096`.
+    pub fn name(&self) -> String {
+        if self.depth > 0 {
+            format!("{} @ d{}", self.test, self.depth)
+        } else {
+            self.test.to_string()
+        }
+    }
+
     /// Mean and sample standard deviation of the rates.
     pub fn mean_sd(&self) -> (f64, f64) {
         let n = self.samples.len() as f64;
@@ -50,38 +64,90 @@ impl Row {
     }
 }
 
-/// Runs `test` on `engine` once (seconds elapsed).
-fn run_once(engine: &mut Session<'_>, test: Test, n_vocab: usize) -> anyhow::Result<f64> {
+/// Deterministic pseudo-random token ids below `n_vocab`, as llama-bench feeds random
+/// tokens.
+struct Tokens {
+    x: u32,
+    n_vocab: u32,
+}
+
+impl Tokens {
+    fn new(n_vocab: usize) -> Tokens {
+        Tokens {
+            x: 12345,
+            n_vocab: n_vocab.max(1) as u32,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                self.x = self.x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (self.x >> 8) % self.n_vocab
+            })
+            .collect()
+    }
+}
+
+/// Evaluates `tokens` at positions `pos0..` in ubatch-sized calls.
+fn prompt(engine: &mut Session<'_>, tokens: &[u32], pos0: usize) -> anyhow::Result<()> {
+    let ub = engine.max_ubatch().max(1);
+    for (i, chunk) in tokens.chunks(ub).enumerate() {
+        engine.decode(chunk, pos0 + i * ub, false)?;
+    }
+    Ok(())
+}
+
+/// Fills an empty cache with `depth` tokens (untimed: the state every run of a depth starts
+/// from).
+fn fill_depth(engine: &mut Session<'_>, depth: usize, n_vocab: usize) -> anyhow::Result<()> {
     engine.clear();
-    // Deterministic pseudo-random ids, as llama-bench feeds random tokens.
-    let mut x: u32 = 12345;
-    let mut next = || {
-        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-        (x >> 8) % n_vocab as u32
-    };
+    // Other ids than the tests' own, as llama-bench's random stream moves on.
+    let tokens = Tokens::new(n_vocab ^ 0x5bd1).take(depth);
+    prompt(engine, &tokens, 0)
+}
+
+/// Runs `test` on `engine` once, after the `depth` positions [`fill_depth`] left (seconds
+/// elapsed).
+fn run_once(
+    engine: &mut Session<'_>,
+    test: Test,
+    depth: usize,
+    n_vocab: usize,
+) -> anyhow::Result<f64> {
+    if depth == 0 {
+        engine.clear();
+    } else {
+        // Back to the depth's state: what the last run added is cut off, outside the timing.
+        engine.truncate(0, depth);
+        anyhow::ensure!(
+            engine.n_past(0) == depth,
+            "the KV cache holds {} positions, not the depth {depth}",
+            engine.n_past(0)
+        );
+    }
+    let mut ids = Tokens::new(n_vocab);
     let t0 = Instant::now();
     match test {
-        Test::Pp(n) => {
-            let tokens: Vec<u32> = (0..n).map(|_| next()).collect();
-            let ub = engine.max_ubatch();
-            for (i, chunk) in tokens.chunks(ub).enumerate() {
-                engine.decode(chunk, i * ub, false)?;
-            }
-        }
+        Test::Pp(n) => prompt(engine, &ids.take(n), depth)?,
         Test::Tg(n) => {
-            for pos in 0..n {
-                let t = next();
-                engine.decode(&[t], pos, false)?;
+            for (i, t) in ids.take(n).into_iter().enumerate() {
+                engine.decode(&[t], depth + i, false)?;
             }
         }
     }
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// Runs every test for every thread count; `make_engine(threads)` builds a session.
+/// Runs every test at every depth for every thread count, in llama-bench's order (threads,
+/// then depth, then the tests); `make_engine(threads)` builds a session.
+///
+/// # Errors
+/// A test and its depth that do not fit the session's context; an engine error.
 pub fn run<'a>(
     make_engine: &mut dyn FnMut(usize) -> anyhow::Result<Session<'a>>,
     threads: &[usize],
+    depths: &[usize],
     tests: &[Test],
     reps: usize,
 ) -> anyhow::Result<Vec<Row>> {
@@ -89,26 +155,35 @@ pub fn run<'a>(
     for &t in threads {
         let mut engine = make_engine(t)?;
         let n_vocab = engine.n_vocab();
-        for &test in tests {
-            let n = match test {
-                Test::Pp(n) | Test::Tg(n) => n,
-            };
-            anyhow::ensure!(
-                n <= engine.n_ctx(),
-                "{test} needs a context of {n} tokens; the engine has {}",
-                engine.n_ctx()
-            );
-            run_once(&mut engine, test, n_vocab)?;
-            let mut samples = Vec::with_capacity(reps);
-            for _ in 0..reps.max(1) {
-                let secs = run_once(&mut engine, test, n_vocab)?;
-                samples.push(n as f64 / secs);
+        for &depth in depths {
+            let mut filled = depth == 0;
+            for &test in tests {
+                let n = match test {
+                    Test::Pp(n) | Test::Tg(n) => n,
+                };
+                anyhow::ensure!(
+                    n + depth <= engine.n_ctx(),
+                    "{test} at depth {depth} needs a context of {} tokens; the engine has {}",
+                    n + depth,
+                    engine.n_ctx()
+                );
+                if !filled {
+                    fill_depth(&mut engine, depth, n_vocab)?;
+                    filled = true;
+                }
+                run_once(&mut engine, test, depth, n_vocab)?;
+                let mut samples = Vec::with_capacity(reps);
+                for _ in 0..reps.max(1) {
+                    let secs = run_once(&mut engine, test, depth, n_vocab)?;
+                    samples.push(n as f64 / secs);
+                }
+                rows.push(Row {
+                    threads: t,
+                    test,
+                    depth,
+                    samples,
+                });
             }
-            rows.push(Row {
-                threads: t,
-                test,
-                samples,
-            });
         }
     }
     Ok(rows)
@@ -282,7 +357,7 @@ pub fn print_table(report: &Report<'_>, rows: &[Row]) {
             format!("{:.2} M", report.n_params as f64 / 1e6),
             report.backend,
             r.threads,
-            r.test.to_string(),
+            r.name(),
             format!("{m:.2} ± {sd:.2}"),
         );
     }
@@ -298,7 +373,7 @@ pub fn print_table(report: &Report<'_>, rows: &[Row]) {
         println!(
             "| {} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.0}% | {:.1} |",
             r.threads,
-            r.test,
+            r.name(),
             x.ts,
             x.bytes_per_token / (1u64 << 20) as f64,
             x.gbs,
@@ -352,7 +427,8 @@ fn roofline(report: &Report<'_>, r: &Row, bandwidths: &[(usize, f64)]) -> Roofli
 
 /// The rows as JSON, one object per row in llama-bench's `-o json` names where it has
 /// them (`model_type`, `model_size`, `model_n_params`, `backends`, `n_threads`, `n_prompt`,
-/// `n_gen`, `avg_ts`, `stddev_ts`, `samples_ts`) and the roofline fields:
+/// `n_gen`, `n_depth`, `avg_ts`, `stddev_ts`, `samples_ts`), `test` (the table's name,
+/// `pp512 @ d4096`) and the roofline fields:
 /// `weight_bytes_per_token`, `weight_gbs`, `read_bandwidth_gbs`, `roof_share` (0..1),
 /// `roof_ts`.
 pub fn to_json(report: &Report<'_>, rows: &[Row]) -> serde_json::Value {
@@ -374,8 +450,9 @@ pub fn to_json(report: &Report<'_>, rows: &[Row]) -> serde_json::Value {
                 "n_threads": r.threads,
                 "n_prompt": n_prompt,
                 "n_gen": n_gen,
+                "n_depth": r.depth,
                 "n_ubatch": report.step_tokens,
-                "test": r.test.to_string(),
+                "test": r.name(),
                 "avg_ts": m,
                 "stddev_ts": sd,
                 "samples_ts": r.samples,

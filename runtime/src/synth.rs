@@ -4,7 +4,8 @@
 //!
 //! The file has the shape of a llama as `convert_hf_to_gguf.py` writes one (`token_embd`,
 //! per layer `attn_norm attn_q attn_k attn_v attn_output ffn_norm ffn_gate ffn_up ffn_down`,
-//! `output_norm`, `output` unless the embeddings are tied), the tokenizer of another GGUF
+//! `output_norm`, `output` unless the embeddings are tied, and `rope_freqs` for Llama 3.1's
+//! `llama3` rope scaling: [`Llama3Rope`]), the tokenizer of another GGUF
 //! (SmolLM2's by default: every `tokenizer.*` key is copied), and weights drawn from a normal
 //! distribution of standard deviation [`WEIGHT_STD`] (norm weights 1.0), which keeps the
 //! activations in the range of a trained model's: logits of a few units, no overflow.
@@ -46,12 +47,70 @@ pub struct Shape {
     pub rope_freq_base: f32,
     /// Whether the output projection reuses `token_embd` (no `output.weight`).
     pub tied_output: bool,
+    /// The vocabulary size the shape is for (the tokenizer file must have it), or `None`:
+    /// whatever the tokenizer file has.
+    pub n_vocab: Option<u64>,
+    /// Llama 3.1's rope scaling, written as `rope_freqs.weight`.
+    pub rope_llama3: Option<Llama3Rope>,
+}
+
+/// Llama 3.1's `llama3` rope scaling (`rope_scaling` in its `config.json`). GGUF has no
+/// metadata keys for it: `convert_hf_to_gguf.py` turns it into a `rope_freqs.weight`
+/// tensor of `n_rot / 2` frequency divisors ([`Llama3Rope::freq_factors`]), which llama.cpp
+/// passes to every layer's rope.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    /// `factor`: the divisor of the low frequencies (8 in Llama 3.1).
+    pub factor: f32,
+    /// `low_freq_factor` (1).
+    pub low_freq_factor: f32,
+    /// `high_freq_factor` (4).
+    pub high_freq_factor: f32,
+    /// `original_max_position_embeddings` (8192).
+    pub original_context_length: f32,
+}
+
+impl Llama3Rope {
+    /// Llama 3.1's values.
+    pub const LLAMA_3_1: Llama3Rope = Llama3Rope {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_context_length: 8192.0,
+    };
+
+    /// The `n_rot / 2` divisors of the rope frequencies `base^(-2i / n_rot)`, computed as
+    /// `convert_hf_to_gguf.py` does (in f32): 1 for wavelengths below
+    /// `original_context_length / high_freq_factor`, `factor` above
+    /// `original_context_length / low_freq_factor`, and a smooth blend between.
+    pub fn freq_factors(&self, base: f32, n_rot: u64) -> Vec<f32> {
+        let low_wavelen = self.original_context_length / self.low_freq_factor;
+        let high_wavelen = self.original_context_length / self.high_freq_factor;
+        (0..n_rot / 2)
+            .map(|i| {
+                let freq = 1.0 / base.powf((2 * i) as f32 / n_rot as f32);
+                let wavelen = std::f32::consts::TAU / freq;
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    self.factor
+                } else {
+                    let smooth = (self.original_context_length / wavelen - self.low_freq_factor)
+                        / (self.high_freq_factor - self.low_freq_factor);
+                    1.0 / ((1.0 - smooth) / self.factor + smooth)
+                }
+            })
+            .collect()
+    }
 }
 
 impl Shape {
     /// The shapes `--preset` names: `1b` (TinyLlama 1.1B's: n_embd 2048, 22 layers, n_ff
     /// 5632, 32 heads, 4 KV heads, separate output; 1.2B parameters with SmolLM2's 49152-token
-    /// vocabulary) and `smollm2-135m` (576, 30 layers, 1536, 9/3 heads, tied output).
+    /// vocabulary), `smollm2-135m` (576, 30 layers, 1536, 9/3 heads, tied output) and `8b`
+    /// (Llama-3.1-8B's: 4096, 32 layers, 14336, 32/8 heads, separate output, rope base
+    /// 500000 with `llama3` scaling, a 131072-token training context and its 128256-token
+    /// vocabulary: 8.0B parameters).
     pub fn preset(name: &str) -> anyhow::Result<Shape> {
         Ok(match name.to_ascii_lowercase().as_str() {
             "1b" | "tinyllama" => Shape {
@@ -63,6 +122,20 @@ impl Shape {
                 n_ctx_train: 2048,
                 rope_freq_base: 10000.0,
                 tied_output: false,
+                n_vocab: None,
+                rope_llama3: None,
+            },
+            "8b" | "llama-3.1-8b" => Shape {
+                n_embd: 4096,
+                n_layer: 32,
+                n_ff: 14336,
+                n_head: 32,
+                n_head_kv: 8,
+                n_ctx_train: 131072,
+                rope_freq_base: 500000.0,
+                tied_output: false,
+                n_vocab: Some(128256),
+                rope_llama3: Some(Llama3Rope::LLAMA_3_1),
             },
             "smollm2-135m" | "135m" => Shape {
                 n_embd: 576,
@@ -73,8 +146,10 @@ impl Shape {
                 n_ctx_train: 8192,
                 rope_freq_base: 100000.0,
                 tied_output: true,
+                n_vocab: None,
+                rope_llama3: None,
             },
-            _ => bail!("unknown preset '{name}' (one of: 1b, smollm2-135m)"),
+            _ => bail!("unknown preset '{name}' (one of: 1b, 8b, smollm2-135m)"),
         })
     }
 
@@ -144,7 +219,15 @@ impl Shape {
         if !self.tied_output {
             add("output.weight".into(), &[e, n_vocab]);
         }
+        if self.rope_llama3.is_some() {
+            add("rope_freqs.weight".into(), &[self.n_rot() / 2]);
+        }
         out
+    }
+
+    /// Dimensions rope rotates: the head size.
+    pub fn n_rot(&self) -> u64 {
+        self.n_embd / self.n_head
     }
 }
 
@@ -167,6 +250,11 @@ pub fn metadata(shape: &Shape, vocab: &Metadata, seed: u64) -> anyhow::Result<(M
         .get_array("tokenizer.ggml.tokens")?
         .context("the vocabulary file has no tokenizer.ggml.tokens")?
         .len() as u64;
+    if let Some(want) = shape.n_vocab {
+        if want != n_vocab {
+            bail!("the shape has a {want}-token vocabulary; the vocabulary file has {n_vocab} tokens (pass --vocab-from a GGUF with {want}, e.g. llama.cpp's models/ggml-vocab-llama-bpe.gguf for Llama 3's)");
+        }
+    }
     let n_params: u64 = shape
         .tensors(n_vocab)
         .iter()
@@ -192,10 +280,7 @@ pub fn metadata(shape: &Shape, vocab: &Metadata, seed: u64) -> anyhow::Result<(M
     put("llama.rope.freq_base", Value::F32(shape.rope_freq_base));
     put("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
     put("llama.vocab_size", u32v(n_vocab));
-    put(
-        "llama.rope.dimension_count",
-        u32v(shape.n_embd / shape.n_head),
-    );
+    put("llama.rope.dimension_count", u32v(shape.n_rot()));
     for (k, v) in vocab.iter() {
         if k.starts_with("tokenizer.") {
             md.push(k.to_string(), v.clone());
@@ -204,9 +289,12 @@ pub fn metadata(shape: &Shape, vocab: &Metadata, seed: u64) -> anyhow::Result<(M
     Ok((md, n_vocab))
 }
 
-/// The random values: norms are 1.0, every other tensor normal(0, [`WEIGHT_STD`]).
+/// The random values: norms are 1.0, `rope_freqs` the scaling's divisors, every other
+/// tensor normal(0, [`WEIGHT_STD`]).
 struct Random {
     seed: u64,
+    /// `rope_freqs.weight`'s values, if the shape has one.
+    rope_freqs: Option<Vec<f32>>,
 }
 
 impl Random {
@@ -232,6 +320,15 @@ impl Source for Random {
     fn rows(&self, t: &TensorPlan, row0: usize, out: &mut [f32]) -> Result<(), String> {
         if t.name.ends_with("_norm.weight") {
             out.fill(1.0);
+            return Ok(());
+        }
+        if t.name == "rope_freqs.weight" {
+            let f = self
+                .rope_freqs
+                .as_ref()
+                .ok_or("rope_freqs.weight without a rope scaling")?;
+            let row = f.get(row0..row0 + out.len()).ok_or("rope_freqs rows")?;
+            out.copy_from_slice(row);
             return Ok(());
         }
         // One 32-bit word per value (pairs for Box–Muller), so row r starts at word
@@ -262,6 +359,7 @@ pub struct Synth {
     metadata: Metadata,
     plan: Plan,
     seed: u64,
+    rope_freqs: Option<Vec<f32>>,
 }
 
 impl Synth {
@@ -289,6 +387,9 @@ impl Synth {
             metadata,
             plan,
             seed,
+            rope_freqs: shape
+                .rope_llama3
+                .map(|r| r.freq_factors(shape.rope_freq_base, shape.n_rot())),
         })
     }
 
@@ -311,7 +412,10 @@ impl Synth {
     ) -> anyhow::Result<()> {
         quantize::write_from(
             &self.metadata,
-            &Random { seed: self.seed },
+            &Random {
+                seed: self.seed,
+                rope_freqs: self.rope_freqs.clone(),
+            },
             &self.plan,
             out,
             n_threads,
@@ -335,9 +439,39 @@ mod tests {
         let n: u64 = smol.tensors(49152).iter().map(TensorInfo::n_elements).sum();
         assert_eq!(n, 134_515_008, "SmolLM2-135M's parameter count");
         assert!(Shape::preset("7b").is_err());
+        let big = Shape::preset("8b").unwrap();
+        big.check().unwrap();
+        let n: u64 = big.tensors(128256).iter().map(TensorInfo::n_elements).sum();
+        // Llama-3.1-8B's parameters (8,030,261,248) and the 64 rope_freqs values.
+        assert_eq!(n, 8_030_261_248 + 64);
+        assert_eq!(size_label(n), "8.0B");
         assert!(Shape { n_head: 3, ..s }.check().is_err());
         assert!(Shape { n_head_kv: 5, ..s }.check().is_err());
         assert!(Shape { n_layer: 0, ..s }.check().is_err());
+    }
+
+    /// Llama 3.1's `rope_freqs` as `convert_hf_to_gguf.py` computes them for base 500000,
+    /// head size 128 (its values, computed in Python: 1 for i < 29, then 1.2075, 1.5534,
+    /// 2.0263, 2.6945, 3.6843, 5.2573, then 8).
+    #[test]
+    fn llama3_rope_freq_factors() {
+        let f = Llama3Rope::LLAMA_3_1.freq_factors(500000.0, 128);
+        assert_eq!(f.len(), 64);
+        // Wavelength 2π·500000^(i/64) crosses 8192 / 4 = 2048 between i = 28 and 29 and
+        // 8192 between i = 34 and 35.
+        assert!(f[..29].iter().all(|&x| x == 1.0), "{f:?}");
+        assert!(f[35..].iter().all(|&x| x == 8.0), "{f:?}");
+        let blend = [
+            1.207_483_9,
+            1.553_414_6,
+            2.026_313_2,
+            2.694_529_7,
+            3.684_252_5,
+            5.257_326_6,
+        ];
+        for (got, want) in f[29..35].iter().zip(blend) {
+            assert!((got - want).abs() < 1e-5, "{f:?}");
+        }
     }
 
     #[test]
@@ -351,7 +485,10 @@ mod tests {
             from_bytes: 0,
             to_bytes: 0,
         };
-        let r = Random { seed: 7 };
+        let r = Random {
+            seed: 7,
+            rope_freqs: None,
+        };
         let mut all = vec![0f32; 64 * 100];
         r.rows(&t, 0, &mut all).unwrap();
         let mut part = vec![0f32; 64 * 3];
@@ -362,7 +499,12 @@ mod tests {
         assert!(mean.abs() < 0.002, "{mean}");
         assert!((sd - WEIGHT_STD).abs() < 0.002, "{sd}");
         let mut other = vec![0f32; 64 * 100];
-        Random { seed: 8 }.rows(&t, 0, &mut other).unwrap();
+        Random {
+            seed: 8,
+            rope_freqs: None,
+        }
+        .rows(&t, 0, &mut other)
+        .unwrap();
         assert_ne!(all, other);
     }
 }

@@ -802,3 +802,59 @@ fn sampler_lists_skip_unknown_names_and_refuse_unsupported_ones() {
         "--sampler-seq: the sampler 'i' is not supported by modelc",
     );
 }
+
+/// `bench -d` (llama-bench's `--n-depth`, issue 44): one row per depth and test, in
+/// llama-bench's order (depth, then the prompt and generation tests) with its names
+/// (`pp4 @ d8`) and its JSON field `n_depth`; a depth past the runner's compiled context is
+/// one line.
+#[test]
+fn bench_depth_rows_and_names() {
+    let Some(runner) = runner() else { return };
+    let out = Command::new(runner)
+        .args([
+            "bench", "-p", "4", "-n", "2", "-d", "0,8", "-r", "1", "-t", "1", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON rows");
+    let got: Vec<(String, u64, u64, u64)> = rows
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| {
+            (
+                r["test"].as_str().unwrap_or("").to_string(),
+                r["n_depth"].as_u64().unwrap_or(99),
+                r["n_prompt"].as_u64().unwrap_or(99),
+                r["n_gen"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    let want = [
+        ("pp4", 0, 4, 0),
+        ("tg2", 0, 0, 2),
+        ("pp4 @ d8", 8, 4, 0),
+        ("tg2 @ d8", 8, 0, 2),
+    ]
+    .map(|(t, d, p, n)| (t.to_string(), d, p, n));
+    assert_eq!(got, want);
+    // The table's test column.
+    let out = Command::new(runner)
+        .args([
+            "bench", "-p", "4", "-n", "0", "-d", "16", "-r", "1", "-t", "1",
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(" pp4 @ d16 |"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = Command::new(runner)
+        .args(["bench", "-p", "4", "-n", "0", "-d", "10000000", "-r", "1"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "context");
+}

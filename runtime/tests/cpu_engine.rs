@@ -639,6 +639,7 @@ fn smollm2_bench() {
     let rows = bench_run(
         &mut |t| Session::single(CpuEngine::new(&gguf, plan.clone(), t)?),
         &threads,
+        &[0],
         &tests,
         reps,
     )

@@ -11,8 +11,9 @@ fn modelc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_modelc"))
 }
 
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("modelc-synth-{}", std::process::id()));
+/// An empty directory of this process for test `name` (tests run in parallel).
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("modelc-synth-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -37,7 +38,7 @@ fn synth_writes_a_loadable_deterministic_llama() {
     let Some(vocab) = modelc_tests::smollm2() else {
         return;
     };
-    let d = scratch();
+    let d = scratch("llama");
     let (a, b, c) = (d.join("a.gguf"), d.join("b.gguf"), d.join("c.gguf"));
     synth(&vocab, &a, "1", "1", "Q4_K_M");
     synth(&vocab, &b, "1", "2", "Q4_K_M");
@@ -107,5 +108,97 @@ fn synth_writes_a_loadable_deterministic_llama() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("n_head"));
     assert!(!d.join("bad.gguf").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The last line of `modelc perplexity MODEL` on two 256-token chunks of the shared text.
+fn perplexity(model: &Path, text: &Path) -> String {
+    let o = modelc()
+        .arg("perplexity")
+        .arg(model)
+        .arg("-f")
+        .arg(text)
+        .args(["-c", "256", "--chunks", "2", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    out.lines()
+        .rfind(|l| l.contains("Final estimate"))
+        .unwrap_or_else(|| panic!("no estimate in {out}"))
+        .to_string()
+}
+
+/// The `8b` preset (issue 44): Llama-3.1-8B's rope base and training context, its 128256-token
+/// vocabulary required, and its `llama3` rope scaling as `convert_hf_to_gguf.py` writes it, a
+/// `rope_freqs.weight` of `n_rot / 2` divisors, which modelc's llama lowering gives every
+/// rope (as llama.cpp's `get_rope_factors` does): the same file with the divisors set to 1
+/// scores differently. Shrunk to one layer of n_embd 256 (head size 128, as Llama's).
+#[test]
+fn synth_8b_preset_writes_and_uses_llama3_rope_freqs() {
+    let (Some(vocab), Some(text), Some(smol)) = (
+        modelc_tests::shared("vocab/ggml-vocab-llama-bpe.gguf"),
+        modelc_tests::shared("reference/ppl-text.txt"),
+        modelc_tests::smollm2(),
+    ) else {
+        return;
+    };
+    let d = scratch("8b");
+    let small = |out: &Path, vocab: &Path| {
+        modelc()
+            .arg("synth")
+            .arg(out)
+            .args(["--preset", "8b", "--n-embd", "256", "--n-layer", "1"])
+            .args(["--n-ff", "512", "--n-head", "2", "--n-head-kv", "1"])
+            .args(["--type", "Q8_0", "--vocab-from"])
+            .arg(vocab)
+            .output()
+            .unwrap()
+    };
+    // Another vocabulary size is refused in one line.
+    let o = small(&d.join("smol-vocab.gguf"), &smol);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("128256-token vocabulary"));
+    assert!(!d.join("smol-vocab.gguf").exists());
+
+    let a = d.join("a.gguf");
+    let o = small(&a, &vocab);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = GgufFile::open(&a).unwrap();
+    let md = f.metadata();
+    assert_eq!(md.get_f32("llama.rope.freq_base").unwrap(), Some(500000.0));
+    assert_eq!(md.get_u32("llama.context_length").unwrap(), Some(131072));
+    assert_eq!(
+        md.get_u32("llama.attention.head_count_kv").unwrap(),
+        Some(1)
+    );
+    let rope = f.tensor("rope_freqs.weight").expect("rope_freqs.weight");
+    assert_eq!(
+        (rope.shape().to_vec(), rope.ggml_type),
+        (vec![64], GgmlType::F32)
+    );
+    let factors: Vec<f32> = f
+        .tensor_data(rope)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!((factors[0], factors[28], factors[63]), (1.0, 1.0, 8.0));
+    assert!((factors[29] - 1.207_483_9).abs() < 1e-5, "{factors:?}");
+
+    // The same file with every divisor 1.0 (found by its bytes: 256 of them, once).
+    let stored = f.tensor_data(rope).to_vec();
+    drop(f);
+    let mut bytes = std::fs::read(&a).unwrap();
+    let at = bytes
+        .windows(stored.len())
+        .position(|w| w == stored.as_slice())
+        .expect("the factors' bytes");
+    for c in bytes[at..at + stored.len()].chunks_exact_mut(4) {
+        c.copy_from_slice(&1f32.to_le_bytes());
+    }
+    let ones = d.join("ones.gguf");
+    std::fs::write(&ones, &bytes).unwrap();
+    let (scaled, unscaled) = (perplexity(&a, &text), perplexity(&ones, &text));
+    assert_ne!(scaled, unscaled, "rope_freqs.weight changes nothing");
     let _ = std::fs::remove_dir_all(&d);
 }

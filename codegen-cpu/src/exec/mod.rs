@@ -1129,6 +1129,7 @@ impl<'w> CompiledPlan<'w> {
         sync.reset();
         error.store(false, Ordering::Relaxed);
         let failed = AtomicBool::new(false);
+        let threads = self.pool.n_threads();
         self.pool.run(&|ti, _| {
             let cx = Ctx {
                 ti,
@@ -1142,6 +1143,7 @@ impl<'w> CompiledPlan<'w> {
                 llama_col0,
                 flash,
                 llama_threads,
+                threads,
                 row_kv: row_kv.map(|r| r.0),
                 runs: row_kv.map_or(&[], |r| r.1),
             };
@@ -1150,7 +1152,7 @@ impl<'w> CompiledPlan<'w> {
                     let t0 = (profiling && ti == 0).then(Instant::now);
                     for ph in 0..op.phases() {
                         let id = st.phase_base[i] + ph;
-                        let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, |r| r.0.len()));
+                        let n = op.n_chunks(ph, kv_len, row_kv.map_or(0, |r| r.0.len()), threads);
                         let mut started = false;
                         let mut victim = 0;
                         while let Some(c) = sync.grab(id, ti, n, &mut victim) {

@@ -71,6 +71,8 @@ pub(crate) struct Ctx<'a> {
     pub flash: bool,
     /// llama.cpp's thread count (its split-KV flash decode cuts the cache per thread).
     pub llama_threads: usize,
+    /// Threads running the step (how a decode step's attention is cut: [`Op::n_chunks`]).
+    pub threads: usize,
     /// A step of several sequences ([`super::CompiledPlan::step_runs`]): byte 0 of the KV
     /// memory of real row `t`'s sequence (the padding rows store nothing). Each row
     /// computes what a step of its run alone computes: its own cache, its own positions'
@@ -309,15 +311,16 @@ impl Op {
     }
 
     /// Chunks of phase `ph` for KV length `kv_len`, in a multi-sequence step of `seqs`
-    /// sequences ([`Ctx::row_kv`]) or, with `seqs` 0, a one-sequence step.
-    pub fn n_chunks(&self, ph: usize, kv_len: usize, seqs: usize) -> usize {
+    /// sequences ([`Ctx::row_kv`]) or, with `seqs` 0, a one-sequence step, run by `threads`
+    /// threads.
+    pub fn n_chunks(&self, ph: usize, kv_len: usize, seqs: usize, threads: usize) -> usize {
         let rows = |y: &View| y.n_rows(kv_len).div_ceil(ROWS_PER_CHUNK);
         match self {
             Op::GetRows(g) => g.n.div_ceil(ROWS_PER_CHUNK),
             Op::MulMat(m) => m.n_chunks(ph),
             Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
             Op::Attention(a) if seqs > 0 => a.k.ne[1] * seqs,
-            Op::Attention(a) => a.n_chunks(),
+            Op::Attention(a) => a.n_chunks(threads),
             Op::Unary { y, .. }
             | Op::Binary { y, .. }
             | Op::Glu { y, .. }
@@ -579,23 +582,42 @@ impl Attention {
 }
 
 impl Attention {
-    /// One token: a chunk per query head. Many tokens: a chunk per (KV head, block of
+    /// One token: a chunk per group of the query heads of one KV head (at most
+    /// [`flash::GROUP`], which read the KV rows once together; smaller groups where that
+    /// leaves fewer chunks than `threads`). Many tokens: a chunk per (KV head, block of
     /// tokens), the blocks of later tokens (more keys) first.
-    fn n_chunks(&self) -> usize {
-        let (n_head, n_tokens, n_head_kv) = (self.q.ne[1], self.q.ne[2], self.k.ne[1]);
+    fn n_chunks(&self, threads: usize) -> usize {
+        let (n_tokens, n_head_kv) = (self.q.ne[2], self.k.ne[1]);
         if n_tokens == 1 {
-            n_head
+            n_head_kv.max(1) * self.decode_groups(threads).1
         } else {
             n_head_kv * n_tokens.div_ceil(TOKENS_PER_CHUNK)
         }
     }
 
-    /// The queries of chunk `c` ([`Attention::n_chunks`]): query heads and tokens `ta..tb`.
-    fn chunk_queries(&self, c: usize) -> (std::ops::Range<usize>, usize, usize) {
+    /// One token's split of each KV head's query heads among chunks: `(heads per chunk,
+    /// chunks per KV head)`.
+    fn decode_groups(&self, threads: usize) -> (usize, usize) {
+        let (n_head, n_head_kv) = (self.q.ne[1], self.k.ne[1].max(1));
+        let group = (n_head / n_head_kv).max(1);
+        let pieces = group
+            .div_ceil(flash::GROUP)
+            .max(threads.div_ceil(n_head_kv))
+            .min(group);
+        let size = group.div_ceil(pieces);
+        (size, group.div_ceil(size))
+    }
+
+    /// The queries of chunk `c` ([`Attention::n_chunks`] for `threads`): query heads and
+    /// tokens `ta..tb`.
+    fn chunk_queries(&self, c: usize, threads: usize) -> (std::ops::Range<usize>, usize, usize) {
         let (n_head, n_tokens, n_head_kv) = (self.q.ne[1], self.q.ne[2], self.k.ne[1]);
         let group = (n_head / n_head_kv.max(1)).max(1);
         if n_tokens == 1 {
-            (c..c + 1, 0, 1)
+            let (size, pieces) = self.decode_groups(threads);
+            let (kvh, piece) = (c / pieces, c % pieces);
+            let h0 = kvh * group + piece * size;
+            (h0..(h0 + size).min((kvh + 1) * group), 0, 1)
         } else {
             let n_blocks = n_tokens.div_ceil(TOKENS_PER_CHUNK);
             let (kvh, blk) = (c % n_head_kv, n_blocks - 1 - c / n_head_kv);
@@ -643,7 +665,7 @@ impl Attention {
         };
         let batch = cx.n_llama.max(cx.n_real.clamp(1, n_tokens)) >= 2;
         let scratch = cx.scratch.attn[cx.ti].0 as *mut f32;
-        let (heads, ta, tb) = a.chunk_queries(c);
+        let (heads, ta, tb) = a.chunk_queries(c, cx.threads);
         for t in ta..tb {
             let vis = a.visible(*(a.pos.add(4 * t) as *const i32) as i64, n_kv);
             for h in heads.clone() {
@@ -814,7 +836,7 @@ impl Attention {
         };
         let plain = a.k.dtype == a.v.dtype && a.k.dtype != Q8_0;
         let scratch = cx.scratch.scores[cx.ti].0 as *mut f32;
-        let (heads, ta, tb) = a.chunk_queries(c);
+        let (heads, ta, tb) = a.chunk_queries(c, cx.threads);
         let kvh = heads.start / group;
         for t in ta.max(n_real)..tb {
             for h in heads.clone() {

@@ -171,9 +171,9 @@ pub(crate) fn group_scratch(d_k: usize, d_v: usize, n_ctx: usize) -> usize {
 
 /// [`query`] for queries that share their KV rows and visible cells (the query heads of
 /// one KV head, for one token): `outs[i]` from `qs[i]`, each bit for bit what [`query`]
-/// gives it alone. Up to [`GROUP`] at a time share the pass over V where the host has
-/// AVX-512 and the V rows are f16 or f32 of a head size that is a multiple of 16 (else, and
-/// for the split-KV path, one at a time).
+/// gives it alone. Up to [`GROUP`] at a time share the pass over V (each chunk's pass on
+/// the split-KV path) where the host has AVX-512 and the V rows are f16 or f32 of a head
+/// size of 64, 128 or 256 (else one at a time).
 ///
 /// # Safety
 /// As [`query`] for each query; `scratch` holds [`group_scratch`] floats ([`query_scratch`]
@@ -204,10 +204,8 @@ pub(crate) unsafe fn query_group(
         out,
         d_v,
     };
-    let split = takes_split(n_tokens, nek1, kv);
     #[cfg(target_arch = "x86_64")]
-    if qs.len() > 1 && !split && !kv.v_q8 && super::qdot::host_isa() == Some(super::qdot::Isa::Vnni)
-    {
+    if qs.len() > 1 && !kv.v_q8 && super::qdot::host_isa() == Some(super::qdot::Isa::Vnni) {
         let stride = query_scratch(d_k, d_v, hi - lo);
         for (qs, outs) in qs.chunks(GROUP).zip(outs.chunks(GROUP)) {
             let n = qs.len();
@@ -263,6 +261,35 @@ unsafe fn group_avx512(queries: &[Query<'_>]) -> bool {
             }
             let acc: [*mut f32; $g] = std::array::from_fn(|i| queries[i].scratch.add(d_k));
             let scores: [*const f32; $g] = std::array::from_fn(|i| acc[i].add(d_v) as *const f32);
+            if takes_split(a.n_tokens, a.nek1, kv) {
+                let outs: [*mut f32; $g] = std::array::from_fn(|i| queries[i].out);
+                if kv.f16 {
+                    split_group::<$g, $nv, V_F16>(
+                        kv,
+                        lo,
+                        hi,
+                        a.nek1,
+                        a.llama_threads,
+                        scores,
+                        acc,
+                        outs,
+                        d_v,
+                    );
+                } else {
+                    split_group::<$g, $nv, V_F32>(
+                        kv,
+                        lo,
+                        hi,
+                        a.nek1,
+                        a.llama_threads,
+                        scores,
+                        acc,
+                        outs,
+                        d_v,
+                    );
+                }
+                return true;
+            }
             for i in 0..$g {
                 softmax_weights(kv, lo, lo, hi, scores[i] as *mut f32);
             }
@@ -425,6 +452,77 @@ unsafe fn v_pass<const G: usize, const NV: usize, const V: u8>(
         }
     }
     sum
+}
+
+/// [`split`] for `G` queries of one KV head at once: each chunk's weights per query
+/// ([`softmax_weights`], as [`one_chunk_reg`] computes them), the chunk's pass over V shared
+/// by all ([`v_pass`]: the same operations per query as alone), then each query's partial
+/// result merged into `outs[g]` as [`split`] merges it (the same fused multiply-adds per
+/// lane, in chunk order) and normalized. Each output is bit for bit [`split`]'s.
+///
+/// # Safety
+/// AVX-512F/VL and F16C; `scores[g]` holds query `g`'s scores of `lo..hi` (overwritten by
+/// its weights); `acc[g]` valid for `d_v = 16·NV` writes (scratch), `outs[g]` for `d_v`
+/// writes; V rows of kind `V` (f16 or f32); nothing overlaps.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn split_group<const G: usize, const NV: usize, const V: u8>(
+    kv: &KvRows,
+    lo: usize,
+    hi: usize,
+    nek1: usize,
+    threads: usize,
+    scores: [*const f32; G],
+    acc: [*mut f32; G],
+    outs: [*mut f32; G],
+    d_v: usize,
+) {
+    let nth = threads.max(1);
+    let cs = nek1.div_ceil(nth);
+    let mut m = [f32::NEG_INFINITY; G];
+    let mut sum = [0f32; G];
+    for out in outs {
+        std::slice::from_raw_parts_mut(out, d_v).fill(0.0);
+    }
+    for c in 0..nth {
+        let c0 = c * cs;
+        if c0 >= nek1 {
+            continue;
+        }
+        let (a, b) = (c0.max(lo), (c0 + cs).min(nek1).min(hi));
+        let b = b.max(a);
+        let mut pm = [f32::NEG_INFINITY; G];
+        for g in 0..G {
+            pm[g] = softmax_weights(kv, lo, a, b, scores[g] as *mut f32);
+        }
+        let at: [*const f32; G] = std::array::from_fn(|g| scores[g].add(a - lo));
+        let ps = v_pass::<G, NV, V>(kv, a, b, at, acc);
+        for g in 0..G {
+            if ps[g] == 0.0 {
+                continue;
+            }
+            let new = m[g].max(pm[g]);
+            let (so, sn) = ((m[g] - new).exp(), (pm[g] - new).exp());
+            let (vo, vn) = (_mm256_set1_ps(so), _mm256_set1_ps(sn));
+            let (out, part) = (outs[g], acc[g]);
+            for i in (0..d_v).step_by(8) {
+                let o = out.add(i);
+                let y = _mm256_mul_ps(_mm256_loadu_ps(part.add(i)), vn);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_loadu_ps(o), vo, y));
+            }
+            sum[g] = sum[g].mul_add(so, ps[g] * sn);
+            m[g] = new;
+        }
+    }
+    for g in 0..G {
+        if sum[g] != 0.0 {
+            let inv = 1.0 / sum[g];
+            for x in std::slice::from_raw_parts_mut(outs[g], d_v) {
+                *x *= inv;
+            }
+        }
+    }
 }
 
 /// The arguments of [`query`], passed on to its instruction-set variants.

@@ -8,7 +8,10 @@
 //! logits = output · (rms_norm(x) * output_norm)
 //! ```
 //!
-//! Optional `attn_{q,k,v,output}.bias` tensors are added when present, as llama.cpp does.
+//! Optional `attn_{q,k,v,output}.bias` tensors are added when present, as llama.cpp does;
+//! an optional `rope_freqs.weight` (`{n_rot / 2}` F32: the per-dimension frequency divisors
+//! `convert_hf_to_gguf.py` writes for Llama 3.1's `llama3` rope scaling) divides the rope
+//! frequencies of every layer, as llama.cpp's `get_rope_factors` gives it to `ggml_rope_ext`.
 //! [`Variant`] covers the two families that differ from llama only inside the attention
 //! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope).
 
@@ -23,11 +26,20 @@ pub(super) struct Variant {
     pub require_qkv_bias: bool,
     /// Q and K are RMS-normed per head with `attn_q_norm` / `attn_k_norm` before rope (qwen3).
     pub qk_norm: bool,
+    /// An optional `rope_freqs.weight` scales the rope frequencies (llama: Llama 3.1's
+    /// `llama3` scaling; llama.cpp loads it for llama, not for qwen2 / qwen3).
+    pub rope_freqs: bool,
 }
 
 /// Lowers a llama model; returns the logits.
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
-    build_variant(b, Variant::default())
+    build_variant(
+        b,
+        Variant {
+            rope_freqs: true,
+            ..Variant::default()
+        },
+    )
 }
 
 /// Lowers a llama-shaped model with the given differences; returns the logits.
@@ -40,6 +52,11 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         hp.n_embd_v_gqa() as u64,
     );
     let kq_scale = 1.0 / (hp.n_embd_head_k as f32).sqrt();
+    let freq_factors = if var.rope_freqs {
+        b.weight_opt("rope_freqs.weight", &[u64::from(hp.n_rot / 2)])?
+    } else {
+        None
+    };
     let mut x = b.embed()?;
     for il in 0..hp.n_layer {
         let mut inp_sa = x;
@@ -61,8 +78,8 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
             q = b.layer_norm(q, il, "attn_q_norm.weight", d, "Qcur_normed")?;
             k = b.layer_norm(k, il, "attn_k_norm.weight", d, "Kcur_normed")?;
         }
-        let q = b.rope(q, il, "Qcur_rope")?;
-        let k = b.rope(k, il, "Kcur_rope")?;
+        let q = b.rope_ff(q, il, freq_factors, "Qcur_rope")?;
+        let k = b.rope_ff(k, il, freq_factors, "Kcur_rope")?;
         let attn = b.attention(il, q, k, v, kq_scale)?;
         let mut cur = b.proj(
             attn,

@@ -320,8 +320,22 @@ impl<'m> Builder<'m> {
 
     /// Rope on `x {head, n_heads, n_tokens}` for layer `il`, named `{name}-{il}`.
     pub fn rope(&mut self, x: TensorId, il: u32, name: &str) -> Result<TensorId> {
+        self.rope_ff(x, il, None, name)
+    }
+
+    /// [`Builder::rope`] with per-dimension frequency divisors `freq_factors`
+    /// (`F32 {n_rot / 2}`, e.g. `rope_freqs.weight`).
+    pub fn rope_ff(
+        &mut self,
+        x: TensorId,
+        il: u32,
+        freq_factors: Option<TensorId>,
+        name: &str,
+    ) -> Result<TensorId> {
         let p = self.rope_params(il);
-        Ok(self.g.rope(&format!("{name}-{il}"), x, self.pos, None, p)?)
+        Ok(self
+            .g
+            .rope(&format!("{name}-{il}"), x, self.pos, freq_factors, p)?)
     }
 
     /// Reshapes a projection `{n_head * head, n_tokens}` to `{head, n_head, n_tokens}`.

@@ -11,6 +11,7 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
     build_variant(
         b,
         Variant {
+            rope_freqs: false,
             require_qkv_bias: true,
             qk_norm: false,
         },

@@ -30,6 +30,16 @@ pub struct BenchFlags {
         default_value = "128"
     , value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub n_gen: Vec<usize>,
+    /// Depths to test at (llama-bench's `-d/--n-depth`), comma-separated: tokens already in
+    /// the KV cache when each test starts (evaluated once per depth, untimed); tests at a
+    /// depth above 0 are named `pp512 @ d4096`.
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    , value_parser = super::gen_args::count, allow_negative_numbers = true)]
+    pub n_depth: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5, value_parser = super::gen_args::count, allow_negative_numbers = true)]
     pub reps: usize,
@@ -88,17 +98,30 @@ impl BenchFlags {
         tests
     }
 
-    /// The context the sessions need: the longest test, at least `n_ctx_max` up to the
-    /// next power of two, and at least the smallest context ([`super::run::MIN_CTX`]: bench
-    /// has no `-c` to warn about).
+    /// The depths in order, each once (`-d 0,0` measures depth 0 once).
+    pub fn depths(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for &d in &self.n_depth {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// The context the sessions need: the longest test after the deepest depth (llama-bench's
+    /// `n_prompt + n_gen + n_depth`), at least `n_ctx_max` up to the next power of two, and
+    /// at least the smallest context ([`super::run::MIN_CTX`]: bench has no `-c` to warn
+    /// about).
     pub fn n_ctx(&self, n_ctx_max: usize) -> usize {
-        let max = self
+        let longest = self
             .n_prompt
             .iter()
             .chain(&self.n_gen)
             .copied()
             .max()
             .unwrap_or(1);
+        let max = longest + self.n_depth.iter().copied().max().unwrap_or(0);
         max.max(n_ctx_max.min(max.next_power_of_two()))
             .max(super::run::MIN_CTX)
     }
@@ -201,6 +224,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             super::run::open_session(&a, &gguf, &model, false)
         },
         &threads,
+        &f.depths(),
         &f.tests(),
         f.reps,
     )?;

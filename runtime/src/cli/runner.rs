@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! NAME [-m FILE] -p PROMPT [-n N] [-t T] [-c CTX] [sampler flags] [--chat] [--json]
-//! NAME bench [-m FILE] [-p 64,512] [-n 64] [-r 3] [-t 1,2] [--json]
+//! NAME bench [-m FILE] [-p 64,512] [-n 64] [-d 0,4096] [-r 3] [-t 1,2] [--json]
 //! NAME perplexity [-m FILE] -f FILE [-c N] [-t T] [--kl-divergence-base FILE [--kl-divergence]]
 //! NAME info
 //! ```
@@ -371,6 +371,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                     )
                 },
                 &threads,
+                &f.depths(),
                 &f.tests(),
                 f.reps,
             )?;

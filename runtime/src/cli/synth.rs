@@ -18,7 +18,9 @@ pub struct SynthArgs {
     /// The GGUF file to write.
     pub output: PathBuf,
     /// The base shape: `1b` (TinyLlama 1.1B's: n_embd 2048, 22 layers, n_ff 5632, 32/4
-    /// heads) or `smollm2-135m`; the flags below change single sizes.
+    /// heads), `8b` (Llama-3.1-8B's: 4096, 32 layers, 14336, 32/8 heads, llama3 rope
+    /// scaling, its 128256-token vocabulary) or `smollm2-135m`; the flags below change
+    /// single sizes.
     #[arg(long, default_value = "1b")]
     pub preset: String,
     /// Width of the residual stream.
@@ -43,7 +45,8 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// The GGUF whose tokenizer the model gets (default: the cached SmolLM2-135M-Instruct
-    /// Q4_1).
+    /// Q4_1; for `8b`, Llama 3's: llama.cpp's models/ggml-vocab-llama-bpe.gguf in the source
+    /// scripts/build-llama-bench unpacks to ~/.cache/modelc/llama.cpp/src).
     #[arg(long)]
     pub vocab_from: Option<PathBuf>,
     /// Threads quantizing (default: all).
@@ -51,10 +54,16 @@ pub struct SynthArgs {
     pub threads: Option<usize>,
 }
 
-/// The default vocabulary file: `~/.cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
-fn default_vocab() -> anyhow::Result<PathBuf> {
+/// The default vocabulary file: `~/.cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf`,
+/// or for a shape with Llama 3's 128256 tokens, llama.cpp's Llama 3 vocabulary in
+/// `~/.cache/modelc/llama.cpp/src/models/ggml-vocab-llama-bpe.gguf`.
+fn default_vocab(shape: &Shape) -> anyhow::Result<PathBuf> {
     let home = std::env::var_os("HOME").context("no HOME; pass --vocab-from FILE")?;
-    Ok(PathBuf::from(home).join(".cache/modelc/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    let cache = PathBuf::from(home).join(".cache/modelc");
+    Ok(match shape.n_vocab {
+        Some(128256) => cache.join("llama.cpp/src/models/ggml-vocab-llama-bpe.gguf"),
+        _ => cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    })
 }
 
 /// Runs `modelc synth`.
@@ -71,11 +80,11 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     let ftype = FileType::parse(&args.ftype)?;
     let vocab_path = match args.vocab_from {
         Some(p) => p,
-        None => default_vocab()?,
+        None => default_vocab(&shape)?,
     };
     let vocab = GgufFile::open(&vocab_path).with_context(|| {
         format!(
-            "cannot read the vocabulary file '{}' (fetch SmolLM2 with scripts/fetch-model, or pass --vocab-from FILE)",
+            "cannot read the vocabulary file '{}' (fetch SmolLM2 with scripts/fetch-model, unpack llama.cpp's source with scripts/build-llama-bench, or pass --vocab-from FILE)",
             vocab_path.display()
         )
     })?;
