@@ -78,7 +78,9 @@ impl BudgetState {
                 self.recent.clear();
                 Phase::Thinking(0)
             }
-            Phase::Thinking(_) if self.recent.contains(crate::chat::reply::THINK_END) => Phase::Done,
+            Phase::Thinking(_) if self.recent.contains(crate::chat::reply::THINK_END) => {
+                Phase::Done
+            }
             Phase::Thinking(n) => Phase::Thinking(n + 1),
             Phase::Forcing(i) if i + 1 >= self.budget.end.len() => Phase::Done,
             Phase::Forcing(i) => Phase::Forcing(i + 1),
@@ -106,7 +108,11 @@ mod tests {
 
     #[test]
     fn closes_after_n_tokens_of_thought() {
-        let b = ReasoningBudget { n: 2, end: vec![7, 8], forced_open: false };
+        let b = ReasoningBudget {
+            n: 2,
+            end: vec![7, 8],
+            forced_open: false,
+        };
         let mut s = BudgetState::new(b.clone());
         s.accept("Hi ");
         assert_eq!(s.forced(), None);
@@ -122,10 +128,18 @@ mod tests {
         s.accept("more");
         assert_eq!(s.forced(), None);
         // Budget 0 with the prompt's thought open: closed at once.
-        let s = BudgetState::new(ReasoningBudget { n: 0, forced_open: true, ..b.clone() });
+        let s = BudgetState::new(ReasoningBudget {
+            n: 0,
+            forced_open: true,
+            ..b.clone()
+        });
         assert_eq!(s.forced(), Some(7));
         // A thought closed by the model ends the count.
-        let mut s = BudgetState::new(ReasoningBudget { n: 3, forced_open: true, ..b });
+        let mut s = BudgetState::new(ReasoningBudget {
+            n: 3,
+            forced_open: true,
+            ..b
+        });
         s.accept("x</think>");
         s.accept("y");
         s.accept("z");

@@ -15,14 +15,20 @@ use std::sync::Arc;
 mod common;
 
 fn data() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/chat_parser_llama_cpp.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/chat_parser_llama_cpp.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Whether the grammar accepts `text` whole.
 fn grammar_accepts(gbnf: &str, text: &str) -> bool {
     let g = Grammar::parse(gbnf, None).unwrap_or_else(|e| panic!("{e}\n{gbnf}"));
-    let rules = Arc::new(Rules::new(&g, Arc::new(TokenTable::from_pieces(Vec::new()))));
+    let rules = Arc::new(Rules::new(
+        &g,
+        Arc::new(TokenTable::from_pieces(Vec::new())),
+    ));
     let mut m = Matcher::new(rules);
     text.chars()
         .all(|c| m.accept_str(c.encode_utf8(&mut [0; 4])))
@@ -92,7 +98,13 @@ fn llama_cpp_parser_cases() {
         // The grammar accepts the call: from the trigger on, or all of it.
         if !want_calls.is_empty() {
             let g = format
-                .grammar(&tool_list, CallOptions { parallel: false, required: false })
+                .grammar(
+                    &tool_list,
+                    CallOptions {
+                        parallel: false,
+                        required: false,
+                    },
+                )
                 .unwrap();
             let after_reasoning = input.rfind("</think>").map_or(0, |p| p + "</think>".len());
             let text = &input[after_reasoning..];
@@ -111,7 +123,13 @@ fn llama_cpp_parser_cases() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
     assert!(cases.len() >= 18);
 }
 
@@ -135,17 +153,28 @@ fn partial_reads_only_grow() {
         };
         let input = case["input"].as_str().unwrap();
         let mut prev = parser.parse("", true);
-        let ends: Vec<usize> = input.char_indices().map(|(i, _)| i).skip(1).chain([input.len()]).collect();
+        let ends: Vec<usize> = input
+            .char_indices()
+            .map(|(i, _)| i)
+            .skip(1)
+            .chain([input.len()])
+            .collect();
         for end in ends {
             let partial = end < input.len();
             let now = parser.parse(&input[..end], partial);
-            assert!(now.content.starts_with(&prev.content), "{name}: content shrank at {end}: {prev:?} -> {now:?}");
+            assert!(
+                now.content.starts_with(&prev.content),
+                "{name}: content shrank at {end}: {prev:?} -> {now:?}"
+            );
             assert!(
                 now.reasoning_content.starts_with(&prev.reasoning_content),
                 "{name}: reasoning shrank at {end}: {prev:?} -> {now:?}"
             );
             assert!(now.tool_calls.len() >= prev.tool_calls.len());
-            assert_eq!(&now.tool_calls[..prev.tool_calls.len()], &prev.tool_calls[..]);
+            assert_eq!(
+                &now.tool_calls[..prev.tool_calls.len()],
+                &prev.tool_calls[..]
+            );
             prev = now;
         }
     }

@@ -301,7 +301,10 @@ fn llama_cpp_common_flags_are_taken_noted_or_refused() {
             &["--lora", "LoRA adapters are not supported"][..],
         ),
         (&["-mm", "p.gguf"][..], &["-mm:", "multimodal"][..]),
-        (&["-td", "2"][..], &["-td:", "speculative-decoding setting"][..]),
+        (
+            &["-td", "2"][..],
+            &["-td:", "speculative-decoding setting"][..],
+        ),
         (&["-i"][..], &["-i:", "-cnv"][..]),
         (&["--rope-freq-base", "1e6"][..], &["RoPE overrides"][..]),
     ] {

@@ -13,9 +13,7 @@ const PIECES: &[&str] = &[
 
 fn table() -> Arc<TokenTable> {
     Arc::new(TokenTable::from_pieces(
-        PIECES
-            .iter()
-            .map(|p| (p.as_bytes().to_vec(), *p == "</s>")),
+        PIECES.iter().map(|p| (p.as_bytes().to_vec(), *p == "</s>")),
     ))
 }
 
@@ -55,9 +53,15 @@ const CALL: &str = r#"root ::= "<call>" "{" [abc]* "}""#;
 fn free_until_a_word_then_constrained() {
     let mut c = constraint(CALL, &[Trigger::Word("<call>".into())]);
     assert!(c.is_waiting());
-    assert!(masked(&mut c).is_empty(), "nothing is masked before the trigger");
+    assert!(
+        masked(&mut c).is_empty(),
+        "nothing is masked before the trigger"
+    );
     feed(&mut c, &["a", "x", " ", "<", "x"]).unwrap();
-    assert!(c.allows(id("</s>")), "end of generation is free before the trigger");
+    assert!(
+        c.allows(id("</s>")),
+        "end of generation is free before the trigger"
+    );
     assert!(c.is_waiting());
     feed(&mut c, &["<call>"]).unwrap();
     assert!(!c.is_waiting());
@@ -115,7 +119,10 @@ fn patterns_anywhere_and_full() {
     let full_pattern = Trigger::PatternFull(r"\s*(\{)".into());
     let mut full = constraint(grammar, &[full_pattern.clone()]);
     feed(&mut full, &["a", "{"]).unwrap();
-    assert!(full.is_waiting(), "the full pattern needs the output to start with it");
+    assert!(
+        full.is_waiting(),
+        "the full pattern needs the output to start with it"
+    );
     let mut full = constraint(grammar, &[full_pattern]);
     feed(&mut full, &[" ", "{"]).unwrap();
     assert!(!full.is_waiting());

@@ -1637,7 +1637,14 @@ fn openai_python_client_tools() {
     let template = template.to_str().unwrap();
     let srv = start(
         &model,
-        &["-c", "2048", "--alias", "smol", "--chat-template-file", template],
+        &[
+            "-c",
+            "2048",
+            "--alias",
+            "smol",
+            "--chat-template-file",
+            template,
+        ],
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/openai_tools.py");
     let out = Command::new(python)
@@ -1695,7 +1702,11 @@ fn lazy_grammar_holds_after_its_trigger() {
     assert_eq!(r.status, 200, "{}", r.body);
     let out = r.json();
     let content = out["content"].as_str().unwrap();
-    assert_eq!(&content[..at + word.len()], &text[..at + word.len()], "{out}");
+    assert_eq!(
+        &content[..at + word.len()],
+        &text[..at + word.len()],
+        "{out}"
+    );
     let rest = &content[at + word.len()..];
     let digits = rest
         .strip_prefix(tail)
@@ -1712,7 +1723,10 @@ fn lazy_grammar_holds_after_its_trigger() {
         "/completion",
         &json!({"prompt": prompt, "n_predict": 40, "temperature": 0, "grammar": grammar}),
     );
-    assert_eq!(r.json()["content"].as_str().unwrap(), format!("{word}{tail}{digits}}}"));
+    assert_eq!(
+        r.json()["content"].as_str().unwrap(),
+        format!("{word}{tail}{digits}}}")
+    );
 }
 
 /// Reasoning: with DeepSeek R1's template (its prompt opens `<think>`), the reply's thought
@@ -1745,7 +1759,10 @@ fn reasoning_content_and_budget() {
     let whole = chat(srv.port, json!({})).json();
     let msg = &whole["choices"][0]["message"];
     let raw = chat(srv.port, json!({"reasoning_format": "none"})).json();
-    let raw = raw["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let raw = raw["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let thought = msg["reasoning_content"].as_str().unwrap_or("");
     assert!(!thought.is_empty(), "{whole}");
     assert!(raw.contains(thought), "{raw:?} / {thought:?}");
@@ -1772,7 +1789,14 @@ fn reasoning_content_and_budget() {
     };
     let budget = start(
         &model,
-        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "5"],
+        &[
+            "-c",
+            "512",
+            "--chat-template-file",
+            template,
+            "--reasoning-budget",
+            "5",
+        ],
     );
     let out = chat(budget.port, json!({"reasoning_format": "none"})).json();
     let text = out["choices"][0]["message"]["content"].as_str().unwrap();
@@ -1783,14 +1807,23 @@ fn reasoning_content_and_budget() {
     assert_eq!(tokens(budget.port, before), 5, "{before:?}");
     let split = chat(budget.port, json!({})).json();
     assert_eq!(
-        split["choices"][0]["message"]["reasoning_content"].as_str().unwrap_or(""),
+        split["choices"][0]["message"]["reasoning_content"]
+            .as_str()
+            .unwrap_or(""),
         before.trim()
     );
     drop(budget);
 
     let none = start(
         &model,
-        &["-c", "512", "--chat-template-file", template, "--reasoning-budget", "0"],
+        &[
+            "-c",
+            "512",
+            "--chat-template-file",
+            template,
+            "--reasoning-budget",
+            "0",
+        ],
     );
     let out = chat(none.port, json!({"reasoning_format": "none"})).json();
     let text = out["choices"][0]["message"]["content"].as_str().unwrap();

@@ -161,7 +161,10 @@ pub enum Delta {
 /// extend the old is not repeated).
 pub fn diff(old: &ChatMsg, new: &ChatMsg) -> Vec<Delta> {
     let mut out = Vec::new();
-    if let Some(d) = new.reasoning_content.strip_prefix(old.reasoning_content.as_str()) {
+    if let Some(d) = new
+        .reasoning_content
+        .strip_prefix(old.reasoning_content.as_str())
+    {
         if !d.is_empty() {
             out.push(Delta::Reasoning(d.to_string()));
         }

@@ -167,7 +167,9 @@ impl Constraint {
             } else {
                 let text = w.buffer.get(at..e).unwrap_or("");
                 if !self.matcher.accept_str(text) {
-                    return Err(format!("the triggered text {text:?} does not fit the grammar"));
+                    return Err(format!(
+                        "the triggered text {text:?} does not fit the grammar"
+                    ));
                 }
             }
         }

@@ -104,7 +104,10 @@ pub fn request_grammar(
 /// # Errors
 /// 400: a field of the wrong type, an unknown trigger type, a pattern that does not compile,
 /// a token outside the vocabulary.
-pub fn request_triggers(body: &Body, ready: &Ready) -> Result<Option<Arc<grammar::Triggers>>, ApiError> {
+pub fn request_triggers(
+    body: &Body,
+    ready: &Ready,
+) -> Result<Option<Arc<grammar::Triggers>>, ApiError> {
     if !body.bool("grammar_lazy")?.unwrap_or(false) {
         return Ok(None);
     }
@@ -117,13 +120,16 @@ pub fn request_triggers(body: &Body, ready: &Ready) -> Result<Option<Arc<grammar
     for (i, t) in list.iter().enumerate() {
         let what = format!("grammar_triggers[{i}]");
         let kind = t.get("type").and_then(Value::as_i64);
-        let value = t.get("value").and_then(Value::as_str).unwrap_or("").to_string();
+        let value = t
+            .get("value")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         triggers.push(match kind {
             Some(0) => {
-                let id = t
-                    .get("token")
-                    .and_then(Value::as_i64)
-                    .ok_or_else(|| ApiError::invalid(format!("{what}: a token trigger needs \"token\"")))?;
+                let id = t.get("token").and_then(Value::as_i64).ok_or_else(|| {
+                    ApiError::invalid(format!("{what}: a token trigger needs \"token\""))
+                })?;
                 let id = ready
                     .vocab
                     .check_id(id)

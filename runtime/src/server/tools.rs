@@ -89,7 +89,8 @@ impl ToolPlan {
     /// The messages changed as the format asks (the generic format's instructions).
     pub fn prepare(&self, messages: &mut Vec<Value>) {
         if self.calls_allowed() {
-            self.format.prepare_messages(messages, &self.tools, self.options());
+            self.format
+                .prepare_messages(messages, &self.tools, self.options());
         }
     }
 }
@@ -131,6 +132,9 @@ mod tests {
         ]})];
         calls_for_template(&mut m);
         assert_eq!(m[0]["content"], "");
-        assert_eq!(m[0]["tool_calls"][0]["function"]["arguments"], json!({"a": 1}));
+        assert_eq!(
+            m[0]["tool_calls"][0]["function"]["arguments"],
+            json!({"a": 1})
+        );
     }
 }

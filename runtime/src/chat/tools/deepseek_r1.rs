@@ -5,7 +5,7 @@
 //! reasoning (`<think>`, which the template opens itself) is split off before.
 
 use super::{
-    gbnf_literal, json_at, join_rules, without_partial_marker, CallGrammar, CallOptions, ChatMsg,
+    gbnf_literal, join_rules, json_at, without_partial_marker, CallGrammar, CallOptions, ChatMsg,
     Tool, ToolCall, ToolFormat,
 };
 use crate::grammar::Trigger;
@@ -52,7 +52,11 @@ impl ToolFormat for DeepSeekR1 {
             names.push(format!("call{i}"));
         }
         let one = format!("tool-call ::= {}", names.join(" | "));
-        let calls = if opts.parallel { "tool-call+" } else { "tool-call" };
+        let calls = if opts.parallel {
+            "tool-call+"
+        } else {
+            "tool-call"
+        };
         let root = format!(
             "root ::= {} {calls} {} space",
             gbnf_literal(CALLS_BEGIN),
@@ -60,7 +64,10 @@ impl ToolFormat for DeepSeekR1 {
         );
         parts.insert(0, one);
         parts.insert(0, root);
-        if !parts.iter().any(|p| p.lines().any(|l| l.starts_with("space ::="))) {
+        if !parts
+            .iter()
+            .any(|p| p.lines().any(|l| l.starts_with("space ::=")))
+        {
             parts.push(r#"space ::= | " " | "\n"{1,2} [ \t]{0,20}"#.into());
         }
         Ok(CallGrammar {

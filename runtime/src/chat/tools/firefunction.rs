@@ -3,7 +3,7 @@
 //! ` functools[` in the template; the grammar waits for it.
 
 use super::{
-    call_from_object, call_object_rules, json_at, join_rules, without_partial_marker, CallGrammar,
+    call_from_object, call_object_rules, join_rules, json_at, without_partial_marker, CallGrammar,
     CallOptions, ChatMsg, Tool, ToolFormat,
 };
 use crate::grammar::Trigger;

@@ -5,7 +5,7 @@
 //! waits for a tool's name at the start of the answer or after `>>>`.
 
 use super::{
-    gbnf_literal, json_at, join_rules, CallGrammar, CallOptions, ChatMsg, Tool, ToolCall,
+    gbnf_literal, join_rules, json_at, CallGrammar, CallOptions, ChatMsg, Tool, ToolCall,
     ToolFormat,
 };
 use crate::grammar::Trigger;
@@ -34,7 +34,10 @@ impl ToolFormat for FunctionaryV32 {
         for (i, t) in tools.iter().enumerate() {
             let args = format!("call{i}-args");
             parts.push(crate::grammar::json_schema::to_rules(&t.parameters, &args)?);
-            parts.push(format!("call{i} ::= {} {args}", gbnf_literal(&format!("{}\n", t.name))));
+            parts.push(format!(
+                "call{i} ::= {} {args}",
+                gbnf_literal(&format!("{}\n", t.name))
+            ));
             names.push(format!("call{i}"));
             triggers.push(Trigger::Word(format!(">>>{}\n", t.name)));
             alternation.push(fancy_regex::escape(&t.name).into_owned());

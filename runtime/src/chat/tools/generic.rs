@@ -68,14 +68,21 @@ impl ToolFormat for Generic {
 
     fn parse(&self, text: &str, partial: bool) -> ChatMsg {
         let mut msg = ChatMsg::default();
-        if let Some((v, _, end)) = json_at(text, 0).filter(|(_, _, e)| text[*e..].trim().is_empty()) {
+        if let Some((v, _, end)) = json_at(text, 0).filter(|(_, _, e)| text[*e..].trim().is_empty())
+        {
             let _ = end;
-            if let Some(c) = v.get("tool_call").and_then(|c| call_from_object(c, "name", "arguments")) {
+            if let Some(c) = v
+                .get("tool_call")
+                .and_then(|c| call_from_object(c, "name", "arguments"))
+            {
                 msg.tool_calls.push(c);
                 return msg;
             }
             if let Some(Value::Array(cs)) = v.get("tool_calls") {
-                let calls: Option<Vec<_>> = cs.iter().map(|c| call_from_object(c, "name", "arguments")).collect();
+                let calls: Option<Vec<_>> = cs
+                    .iter()
+                    .map(|c| call_from_object(c, "name", "arguments"))
+                    .collect();
                 if let Some(calls) = calls {
                     msg.tool_calls = calls;
                     return msg;
@@ -111,7 +118,11 @@ impl ToolFormat for Generic {
         );
         match messages.first_mut() {
             Some(m) if m.get("role").and_then(Value::as_str) == Some("system") => {
-                let old = m.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+                let old = m
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 m["content"] = format!("{old}\n\n{text}").into();
             }
             _ => messages.insert(0, json!({"role": "system", "content": text})),

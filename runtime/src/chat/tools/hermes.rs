@@ -3,7 +3,7 @@
 //! Recognized by `<tool_call>` in the template. The grammar waits for `<tool_call>`.
 
 use super::{
-    call_from_object, call_object_rules, json_at, join_rules, without_partial_marker, CallGrammar,
+    call_from_object, call_object_rules, join_rules, json_at, without_partial_marker, CallGrammar,
     CallOptions, ChatMsg, Tool, ToolFormat,
 };
 use crate::grammar::Trigger;

@@ -4,7 +4,9 @@
 //! an answer that opens with such an object (a full-pattern trigger, as llama.cpp's).
 //! The built-in tools' `<|python_tag|>` form is not read.
 
-use super::{call_object_rules, json_at, CallGrammar, CallOptions, ChatMsg, Tool, ToolCall, ToolFormat};
+use super::{
+    call_object_rules, json_at, CallGrammar, CallOptions, ChatMsg, Tool, ToolCall, ToolFormat,
+};
 use crate::grammar::Trigger;
 use serde_json::Value;
 
@@ -78,10 +80,19 @@ mod tests {
             parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),
         }];
         let g = Llama3
-            .grammar(&tools, CallOptions { parallel: false, required: true })
+            .grammar(
+                &tools,
+                CallOptions {
+                    parallel: false,
+                    required: true,
+                },
+            )
             .unwrap();
         let parsed = Grammar::parse(&g.gbnf, None).unwrap();
-        let rules = Arc::new(Rules::new(&parsed, Arc::new(TokenTable::from_pieces(Vec::new()))));
+        let rules = Arc::new(Rules::new(
+            &parsed,
+            Arc::new(TokenTable::from_pieces(Vec::new())),
+        ));
         let mut m = Matcher::new(rules);
         let text = r#"{"name": "f", "parameters": {"a": 1}}"#;
         assert!(m.accept_str(text) && m.can_end(), "{}", g.gbnf);

@@ -4,7 +4,7 @@
 //! grammar waits for it.
 
 use super::{
-    call_from_object, call_object_rules, json_at, join_rules, without_partial_marker, CallGrammar,
+    call_from_object, call_object_rules, join_rules, json_at, without_partial_marker, CallGrammar,
     CallOptions, ChatMsg, Tool, ToolFormat,
 };
 use crate::grammar::Trigger;

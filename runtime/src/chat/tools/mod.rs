@@ -150,16 +150,24 @@ pub fn parse_tools(tools: &Value) -> Result<Vec<Tool>, String> {
             let f = t
                 .get("function")
                 .filter(|_| t.get("type").and_then(Value::as_str) == Some("function"))
-                .ok_or_else(|| format!("tools[{i}]: only tools of type \"function\" are supported"))?;
+                .ok_or_else(|| {
+                    format!("tools[{i}]: only tools of type \"function\" are supported")
+                })?;
             let name = f
                 .get("name")
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
-                .ok_or_else(|| format!("tools[{i}]: \"function.name\" must be a non-empty string"))?;
+                .ok_or_else(|| {
+                    format!("tools[{i}]: \"function.name\" must be a non-empty string")
+                })?;
             let parameters = match f.get("parameters") {
                 None | Some(Value::Null) => json!({"type": "object"}),
                 Some(p @ Value::Object(_)) => p.clone(),
-                Some(_) => return Err(format!("tools[{i}]: \"function.parameters\" must be an object")),
+                Some(_) => {
+                    return Err(format!(
+                        "tools[{i}]: \"function.parameters\" must be an object"
+                    ))
+                }
             };
             Ok(Tool {
                 name: name.to_string(),
@@ -365,11 +373,19 @@ mod tests {
             name: n.into(),
             parameters: json!({"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}),
         };
-        let all: Vec<&dyn ToolFormat> = formats().iter().copied().chain([&generic::Generic as &dyn ToolFormat]).collect();
+        let all: Vec<&dyn ToolFormat> = formats()
+            .iter()
+            .copied()
+            .chain([&generic::Generic as &dyn ToolFormat])
+            .collect();
         for f in all {
             for tools in [vec![tool("a")], vec![tool("a"), tool("b")]] {
-                for (parallel, required) in [(false, false), (true, false), (false, true), (true, true)] {
-                    let g = f.grammar(&tools, CallOptions { parallel, required }).unwrap();
+                for (parallel, required) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
+                    let g = f
+                        .grammar(&tools, CallOptions { parallel, required })
+                        .unwrap();
                     if let Err(e) = crate::grammar::Grammar::parse(&g.gbnf, None) {
                         panic!("{}: {e}\n{}", f.name(), g.gbnf);
                     }
@@ -391,8 +407,14 @@ mod tests {
     #[test]
     fn tool_choice_named_keeps_one_tool() {
         let tools = vec![
-            Tool { name: "a".into(), parameters: json!({}) },
-            Tool { name: "b".into(), parameters: json!({}) },
+            Tool {
+                name: "a".into(),
+                parameters: json!({}),
+            },
+            Tool {
+                name: "b".into(),
+                parameters: json!({}),
+            },
         ];
         let choice = json!({"type": "function", "function": {"name": "b"}});
         let (c, kept) = parse_tool_choice(Some(&choice), tools.clone()).unwrap();

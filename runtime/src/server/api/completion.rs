@@ -7,13 +7,13 @@
 use crate::chat::messages::content_text;
 use crate::chat::reply::{self, Delta, ReasoningFormat, ReplyParser};
 use crate::chat::tools::ChatMsg;
-use crate::server::tools::{calls_for_template, ToolPlan};
 use crate::chat::{normalize_messages, MessageError, RenderOptions};
 use crate::generate::{GenerateOptions, PositionProbs, Timings};
 use crate::server::error::ApiError;
 use crate::server::params::{wrong_type, Body};
 use crate::server::slots::{Event, Finished, Job, Progress};
 use crate::server::streams::{self, Producer, StreamSession};
+use crate::server::tools::{calls_for_template, ToolPlan};
 use crate::server::{read_body, AppState, Ready};
 use crate::tokenizer::{TokenId, Vocab};
 use axum::body::{Body as HttpBody, Bytes};
@@ -454,7 +454,9 @@ fn reply_parser(
     let mut tools = None;
     if let Some(plan) = &chat.tools {
         if let Some(g) = plan.grammar()? {
-            if opts.grammar.is_some() && (body.get("grammar").is_some() || body.get("json_schema").is_some()) {
+            if opts.grammar.is_some()
+                && (body.get("grammar").is_some() || body.get("json_schema").is_some())
+            {
                 return Err(ApiError::invalid("Cannot specify grammar with tools"));
             }
             let table = crate::grammar::TokenTable::shared(&ready.vocab);
@@ -473,7 +475,10 @@ fn reply_parser(
         }
     }
     let forced_open = chat.prefill.is_empty() && reply::thinking_forced_open(&chat.text);
-    if let Some(n) = compat.reasoning_budget.and_then(|n| usize::try_from(n).ok()) {
+    if let Some(n) = compat
+        .reasoning_budget
+        .and_then(|n| usize::try_from(n).ok())
+    {
         opts.reasoning_budget = Some(crate::reasoning_budget::ReasoningBudget {
             n,
             end: ready.vocab.tokenize(reply::THINK_END, false, true),
@@ -777,36 +782,38 @@ fn stream(
                                     p,
                                     v.pointer_mut("/choices/0").and_then(Value::as_object_mut),
                                 ) {
-                                    let p = probs_json(&ready.vocab, p, req.opts.post_sampling_probs);
+                                    let p =
+                                        probs_json(&ready.vocab, p, req.opts.post_sampling_probs);
                                     c.insert("logprobs".into(), json!({ "content": [p] }));
                                 }
-                                if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
+                                if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut())
+                                {
                                     o.insert("timings".into(), timings_json(&timings));
                                 }
                             }
                             events.push(v);
                         }
                     } else {
-                    // A continued message's text goes out with the first token, as
-                    // llama-server's first content delta carries it.
-                    let content = if n_decoded == 1 && !req.prefill.is_empty() {
-                        format!("{}{content}", req.prefill)
-                    } else {
-                        content
-                    };
-                    let mut v = partial_json(
-                        &ready,
-                        &req,
-                        api,
-                        &content,
-                        token,
-                        probs.as_ref(),
-                        n_decoded,
-                    );
-                    if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
-                        o.insert("timings".into(), timings_json(&timings));
-                    }
-                    events.push(v);
+                        // A continued message's text goes out with the first token, as
+                        // llama-server's first content delta carries it.
+                        let content = if n_decoded == 1 && !req.prefill.is_empty() {
+                            format!("{}{content}", req.prefill)
+                        } else {
+                            content
+                        };
+                        let mut v = partial_json(
+                            &ready,
+                            &req,
+                            api,
+                            &content,
+                            token,
+                            probs.as_ref(),
+                            n_decoded,
+                        );
+                        if let (true, Some(o)) = (req.timings_per_token, v.as_object_mut()) {
+                            o.insert("timings".into(), timings_json(&timings));
+                        }
+                        events.push(v);
                     }
                 }
                 Event::Progress(p) => events.push(progress_json(&ready, &req, api, &p)),
@@ -997,7 +1004,11 @@ fn delta_json(d: &Delta, ids: &mut Vec<String>) -> Value {
             while ids.len() <= *index {
                 ids.push(tool_call_id());
             }
-            let id = if call.id.is_empty() { &ids[*index] } else { &call.id };
+            let id = if call.id.is_empty() {
+                &ids[*index]
+            } else {
+                &call.id
+            };
             json!({ "tool_calls": [{
                 "index": index,
                 "id": id,
@@ -1101,7 +1112,10 @@ fn final_json(ready: &Ready, req: &Request, api: Api, f: &Finished) -> Value {
                     let mut msg = parser.parse(&c.content, false);
                     msg.content = format!("{}{}", req.prefill, msg.content);
                     let ids: Vec<String> = msg.tool_calls.iter().map(|_| tool_call_id()).collect();
-                    (crate::chat::tools::message_json(&msg, &ids), !msg.tool_calls.is_empty())
+                    (
+                        crate::chat::tools::message_json(&msg, &ids),
+                        !msg.tool_calls.is_empty(),
+                    )
                 }
                 None => (
                     json!({ "role": "assistant", "content": format!("{}{}", req.prefill, c.content) }),
