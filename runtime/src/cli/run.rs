@@ -316,7 +316,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut session = open_session_rows(&args.model, &gguf, &model, logits, 1)?;
     let draft_files = DraftFiles::open(&args.gen, &args.model.engine, &vocab)?;
     let mut draft = match &draft_files {
-        Some(f) => Some(f.drafter(&args.gen, &args.model, session.n_ctx(), vocab.n_vocab())?),
+        Some(f) => Some(f.drafter(&args.model, session.n_ctx(), vocab.n_vocab())?),
         None => None,
     };
     if let Some(p) = spinner {
@@ -354,6 +354,7 @@ pub struct DraftFiles {
     path: PathBuf,
     gguf: GgufFile,
     model: compiler::Model,
+    params: crate::speculative::draft::DraftParams,
 }
 
 impl DraftFiles {
@@ -367,7 +368,7 @@ impl DraftFiles {
         engine: &super::compile::EngineArgs,
         target: &Vocab,
     ) -> anyhow::Result<Option<DraftFiles>> {
-        let Some((path, _)) = gen.draft_model()? else {
+        let Some((path, params)) = gen.draft_model()? else {
             return Ok(None);
         };
         let (gguf, model, vocab) =
@@ -382,6 +383,7 @@ impl DraftFiles {
             path: path.to_path_buf(),
             gguf,
             model,
+            params,
         }))
     }
 
@@ -392,7 +394,6 @@ impl DraftFiles {
     /// A compile or load error of the draft model.
     pub fn drafter(
         &self,
-        gen: &GenArgs,
         target: &ModelArgs,
         n_ctx: usize,
         n_vocab_target: usize,
@@ -408,10 +409,9 @@ impl DraftFiles {
         };
         let session = open_session_rows(&args, &self.gguf, &self.model, LogitRows::Last, 1)
             .with_context(|| format!("-md {}", self.path.display()))?;
-        let params = gen.draft_model()?.map(|(_, p)| p).unwrap_or_default();
         Ok(crate::speculative::draft::DraftModel::new(
             session,
-            params,
+            self.params,
             n_vocab_target,
         ))
     }

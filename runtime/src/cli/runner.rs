@@ -338,7 +338,7 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                         engine: cli.common.engine.clone(),
                         backend_args: cli.common.backend.clone(),
                     };
-                    Some(f.drafter(&gen, &target, session.n_ctx(), vocab.n_vocab())?)
+                    Some(f.drafter(&target, session.n_ctx(), vocab.n_vocab())?)
                 }
                 None => None,
             };

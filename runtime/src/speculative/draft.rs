@@ -172,19 +172,26 @@ impl Drafter for DraftModel<'_> {
 /// within the [`DRAFT_TOP_K`] most likely (llama.cpp's draft sampler: top-k, then a softmax
 /// over what is left).
 fn most_likely(logits: &[f32]) -> (TokenId, f32) {
-    let mut top: Vec<(f32, usize)> = Vec::with_capacity(DRAFT_TOP_K + 1);
+    // The top logits, largest first (earlier ids first among equals); no allocation per
+    // drafted token.
+    let mut top = [f32::NEG_INFINITY; DRAFT_TOP_K];
+    let mut id = 0usize;
     for (i, &l) in logits.iter().enumerate() {
-        if top.len() == DRAFT_TOP_K && l <= top[DRAFT_TOP_K - 1].0 {
+        if l <= top[DRAFT_TOP_K - 1] {
             continue;
         }
-        let at = top.partition_point(|&(t, _)| t >= l);
-        top.insert(at, (l, i));
-        top.truncate(DRAFT_TOP_K);
+        let at = top.partition_point(|&t| t >= l);
+        if at == 0 {
+            id = i;
+        }
+        top.copy_within(at..DRAFT_TOP_K - 1, at + 1);
+        top[at] = l;
     }
-    let Some(&(max, id)) = top.first() else {
+    let max = top[0];
+    if max == f32::NEG_INFINITY {
         return (0, 0.0);
-    };
-    let sum: f32 = top.iter().map(|&(l, _)| (l - max).exp()).sum();
+    }
+    let sum: f32 = top.iter().map(|&l| (l - max).exp()).sum();
     (id as TokenId, 1.0 / sum)
 }
 
