@@ -93,6 +93,8 @@ pub mod layout;
 pub mod matmul;
 pub mod pool;
 pub mod rows;
+pub mod select;
+pub mod target;
 
 pub use generated::{SumOrder, Tiling};
 pub use jit::{CodegenError, Jit, JitCode, Result};

@@ -22,19 +22,20 @@
 use ir::ggml::{self, GgmlType, Q8Flavor, RepackKernel};
 
 use crate::handwritten::{fdot, qdot, qdot_repack, qdot_tiled};
+use crate::target::Tier;
 
 /// Whether weights of type `wtype` can be multiplied by the row-dot kernels: a block type
 /// whose x86 dot product `ir::ggml` (or [`crate::handwritten::qdot`]) computes.
 pub fn supports(wtype: GgmlType) -> bool {
-    RowDot::new(wtype).is_some()
+    RowDot::new(wtype, Tier::Plain).is_some()
 }
 
 /// Whether the row-dot kernels compute prompt-sized products of `wtype` weights (that
 /// llama.cpp does not repack) in llama.cpp's x86 order with a 4 × 4 tile on this host: the
 /// executor then takes them for prompts instead of a generated kernel (Q8_0 in the exact
 /// mode).
-pub(crate) fn tiles_prompts(wtype: GgmlType) -> bool {
-    RowDot::new(wtype)
+pub(crate) fn tiles_prompts(wtype: GgmlType, tier: Tier) -> bool {
+    RowDot::at_level(wtype, tier)
         .is_some_and(|d| d.exact() && (d.fast4x4.is_some() || d.fast_cols4x4.is_some()))
 }
 
@@ -44,9 +45,10 @@ pub(crate) fn tiles_prompts(wtype: GgmlType) -> bool {
 /// SmolLM2, same minutes: Q4_0 806 → 1309–1322 t/s, Q2_K 868–875 → 1288–1296, Q3_K_M
 /// 904–915 → 1333–1354; Q6_K, Q4_K and Q5_K measured 1–3% slower that way and keep the
 /// generated kernel).
-pub(crate) fn packs_prompts(wtype: GgmlType, ne: [u64; 4]) -> bool {
+pub(crate) fn packs_prompts(wtype: GgmlType, ne: [u64; 4], tier: Tier) -> bool {
     matches!(wtype, GgmlType::Q4_0 | GgmlType::Q2_K | GgmlType::Q3_K)
-        && RowDot::for_weight(wtype, ne).is_some_and(|d| d.exact() && d.packed8x16.is_some())
+        && RowDot::repacked_at_level(wtype, ne, tier)
+            .is_some_and(|d| d.exact() && d.packed8x16.is_some())
 }
 
 /// Whether the row-dot kernels also take decode steps of `wtype` weights in the exact
@@ -55,8 +57,8 @@ pub(crate) fn packs_prompts(wtype: GgmlType, ne: [u64; 4]) -> bool {
 /// measured faster than the generated kernel's (SmolLM2 Q4_1, one thread: about 20% less
 /// CPU time per token; BENCHMARKS.md, sessions 9, 19 and 20), so their weights are read in
 /// place at every step size and never repacked.
-pub(crate) fn decodes(wtype: GgmlType) -> bool {
-    RowDot::new(wtype).is_some_and(|d| d.exact() && d.fast4rows.is_some())
+pub(crate) fn decodes(wtype: GgmlType, tier: Tier) -> bool {
+    RowDot::at_level(wtype, tier).is_some_and(|d| d.exact() && d.fast4rows.is_some())
 }
 
 /// Which order a weight's products follow (module doc).
@@ -125,7 +127,13 @@ pub(crate) struct RowDot {
 impl RowDot {
     /// The dot product for a weight of type `wtype` that llama.cpp does not repack, if the
     /// type has one.
-    pub fn new(wtype: GgmlType) -> Option<RowDot> {
+    pub fn new(wtype: GgmlType, tier: Tier) -> Option<RowDot> {
+        RowDot::at_level(wtype, tier.min(Tier::host()))
+    }
+
+    /// [`RowDot::new`] with the routines of `tier` whatever the host has: for asking which
+    /// routines a level has (`crate::select`), never for running them.
+    pub(crate) fn at_level(wtype: GgmlType, tier: Tier) -> Option<RowDot> {
         let act = ggml::vec_dot_type(wtype)?;
         // Probe the references with one zero block: they refuse types they do not compute.
         let w = vec![0u8; wtype.type_size()];
@@ -140,25 +148,27 @@ impl RowDot {
             wtype,
             act,
             order,
-            fast: qdot::dot_fn(wtype),
+            fast: qdot::dot_fn(wtype, tier),
             fast_repack: None,
             fast_repack8: None,
-            fast_cols: qdot_tiled::tiled_fn(wtype),
-            fast4: qdot::dot4_fn(wtype),
-            fast_cols4: qdot_tiled::tiled4_fn(wtype),
+            fast_cols: qdot_tiled::tiled_fn(wtype, tier),
+            fast4: qdot::dot4_fn(wtype, tier),
+            fast_cols4: qdot_tiled::tiled4_fn(wtype, tier),
             fast_repack4: None,
             fast_repack8x4: None,
             fast_repack8x8: None,
             block8x8: None,
-            fast4x4: qdot::dot4x4_fn(wtype),
-            packed4x8: qdot::packed4x8_fn(wtype)
-                .or_else(|| crate::handwritten::qdot_kpacked::packed4x8_fn(wtype)),
-            packed_cols4x8: fdot::packed4x8_fn(wtype),
-            packed8x16: qdot_repack::tiled_packed8x16_fn(wtype),
-            fast_cols4x4: qdot::host_isa().and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
-            fast_cols4x8: fdot::tinyblas4x8_fn(wtype),
+            fast4x4: qdot::dot4x4_fn(wtype, tier),
+            packed4x8: qdot::packed4x8_fn(wtype, tier)
+                .or_else(|| crate::handwritten::qdot_kpacked::packed4x8_fn(wtype, tier)),
+            packed_cols4x8: fdot::packed4x8_fn(wtype, tier),
+            packed8x16: qdot_repack::tiled_packed8x16_fn(wtype, tier),
+            fast_cols4x4: tier
+                .isa()
+                .and_then(|isa| fdot::tinyblas4x4_fn_on(wtype, isa)),
+            fast_cols4x8: fdot::tinyblas4x8_fn(wtype, tier),
             fast_repack4x4: None,
-            fast4rows: qdot::dot4rows_fn(wtype),
+            fast4rows: qdot::dot4rows_fn(wtype, tier),
             gemv_only: false,
         })
     }
@@ -169,18 +179,24 @@ impl RowDot {
     /// llama.cpp's; for Q4_K where this host has the sixteen-row AMX form, llama.cpp's
     /// repacked gemv order for every column (`gemv_only`: its decode kernel's numbers, for
     /// any shape); else `None` (the caller keeps its other kernels).
-    pub fn for_weight_block(wtype: GgmlType) -> Option<RowDot> {
+    pub fn for_weight_block(wtype: GgmlType, tier: Tier) -> Option<RowDot> {
+        RowDot::block_at_level(wtype, tier.min(Tier::host()))
+    }
+
+    /// [`RowDot::for_weight_block`] at `tier` whatever the host has (as
+    /// [`RowDot::at_level`]: for asking, never for running).
+    pub(crate) fn block_at_level(wtype: GgmlType, tier: Tier) -> Option<RowDot> {
         if wtype == GgmlType::Q4_K {
-            let dot = RowDot::for_weight(wtype, [ggml::QK_K as u64, 8, 1, 1])?;
+            let dot = RowDot::repacked_at_level(wtype, [ggml::QK_K as u64, 8, 1, 1], tier)?;
             let amx = dot.packed8x16.is_some_and(|pk| pk.rows16.is_some());
             return (dot.order == Order::Repacked && amx).then_some(RowDot {
                 gemv_only: true,
                 ..dot
             });
         }
-        let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype)?);
-        let dot = RowDot::new(wtype)?;
-        let packed8x16 = qdot_repack::block_packed8x16_fn(wtype);
+        let block8x8 = Some(qdot_repack::block_dot8x8_fn(wtype, tier)?);
+        let dot = RowDot::at_level(wtype, tier)?;
+        let packed8x16 = qdot_repack::block_packed8x16_fn(wtype, tier);
         (dot.order == Order::X86 && dot.fast4rows.is_some()).then_some(RowDot {
             block8x8,
             packed8x16,
@@ -190,34 +206,39 @@ impl RowDot {
 
     /// The dot product for the weight `ne` (ggml order) of type `wtype`: in the repacked
     /// kernels' order where llama.cpp's x86 build repacks it, else as [`RowDot::new`].
-    pub fn for_weight(wtype: GgmlType, ne: [u64; 4]) -> Option<RowDot> {
+    pub fn for_weight(wtype: GgmlType, ne: [u64; 4], tier: Tier) -> Option<RowDot> {
+        RowDot::repacked_at_level(wtype, ne, tier.min(Tier::host()))
+    }
+
+    /// [`RowDot::for_weight`] at `tier` whatever the host has (as [`RowDot::at_level`]).
+    pub(crate) fn repacked_at_level(wtype: GgmlType, ne: [u64; 4], tier: Tier) -> Option<RowDot> {
         let repacked = ggml::repacked_by_llama_cpp(wtype, ne)
             && ggml::RepackedRow::new(wtype, &vec![0u8; wtype.type_size()]).is_ok();
         if !repacked {
-            return RowDot::new(wtype);
+            return RowDot::at_level(wtype, tier);
         }
         Some(RowDot {
             wtype,
             act: ggml::vec_dot_type(wtype)?,
             order: Order::Repacked,
             fast: None,
-            fast_repack: qdot_repack::dot_fn(wtype),
-            fast_repack8: qdot_repack::dot8_fn(wtype),
+            fast_repack: qdot_repack::dot_fn(wtype, tier),
+            fast_repack8: qdot_repack::dot8_fn(wtype, tier),
             fast_cols: None,
             fast4: None,
             fast_cols4: None,
-            fast_repack4: qdot_repack::dot4_fn(wtype),
-            fast_repack8x4: qdot_repack::dot8x4_fn(wtype),
-            fast_repack8x8: qdot_repack::dot8x8_fn(wtype),
+            fast_repack4: qdot_repack::dot4_fn(wtype, tier),
+            fast_repack8x4: qdot_repack::dot8x4_fn(wtype, tier),
+            fast_repack8x8: qdot_repack::dot8x8_fn(wtype, tier),
             block8x8: None,
             fast4x4: None,
             packed4x8: None,
             packed_cols4x8: None,
-            packed8x16: qdot_repack::packed8x16_fn(wtype),
+            packed8x16: qdot_repack::packed8x16_fn(wtype, tier),
             fast_cols4x4: None,
             fast_cols4x8: None,
-            fast_repack4x4: qdot_repack::dot4x4_fn(wtype),
-            fast4rows: qdot_repack::gemv4rows_fn(wtype),
+            fast_repack4x4: qdot_repack::dot4x4_fn(wtype, tier),
+            fast4rows: qdot_repack::gemv4rows_fn(wtype, tier),
             gemv_only: false,
         })
     }
@@ -1052,12 +1073,12 @@ pub struct RowsMatmul {
 
 impl RowsMatmul {
     /// The product for weights of type `wtype` with `k` values per row, `m` rows and `n`
-    /// tokens.
+    /// tokens, with the routines of this host's level ([`Tier::host`]).
     ///
     /// Errors: [`crate::CodegenError::UnsupportedType`] for a type without a row-dot
     /// routine; [`crate::CodegenError::Shape`] when `k` is not a whole number of blocks.
     pub fn new(wtype: GgmlType, k: usize, m: usize, n: usize) -> crate::Result<RowsMatmul> {
-        let dot = RowDot::for_weight(wtype, [k as u64, m as u64, 1, 1])
+        let dot = RowDot::for_weight(wtype, [k as u64, m as u64, 1, 1], Tier::host())
             .ok_or(crate::CodegenError::UnsupportedType(wtype.name()))?;
         let (row_bytes, act_row) = dot.row_bytes(k).zip(dot.act_row_bytes(k)).ok_or_else(|| {
             crate::CodegenError::Shape(format!("{k} values are not whole {} blocks", wtype.name()))
@@ -1082,7 +1103,7 @@ impl RowsMatmul {
     /// The same product in the block order of `--kernels fast` ([`RowDot::for_weight_block`]),
     /// where this host has that tile for the type; else `None`.
     pub fn block_order(self) -> Option<RowsMatmul> {
-        let dot = RowDot::for_weight_block(self.dot.wtype)?;
+        let dot = RowDot::for_weight_block(self.dot.wtype, Tier::host())?;
         Some(RowsMatmul { dot, ..self })
     }
 
@@ -1432,7 +1453,7 @@ mod tests {
                     .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
                     .collect();
                 let mm = RowsMatmul::new(t, k, m, n).expect("MXFP4 has row-dot kernels");
-                assert!(mm.exact() && mm.simd() == crate::handwritten::qdot::host_isa().is_some());
+                assert!(mm.exact() && mm.simd() == Tier::host().isa().is_some());
                 let mut act = vec![0u8; mm.act_bytes()];
                 mm.prepare(&x, &mut act).expect("prepares");
                 let mut out = vec![0f32; m * n];

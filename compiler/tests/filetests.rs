@@ -6,30 +6,8 @@
 
 use compiler::passes::{pass_names, run_pass, CompileOptions, FixedGraphs, Module, PassCtx};
 use ir::graph::{DType, KvTypes};
-use std::path::{Path, PathBuf};
-
-/// The line between a case's input and its expected output.
-const SEPARATOR: &str = "; ---- expected ----";
-
-fn filetests_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/filetests"))
-}
-
-/// Every `.ir` file under `dir`, sorted.
-fn ir_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            ir_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "ir") {
-            out.push(p);
-        }
-    }
-    out.sort();
-}
+use modelc_tests::filetest::{self, Outcome};
+use std::path::Path;
 
 /// What a case's header says.
 #[derive(Default)]
@@ -78,16 +56,10 @@ fn header(input: &str) -> Result<Header, String> {
                 .map_err(|_| bad(format!("`{key}` needs a number, found `{v}`")))
         };
         match key {
-            "pass" => {
-                if !pass_names().contains(&value) {
-                    return Err(bad(format!(
-                        "no pass named `{value}` (passes: {})",
-                        pass_names().join(", ")
-                    )));
-                }
-                h.pass = Some(value.to_string());
-            }
+            "pass" => h.pass = Some(value.to_string()),
             "target" => h.target = Some(value.to_string()),
+            // The CPU backend's directives (`codegen-cpu/tests/filetests.rs`).
+            "cpu" | "kernels" => {}
             "n_ctx" => h.opts.n_ctx = num(value)?,
             "align" => h.opts.align = num(value)? as u64,
             "ubatch" => {
@@ -107,9 +79,17 @@ fn header(input: &str) -> Result<Header, String> {
             "ctv" => h.opts.kv_types.v = kv_type(value).map_err(bad)?,
             _ => {
                 return Err(bad(format!(
-                    "unknown directive `{key}` (pass, n_ctx, ubatch, all_logits, ctk, ctv, align, target)"
+                    "unknown directive `{key}` (pass, n_ctx, ubatch, all_logits, ctk, ctv, align, target, cpu, kernels)"
                 )))
             }
+        }
+    }
+    if let Some(p) = &h.pass {
+        if h.target.is_none() && !pass_names().contains(&p.as_str()) {
+            return Err(format!(
+                "no pass named `{p}` (passes: {})",
+                pass_names().join(", ")
+            ));
         }
     }
     Ok(h)
@@ -148,121 +128,29 @@ fn run_case(input: &str, h: &Header, pass: &str) -> Result<String, String> {
     })
 }
 
-/// A line diff of `want` and `got` (`-` expected, `+` got), with two lines of context.
-fn diff(want: &str, got: &str) -> String {
-    let (a, b): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-    let (n, m) = (a.len(), b.len());
-    if n * m > 4_000_000 {
-        let i = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-        return format!(
-            "first difference at line {}:\n- {}\n+ {}\n",
-            i + 1,
-            a.get(i).unwrap_or(&"<end>"),
-            b.get(i).unwrap_or(&"<end>")
-        );
-    }
-    // Longest common subsequence table, from the back.
-    let mut l = vec![vec![0u32; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            l[i][j] = if a[i] == b[j] {
-                l[i + 1][j + 1] + 1
-            } else {
-                l[i + 1][j].max(l[i][j + 1])
-            };
-        }
-    }
-    let mut ops: Vec<(char, &str)> = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            ops.push((' ', a[i]));
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || l[i + 1][j] >= l[i][j + 1]) {
-            ops.push(('-', a[i]));
-            i += 1;
-        } else {
-            ops.push(('+', b[j]));
-            j += 1;
-        }
-    }
-    let near = |k: usize| {
-        let lo = k.saturating_sub(2);
-        let hi = (k + 3).min(ops.len());
-        ops[lo..hi].iter().any(|o| o.0 != ' ')
-    };
-    let mut out = String::new();
-    let mut skipped = false;
-    for (k, (c, line)) in ops.iter().enumerate() {
-        if near(k) {
-            if skipped {
-                out += "  …\n";
-                skipped = false;
-            }
-            out += &format!("{c} {line}\n");
-        } else {
-            skipped = true;
-        }
-    }
-    out
-}
-
-enum Outcome {
-    Passed,
-    Blessed,
-    Skipped,
-}
-
 fn run_file(path: &Path, bless: bool) -> Result<Outcome, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    let (input, expected) = match text.find(&format!("\n{SEPARATOR}")) {
-        Some(at) => {
-            let rest = &text[at + 1 + SEPARATOR.len()..];
-            let rest = rest.strip_prefix('\n').unwrap_or(rest);
-            (&text[..at + 1], Some(rest))
+    filetest::check(path, bless, |input| {
+        let h = header(input)?;
+        let Some(pass) = h.pass.clone() else {
+            if h.target.is_some() {
+                return Ok(None);
+            }
+            return Err("the header names no pass (`; pass: NAME`)".to_string());
+        };
+        // A backend's own pass (`; target: cpu`, `; pass: select-kernels`): its runner's.
+        if h.target.is_some() && !pass_names().contains(&pass.as_str()) {
+            return Ok(None);
         }
-        None if text.starts_with(SEPARATOR) => ("", Some(&text[SEPARATOR.len()..])),
-        None => (text.as_str(), None),
-    };
-    let h = header(input)?;
-    let Some(pass) = h.pass.clone() else {
-        if h.target.is_some() {
-            return Ok(Outcome::Skipped);
-        }
-        return Err("the header names no pass (`; pass: NAME`)".to_string());
-    };
-    let got = run_case(input, &h, &pass)?;
-    if expected == Some(got.as_str()) {
-        return Ok(Outcome::Passed);
-    }
-    if bless {
-        let mut new = input.to_string();
-        if !new.is_empty() && !new.ends_with('\n') {
-            new.push('\n');
-        }
-        new += SEPARATOR;
-        new.push('\n');
-        new += &got;
-        std::fs::write(path, new).map_err(|e| format!("cannot bless: {e}"))?;
-        return Ok(Outcome::Blessed);
-    }
-    Err(match expected {
-        None => format!("no `{SEPARATOR}` line; run with MODELC_BLESS=1 to write what `{pass}` gives:\n{got}"),
-        Some(want) => format!(
-            "after `{pass}` the module differs from the expected one (- expected, + got; MODELC_BLESS=1 accepts it):\n{}",
-            diff(want, &got)
-        ),
+        Ok(Some((pass.clone(), run_case(input, &h, &pass)?)))
     })
 }
 
 #[test]
 fn filetests() {
-    let dir = filetests_dir();
-    let mut files = Vec::new();
-    ir_files(&dir, &mut files);
+    let dir = filetest::dir();
+    let files = filetest::ir_files(&dir);
     assert!(!files.is_empty(), "no .ir files under {}", dir.display());
-    let bless = std::env::var("MODELC_BLESS").as_deref() == Ok("1");
+    let bless = filetest::bless();
     let mut failed = Vec::new();
     let mut covered = std::collections::BTreeSet::new();
     let (mut passed, mut blessed, mut skipped) = (0, 0, 0);

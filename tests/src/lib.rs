@@ -10,6 +10,8 @@
 //!
 //! The crate is a dev-dependency of every crate whose tests read such files.
 
+pub mod filetest;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

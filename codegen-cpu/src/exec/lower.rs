@@ -31,6 +31,7 @@ use crate::handwritten::rope::RopeTable;
 use crate::layout::{repack, supports, RepackedWeight};
 use crate::matmul::MatmulSpec;
 use crate::rows::RowDot;
+use crate::select::{MatFamily, MatKernel};
 
 /// Sizes of the scratch buffers the lowered ops need.
 #[derive(Clone, Copy, Debug, Default)]
@@ -209,24 +210,30 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
         Ok(p)
     }
 
-    /// Weight `id` read in place by the row-dot kernels ([`crate::rows`]), with the input
-    /// preparation they need; `k` is the input's row length.
-    fn rows_weight(&mut self, id: WeightId, k: usize) -> Result<(Prep, MatWeight), String> {
+    /// Weight `id` read in place by the row-dot kernels ([`crate::rows`]) of the family
+    /// and level `choice` names, with the input preparation they need; `k` is the input's
+    /// row length.
+    fn rows_weight(
+        &mut self,
+        id: WeightId,
+        k: usize,
+        choice: MatKernel,
+    ) -> Result<(Prep, MatWeight), String> {
         let w = self.plan.weights[id.index()].clone();
         let t = w.dtype.ggml_type();
-        let block = match self.order {
-            SumOrder::Block => RowDot::for_weight_block(t),
-            SumOrder::Ggml => None,
-        };
-        let dot = block
-            .or_else(|| RowDot::for_weight(t, w.shape.ne))
-            .ok_or_else(|| {
-                format!(
-                    "weight {} is {}: no CPU matmul kernel for this type yet",
-                    w.name,
-                    t.name()
-                )
-            })?;
+        let dot = match choice.family {
+            MatFamily::Rows => RowDot::new(t, choice.tier),
+            MatFamily::Repacked => RowDot::for_weight(t, w.shape.ne, choice.tier),
+            MatFamily::Block => RowDot::for_weight_block(t, choice.tier),
+            MatFamily::Generated => None,
+        }
+        .ok_or_else(|| {
+            format!(
+                "weight {} is {}: no CPU matmul kernel for this type yet",
+                w.name,
+                t.name()
+            )
+        })?;
         if w.shape.ne[2] != 1 || w.shape.ne[3] != 1 {
             return Err(format!("weight {} {} is not a matrix", w.name, w.shape));
         }
@@ -435,18 +442,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     pub fn begin_step(&mut self, s: &Step) {
-        let out_ids = s.input(&Input::OutputIds);
-        let mut rows = std::collections::HashSet::new();
-        for k in &s.kernels {
-            let selects = matches!(k.op, KernelOp::Op(IrOp::GetRows))
-                && k.srcs.get(1).is_some_and(|&i| {
-                    out_ids.is_some_and(|o| s.values[i.index()].same_view(&s.values[o.index()]))
-                });
-            if selects || k.srcs.iter().any(|v| rows.contains(v)) {
-                rows.extend(k.dsts.iter().copied());
-            }
-        }
-        self.output_rows = rows;
+        self.output_rows = crate::select::output_rows(s);
     }
 
     fn kernel_inner(&mut self, s: &Step, k: &Kernel) -> Result<Vec<Op>, String> {
@@ -842,6 +838,13 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             None => None,
         };
         let n_mat = spec.n_mat as usize;
+        let choices = crate::select::mat_kernels(k)?;
+        if choices.len() != n_mat {
+            return Err(format!(
+                "{} kernel choices for {n_mat} weights (run select-kernels again)",
+                choices.len()
+            ));
+        }
         let mut mats = Vec::with_capacity(n_mat);
         let mut preps = Vec::with_capacity(n_mat);
         for i in 0..n_mat {
@@ -867,34 +870,8 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             let lm_head = name == "output.weight"
                 || name == "token_embd.weight"
                 || self.output_rows.contains(&srcs[0]);
-            // Weights llama.cpp repacks run its repacked kernels' order in the exact mode
-            // (the row-dot kernels have it; the generated ones do not).
-            let repacked =
-                self.order == SumOrder::Ggml && ir::ggml::repacked_by_llama_cpp(t, wv.shape.ne);
-            // Prompt steps of a type the row-dot kernels tile in the exact order (Q8_0) take
-            // them: 4 × 4 tiles beat the generated kernels' 2-token tiles there. Decode
-            // steps (and the language-model head, one token) keep the generated kernel.
-            // In the block order, prompts of a type whose exact prompt tile is packed take
-            // it: faster than the generated block-order kernel (`rows::packs_prompts`).
-            let prompt_tiles = n > 1
-                && !lm_head
-                && match self.order {
-                    SumOrder::Ggml => crate::rows::tiles_prompts(t),
-                    SumOrder::Block => crate::rows::packs_prompts(t, wv.shape.ne),
-                };
-            // Types whose row-dot kernels decode faster too (Q4_1) take them at every size;
-            // in the block order, where this host has the block-order tile for them.
-            // F32 / F16 / BF16 take them in both modes: their row-dot products are
-            // llama.cpp's and faster than the generated float kernels.
-            let rows_always = match self.order {
-                SumOrder::Ggml => crate::rows::decodes(t),
-                SumOrder::Block => {
-                    RowDot::for_weight_block(t).is_some()
-                        || t.block_size() == 1 && crate::rows::decodes(t)
-                }
-            };
-            if !supports(t) || repacked || prompt_tiles || rows_always {
-                let (prep, weight) = self.rows_weight(wid, kk)?;
+            if choices[i].family != MatFamily::Generated {
+                let (prep, weight) = self.rows_weight(wid, kk, choices[i])?;
                 preps.push(prep);
                 mats.push(Mat {
                     entry: None,

@@ -335,6 +335,28 @@ impl<'w> CompiledPlan<'w> {
         let n_threads = opts.n_threads.max(1);
         let order = opts.order;
         plan.verify().map_err(|e| ExecError::Plan(e.to_string()))?;
+        // The kernels are the plan's choice (`select-kernels`), made for a CPU this host
+        // must be able to run; a plan chosen for the other summation order, or not yet
+        // chosen for (tests, older runners), is chosen for again by the same pass: for its
+        // own CPU, else this host.
+        let reselected;
+        let plan = match crate::select::selection(plan).map_err(ExecError::Plan)? {
+            Some(sel) if sel.order().map_err(ExecError::Plan)? == order => {
+                sel.cpu.check_host().map_err(ExecError::Plan)?;
+                plan
+            }
+            sel => {
+                let cpu = match sel {
+                    Some(sel) => sel.cpu,
+                    None => crate::target::CpuTarget::host().map_err(ExecError::Plan)?,
+                };
+                cpu.check_host().map_err(ExecError::Plan)?;
+                let mut p = plan.clone();
+                crate::select::select_kernels(&mut p, &cpu, order).map_err(ExecError::Plan)?;
+                reselected = p;
+                &reselected
+            }
+        };
         if let Some(s) = plan.steps.iter().find(|s| !s.is_planned()) {
             return Err(ExecError::Plan(format!(
                 "step n_tokens={} is not memory-planned",

@@ -25,6 +25,7 @@ use ir::ggml::GgmlType;
 
 use super::qdot::{Dot4RowsFn, Dot4x4Fn, DotFn, Isa};
 use super::qdot_tiled::{Tiled4Fn, TiledFn};
+use crate::target::Tier;
 
 /// The `vec_dot` routine (one column) for `wtype` on `isa`.
 pub(crate) fn dot_fn_on(wtype: GgmlType, isa: Isa) -> Option<DotFn> {
@@ -118,9 +119,9 @@ pub(crate) fn tinyblas4x4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4x4Fn> {
 /// `wtype` on hosts with AVX-512: [`tinyblas4x8_fn`]'s products, each activation chunk
 /// converted to f32 once per chunk of tokens. Rows must be whole chunks of eight values
 /// (tinyBLAS's own condition; `multiple`).
-pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
+pub(crate) fn packed4x8_fn(wtype: GgmlType, tier: Tier) -> Option<super::qdot::Packed4x8> {
     #[cfg(target_arch = "x86_64")]
-    if super::qdot::host_isa() == Some(Isa::Vnni) {
+    if tier.vnni() {
         // F16 / BF16 weights widened to f32 once per four rows and chunk of tokens, then
         // the F32 tile: the same products and sums (the widening is exact).
         let (pack, widen): (super::qdot::Pack8Fn, _) = match wtype {
@@ -138,7 +139,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<super::qdot::Packed4x8> {
             widen,
         });
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -154,9 +155,9 @@ pub(crate) type Dot4x8Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 8]) -> [[f32; 4]; 8];
 /// [`Isa::Vnni`] ones): two columns share a 512-bit register, each in its own eight lanes,
 /// so every output keeps tinyBLAS's eight-lane sum while each `vfmadd` does sixteen
 /// products.
-pub(crate) fn tinyblas4x8_fn(wtype: GgmlType) -> Option<Dot4x8Fn> {
+pub(crate) fn tinyblas4x8_fn(wtype: GgmlType, tier: Tier) -> Option<Dot4x8Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::qdot::host_isa() == Some(Isa::Vnni) {
+    if tier.vnni() {
         return match wtype {
             GgmlType::F32 => Some(x86::f32_tinyblas_4x8_avx512),
             GgmlType::F16 => Some(x86::f16_tinyblas_4x8_avx512),
@@ -164,7 +165,7 @@ pub(crate) fn tinyblas4x8_fn(wtype: GgmlType) -> Option<Dot4x8Fn> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -834,7 +835,7 @@ mod tests {
     #[test]
     #[allow(clippy::needless_range_loop)] // r indexes results and references alike
     fn half_dots_equal_the_reference() {
-        let Some(isa) = super::super::qdot::host_isa() else {
+        let Some(isa) = Tier::host().isa() else {
             return;
         };
         let isas = if isa == Isa::Vnni {
@@ -869,7 +870,7 @@ mod tests {
                         }
                     }
                 }
-                if let Some(f) = tinyblas4x8_fn(t) {
+                if let Some(f) = tinyblas4x8_fn(t, Tier::host()) {
                     let a8: [&[u8]; 8] = std::array::from_fn(|c| a[c % 4].as_slice());
                     // SAFETY: chosen for this host; rows of equal length.
                     let tile = unsafe { f(&w4, &a8) };
@@ -884,7 +885,7 @@ mod tests {
                         }
                     }
                 }
-                if let Some(pk) = packed4x8_fn(t).filter(|pk| n % pk.multiple == 0) {
+                if let Some(pk) = packed4x8_fn(t, Tier::host()).filter(|pk| n % pk.multiple == 0) {
                     let a8: [&[u8]; 8] = std::array::from_fn(|c| a[(c + 1) % 4].as_slice());
                     let mut panel = vec![0u8; n * pk.block_bytes];
                     // The rows the tile reads: widened to f32 where the type says so.

@@ -205,7 +205,7 @@ pub(crate) unsafe fn query_group(
         d_v,
     };
     #[cfg(target_arch = "x86_64")]
-    if qs.len() > 1 && !kv.v_q8 && super::qdot::host_isa() == Some(super::qdot::Isa::Vnni) {
+    if qs.len() > 1 && !kv.v_q8 && crate::target::Tier::host().vnni() {
         let stride = query_scratch(d_k, d_v, hi - lo);
         for (qs, outs) in qs.chunks(GROUP).zip(outs.chunks(GROUP)) {
             let n = qs.len();

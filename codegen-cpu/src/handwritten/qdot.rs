@@ -18,6 +18,8 @@
 
 use ir::ggml::GgmlType;
 
+use crate::target::Tier;
+
 /// Which build of the tile routines runs (`x86::avx2` or `x86::vnni`): the same numbers,
 /// chosen by the host's features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,25 +30,21 @@ pub(crate) enum Isa {
     Vnni,
 }
 
-/// The best [`Isa`] of this host; `None` without AVX2 (or off x86-64), where the plain
-/// lane-faithful routines run.
-pub(crate) fn host_isa() -> Option<Isa> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::has_vnni() {
-            return Some(Isa::Vnni);
-        }
-        if super::has_avx2() {
-            return Some(Isa::Avx2);
+impl Isa {
+    /// The lowest [`Tier`] whose routines are this build's.
+    #[cfg(test)]
+    pub(crate) fn tier(self) -> Tier {
+        match self {
+            Isa::Avx2 => Tier::Avx2,
+            Isa::Vnni => Tier::Avx512Vnni,
         }
     }
-    None
 }
 
 /// Every [`Isa`] this host can run (the tests check each build).
 #[cfg(test)]
 pub(crate) fn host_isas() -> Vec<Isa> {
-    match host_isa() {
+    match Tier::host().isa() {
         Some(Isa::Vnni) => vec![Isa::Avx2, Isa::Vnni],
         Some(Isa::Avx2) => vec![Isa::Avx2],
         None => Vec::new(),
@@ -78,8 +76,8 @@ macro_rules! on_isa {
 pub(crate) type DotFn = unsafe fn(&[u8], &[u8]) -> f32;
 
 /// The hand-written routine for weights of type `wtype` on this host, if there is one.
-pub(crate) fn dot_fn(wtype: GgmlType) -> Option<DotFn> {
-    dot_fn_on(wtype, host_isa()?)
+pub(crate) fn dot_fn(wtype: GgmlType, tier: Tier) -> Option<DotFn> {
+    dot_fn_on(wtype, tier.isa()?)
 }
 
 /// [`dot_fn`] from `isa`'s build (which the host must have).
@@ -128,8 +126,8 @@ pub(crate) type Dot4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 /// one: the types whose `vec_dot` order llama.cpp also keeps for prompts (Q5_0 and Q8_0
 /// through tinyBLAS, which gives the same numbers, Q4_1 and Q5_1); the K-quants switch to the
 /// tiled kernel there (`super::qdot_tiled`).
-pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<Dot4Fn> {
-    dot4_fn_on(wtype, host_isa()?)
+pub(crate) fn dot4_fn(wtype: GgmlType, tier: Tier) -> Option<Dot4Fn> {
+    dot4_fn_on(wtype, tier.isa()?)
 }
 
 /// [`dot4_fn`] from `isa`'s build (which the host must have).
@@ -158,8 +156,8 @@ pub(crate) fn dot4_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4Fn> {
 pub(crate) type Dot4x4Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 4]) -> [[f32; 4]; 4];
 
 /// The 4 × 4 tile form of [`dot4_fn`]'s routine for `wtype` on this host, if there is one.
-pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<Dot4x4Fn> {
-    dot4x4_fn_on(wtype, host_isa()?)
+pub(crate) fn dot4x4_fn(wtype: GgmlType, tier: Tier) -> Option<Dot4x4Fn> {
+    dot4x4_fn_on(wtype, tier.isa()?)
 }
 
 /// [`dot4x4_fn`] from `isa`'s build (which the host must have).
@@ -222,7 +220,7 @@ pub(crate) type WidenFn = unsafe fn(*const u8, usize, *mut f32);
 /// 512-bit register (`x86::tile32x8`): Q8_0, Q5_0, Q4_1 and Q5_1, whose `vec_dot` order
 /// llama.cpp keeps for prompts. (The float types' tinyBLAS-order tile is
 /// `fdot::packed4x8_fn`.)
-pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
+pub(crate) fn packed4x8_fn(wtype: GgmlType, tier: Tier) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
     fn quantized(pack: Pack8Fn, tile: Tile4x8Fn) -> Packed4x8 {
         Packed4x8 {
@@ -235,7 +233,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni512() {
+    if tier.vnni() {
         return match wtype {
             GgmlType::Q8_0 => Some(quantized(x86::q8_0_pack8, x86::q8_0_q8_0_4x8)),
             GgmlType::Q5_0 => Some(quantized(x86::q5_0_pack8, x86::q5_0_q8_0_4x8)),
@@ -244,7 +242,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -257,16 +255,12 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
 pub(crate) type Dot4RowsFn = unsafe fn(&[&[u8]; 4], &[u8]) -> [f32; 4];
 
 /// The four-row form of [`dot_fn`]'s routine for `wtype` on this host, if there is one.
-pub(crate) fn dot4rows_fn(wtype: GgmlType) -> Option<Dot4RowsFn> {
-    dot4rows_fn_on(wtype, host_isa()?)
-}
-
-/// [`dot4rows_fn`] from `isa`'s build (which the host must have).
-pub(crate) fn dot4rows_fn_on(wtype: GgmlType, isa: Isa) -> Option<Dot4RowsFn> {
+pub(crate) fn dot4rows_fn(wtype: GgmlType, tier: Tier) -> Option<Dot4RowsFn> {
+    let isa = tier.isa()?;
     // The forms that need AVX-512 VNNI on 512-bit registers (or AVX-512 VL with VNNI and
     // BW alongside): taken from the VNNI build where the host has them.
     #[cfg(target_arch = "x86_64")]
-    let vnni512 = isa == Isa::Vnni && super::has_vnni512();
+    let vnni512 = tier.vnni();
     #[cfg(target_arch = "x86_64")]
     return on_isa!(isa, |m| match wtype {
         GgmlType::Q4_1 => Some(m::q4_1_q8_1_4rows),
@@ -3104,7 +3098,7 @@ mod tests {
     fn four_row_routines_match_one() {
         let mut seed = 0x4a11_u64;
         for_each_case(&mut seed, |seed, t, f16_at, isa, blocks| {
-            let (Some(f), Some(f4r)) = (dot_fn_on(t, isa), dot4rows_fn_on(t, isa)) else {
+            let (Some(f), Some(f4r)) = (dot_fn_on(t, isa), dot4rows_fn(t, isa.tier())) else {
                 return;
             };
             let act_t = vec_dot_type(t).expect("has a vec_dot_type");
@@ -3179,7 +3173,7 @@ mod tests {
                 // SAFETY: as above.
                 check(&unsafe { f44(&ws, &a) }, "4x4");
             }
-            if let (Isa::Vnni, Some(f48)) = (isa, packed4x8_fn(t)) {
+            if let (Isa::Vnni, Some(f48)) = (isa, packed4x8_fn(t, crate::target::Tier::host())) {
                 let mut panel = vec![0u8; blocks * f48.block_bytes];
                 // SAFETY: as above; the panel holds `blocks` packed blocks.
                 let got = unsafe {

@@ -21,9 +21,9 @@ use super::qdot::Packed4x8;
 /// (F, VL, BW, VNNI): Q6_K (the output weight of llama-quantize's Q4_0, Q4_1, Q4_K_M and
 /// Q5_K_M files, and some FFN-down / V weights of the K-quant mixes). Q4_K, whose weights
 /// llama.cpp repacks, decodes in the repacked order instead (`qdot_repack`).
-pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
+pub(crate) fn packed4x8_fn(wtype: GgmlType, tier: crate::target::Tier) -> Option<Packed4x8> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni512() {
+    if tier.vnni() {
         let tile: super::qdot::Tile4x8Fn = match wtype {
             GgmlType::Q6_K => x86::q6_k_q8_k_4x8,
             _ => return None,
@@ -37,7 +37,7 @@ pub(crate) fn packed4x8_fn(wtype: GgmlType) -> Option<Packed4x8> {
             widen: None,
         });
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 

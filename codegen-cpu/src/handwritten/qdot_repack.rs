@@ -18,6 +18,8 @@
 
 use ir::ggml::{GgmlType, RepackKernel, RepackedRow};
 
+use crate::target::Tier;
+
 #[cfg(target_arch = "x86_64")]
 use super::qdot_amx;
 
@@ -30,9 +32,9 @@ use super::qdot_amx;
 pub(crate) type RepackDotFn = unsafe fn(&[u8], &[u8], RepackKernel) -> f32;
 
 /// The AVX2 routine for `wtype` on this host, if there is one.
-pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
+pub(crate) fn dot_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDotFn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if tier.avx2() {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0),
             GgmlType::IQ4_NL => Some(x86::iq4_nl),
@@ -41,7 +43,7 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -55,9 +57,9 @@ pub(crate) fn dot_fn(wtype: GgmlType) -> Option<RepackDotFn> {
 pub(crate) type RepackDot8Fn = unsafe fn(&[&[u8]; 8], &[u8]) -> [f32; 8];
 
 /// The eight-row AVX2 routine for `wtype` on this host, if there is one.
-pub(crate) fn dot8_fn(wtype: GgmlType) -> Option<RepackDot8Fn> {
+pub(crate) fn dot8_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot8Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if tier.avx2() {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8),
@@ -65,7 +67,7 @@ pub(crate) fn dot8_fn(wtype: GgmlType) -> Option<RepackDot8Fn> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -78,12 +80,12 @@ pub(crate) type RepackDot4Fn = unsafe fn(&[u8], &[&[u8]; 4], RepackKernel) -> [f
 
 /// The four-column AVX2 routine for `wtype` on this host, if there is one (Q4_K: Q4_0 and
 /// IQ4_NL take [`RepackDot8x4Fn`]).
-pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<RepackDot4Fn> {
+pub(crate) fn dot4_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() && wtype == GgmlType::Q4_K {
+    if tier.avx2() && wtype == GgmlType::Q4_K {
         return Some(x86::q4_k_x4);
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -95,12 +97,12 @@ pub(crate) fn dot4_fn(wtype: GgmlType) -> Option<RepackDot4Fn> {
 pub(crate) type RepackDot4x4Fn = unsafe fn(&[&[u8]; 4], &[&[u8]; 4], RepackKernel) -> [[f32; 4]; 4];
 
 /// The four-row, four-column AVX2 routine for `wtype` on this host, if there is one (Q4_K).
-pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
+pub(crate) fn dot4x4_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot4x4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() && wtype == GgmlType::Q4_K {
+    if tier.avx2() && wtype == GgmlType::Q4_K {
         return Some(x86::q4_k_4x4);
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -109,15 +111,12 @@ pub(crate) fn dot4x4_fn(wtype: GgmlType) -> Option<RepackDot4x4Fn> {
 /// [`RepackDotFn`] gives for row `w[r]`, the activation row and the gemv kernel (a decode
 /// token's product; llama.cpp's gemv for the last `ncols % 4` columns). Safety: as
 /// [`RepackDotFn`], for each row.
-pub(crate) fn gemv4rows_fn(wtype: GgmlType) -> Option<super::qdot::Dot4RowsFn> {
+pub(crate) fn gemv4rows_fn(wtype: GgmlType, tier: Tier) -> Option<super::qdot::Dot4RowsFn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni512()
-        && std::is_x86_feature_detected!("avx512vbmi")
-        && wtype == GgmlType::Q4_K
-    {
+    if tier.vnni() && tier.vbmi() && wtype == GgmlType::Q4_K {
         return Some(x86::q4_k_gemv_4rows);
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -130,9 +129,9 @@ pub(crate) fn gemv4rows_fn(wtype: GgmlType) -> Option<super::qdot::Dot4RowsFn> {
 pub(crate) type RepackDot8x4Fn = unsafe fn(&[&[u8]; 8], &[&[u8]; 4]) -> [[f32; 8]; 4];
 
 /// The eight-row, four-column AVX2 routine for `wtype` on this host, if there is one.
-pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
+pub(crate) fn dot8x4_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot8x4Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
+    if tier.avx2() {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8x4),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x4),
@@ -140,7 +139,7 @@ pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -157,17 +156,17 @@ pub(crate) fn dot8x4_fn(wtype: GgmlType) -> Option<RepackDot8x4Fn> {
 pub(crate) type RepackDot8x8Fn = unsafe fn(&[&[u8]; 8], &[&[u8]; 8]) -> [[f32; 8]; 8];
 
 /// The eight-row, eight-column routine for `wtype` on this host, if there is one.
-pub(crate) fn dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
+pub(crate) fn dot8x8_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot8x8Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni() {
+    if tier.vnni() {
         return match wtype {
             GgmlType::Q4_0 => Some(x86::q4_0_x8x8),
             GgmlType::IQ4_NL => Some(x86::iq4_nl_x8x8),
-            GgmlType::Q4_K if super::has_vnni512() => Some(x86::q4_k_gemm_x8x8),
+            GgmlType::Q4_K if tier.vnni() => Some(x86::q4_k_gemm_x8x8),
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -177,9 +176,9 @@ pub(crate) fn dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
 /// `ggml_vec_dot_*`. Q4_1, Q5_0, Q5_1 and Q8_0 (the types whose exact decode routines the
 /// fast mode keeps for one token), on hosts with AVX-512 VNNI; the same
 /// columns-in-lanes tile as [`dot8x8_fn`].
-pub(crate) fn block_dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
+pub(crate) fn block_dot8x8_fn(wtype: GgmlType, tier: Tier) -> Option<RepackDot8x8Fn> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni() {
+    if tier.vnni() {
         return match wtype {
             GgmlType::Q4_1 => Some(x86::q4_1_block_x8x8),
             GgmlType::Q5_0 => Some(x86::q5_0_block_x8x8),
@@ -188,7 +187,7 @@ pub(crate) fn block_dot8x8_fn(wtype: GgmlType) -> Option<RepackDot8x8Fn> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -242,24 +241,24 @@ pub(crate) type Rows16Fn = unsafe fn(
 
 /// The packed 8 × 16 form of [`dot8x8_fn`] for `wtype` on AVX-512 VNNI hosts: Q4_0 and
 /// IQ4_NL (whose gemm and gemv orders agree) and Q4_K (gemm columns only: `gemm_only`).
-pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+pub(crate) fn packed8x16_fn(wtype: GgmlType, tier: Tier) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni() {
+    if tier.vnni() {
         return match wtype {
             GgmlType::Q4_0 => Some(b32_packed(x86::q4_0_pack16, x86::q4_0_x8x16)),
             GgmlType::IQ4_NL => Some(b32_packed(x86::iq4_nl_pack16, x86::iq4_nl_x8x16)),
-            GgmlType::Q4_K if super::has_vnni512() => Some(Packed8x16 {
+            GgmlType::Q4_K if tier.vnni() => Some(Packed8x16 {
                 pack: x86::q8_k_pack16,
                 tile: x86::q4_k_gemm_x8x16,
                 block_bytes: x86::Q8_K_PANEL16_BYTES,
                 gemm_only: true,
                 gemv: Some([x86::q4_k_gemv_x8x16, x86::q4_k_gemv_x8x8]),
-                rows16: amx_rows16(qdot_amx::q4_k_rows16),
+                rows16: amx_rows16(qdot_amx::q4_k_rows16, tier),
             }),
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -267,13 +266,22 @@ pub(crate) fn packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
 /// `mul_mat` with 8 or more columns) for `wtype` on AVX-512 VNNI/BW hosts: Q2_K, Q3_K,
 /// Q5_K, Q6_K, IQ4_XS and the grid I-quants (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
 /// IQ1_M).
-pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType, tier: Tier) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni512() {
+    if tier.vnni() {
         return match wtype {
-            GgmlType::Q2_K => Some(tiled_packed_amx::<qdot_amx::Q2K>(x86::q2_k_tiled_x8x16)),
-            GgmlType::Q3_K => Some(tiled_packed_amx::<qdot_amx::Q3K>(x86::q3_k_tiled_x8x16)),
-            GgmlType::Q5_K => Some(tiled_packed_amx::<qdot_amx::Q5K>(x86::q5_k_tiled_x8x16)),
+            GgmlType::Q2_K => Some(tiled_packed_amx::<qdot_amx::Q2K>(
+                x86::q2_k_tiled_x8x16,
+                tier,
+            )),
+            GgmlType::Q3_K => Some(tiled_packed_amx::<qdot_amx::Q3K>(
+                x86::q3_k_tiled_x8x16,
+                tier,
+            )),
+            GgmlType::Q5_K => Some(tiled_packed_amx::<qdot_amx::Q5K>(
+                x86::q5_k_tiled_x8x16,
+                tier,
+            )),
             GgmlType::IQ4_XS => Some(tiled_packed(x86::iq4_xs_tiled_x8x16)),
             GgmlType::IQ3_XXS => Some(tiled_packed(x86::iq3_xxs_tiled_x8x16)),
             GgmlType::IQ3_S => Some(tiled_packed(x86::iq3_s_tiled_x8x16)),
@@ -282,26 +290,29 @@ pub(crate) fn tiled_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             GgmlType::IQ2_S => Some(tiled_packed(x86::iq2_s_tiled_x8x16)),
             GgmlType::IQ1_S => Some(tiled_packed(x86::iq1_s_tiled_x8x16)),
             GgmlType::IQ1_M => Some(tiled_packed(x86::iq1_m_tiled_x8x16)),
-            GgmlType::Q6_K => Some(tiled_packed_amx::<qdot_amx::Q6K>(x86::q6_k_tiled_x8x16)),
+            GgmlType::Q6_K => Some(tiled_packed_amx::<qdot_amx::Q6K>(
+                x86::q6_k_tiled_x8x16,
+                tier,
+            )),
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
 /// `f` where this host can run the sixteen-row AMX forms of `qdot_amx` (AMX-INT8 with the
 /// kernel's permission; the callers checked AVX-512 VNNI/BW).
 #[cfg(target_arch = "x86_64")]
-fn amx_rows16(f: Rows16Fn) -> Option<Rows16Fn> {
-    super::amx::has_amx().then_some(f)
+fn amx_rows16(f: Rows16Fn, tier: Tier) -> Option<Rows16Fn> {
+    tier.amx().then_some(f)
 }
 
 /// [`tiled_packed`] with the sixteen-row AMX form of format `F` where the host has it.
 #[cfg(target_arch = "x86_64")]
-fn tiled_packed_amx<F: qdot_amx::Format>(tile: Tile8x16Fn) -> Packed8x16 {
+fn tiled_packed_amx<F: qdot_amx::Format>(tile: Tile8x16Fn, tier: Tier) -> Packed8x16 {
     Packed8x16 {
-        rows16: amx_rows16(qdot_amx::tiled_rows16::<F>),
+        rows16: amx_rows16(qdot_amx::tiled_rows16::<F>, tier),
         ..tiled_packed(tile)
     }
 }
@@ -320,9 +331,9 @@ fn tiled_packed(tile: Tile8x16Fn) -> Packed8x16 {
 }
 
 /// The packed 8 × 16 form of [`block_dot8x8_fn`] (the block order of `--kernels fast`).
-pub(crate) fn block_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
+pub(crate) fn block_packed8x16_fn(wtype: GgmlType, tier: Tier) -> Option<Packed8x16> {
     #[cfg(target_arch = "x86_64")]
-    if super::has_vnni() {
+    if tier.vnni() {
         return match wtype {
             GgmlType::Q4_1 => Some(b32_packed(x86::q4_1_block_pack16, x86::q4_1_block_x8x16)),
             GgmlType::Q5_0 => Some(b32_packed(x86::q5_0_block_pack16, x86::q5_0_block_x8x16)),
@@ -331,7 +342,7 @@ pub(crate) fn block_packed8x16_fn(wtype: GgmlType) -> Option<Packed8x16> {
             _ => None,
         };
     }
-    let _ = wtype;
+    let _ = (wtype, tier);
     None
 }
 
@@ -2198,7 +2209,7 @@ mod tests {
             GgmlType::Q5_1,
             GgmlType::Q8_0,
         ] {
-            let Some(f) = block_dot8x8_fn(t) else {
+            let Some(f) = block_dot8x8_fn(t, crate::target::Tier::host()) else {
                 eprintln!("no block-order tile for {t} on this host");
                 continue;
             };
@@ -2285,7 +2296,7 @@ mod tests {
             GgmlType::IQ1_S,
             GgmlType::IQ1_M,
         ] {
-            let Some(pk) = tiled_packed8x16_fn(t) else {
+            let Some(pk) = tiled_packed8x16_fn(t, crate::target::Tier::host()) else {
                 eprintln!("no tiled-order 8 x 16 tile for {t} on this host");
                 continue;
             };
@@ -2362,14 +2373,26 @@ mod tests {
     fn packed_tiles_match_the_references() {
         let mut seed = 0x0001_6c01_u64;
         let cases = [
-            (GgmlType::Q4_0, packed8x16_fn(GgmlType::Q4_0), true),
-            (GgmlType::IQ4_NL, packed8x16_fn(GgmlType::IQ4_NL), true),
-            (GgmlType::Q4_K, packed8x16_fn(GgmlType::Q4_K), true),
+            (
+                GgmlType::Q4_0,
+                packed8x16_fn(GgmlType::Q4_0, crate::target::Tier::host()),
+                true,
+            ),
+            (
+                GgmlType::IQ4_NL,
+                packed8x16_fn(GgmlType::IQ4_NL, crate::target::Tier::host()),
+                true,
+            ),
+            (
+                GgmlType::Q4_K,
+                packed8x16_fn(GgmlType::Q4_K, crate::target::Tier::host()),
+                true,
+            ),
             // The AVX-512 gemm tile, whichever form `packed8x16_fn` chose for prompts.
             (
                 GgmlType::Q4_K,
                 #[cfg(target_arch = "x86_64")]
-                packed8x16_fn(GgmlType::Q4_K).map(|p| Packed8x16 {
+                packed8x16_fn(GgmlType::Q4_K, crate::target::Tier::host()).map(|p| Packed8x16 {
                     tile: x86::q4_k_gemm_x8x16,
                     ..p
                 }),
@@ -2377,10 +2400,26 @@ mod tests {
                 None,
                 true,
             ),
-            (GgmlType::Q4_1, block_packed8x16_fn(GgmlType::Q4_1), false),
-            (GgmlType::Q5_0, block_packed8x16_fn(GgmlType::Q5_0), false),
-            (GgmlType::Q5_1, block_packed8x16_fn(GgmlType::Q5_1), false),
-            (GgmlType::Q8_0, block_packed8x16_fn(GgmlType::Q8_0), false),
+            (
+                GgmlType::Q4_1,
+                block_packed8x16_fn(GgmlType::Q4_1, crate::target::Tier::host()),
+                false,
+            ),
+            (
+                GgmlType::Q5_0,
+                block_packed8x16_fn(GgmlType::Q5_0, crate::target::Tier::host()),
+                false,
+            ),
+            (
+                GgmlType::Q5_1,
+                block_packed8x16_fn(GgmlType::Q5_1, crate::target::Tier::host()),
+                false,
+            ),
+            (
+                GgmlType::Q8_0,
+                block_packed8x16_fn(GgmlType::Q8_0, crate::target::Tier::host()),
+                false,
+            ),
         ];
         for (t, packed, exact) in cases {
             let Some(pk) = packed else {
@@ -2455,7 +2494,8 @@ mod tests {
             GgmlType::Q2_K,
             GgmlType::Q6_K,
         ] {
-            let pk = packed8x16_fn(t).or_else(|| tiled_packed8x16_fn(t));
+            let pk = packed8x16_fn(t, crate::target::Tier::host())
+                .or_else(|| tiled_packed8x16_fn(t, crate::target::Tier::host()));
             let Some((pk, rows16)) = pk.and_then(|p| Some((p, p.rows16?))) else {
                 eprintln!("no sixteen-row {t} form on this host");
                 continue;
@@ -2574,7 +2614,7 @@ mod tests {
             (GgmlType::Q4_K, &[0, 2][..]),
             (GgmlType::MXFP4, &[][..]),
         ] {
-            let Some(f) = dot_fn(t) else {
+            let Some(f) = dot_fn(t, crate::target::Tier::host()) else {
                 eprintln!("no AVX2 routine for {} on this host", t.name());
                 continue;
             };
@@ -2599,7 +2639,7 @@ mod tests {
                     let x: Vec<f32> = (0..n)
                         .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
                         .collect();
-                    if let Some(f8) = dot8_fn(t) {
+                    if let Some(f8) = dot8_fn(t, crate::target::Tier::host()) {
                         // Eight different rows: this one with its blocks rotated by i.
                         let ts = t.type_size();
                         let many: Vec<Vec<u8>> = (0..8)
@@ -2681,7 +2721,9 @@ mod tests {
                         })
                         .collect();
                     let a8: [&[u8]; 8] = std::array::from_fn(|c| &acts[c][..]);
-                    if let (Some(f), RepackKernel::Gemm) = (dot8x8_fn(t), k) {
+                    if let (Some(f), RepackKernel::Gemm) =
+                        (dot8x8_fn(t, crate::target::Tier::host()), k)
+                    {
                         // SAFETY: chosen for this host; whole rows of equal length.
                         let got = unsafe { f(&rows, &a8) };
                         for c in 0..8 {
@@ -2696,7 +2738,7 @@ mod tests {
                         }
                     }
                     let a: [&[u8]; 4] = std::array::from_fn(|c| &acts[c][..]);
-                    if let Some(f) = dot8x4_fn(t) {
+                    if let Some(f) = dot8x4_fn(t, crate::target::Tier::host()) {
                         // SAFETY: chosen for this host; whole rows of equal length.
                         let got = unsafe { f(&rows, &a) };
                         for c in 0..4 {
@@ -2710,7 +2752,7 @@ mod tests {
                             }
                         }
                     }
-                    if let Some(f) = dot4_fn(t) {
+                    if let Some(f) = dot4_fn(t, crate::target::Tier::host()) {
                         // SAFETY: as above.
                         let got = unsafe { f(rows[0], &a, k) };
                         for c in 0..4 {
@@ -2718,7 +2760,9 @@ mod tests {
                             assert_eq!(got[c].to_bits(), want.to_bits(), "{t} {k:?} col {c}");
                         }
                     }
-                    if let (Some(f), RepackKernel::Gemv) = (gemv4rows_fn(t), k) {
+                    if let (Some(f), RepackKernel::Gemv) =
+                        (gemv4rows_fn(t, crate::target::Tier::host()), k)
+                    {
                         for c in 0..4 {
                             let four: [&[u8]; 4] = std::array::from_fn(|i| rows[i + c % 2]);
                             // SAFETY: as above.
@@ -2733,7 +2777,7 @@ mod tests {
                             }
                         }
                     }
-                    if let Some(f) = dot4x4_fn(t) {
+                    if let Some(f) = dot4x4_fn(t, crate::target::Tier::host()) {
                         let four: [&[u8]; 4] = std::array::from_fn(|i| rows[i]);
                         // SAFETY: as above.
                         let got = unsafe { f(&four, &a, k) };
@@ -2817,7 +2861,7 @@ mod speed {
             })
             .collect();
         let time = |f: &mut dyn FnMut()| gmacs(m * n * k, 300, f);
-        if let Some(f) = dot8x4_fn(t) {
+        if let Some(f) = dot8x4_fn(t, crate::target::Tier::host()) {
             let g = time(&mut || {
                 sweep::<8, 4>(&w, &acts, |ws, a| {
                     // SAFETY: chosen for this host; whole rows.
@@ -2826,7 +2870,7 @@ mod speed {
             });
             eprintln!("Q4_0 8x4 (AVX2): {g:.1} GMAC/s");
         }
-        if let Some(f) = dot8x8_fn(t) {
+        if let Some(f) = dot8x8_fn(t, crate::target::Tier::host()) {
             let g = time(&mut || {
                 sweep::<8, 8>(&w, &acts, |ws, a| {
                     // SAFETY: chosen for this host; whole rows.
@@ -2858,7 +2902,7 @@ mod speed {
             })
             .collect();
         let time = |f: &mut dyn FnMut()| gmacs(m * n * k, 100, f);
-        if let Some(f) = dot4x4_fn(t) {
+        if let Some(f) = dot4x4_fn(t, crate::target::Tier::host()) {
             let g = time(&mut || {
                 sweep::<4, 4>(&w, &acts, |ws, a| {
                     // SAFETY: chosen for this host; whole rows.
@@ -2867,7 +2911,7 @@ mod speed {
             });
             eprintln!("Q4_K gemm 4x4 (AVX2): {g:.1} GMAC/s");
         }
-        if let Some(f) = dot8x8_fn(t) {
+        if let Some(f) = dot8x8_fn(t, crate::target::Tier::host()) {
             let g = time(&mut || {
                 sweep::<8, 8>(&w, &acts, |ws, a| {
                     // SAFETY: chosen for this host; whole rows.

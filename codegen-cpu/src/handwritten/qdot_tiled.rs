@@ -46,14 +46,13 @@ pub(crate) type TiledFn = unsafe fn(&[u8], &[u8]) -> f32;
 /// weights of type `wtype` on this host, if there is one: what
 /// `ir::ggml::vec_dot_avx2_mul_mat(wtype, w, a, n)` computes for `n >= 8`, for Q2_K, Q3_K,
 /// Q4_K, Q5_K, Q6_K, IQ4_XS (tiled kernel) and IQ4_NL (tinyBLAS, the same from `n >= 2`).
-pub(crate) fn tiled_fn(wtype: GgmlType) -> Option<TiledFn> {
+pub(crate) fn tiled_fn(wtype: GgmlType, tier: crate::target::Tier) -> Option<TiledFn> {
     #[cfg(target_arch = "x86_64")]
-    return tiled_fn_on(wtype, super::has_vnni());
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = wtype;
-        None
+    if tier.avx2() {
+        return tiled_fn_on(wtype, tier.vnni());
     }
+    let _ = (wtype, tier);
+    None
 }
 
 /// [`tiled_fn`] from the AVX-512 VNNI build (`vnni`, which the host must have) or the AVX2
@@ -102,14 +101,13 @@ pub(crate) fn tiled_fn_on(wtype: GgmlType, vnni: bool) -> Option<TiledFn> {
 pub(crate) type Tiled4Fn = unsafe fn(&[u8], &[&[u8]; 4]) -> [f32; 4];
 
 /// The four-column form of [`tiled_fn`]'s routine for `wtype` on this host, if there is one.
-pub(crate) fn tiled4_fn(wtype: GgmlType) -> Option<Tiled4Fn> {
+pub(crate) fn tiled4_fn(wtype: GgmlType, tier: crate::target::Tier) -> Option<Tiled4Fn> {
     #[cfg(target_arch = "x86_64")]
-    return tiled4_fn_on(wtype, super::has_vnni());
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = wtype;
-        None
+    if tier.avx2() {
+        return tiled4_fn_on(wtype, tier.vnni());
     }
+    let _ = (wtype, tier);
+    None
 }
 
 /// [`tiled4_fn`] from the AVX-512 VNNI build (`vnni`, which the host must have) or the AVX2
@@ -1122,7 +1120,7 @@ mod tests {
     }
 
     fn routine(t: GgmlType) -> Option<TiledFn> {
-        let f = tiled_fn(t);
+        let f = tiled_fn(t, crate::target::Tier::host());
         if f.is_none() {
             eprintln!("no AVX2/FMA/F16C on this host: {t} not tested");
         }
@@ -1182,7 +1180,9 @@ mod tests {
     fn qdot_tiled_four_columns_match_one() {
         let mut seed = 0x4c0f_u64;
         for t in TYPES {
-            let (Some(f), Some(f4)) = (routine(t), super::tiled4_fn(t)) else {
+            let (Some(f), Some(f4)) =
+                (routine(t), super::tiled4_fn(t, crate::target::Tier::host()))
+            else {
                 continue;
             };
             for n in [256usize, 2048] {
@@ -1393,7 +1393,7 @@ mod tests {
             let tiled = |r: &[u8]| unsafe { f(r, &act) };
             let hot = time(&tiled, &w[..rb], 1, 2000);
             let streamed = time(&tiled, &w, rows, rows);
-            let vd = super::super::qdot::dot_fn(t).map(|g| {
+            let vd = super::super::qdot::dot_fn(t, crate::target::Tier::host()).map(|g| {
                 // SAFETY: as above (`dot_fn` checks the features).
                 time(&|r: &[u8]| unsafe { g(r, &act) }, &w[..rb], 1, 2000)
             });

@@ -35,6 +35,7 @@ pub fn kernelize(graphs: &[(StepShape, Graph)], opts: &CompileOptions) -> Result
         weights: Vec::new(),
         kv: Vec::new(),
         steps: Vec::new(),
+        target: None,
     };
     let mut sorted: Vec<&(StepShape, Graph)> = graphs.iter().collect();
     sorted.sort_by_key(|(s, _)| *s);

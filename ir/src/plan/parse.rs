@@ -101,6 +101,15 @@ pub fn parse_plan(text: &str) -> Result<Plan, ParseError> {
         let (word, col) =
             c.word("a line of the plan (weight, kv, step, buffer, value, input, kI, output)")?;
         match word {
+            "target" if p.weights.is_empty() && p.kv.is_empty() && steps.is_empty() => {
+                if p.target.is_some() {
+                    return Err(c.err_at(col, "a second `target` line"));
+                }
+                let (raw, jcol) = c.rest_raw();
+                let v: serde_json::Value = serde_json::from_str(raw.trim())
+                    .map_err(|e| c.err_at(jcol, format!("target annotation is not JSON: {e}")))?;
+                p.target = Some(v);
+            }
             "weight" | "kv" if !steps.is_empty() => {
                 return Err(c.err_at(col, format!("`{word}` lines come before the first step")));
             }
@@ -218,6 +227,7 @@ fn header(c: &mut Cursor<'_>) -> Result<Plan, ParseError> {
         weights: Vec::new(),
         kv: Vec::new(),
         steps: Vec::new(),
+        target: None,
     })
 }
 

@@ -23,6 +23,8 @@
 //! ```
 //!
 //! - `plan format=F n_ctx=N align=A tail=pad`: the plan's settings.
+//! - `target JSON` (right after it, when a target annotated the plan): what the kernels were
+//!   chosen for ([`super::Plan::target`]).
 //! - `weight wI NAME DTYPE SHAPE` and `kv kvI NAME DTYPE SHAPE K|V layer=L [window=W]`: the tables,
 //!   numbered in order.
 //! - `step n_tokens=N n_outputs=M arena=BYTES`, then the step's lines:
@@ -253,6 +255,9 @@ impl fmt::Display for Plan {
             "plan format={} n_ctx={} align={} tail={tail}",
             self.format, self.n_ctx, self.align
         )?;
+        if let Some(t) = &self.target {
+            writeln!(f, "target {t}")?;
+        }
         writeln!(
             f,
             "; weights: {} tensors, {} bytes",

@@ -290,6 +290,11 @@ pub struct Plan {
     pub kv: Vec<KvBuf>,
     /// One step per compiled shape, in increasing `(n_tokens, n_outputs)`.
     pub steps: Vec<Step>,
+    /// Opaque annotation of the target the kernels were chosen for (the CPU backend's
+    /// `select-kernels` pass writes the CPU and the summation order here, and each kernel's
+    /// choice in [`Kernel::target`]); `None` in a plan fresh from the passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<serde_json::Value>,
 }
 
 impl Plan {

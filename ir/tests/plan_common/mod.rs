@@ -29,6 +29,7 @@ impl B {
                 weights: vec![],
                 kv: vec![],
                 steps: vec![],
+                target: None,
             },
             step: Step {
                 n_tokens,

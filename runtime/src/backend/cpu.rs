@@ -1,11 +1,14 @@
-//! The CPU backend: the plan is the program (kernels are generated with Cranelift when it is
-//! loaded, for the CPU the process runs on), run by [`CpuEngine`].
+//! The CPU backend: the plan is the program, run by [`CpuEngine`]. Building it runs the
+//! backend's `select-kernels` pass ([`codegen_cpu::select`]): every matrix product's kernel
+//! is chosen for the CPU `--cpu` names (the host by default) and `--kernels`, and written
+//! into the plan; the Cranelift kernels are generated when it is loaded.
 
 use super::{Backend, LoadOptions, LogitRows, Payload, Support, Target};
 use crate::cpu_engine::CpuEngine;
 use crate::engine::Engine;
 use anyhow::Context;
 use codegen_cpu::exec::ExecOptions;
+use codegen_cpu::target::CpuTarget;
 use codegen_cpu::SumOrder;
 use ir::interp::WeightSource;
 use ir::plan::Plan;
@@ -55,6 +58,11 @@ pub struct CpuArgs {
     // `None` when not given, so that other targets can refuse it.
     #[arg(long = "kernels", value_enum)]
     pub kernels: Option<Kernels>,
+    /// CPU backend: the CPU to choose kernels for, as `-march` names CPUs (`native`, the
+    /// default; `x86-64-v3`, `znver4`, `sapphirerapids`, `armv8-a`, ...; `x86_64+avx2`).
+    /// A program compiled for a CPU runs on CPUs that have its features.
+    #[arg(long = "cpu", value_name = "NAME")]
+    pub cpu: Option<String>,
 }
 
 impl CpuArgs {
@@ -65,17 +73,24 @@ impl CpuArgs {
 }
 
 /// The CPU backend (module doc).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct CpuBackend {
     kernels: Kernels,
+    cpu: CpuTarget,
 }
 
 impl CpuBackend {
     /// The backend with its flags.
-    pub fn new(args: &CpuArgs) -> CpuBackend {
-        CpuBackend {
+    ///
+    /// # Errors
+    /// A `--cpu` name that names no CPU (listing the known ones).
+    pub fn new(args: &CpuArgs) -> anyhow::Result<CpuBackend> {
+        let cpu = CpuTarget::named(args.cpu.as_deref().unwrap_or("native"))
+            .map_err(|e| anyhow::anyhow!("--cpu: {e}"))?;
+        Ok(CpuBackend {
             kernels: args.kernels(),
-        }
+            cpu,
+        })
     }
 
     /// The kernels it runs.
@@ -123,8 +138,10 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn build(&self, plan: Plan) -> anyhow::Result<Payload> {
+    fn build(&self, mut plan: Plan) -> anyhow::Result<Payload> {
         self.check(&plan)?;
+        codegen_cpu::select::select_kernels(&mut plan, &self.cpu, self.kernels.sum_order())
+            .map_err(anyhow::Error::msg)?;
         Ok(Payload::Plan {
             plan: Box::new(plan),
         })

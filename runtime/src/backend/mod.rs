@@ -422,8 +422,13 @@ pub fn backend_kv(
         "--kernels chooses the CPU backend's kernels: it does nothing with --target {}",
         target.name()
     );
+    anyhow::ensure!(
+        target == Target::Cpu || args.cpu.cpu.is_none(),
+        "--cpu chooses the CPU backend's kernels: it does nothing with --target {}",
+        target.name()
+    );
     match target {
-        Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu))),
+        Target::Cpu => Ok(Box::new(cpu::CpuBackend::new(&args.cpu)?)),
         #[cfg(feature = "cuda")]
         Target::Cuda => Ok(Box::new(cuda::CudaBackend { swa_full })),
         #[cfg(feature = "metal")]

@@ -311,6 +311,10 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         for p in compiler::passes::pipeline() {
             println!("{:<20} {}", p.name, p.about);
         }
+        println!(
+            "{:<20} CPU target: each matrix product's kernel for --cpu and --kernels",
+            codegen_cpu::select::PASS_NAME
+        );
         return Ok(());
     }
     let t0 = Instant::now();
@@ -346,11 +350,21 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let n_ctx = super::run::resolve_n_ctx(args.n_ctx, n_ctx_train);
     let kv_types = args.kv.resolve(KvTypes::F16, args.target)?;
     let opts = compile_options(&clamp_ubatch(&args.ubatch, n_ctx)?, n_ctx, kv_types, false)?;
+    // The target's own passes run when its backend builds the program.
+    let backend_passes: &[&str] = match args.target {
+        crate::backend::Target::Cpu => &[codegen_cpu::select::PASS_NAME],
+        _ => &[],
+    };
     if let Some(p) = &args.dump_after {
         anyhow::ensure!(
-            compiler::passes::pass_names().contains(&p.as_str()),
+            compiler::passes::pass_names().contains(&p.as_str())
+                || backend_passes.contains(&p.as_str()),
             "--dump-after: no pass named '{p}' (passes: {})",
-            compiler::passes::pass_names().join(", ")
+            compiler::passes::pass_names()
+                .into_iter()
+                .chain(backend_passes.iter().copied())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let dump = args.dump_after.clone();
@@ -392,6 +406,11 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
         );
     }
     let payload = be.build(plan)?;
+    if let (Some(p), crate::backend::Payload::Plan { plan }) = (&args.dump_after, &payload) {
+        if backend_passes.contains(&p.as_str()) {
+            println!("; after {p}\n{plan}");
+        }
+    }
     let artifact = Artifact {
         version: ARTIFACT_VERSION,
         modelc_version: env!("CARGO_PKG_VERSION").to_string(),

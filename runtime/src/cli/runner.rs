@@ -255,14 +255,40 @@ pub fn main(artifact: Artifact) -> std::process::ExitCode {
     }
 }
 
-/// The runner's `--kernels` default: what `modelc compile --kernels` recorded.
-fn compiled_kernels(artifact: &Artifact, backend: &mut BackendArgs) {
+/// The runner's `--kernels` default: what `modelc compile --kernels` recorded. Its CPU is
+/// the one it was compiled for (`modelc compile --cpu`): `--cpu` is refused.
+fn compiled_kernels(artifact: &Artifact, backend: &mut BackendArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        backend.cpu.cpu.is_none(),
+        "--cpu: this runner's kernels were chosen for {} when it was compiled; compile another with modelc compile --cpu",
+        compiled_cpu(artifact)
+    );
     if backend.cpu.kernels.is_none() {
         backend.cpu.kernels = artifact
             .kernels
             .as_deref()
             .and_then(crate::backend::cpu::Kernels::from_name);
     }
+    Ok(())
+}
+
+/// The CPU the runner's kernels were chosen for (`native` in runners that predate the
+/// choice: the CPU they start on).
+fn compiled_cpu(artifact: &Artifact) -> String {
+    codegen_cpu::select::selection(artifact.payload.plan())
+        .ok()
+        .flatten()
+        .map_or_else(
+            || "the CPU it starts on".to_string(),
+            |s| {
+                format!(
+                    "{} ({}, kernels up to {})",
+                    s.cpu.name,
+                    s.cpu.arch.name(),
+                    s.cpu.tier.name()
+                )
+            },
+        )
 }
 
 fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
@@ -276,10 +302,10 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
         Some(RunnerCommand::Info { .. }) => {}
     }
     match &mut cli.command {
-        None => compiled_kernels(&artifact, &mut cli.common.backend),
-        Some(RunnerCommand::Bench(b)) => compiled_kernels(&artifact, &mut b.flags.backend),
-        Some(RunnerCommand::Perplexity(p)) => compiled_kernels(&artifact, &mut p.backend),
-        Some(RunnerCommand::Serve(a)) => compiled_kernels(&artifact, &mut a.common.backend),
+        None => compiled_kernels(&artifact, &mut cli.common.backend)?,
+        Some(RunnerCommand::Bench(b)) => compiled_kernels(&artifact, &mut b.flags.backend)?,
+        Some(RunnerCommand::Perplexity(p)) => compiled_kernels(&artifact, &mut p.backend)?,
+        Some(RunnerCommand::Serve(a)) => compiled_kernels(&artifact, &mut a.common.backend)?,
         Some(RunnerCommand::Info { .. }) => {}
     }
     match cli.command {
@@ -432,6 +458,9 @@ fn run(artifact: Artifact, mut cli: RunnerCli) -> anyhow::Result<()> {
                 "kernels         = {} (the default of --kernels)",
                 artifact.kernels.as_deref().unwrap_or("exact")
             );
+            if artifact.target == crate::backend::Target::Cpu {
+                println!("cpu             = {}", compiled_cpu(&artifact));
+            }
             println!("fingerprint     = {}", artifact.fingerprint);
             println!("ubatch sizes    = {:?}", artifact.ubatch);
             println!(
