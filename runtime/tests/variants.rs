@@ -11,7 +11,9 @@
 //!   precision, as the reference computed them) of llama.cpp's top 5 equal its figures to the
 //!   precision they were printed with (half a unit of the last printed digit, at least
 //!   [`SLOP`] for the double-precision sum's own rounding), and no other token enters our top 5;
-//! - free-running greedy text (our own argmax fed back) equal to llama.cpp's completion.
+//! - free-running greedy text (our own argmax fed back) equal to llama.cpp's completion (read
+//!   off the teacher-forced pass: while our argmax is llama.cpp's token, the tokens fed are
+//!   our own greedy ones).
 //!
 //! `MODELC_VARIANTS_PROMPTS=english,code` compares only those prompts (the emulated aarch64
 //! run of `scripts/test-aarch64`, where the whole set takes too long).
@@ -184,43 +186,34 @@ fn check(model: &Path, reference: &Path) -> Report {
             .flat_map(|&n| (0..n).step_by(512).map(move |i| (n - i).min(512)))
             .collect();
         let completion = ids(&p["completion"]["tokens"]);
-        // Teacher-forced.
+        let top5 = p["teacher_forced"]["top5"].as_array().expect("top5");
+        // Teacher-forced: llama.cpp's greedy tokens fed back. While our argmax is that token
+        // the fed sequence is our own greedy one, so the same pass gives the free-running
+        // greedy text's agreement (`same`: the first position where they part).
         let mut logits = prefill(&mut s, &tokens, &calls);
-        for (i, want) in p["teacher_forced"]["top5"]
-            .as_array()
-            .expect("top5")
-            .iter()
-            .enumerate()
-        {
-            let e = excess(&logits, want);
-            r.positions += 1;
-            r.worst = r.worst.max(e);
-            if e > 0.0 {
-                r.differ.push((id.clone(), i, e));
+        let mut same = None;
+        for i in 0..top5.len().max(completion.len()) {
+            if let Some(want) = top5.get(i) {
+                let e = excess(&logits, want);
+                r.positions += 1;
+                r.worst = r.worst.max(e);
+                if e > 0.0 {
+                    r.differ.push((id.clone(), i, e));
+                }
             }
-            if i < completion.len() {
+            if same.is_none() && completion.get(i) != Some(&argmax(&logits)) {
+                same = Some(i.min(completion.len()));
+            }
+            if i + 1 < top5.len().max(completion.len()) && i < completion.len() {
                 logits = s
                     .decode(&[completion[i]], tokens.len() + i, false)
                     .expect("decode")
                     .to_vec();
-            }
-        }
-        // Free-running greedy.
-        let mut logits = prefill(&mut s, &tokens, &calls);
-        let mut same = 0;
-        for (i, &want) in completion.iter().enumerate() {
-            let t = argmax(&logits);
-            if t != want {
+            } else {
                 break;
             }
-            same += 1;
-            if i + 1 < completion.len() {
-                logits = s
-                    .decode(&[t], tokens.len() + i, false)
-                    .expect("decode")
-                    .to_vec();
-            }
         }
+        let same = same.unwrap_or(completion.len());
         r.greedy.push((id, same, completion.len()));
     }
     r
