@@ -230,3 +230,103 @@ fn compiled_kernels_are_the_runners_default() {
     assert!(err.starts_with("my-runner: error: "), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `modelc compile --cpu NAME` chooses the kernels for that CPU: a runner for an older x86
+/// level (AVX2) runs here and gives the same greedy tokens as the native one; its `info`
+/// names the CPU; one for another architecture is refused at start in one line; the runner
+/// takes no `--cpu` of its own; an unknown name is refused by compile, listing the names.
+#[test]
+fn compile_for_another_cpu() {
+    let Some(model) = modelc_tests::smollm2() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("modelc-runner-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let compile = |name: &str, cpu: Option<&str>| {
+        let runner = dir.join(name);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_modelc"));
+        c.arg("compile")
+            .arg(&model)
+            .arg("-o")
+            .arg(&runner)
+            .args(["-c", "256", "--ubatch", "1,8"]);
+        if let Some(cpu) = cpu {
+            c.args(["--cpu", cpu]);
+        }
+        (runner, c.output().unwrap())
+    };
+    let tokens = |runner: &Path| {
+        let out = Command::new(runner)
+            .args(["-p", "The capital of France", "--temp", "0", "-n", "8"])
+            .args(["--json", "-t", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids(&v["tokens"])
+    };
+    let (native, out) = compile("smol-native", None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if codegen_cpu::target::Tier::host() >= codegen_cpu::target::Tier::Avx2 {
+        let (haswell, out) = compile("smol-haswell", Some("haswell"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let info = Command::new(&haswell).arg("info").output().unwrap();
+        let info = String::from_utf8_lossy(&info.stdout).to_string();
+        assert!(
+            info.contains("cpu             = haswell (x86_64, kernels up to avx2)"),
+            "{info}"
+        );
+        assert_eq!(tokens(&haswell), tokens(&native));
+        let out = Command::new(&haswell)
+            .args(["--cpu", "native", "-p", "x"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains("--cpu: this runner's kernels were chosen for haswell"),
+            "{err}"
+        );
+    }
+    let foreign = if cfg!(target_arch = "x86_64") {
+        "armv8-a"
+    } else {
+        "x86-64"
+    };
+    let (other, out) = compile("smol-other", Some(foreign));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&other)
+        .args(["-p", "x", "-n", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("compiled for {foreign}")) && err.contains("--cpu native"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let (_, out) = compile("smol-bad", Some("pentium"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown CPU 'pentium'") && err.contains("znver4"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
