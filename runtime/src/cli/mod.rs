@@ -493,7 +493,6 @@ mod tests {
         );
         // Refused, with a reason.
         for flag in [
-            "--reranking",
             "--lora x",
             "-ctkd q8_0",
             "-td 2",
