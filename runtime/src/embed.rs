@@ -264,8 +264,7 @@ impl Dense {
             x.len(),
             self.n_in
         );
-        let (_, act) =
-            ir::ggml::quantize_activations(self.ty, x, ir::ggml::Q8Flavor::X86)?;
+        let (_, act) = ir::ggml::quantize_activations(self.ty, x, ir::ggml::Q8Flavor::X86)?;
         let row = self.data.len() / self.n_out;
         let mut out = Vec::with_capacity(self.n_out);
         for (i, w) in self.data.chunks_exact(row).enumerate() {

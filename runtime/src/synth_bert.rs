@@ -47,10 +47,10 @@ pub const N_CTX_TRAIN: u64 = 128;
 /// The words of the vocabulary (each also as a continuation piece is not needed: suffixes
 /// below cover the examples the tests use).
 const WORDS: &[&str] = &[
-    "the", "quick", "brown", "fox", "jump", "over", "lazy", "dog", "hello", "world", "what",
-    "is", "a", "cat", "sat", "on", "mat", "paris", "capital", "of", "france", "machine",
-    "learn", "embed", "query", "document", "test", "this", "panda", "animal", "bear", "tree",
-    "hi", "how", "are", "you", "it", "in", "china", "ding", "rank", "good",
+    "the", "quick", "brown", "fox", "jump", "over", "lazy", "dog", "hello", "world", "what", "is",
+    "a", "cat", "sat", "on", "mat", "paris", "capital", "of", "france", "machine", "learn",
+    "embed", "query", "document", "test", "this", "panda", "animal", "bear", "tree", "hi", "how",
+    "are", "you", "it", "in", "china", "ding", "rank", "good",
 ];
 const SUFFIXES: &[&str] = &["s", "ing", "ed", "er", "ly", "y", "es"];
 
@@ -169,7 +169,13 @@ impl BertFixture {
         let mut specs: Vec<(String, Vec<u64>, f32, f32, bool)> = vec![
             ("token_embd.weight".into(), vec![e, n_vocab], 0.0, 0.5, true),
             ("token_types.weight".into(), vec![e, 2], 0.0, 0.5, false),
-            ("position_embd.weight".into(), vec![e, N_CTX_TRAIN], 0.0, 0.5, true),
+            (
+                "position_embd.weight".into(),
+                vec![e, N_CTX_TRAIN],
+                0.0,
+                0.5,
+                true,
+            ),
             ("token_embd_norm.weight".into(), vec![e], 1.0, 0.1, false),
             ("token_embd_norm.bias".into(), vec![e], 0.0, 0.1, false),
         ];
@@ -197,7 +203,11 @@ impl BertFixture {
         for (name, ne, mean, std, two_d) in specs {
             let n: u64 = ne.iter().product();
             let values = normals(self.seed, &name, n as usize, mean, std);
-            let ty = if two_d { self.weight_type } else { GgmlType::F32 };
+            let ty = if two_d {
+                self.weight_type
+            } else {
+                GgmlType::F32
+            };
             let data = encode(ty, &values)?;
             w.add_tensor(name.as_str(), &ne, ty, data)
                 .map_err(|err| anyhow::anyhow!("{err}"))?;

@@ -1002,10 +1002,10 @@ impl<'w> CompiledPlan<'w> {
         n_tokens: u32,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
-        let si = match self
-            .step_index(n_tokens, n_tokens)
-            .and_then(|si| self.write_inputs(si, args, args.positions.len()).map(|()| si))
-        {
+        let si = match self.step_index(n_tokens, n_tokens).and_then(|si| {
+            self.write_inputs(si, args, args.positions.len())
+                .map(|()| si)
+        }) {
             Ok(si) => si,
             Err(e) => {
                 self.row_kv = rows;

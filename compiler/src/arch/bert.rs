@@ -63,7 +63,13 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
                 ty: format!("{} (bert's token types must be F32)", ty.name()),
             });
         }
-        let row0 = b.g.view("type_row0", types, Shape::new(&[e]), [4, 4 * e, 4 * e, 4 * e], 0)?;
+        let row0 = b.g.view(
+            "type_row0",
+            types,
+            Shape::new(&[e]),
+            [4, 4 * e, 4 * e, 4 * e],
+            0,
+        )?;
         x = b.g.add("inp_embd_type", x, row0)?;
     }
     let pos_w = b.weight("position_embd.weight", &[e, hp.n_ctx_train as u64])?;
@@ -93,9 +99,23 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
             &format!("blk.{il}.attn_output_norm"),
             &format!("ffn_inp-{il}"),
         )?;
-        let up = b.proj(ffn_inp, il, "ffn_up.weight", Some("ffn_up.bias"), [e, f], "ffn_up")?;
+        let up = b.proj(
+            ffn_inp,
+            il,
+            "ffn_up.weight",
+            Some("ffn_up.bias"),
+            [e, f],
+            "ffn_up",
+        )?;
         let act = b.g.gelu(&format!("ffn_gelu-{il}"), up)?;
-        let down = b.proj(act, il, "ffn_down.weight", Some("ffn_down.bias"), [f, e], "ffn_out")?;
+        let down = b.proj(
+            act,
+            il,
+            "ffn_down.weight",
+            Some("ffn_down.bias"),
+            [f, e],
+            "ffn_out",
+        )?;
         let cur = b.g.add(&format!("ffn_res-{il}"), down, ffn_inp)?;
         inp = norm_wb(
             b,

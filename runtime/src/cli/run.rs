@@ -204,7 +204,10 @@ pub fn open_session_seqs<'a>(
 /// input, `max(-ub, 512)` tokens within the context, and that size, so that any input up to
 /// it pads to one step of at most twice its length.
 pub fn non_causal_ubatches(n_ctx: usize, n_ubatch: usize) -> Vec<u32> {
-    let top = n_ubatch.max(crate::cpu_engine::LLAMA_N_UBATCH).min(n_ctx).max(1) as u32;
+    let top = n_ubatch
+        .max(crate::cpu_engine::LLAMA_N_UBATCH)
+        .min(n_ctx)
+        .max(1) as u32;
     let mut ub: Vec<u32> = (0..).map(|i| 1u32 << i).take_while(|&s| s < top).collect();
     ub.push(top);
     ub

@@ -175,7 +175,10 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     if args.server.embed.reranking {
         // llama-server's `--reranking`: embeddings with rank pooling.
         anyhow::ensure!(
-            matches!(args.server.embed.pooling, None | Some(crate::embed::Pooling::Rank)),
+            matches!(
+                args.server.embed.pooling,
+                None | Some(crate::embed::Pooling::Rank)
+            ),
             "--reranking: the pooling is rank"
         );
         args.server.embed.embedding = true;

@@ -54,8 +54,11 @@ pub async fn rerank(
     State(st): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let not_supported =
-        || ApiError::not_supported("This server does not support reranking. Start it with `--reranking`");
+    let not_supported = || {
+        ApiError::not_supported(
+            "This server does not support reranking. Start it with `--reranking`",
+        )
+    };
     let Some(svc) = st.embed.clone() else {
         return Err(not_supported());
     };
@@ -117,7 +120,12 @@ pub async fn rerank(
     let mut scored: Vec<(usize, f32)> = rows
         .iter()
         .enumerate()
-        .map(|(i, r)| (i, r.first().and_then(|s| s.first()).copied().unwrap_or(-1e6)))
+        .map(|(i, r)| {
+            (
+                i,
+                r.first().and_then(|s| s.first()).copied().unwrap_or(-1e6),
+            )
+        })
         .collect();
     // std::sort by descending score in llama-server; a stable sort keeps ties in order.
     scored.sort_by(|a, b| b.1.total_cmp(&a.1));
