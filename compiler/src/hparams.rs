@@ -19,7 +19,10 @@
 //! | `rope_freq_scale` | 1 / `{arch}.rope.scaling.factor` (or `rope.scale_linear`); 1 for type none | 1 |
 //! | `n_ctx_orig_yarn` | `{arch}.rope.scaling.original_context_length` | `n_ctx_train` |
 //! | `rope_attn_factor` | `{arch}.rope.scaling.attn_factor` | 1 |
-//! | `f_norm_rms_eps` | `{arch}.attention.layer_norm_rms_epsilon` | error |
+//! | `f_norm_rms_eps` | `{arch}.attention.layer_norm_rms_epsilon` | error (bert: unused, 0) |
+//! | `f_norm_eps` | `{arch}.attention.layer_norm_epsilon` | bert: error; others 0 (unused) |
+//! | `causal_attn` | `{arch}.attention.causal` | true |
+//! | `n_cls_out` | length of `{arch}.classifier.output_labels` | 1 |
 //! | `n_swa`, `swa_layers` | gemma3: `{arch}.attention.sliding_window` (required) and `sliding_window_pattern` (period n: layer il is local when `il % n < n - 1`; or a per-layer bool array) | gemma3 period 6 |
 //! | `rope_freq_base_swa` | `{arch}.rope.freq_base_swa` | gemma3: 10000; others: `rope_freq_base` |
 //! | softcapping | `{arch}.attn_logit_softcapping`, `{arch}.final_logit_softcapping` | none |
@@ -98,6 +101,13 @@ pub struct HParams {
     pub rope_freq_scale_swa: f32,
     /// RMS norm epsilon.
     pub f_norm_rms_eps: f32,
+    /// Layer norm epsilon (`ggml_norm`: bert's norms with bias).
+    pub f_norm_eps: f32,
+    /// Whether a token attends only to the tokens before it (`attention.causal`; encoders
+    /// such as bert write false: every token sees the whole sequence).
+    pub causal_attn: bool,
+    /// Outputs of a classification head (`classifier.output_labels`; rerankers have 1).
+    pub n_cls_out: u32,
     /// Sliding window size (0: none).
     pub n_swa: u32,
     /// Per layer: whether it uses the sliding window.
@@ -318,9 +328,30 @@ impl HParams {
         };
 
         let eps_key = k.key("attention.layer_norm_rms_epsilon");
-        let f_norm_rms_eps = k
-            .f32_opt("attention.layer_norm_rms_epsilon")?
-            .ok_or(Error::MissingKey(eps_key))?;
+        let f_norm_rms_eps = match k.f32_opt("attention.layer_norm_rms_epsilon")? {
+            Some(e) => e,
+            None if arch == Arch::Bert => 0.0,
+            None => return Err(Error::MissingKey(eps_key)),
+        };
+        let f_norm_eps = match k.f32_opt("attention.layer_norm_epsilon")? {
+            Some(e) => e,
+            None if arch == Arch::Bert => {
+                return Err(Error::MissingKey(k.key("attention.layer_norm_epsilon")))
+            }
+            None => 0.0,
+        };
+        let causal_key = k.key("attention.causal");
+        let causal_attn = match md.get(&causal_key) {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(Keys::bad(&causal_key, "expected a bool")),
+        };
+        let labels_key = k.key("classifier.output_labels");
+        let n_cls_out = match md.get(&labels_key) {
+            None => 1,
+            Some(Value::Array(a)) if a.len() > 0 => a.len() as u32,
+            Some(_) => return Err(Keys::bad(&labels_key, "expected a non-empty array")),
+        };
 
         // Sliding window.
         let mut n_swa = 0;
@@ -367,7 +398,7 @@ impl HParams {
             Arch::Phi3 => {
                 // llama.cpp disables phi3's sliding window (ggml-org/llama.cpp#13676).
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {}
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Bert => {}
         }
         if n_swa == 0 {
             swa_layers.iter_mut().for_each(|l| *l = false);
@@ -400,6 +431,9 @@ impl HParams {
             rope_freq_base_swa,
             rope_freq_scale_swa,
             f_norm_rms_eps,
+            f_norm_eps,
+            causal_attn,
+            n_cls_out,
             n_swa,
             swa_layers,
             f_attn_logit_softcapping: softcap("attn_logit_softcapping")?,

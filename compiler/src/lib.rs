@@ -67,10 +67,16 @@ pub fn load_model(gguf: &GgufFile) -> Result<Model> {
         .iter()
         .map(|t| (t.name.clone(), (t.ggml_type, t.ne)))
         .collect();
+    // An encoder (bert) has no output head: its graphs give hidden states.
+    let output = if hparams.arch.is_encoder() {
+        GraphOutput::Embeddings
+    } else {
+        GraphOutput::Logits
+    };
     let model = Model {
         hparams,
         tensors,
-        output: GraphOutput::Logits,
+        output,
     };
     model.build_graph(&GraphRequest {
         n_tokens: 1,

@@ -145,10 +145,24 @@ pub struct CpuEngine<'a> {
     last_sizes: Vec<u32>,
     /// Sizes of the steps with a row per token, increasing.
     all_sizes: Vec<u32>,
+    /// The plan attends without a causal mask (an encoder such as bert): a call's tokens
+    /// must be one step, whose KV length stops at the last real token so that no real token
+    /// sees the padding (llama.cpp masks the padding of its cache-less attention).
+    non_causal: bool,
     logits: Vec<f32>,
     tokens: Vec<i32>,
     positions: Vec<i32>,
     out_ids: Vec<i32>,
+}
+
+/// Whether any step of `plan` attends without a causal mask.
+fn has_non_causal_attention(plan: &Plan) -> bool {
+    plan.steps.iter().flat_map(|s| &s.kernels).any(|k| {
+        matches!(
+            &k.op,
+            ir::plan::KernelOp::Op(ir::graph::Op::Attention(p)) if !p.causal
+        )
+    })
 }
 
 impl<'a> CpuEngine<'a> {
@@ -229,6 +243,7 @@ impl<'a> CpuEngine<'a> {
         }
         last_sizes.sort_unstable();
         all_sizes.sort_unstable();
+        let non_causal = has_non_causal_attention(&plan);
         let exec =
             CompiledPlan::load(&plan, gguf, opts).context("compiling the plan for the CPU")?;
         Ok(CpuEngine {
@@ -238,6 +253,7 @@ impl<'a> CpuEngine<'a> {
             row_len,
             last_sizes,
             all_sizes,
+            non_causal,
             logits: Vec::with_capacity(row_len * max_rows),
             tokens: Vec::with_capacity(max_rows),
             positions: Vec::with_capacity(max_rows),
@@ -417,6 +433,14 @@ impl Engine for CpuEngine<'_> {
         for r in runs {
             check_decode_args(self, r.tokens, r.pos0)?;
         }
+        if self.non_causal {
+            // No mixed steps: each sequence alone, as one ubatch.
+            for (kv, r) in kvs.iter_mut().zip(runs) {
+                let rows = self.decode(kv, r.tokens, r.pos0, false)?;
+                out.extend_from_slice(rows);
+            }
+            return Ok(());
+        }
         let max = self.all_sizes.iter().copied().max().unwrap_or(0) as usize;
         let layout = self.exec.kv_layout();
         let ring = layout.caches.iter().any(|c| c.n_cells < layout.n_cells);
@@ -462,6 +486,10 @@ impl Engine for CpuEngine<'_> {
         out: &mut Vec<f32>,
     ) -> anyhow::Result<()> {
         check_decode_args(self, tokens, pos0)?;
+        anyhow::ensure!(
+            !self.non_causal,
+            "a model without causal attention has no token-by-token decoding"
+        );
         let n = tokens.len();
         let size = self.padded_size(n);
         if n == 1 || size == 0 || size > 2 * n {
@@ -531,6 +559,10 @@ impl Engine for CpuEngine<'_> {
             all_logits,
             " (build the plan with LogitRows::Both)",
         )?;
+        anyhow::ensure!(
+            !self.non_causal || pos0 == 0,
+            "a model without causal attention evaluates a whole sequence at once (position {pos0} given)"
+        );
         // One token (generation): its own step, without building a schedule.
         if tokens.len() == 1 && sizes.first() == Some(&1) {
             self.tokens.clear();
@@ -553,6 +585,14 @@ impl Engine for CpuEngine<'_> {
             return Ok(&self.logits);
         }
         let cut = chunks(sizes, pos0 as u32, tokens.len() as u32, self.n_ctx as u32)?;
+        if self.non_causal {
+            anyhow::ensure!(
+                pos0 == 0 && cut.len() == 1,
+                "a model without causal attention takes its input in one ubatch: {} tokens at position {pos0} do not fit one step of {:?} (raise -ub)",
+                tokens.len(),
+                sizes
+            );
+        }
         self.logits.clear();
         let mut done = 0usize;
         let row_len = self.row_len;
@@ -578,7 +618,13 @@ impl Engine for CpuEngine<'_> {
                 tokens: &self.tokens,
                 positions: &self.positions,
                 output_ids: &self.out_ids,
-                kv_len: c.kv_len() as usize,
+                // Without a causal mask the KV length stops at the last real token: the
+                // padding rows store past it, where no real token looks.
+                kv_len: if self.non_causal {
+                    (c.pos0 + c.n_real) as usize
+                } else {
+                    c.kv_len() as usize
+                },
                 data: &[],
             };
             // llama.cpp cuts the call into ubatches of LLAMA_N_UBATCH tokens; the size of the

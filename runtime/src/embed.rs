@@ -198,11 +198,131 @@ pub fn pool(states: &[f32], n_embd: usize, pooling: Pooling) -> anyhow::Result<V
     })
 }
 
+/// One dense layer of a classification head: `W {n_in, n_out}` (any type with a dot
+/// product) and an optional F32 bias.
+struct Dense {
+    name: String,
+    ty: GgmlType,
+    /// The weight's rows, `n_out` of `row_bytes`.
+    data: Vec<u8>,
+    n_in: usize,
+    n_out: usize,
+    bias: Option<Vec<f32>>,
+}
+
+impl Dense {
+    /// `{prefix}.weight` (and `{prefix}.bias`) of `gguf`, or `None` without the weight.
+    fn load(gguf: &GgufFile, prefix: &str) -> anyhow::Result<Option<Dense>> {
+        let name = format!("{prefix}.weight");
+        let Some(t) = gguf.tensor(&name) else {
+            return Ok(None);
+        };
+        let (n_in, n_out) = (t.ne[0] as usize, t.ne[1] as usize);
+        anyhow::ensure!(
+            t.ne[2] <= 1 && t.ne[3] <= 1 && n_in > 0 && n_out > 0,
+            "{name}: expected a matrix, found {:?}",
+            t.ne
+        );
+        anyhow::ensure!(
+            ir::ggml::vec_dot_type(t.ggml_type).is_some(),
+            "{name}: no dot product for {}",
+            t.ggml_type
+        );
+        let data = gguf.tensor_data(t).to_vec();
+        let bias = match gguf.tensor(&format!("{prefix}.bias")) {
+            None => None,
+            Some(b) => {
+                anyhow::ensure!(
+                    b.ggml_type == GgmlType::F32 && b.ne[0] as usize == n_out,
+                    "{prefix}.bias: expected F32 of {n_out} values"
+                );
+                Some(
+                    gguf.tensor_data(b)
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                )
+            }
+        };
+        Ok(Some(Dense {
+            name,
+            ty: t.ggml_type,
+            data,
+            n_in,
+            n_out,
+            bias,
+        }))
+    }
+
+    /// `W · x + b` as ggml-cpu's `mul_mat` of one column (the activation converted to the
+    /// weight's dot type, llama.cpp's AVX2 order), then `ggml_add`.
+    fn apply(&self, x: &[f32]) -> anyhow::Result<Vec<f32>> {
+        anyhow::ensure!(
+            x.len() == self.n_in,
+            "{}: {} inputs for a weight of {}",
+            self.name,
+            x.len(),
+            self.n_in
+        );
+        let (_, act) = ir::ggml::quantize_activations(self.ty, x, ir::ggml::Q8Flavor::X86)?;
+        let row = self.data.len() / self.n_out;
+        let mut out = Vec::with_capacity(self.n_out);
+        for (i, w) in self.data.chunks_exact(row).enumerate() {
+            let mut v = vec_dot_avx2_mul_mat(self.ty, w, &act, 1)?;
+            if let Some(b) = &self.bias {
+                v += b[i];
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
+
+/// A reranker's classification head (llama.cpp's `build_pooling` for
+/// `LLAMA_POOLING_TYPE_RANK` on bert): the first token's state through `cls` (+ bias) and
+/// `tanh` when the model has `cls.weight`, then `cls.output` (+ bias) when it has
+/// `cls.output.weight`: `n_cls_out` scores (one for a reranker, its relevance score).
+pub struct ClsHead {
+    cls: Option<Dense>,
+    out: Option<Dense>,
+}
+
+impl ClsHead {
+    /// The head of `gguf` (`cls.weight`, `cls.bias`, `cls.output.weight`,
+    /// `cls.output.bias`, each optional as in llama.cpp).
+    ///
+    /// # Errors
+    /// A head tensor of the wrong shape or type.
+    pub fn from_gguf(gguf: &GgufFile) -> anyhow::Result<ClsHead> {
+        Ok(ClsHead {
+            cls: Dense::load(gguf, "cls")?,
+            out: Dense::load(gguf, "cls.output")?,
+        })
+    }
+
+    /// The scores of one sequence whose first token's state is `cls_state`.
+    ///
+    /// # Errors
+    /// A state of another width than the head takes.
+    pub fn scores(&self, cls_state: &[f32]) -> anyhow::Result<Vec<f32>> {
+        let mut cur = cls_state.to_vec();
+        if let Some(c) = &self.cls {
+            // ggml_tanh on the CPU: tanhf per value.
+            cur = c.apply(&cur)?.into_iter().map(f32::tanh).collect();
+        }
+        if let Some(o) = &self.out {
+            cur = o.apply(&cur)?;
+        }
+        Ok(cur)
+    }
+}
+
 /// A session over a model compiled to output its hidden state (module doc).
 pub struct Embedder<'a> {
     session: Session<'a>,
     pooling: Pooling,
     n_ubatch: usize,
+    head: Option<ClsHead>,
 }
 
 impl<'a> Embedder<'a> {
@@ -220,6 +340,43 @@ impl<'a> Embedder<'a> {
             session,
             pooling,
             n_ubatch,
+            head: None,
+        })
+    }
+
+    /// [`Embedder::reranker`] for [`Pooling::Rank`], else [`Embedder::new`].
+    ///
+    /// # Errors
+    /// As those.
+    pub fn open(
+        session: Session<'a>,
+        pooling: Pooling,
+        gguf: &GgufFile,
+    ) -> anyhow::Result<Embedder<'a>> {
+        if pooling == Pooling::Rank {
+            Embedder::reranker(session, gguf)
+        } else {
+            Embedder::new(session, pooling)
+        }
+    }
+
+    /// An embedder with [`Pooling::Rank`]: each sequence's first token's state through the
+    /// classification head of `gguf` ([`ClsHead`]), the scores as its one row.
+    ///
+    /// # Errors
+    /// A model without a head (neither `cls.weight` nor `cls.output.weight`), or a bad one.
+    pub fn reranker(session: Session<'a>, gguf: &GgufFile) -> anyhow::Result<Embedder<'a>> {
+        let head = ClsHead::from_gguf(gguf)?;
+        anyhow::ensure!(
+            head.cls.is_some() || head.out.is_some(),
+            "--pooling rank: the model has no classification head (cls.weight / cls.output.weight)"
+        );
+        let n_ubatch = session.max_ubatch();
+        Ok(Embedder {
+            session,
+            pooling: Pooling::Rank,
+            n_ubatch,
+            head: Some(head),
         })
     }
 
@@ -264,6 +421,9 @@ impl<'a> Embedder<'a> {
             states.extend_from_slice(self.session.eval(0, part, true)?);
         }
         let n_embd = states.len() / tokens.len();
+        if let Some(head) = &self.head {
+            return Ok(vec![head.scores(&states[..n_embd])?]);
+        }
         let pooled = pool(&states, n_embd, self.pooling)?;
         Ok(pooled.chunks(n_embd).map(<[f32]>::to_vec).collect())
     }

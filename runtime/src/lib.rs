@@ -28,4 +28,5 @@ pub mod server;
 pub mod session;
 pub mod speculative;
 pub mod synth;
+pub mod synth_bert;
 pub mod tokenizer;

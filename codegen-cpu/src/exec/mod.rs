@@ -871,7 +871,7 @@ impl<'w> CompiledPlan<'w> {
             )));
         }
         let si = self.step_index(n_tokens, n_outputs)?;
-        self.write_inputs(si, args)?;
+        self.write_inputs(si, args, n_real)?;
         let ub = (n_llama, llama_col0);
         let st = &self.steps[si];
         let end = if logits { st.ops.len() } else { st.output_tail };
@@ -1024,10 +1024,10 @@ impl<'w> CompiledPlan<'w> {
         n_tokens: u32,
         args: &StepArgs<'_>,
     ) -> Result<&[f32], ExecError> {
-        let si = match self
-            .step_index(n_tokens, n_tokens)
-            .and_then(|si| self.write_inputs(si, args).map(|()| si))
-        {
+        let si = match self.step_index(n_tokens, n_tokens).and_then(|si| {
+            self.write_inputs(si, args, args.positions.len())
+                .map(|()| si)
+        }) {
             Ok(si) => si,
             Err(e) => {
                 self.row_kv = rows;
@@ -1068,7 +1068,15 @@ impl<'w> CompiledPlan<'w> {
         Some(out)
     }
 
-    fn write_inputs(&mut self, si: usize, a: &StepArgs<'_>) -> Result<(), ExecError> {
+    /// Checks and writes a step's inputs. The positions of the first `n_real` rows lie below
+    /// `kv_len`; a padding row's may lie anywhere in the context (a model without causal
+    /// attention stores its padding past the KV length, where no real token looks).
+    fn write_inputs(
+        &mut self,
+        si: usize,
+        a: &StepArgs<'_>,
+        n_real: usize,
+    ) -> Result<(), ExecError> {
         let s = &self.steps[si];
         let n_ctx = self.n_ctx();
         if a.kv_len == 0 || a.kv_len > n_ctx {
@@ -1103,7 +1111,17 @@ impl<'w> CompiledPlan<'w> {
             Ok(())
         };
         ints("token ids", &s.tokens, a.tokens, 0, i32::MAX as i64)?;
-        ints("positions", &s.positions, a.positions, 0, a.kv_len as i64)?;
+        let n_real = n_real.min(a.positions.len());
+        if let Some(bad) = a.positions[..n_real]
+            .iter()
+            .find(|&&p| p as i64 >= a.kv_len as i64)
+        {
+            return Err(ExecError::Input(format!(
+                "positions: {bad} is outside 0..{}",
+                a.kv_len
+            )));
+        }
+        ints("positions", &s.positions, a.positions, 0, n_ctx as i64)?;
         ints(
             "output rows",
             &s.output_ids,

@@ -12,10 +12,13 @@
 //! - [`qwen3`]: llama plus per-head RMS norms of Q and K before rope;
 //! - [`gemma3`]: scaled embeddings, Q/K norms, pre-scaled Q, post-attention and post-FFN
 //!   norms, GeGLU, sliding-window layers with their own rope base;
-//! - [`phi3`]: fused QKV and fused gate+up projections, split with views.
+//! - [`phi3`]: fused QKV and fused gate+up projections, split with views;
+//! - [`bert`]: an encoder: token + token-type + absolute position embeddings, layer norms
+//!   with bias, non-causal attention, a GELU feed-forward; it outputs hidden states only.
 //!
 //! A new family adds a module with its `build` function and a line in [`Arch`].
 
+mod bert;
 mod gemma3;
 mod llama;
 mod phi3;
@@ -42,6 +45,8 @@ pub enum Arch {
     Gemma3,
     /// `phi3`.
     Phi3,
+    /// `bert` (BERT, MiniLM, bge: embedding and reranking encoders).
+    Bert,
 }
 
 impl Arch {
@@ -53,6 +58,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
+            "bert" => Arch::Bert,
             _ => return None,
         })
     }
@@ -65,13 +71,21 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
+            Arch::Bert => "bert",
         }
+    }
+
+    /// Whether the model is an encoder without an output head (bert): its graphs output
+    /// hidden states only ([`crate::GraphOutput::Embeddings`]), for embeddings and reranking.
+    pub fn is_encoder(self) -> bool {
+        self == Arch::Bert
     }
 
     /// The rope pairing llama.cpp uses for this architecture (`llama_model_rope_type`).
     pub fn rope_type(self) -> RopeMode {
         match self {
-            Arch::Llama => RopeMode::Norm,
+            // bert has no rope (llama.cpp's LLAMA_ROPE_TYPE_NONE); the value is unused.
+            Arch::Llama | Arch::Bert => RopeMode::Norm,
             Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 => RopeMode::Neox,
         }
     }
@@ -102,6 +116,7 @@ pub(crate) fn lower(
         Arch::Qwen3 => qwen3::build(&mut b)?,
         Arch::Gemma3 => gemma3::build(&mut b)?,
         Arch::Phi3 => phi3::build(&mut b)?,
+        Arch::Bert => bert::build(&mut b)?,
     };
     b.g.mark_output(logits);
     b.g.verify()?;
@@ -351,7 +366,7 @@ impl<'m> Builder<'m> {
             kq_scale,
             softcap: hp.f_attn_logit_softcapping,
             window: hp.is_swa(il).then_some(hp.n_swa),
-            causal: true,
+            causal: hp.causal_attn,
         }
     }
 

@@ -96,7 +96,7 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let pooling = Pooling::resolve(args.pooling, &gguf)?;
     let model = model.with_output(compiler::GraphOutput::Embeddings);
     let session = open_session_rows(&args.model, &gguf, &model, LogitRows::All, 1)?;
-    let mut embedder = Embedder::new(session, pooling)?;
+    let mut embedder = Embedder::open(session, pooling, &gguf)?;
     let prompts: Vec<&str> = text.split(args.embd_separator.as_str()).collect();
     let mut inputs: Vec<Vec<TokenId>> = Vec::with_capacity(prompts.len());
     for p in &prompts {

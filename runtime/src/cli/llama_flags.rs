@@ -322,7 +322,7 @@ pub fn refusal(flag: &str) -> Option<&'static str> {
         "--embedding" | "--embeddings" | "--pooling" | "--embd-normalize" => {
             "embeddings are computed by modelc embed and served by modelc serve --embedding"
         }
-        "--rerank" | "--reranking" => "reranking is not supported yet",
+        "--rerank" | "--reranking" => "reranking is served by modelc serve --reranking",
         "--ui-config" | "--webui-config" | "--ui-config-file" | "--webui-config-file" => {
             "the chat page takes no configuration"
         }

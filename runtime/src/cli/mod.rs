@@ -492,13 +492,7 @@ mod tests {
             serde_json::json!(true)
         );
         // Refused, with a reason.
-        for flag in [
-            "--reranking",
-            "--lora x",
-            "-ctkd q8_0",
-            "-td 2",
-            "--tools all",
-        ] {
+        for flag in ["--lora x", "-ctkd q8_0", "-td 2", "--tools all"] {
             let e = parse(&format!("modelc serve m.gguf {flag}")).expect_err(flag);
             assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{flag}");
             let first = flag.split(' ').next().unwrap_or(flag);

@@ -199,6 +199,20 @@ pub fn open_session_seqs<'a>(
     open_session_rows(args, gguf, model, logits, n_seq)
 }
 
+/// The step sizes of a model without causal attention, whose input must be one step
+/// (llama.cpp sets `n_ubatch = n_batch` for them): the powers of two up to the largest
+/// input, `max(-ub, 512)` tokens within the context, and that size, so that any input up to
+/// it pads to one step of at most twice its length.
+pub fn non_causal_ubatches(n_ctx: usize, n_ubatch: usize) -> Vec<u32> {
+    let top = n_ubatch
+        .max(crate::cpu_engine::LLAMA_N_UBATCH)
+        .min(n_ctx)
+        .max(1) as u32;
+    let mut ub: Vec<u32> = (0..).map(|i| 1u32 << i).take_while(|&s| s < top).collect();
+    ub.push(top);
+    ub
+}
+
 /// [`open_session_seqs`] with the steps `logits` names. With [`LogitRows::Both`] the
 /// steps with a logit row per token come in sizes 2, 4, ... up to the slots and at least to
 /// 64 (within `-ub`), besides the prompt's: short prompt chunks share steps with other
@@ -222,6 +236,9 @@ pub fn open_session_rows<'a>(
         Some(target) => {
             let be = crate::backend::backend_kv(target, &args.backend_args, args.engine.swa_full)?;
             let mut ub = vec![1, args.n_ubatch as u32];
+            if !model.hparams.causal_attn {
+                ub = non_causal_ubatches(n_ctx, args.n_ubatch);
+            }
             if logits == LogitRows::Both {
                 let top = n_seq.next_power_of_two().max(64).min(args.n_ubatch.max(2)) as u32;
                 ub.extend((1..).map(|i| 1u32 << i).take_while(|&s| s <= top));

@@ -170,8 +170,20 @@ pub fn hand_over(
 }
 
 /// Runs `modelc serve`.
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     args.model.validate()?;
+    if args.server.embed.reranking {
+        // llama-server's `--reranking`: embeddings with rank pooling.
+        anyhow::ensure!(
+            matches!(
+                args.server.embed.pooling,
+                None | Some(crate::embed::Pooling::Rank)
+            ),
+            "--reranking: the pooling is rank"
+        );
+        args.server.embed.embedding = true;
+        args.server.embed.pooling = Some(crate::embed::Pooling::Rank);
+    }
     anyhow::ensure!(
         !args.server.embed.embedding || args.model.backend == super::run::Backend::Cpu,
         "--embedding: embeddings run on the CPU backend only"
@@ -227,7 +239,7 @@ fn embed_loader(args: &ServeArgs) -> crate::server::api::embeddings::EmbedLoader
             crate::cpu_engine::LogitRows::All,
             1,
         )?;
-        let mut embedder = crate::embed::Embedder::new(session, pooling)?;
+        let mut embedder = crate::embed::Embedder::open(session, pooling, &gguf)?;
         // modelc's `-ub` sizes the compiled steps (64 by default); llama.cpp's physical
         // batch is 512 unless larger.
         embedder.set_n_ubatch(margs.n_ubatch.max(crate::cpu_engine::LLAMA_N_UBATCH));

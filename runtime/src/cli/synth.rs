@@ -20,7 +20,8 @@ pub struct SynthArgs {
     /// The base shape: `1b` (TinyLlama 1.1B's: n_embd 2048, 22 layers, n_ff 5632, 32/4
     /// heads), `8b` (Llama-3.1-8B's: 4096, 32 layers, 14336, 32/8 heads, llama3 rope
     /// scaling, its 128256-token vocabulary) or `smollm2-135m`; the flags below change
-    /// single sizes.
+    /// single sizes. `bert-fixture` and `bert-reranker-fixture`: the small bert test model
+    /// of `runtime::synth_bert` (`--type` F32, F16 or Q8_0 and `--seed` only).
     #[arg(long, default_value = "1b")]
     pub preset: String,
     /// Width of the residual stream.
@@ -68,6 +69,13 @@ fn default_vocab(shape: &Shape) -> anyhow::Result<PathBuf> {
 
 /// Runs `modelc synth`.
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
+    if let Some(rerank) = match args.preset.as_str() {
+        "bert-fixture" => Some(false),
+        "bert-reranker-fixture" => Some(true),
+        _ => None,
+    } {
+        return write_bert_fixture(&args, rerank);
+    }
     let base = Shape::preset(&args.preset)?;
     let shape = Shape {
         n_embd: args.n_embd.unwrap_or(base.n_embd),
@@ -115,4 +123,30 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--preset bert-fixture` / `bert-reranker-fixture`: [`crate::synth_bert::BertFixture`].
+fn write_bert_fixture(args: &SynthArgs, rerank: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.n_embd.is_none()
+            && args.n_layer.is_none()
+            && args.n_ff.is_none()
+            && args.n_head.is_none()
+            && args.n_head_kv.is_none()
+            && args.vocab_from.is_none(),
+        "--preset {}: a fixed shape and vocabulary; only --type and --seed apply",
+        args.preset
+    );
+    let weight_type = match args.ftype.to_ascii_uppercase().as_str() {
+        "F32" => ir::ggml::GgmlType::F32,
+        "F16" => ir::ggml::GgmlType::F16,
+        "Q8_0" => ir::ggml::GgmlType::Q8_0,
+        other => anyhow::bail!("--type {other}: the bert fixture has F32, F16 or Q8_0 weights"),
+    };
+    crate::synth_bert::BertFixture {
+        weight_type,
+        rerank,
+        seed: args.seed,
+    }
+    .write(&args.output)
 }

@@ -611,20 +611,13 @@ async fn not_found() -> ApiError {
     ApiError::not_found("File Not Found")
 }
 
-/// llama-server's endpoints this server does not serve (reranking, OpenAI's Responses API): llama-server's 501 `not_supported_error`, so that a client learns why
-/// instead of reading a 404 as a wrong URL.
-async fn not_served(uri: axum::http::Uri) -> ApiError {
-    let what = match uri.path() {
-        p if p.contains("rerank") => {
-            return ApiError::not_supported(
-                "This server does not support reranking. Start it with `--reranking`",
-            )
-        }
-        _ => "the Responses API",
-    };
-    ApiError::not_supported(format!(
-        "This server does not support {what}: modelc serves text generation only"
-    ))
+/// llama-server's endpoints this server does not serve (OpenAI's Responses API):
+/// llama-server's 501 `not_supported_error`, so that a client learns why instead of reading
+/// a 404 as a wrong URL.
+async fn not_served() -> ApiError {
+    ApiError::not_supported(
+        "This server does not support the Responses API: modelc serves text generation only",
+    )
 }
 
 /// The routes (module doc), under `--api-prefix`; the chat page is served by the gate
@@ -663,10 +656,10 @@ pub fn router(st: AppState) -> Router {
         .route("/embedding", post(embeddings::llama))
         .route("/embeddings", post(embeddings::llama))
         .route("/v1/embeddings", post(embeddings::oai))
-        .route("/rerank", post(not_served))
-        .route("/reranking", post(not_served))
-        .route("/v1/rerank", post(not_served))
-        .route("/v1/reranking", post(not_served))
+        .route("/rerank", post(api::rerank::rerank))
+        .route("/reranking", post(api::rerank::rerank))
+        .route("/v1/rerank", post(api::rerank::rerank))
+        .route("/v1/reranking", post(api::rerank::rerank))
         .route("/v1/responses", post(not_served));
     let routes = if prefix.is_empty() {
         routes

@@ -39,6 +39,10 @@ pub struct EmbedArgs {
     /// thread of their own beside the generating slots.
     #[arg(long = "embedding", visible_alias = "embeddings")]
     pub embedding: bool,
+    /// Serve reranking (`--rerank`): `/rerank`, `/v1/rerank`; implies `--embedding` and
+    /// `--pooling rank` (a model with a classification head, as llama-server).
+    #[arg(long = "reranking", visible_alias = "rerank")]
+    pub reranking: bool,
     /// Pooling of the token states: none, mean, cls, last (default: the model's
     /// `{arch}.pooling_type`, else none).
     #[arg(long = "pooling", value_parser = Pooling::from_name)]
@@ -57,6 +61,7 @@ impl Default for EmbedArgs {
     fn default() -> EmbedArgs {
         EmbedArgs {
             embedding: false,
+            reranking: false,
             pooling: None,
             embd_normalize: 2,
         }
