@@ -143,11 +143,13 @@ impl Tier {
     }
 
     /// The level has the routines that also need AVX-512 VBMI.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn vbmi(self) -> bool {
         self >= Tier::Avx512Vbmi
     }
 
     /// The level has the AMX tile routines.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn amx(self) -> bool {
         self >= Tier::Amx
     }
