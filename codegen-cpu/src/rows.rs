@@ -122,6 +122,9 @@ pub(crate) struct RowDot {
     /// token's product (`--kernels fast` for Q4_K on AMX hosts: one fused multiply-add per
     /// super-block where the gemm order has four).
     gemv_only: bool,
+    /// Whether the row loops prefetch the rows ahead in software (the plan's choice:
+    /// `crate::select::MatKernel::prefetch`).
+    prefetch: bool,
 }
 
 impl RowDot {
@@ -170,6 +173,7 @@ impl RowDot {
             fast_repack4x4: None,
             fast4rows: qdot::dot4rows_fn(wtype, tier),
             gemv_only: false,
+            prefetch: true,
         })
     }
 
@@ -240,7 +244,14 @@ impl RowDot {
             fast_repack4x4: qdot_repack::dot4x4_fn(wtype, tier),
             fast4rows: qdot_repack::gemv4rows_fn(wtype, tier),
             gemv_only: false,
+            prefetch: true,
         })
+    }
+
+    /// The same routines with the software prefetch of the row loops on or off (the same
+    /// numbers).
+    pub(crate) fn with_prefetch(self, prefetch: bool) -> RowDot {
+        RowDot { prefetch, ..self }
     }
 
     /// Whether the products are llama.cpp's x86 numbers (else ggml's scalar order: within
@@ -796,7 +807,7 @@ unsafe fn products_chunk(
         while r < r1 {
             let m = (r1 - r).min(16);
             let ws: [&[u8]; 16] = std::array::from_fn(|i| row(r + i.min(m - 1)));
-            if r + 16 + PREFETCH_ROWS < r1 {
+            if dot.prefetch && r + 16 + PREFETCH_ROWS < r1 {
                 prefetch(w.add((r + 16 + PREFETCH_ROWS) * row_bytes), 16 * row_bytes);
             }
             let at = out.add(r);
@@ -902,7 +913,7 @@ unsafe fn products_chunk(
         || packed16.is_some();
     while tile8x8 && r % 8 == 0 && r + 8 <= r1 && (n >= 8 || packed16.is_some()) {
         let ws: [&[u8]; 8] = std::array::from_fn(|i| row(r + i));
-        if r + 8 + PREFETCH_ROWS < r1 {
+        if dot.prefetch && r + 8 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 8 + PREFETCH_ROWS) * row_bytes), 8 * row_bytes);
         }
         let mut t = sixteen(r, &ws);
@@ -923,7 +934,7 @@ unsafe fn products_chunk(
     // load then feeds six multiply-adds), the columns past the last whole panel one by one.
     let tile6 = packed.and_then(|pk| pk.tile6).filter(|_| n >= 8);
     while let Some(tile6) = tile6.filter(|_| r + 6 <= r1) {
-        if r + 6 + PREFETCH_ROWS < r1 {
+        if dot.prefetch && r + 6 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 6 + PREFETCH_ROWS) * row_bytes), 6 * row_bytes);
         }
         let ws: [&[u8]; 6] = std::array::from_fn(|i| row(r + i));
@@ -952,7 +963,7 @@ unsafe fn products_chunk(
         r += 6;
     }
     while (dot.has_tile4x4() || packed.is_some()) && r + 4 <= r1 && n >= 4 {
-        if r + 4 + PREFETCH_ROWS < r1 {
+        if dot.prefetch && r + 4 + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + 4 + PREFETCH_ROWS) * row_bytes), 4 * row_bytes);
         }
         four_rows(r, 0);
@@ -961,7 +972,7 @@ unsafe fn products_chunk(
     // Decode: four rows a pass where the type has that form, the next four prefetched.
     while dot.fast4rows.is_some() && n < 4 && r + 4 <= r1 {
         let ws: [&[u8]; 4] = std::array::from_fn(|i| row(r + i));
-        if r + 8 <= r1 {
+        if dot.prefetch && r + 8 <= r1 {
             prefetch(w.add((r + 4) * row_bytes), 4 * row_bytes);
         }
         for t in 0..n {
@@ -982,7 +993,7 @@ unsafe fn products_chunk(
         let wr = row(r);
         // A row or two ahead: the hardware prefetcher alone left decode at ~55% of the
         // read bandwidth (`kernel-bench --only rows`).
-        if r + PREFETCH_ROWS < r1 {
+        if dot.prefetch && r + PREFETCH_ROWS < r1 {
             prefetch(w.add((r + PREFETCH_ROWS) * row_bytes), row_bytes);
         }
         let mut t = 0;

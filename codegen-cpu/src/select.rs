@@ -58,20 +58,31 @@ pub struct MatKernel {
     pub family: MatFamily,
     /// The routines' level (the generated kernels ignore it and print none).
     pub tier: Tier,
+    /// Whether decode prefetches the weight rows ahead in software (printed `-nopf` when
+    /// not; [`CpuTarget::prefetch`]).
+    pub prefetch: bool,
 }
 
 impl std::fmt::Display for MatKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.family {
-            MatFamily::Generated => f.write_str("generated"),
-            fam => write!(f, "{}@{}", fam.name(), self.tier.name()),
+            MatFamily::Generated => f.write_str("generated")?,
+            fam => write!(f, "{}@{}", fam.name(), self.tier.name())?,
         }
+        if !self.prefetch {
+            f.write_str("-nopf")?;
+        }
+        Ok(())
     }
 }
 
 impl std::str::FromStr for MatKernel {
     type Err = String;
-    fn from_str(s: &str) -> Result<MatKernel, String> {
+    fn from_str(text: &str) -> Result<MatKernel, String> {
+        let (s, prefetch) = match text.strip_suffix("-nopf") {
+            Some(s) => (s, false),
+            None => (text, true),
+        };
         let (fam, tier) = s.split_once('@').unwrap_or((s, "plain"));
         let family = [
             MatFamily::Generated,
@@ -82,10 +93,14 @@ impl std::str::FromStr for MatKernel {
         .into_iter()
         .find(|f| f.name() == fam)
         .ok_or_else(|| {
-            format!("unknown matmul kernel '{s}' (generated, rows@L, repacked@L, block@L)")
+            format!("unknown matmul kernel '{text}' (generated, rows@L, repacked@L, block@L)")
         })?;
-        let tier = Tier::from_name(tier).ok_or_else(|| format!("unknown level in '{s}'"))?;
-        Ok(MatKernel { family, tier })
+        let tier = Tier::from_name(tier).ok_or_else(|| format!("unknown level in '{text}'"))?;
+        Ok(MatKernel {
+            family,
+            tier,
+            prefetch,
+        })
     }
 }
 
@@ -123,7 +138,8 @@ pub fn order_name(order: SumOrder) -> &'static str {
 
 /// The kernel for the products of a `wtype` weight `ne` (ggml order) with `n_cols`
 /// activation columns (`lm_head`: a product whose columns are llama.cpp's `n_outputs`),
-/// in `order`, for a CPU of level `tier`. The rules, in order:
+/// in `order`, for `cpu` (its level; its prefetch, [`CpuTarget::prefetch`], is every
+/// choice's). The family, by these rules in order:
 ///
 /// Exact (`--kernels exact`, llama.cpp's x86 numbers):
 /// 1. a weight llama.cpp's x86 build repacks (Q4_0, IQ4_NL, Q4_K, MXFP4 of suitable
@@ -155,9 +171,16 @@ pub fn choose(
     n_cols: usize,
     lm_head: bool,
     order: SumOrder,
-    tier: Tier,
+    cpu: &CpuTarget,
 ) -> Result<MatKernel, String> {
-    let at = |family| Ok(MatKernel { family, tier });
+    let tier = cpu.tier;
+    let at = |family| {
+        Ok(MatKernel {
+            family,
+            tier,
+            prefetch: cpu.prefetch,
+        })
+    };
     let generated = crate::layout::supports(wtype);
     if !generated && !rows::supports(wtype) {
         return Err(format!("no CPU matmul kernel for {} weights", wtype.name()));
@@ -259,7 +282,7 @@ pub fn select_kernels(plan: &mut Plan, cpu: &CpuTarget, order: SumOrder) -> Resu
                 let v = &s.values[w.index()];
                 let t = v.dtype.ggml_type();
                 let lm_head = is_lm_head(plan, s, &rows, x, w);
-                let m = choose(t, v.shape.ne, n_cols, lm_head, order, cpu.tier)
+                let m = choose(t, v.shape.ne, n_cols, lm_head, order, cpu)
                     .map_err(|e| format!("{}: {e}", v.name))?;
                 mats.push(serde_json::Value::String(m.to_string()));
             }
@@ -327,19 +350,34 @@ mod tests {
             MatFamily::Block,
         ] {
             for tier in Tier::ALL {
-                let m = MatKernel { family, tier };
-                let back: MatKernel = m.to_string().parse().unwrap();
-                assert_eq!(back.to_string(), m.to_string());
+                for prefetch in [true, false] {
+                    let m = MatKernel {
+                        family,
+                        tier,
+                        prefetch,
+                    };
+                    let back: MatKernel = m.to_string().parse().unwrap();
+                    assert_eq!(back.to_string(), m.to_string());
+                    assert_eq!(back.prefetch, prefetch);
+                }
             }
         }
         assert!("tiles@avx2".parse::<MatKernel>().is_err());
         assert!("rows@sse9".parse::<MatKernel>().is_err());
     }
 
-    /// The rules on a few cases whose answer the module doc states.
+    /// The rules on a few cases whose answer the module doc states (they depend on the
+    /// level asked for, not on the host).
     #[test]
     fn rules_as_documented() {
-        let q = |t, n, order, tier| choose(t, [576, 576, 1, 1], n, false, order, tier).unwrap();
+        let cpu = |tier| CpuTarget {
+            name: "test".into(),
+            arch: crate::target::Arch::X86_64,
+            tier,
+            prefetch: true,
+        };
+        let q =
+            |t, n, order, tier| choose(t, [576, 576, 1, 1], n, false, order, &cpu(tier)).unwrap();
         use MatFamily::{Generated, Repacked, Rows};
         use SumOrder::{Block, Ggml};
         // Plain level: no four-row or tile forms, so the generated kernel for its types.
@@ -348,17 +386,23 @@ mod tests {
         assert_eq!(q(GgmlType::F16, 1, Ggml, Tier::Plain).family, Rows);
         // A weight llama.cpp repacks (Q4_0 with rows a multiple of 8).
         assert_eq!(q(GgmlType::Q4_0, 64, Ggml, Tier::Plain).family, Repacked);
-        if Tier::host() >= Tier::Avx2 {
-            assert_eq!(q(GgmlType::Q4_1, 1, Ggml, Tier::Avx2).family, Rows);
-            assert_eq!(q(GgmlType::Q8_0, 64, Ggml, Tier::Avx2).family, Rows);
-        }
-        if Tier::host() >= Tier::Avx512Vnni {
-            assert_eq!(
-                q(GgmlType::Q4_1, 64, Block, Tier::Avx512Vnni).family,
-                MatFamily::Block
-            );
-            assert_eq!(q(GgmlType::Q4_1, 64, Block, Tier::Avx2).family, Generated);
-        }
-        assert!(choose(GgmlType::I32, [8, 8, 1, 1], 1, false, Ggml, Tier::Plain).is_err());
+        assert_eq!(q(GgmlType::Q4_1, 1, Ggml, Tier::Avx2).family, Rows);
+        assert_eq!(q(GgmlType::Q8_0, 64, Ggml, Tier::Avx2).family, Rows);
+        let block = q(GgmlType::Q4_1, 64, Block, Tier::Avx512Vnni);
+        assert_eq!(block.family, MatFamily::Block);
+        assert_eq!(q(GgmlType::Q4_1, 64, Block, Tier::Avx2).family, Generated);
+        // The CPU's prefetch is every choice's.
+        let zen4 = CpuTarget::named("znver4").unwrap();
+        let m = choose(GgmlType::Q8_0, [576, 576, 1, 1], 1, false, Ggml, &zen4).unwrap();
+        assert_eq!(m.to_string(), "rows@avx512vbmi-nopf");
+        let bad = choose(
+            GgmlType::I32,
+            [8, 8, 1, 1],
+            1,
+            false,
+            Ggml,
+            &cpu(Tier::Plain),
+        );
+        assert!(bad.is_err());
     }
 }

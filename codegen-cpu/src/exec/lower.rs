@@ -227,6 +227,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
             MatFamily::Block => RowDot::for_weight_block(t, choice.tier),
             MatFamily::Generated => None,
         }
+        .map(|d| d.with_prefetch(choice.prefetch))
         .ok_or_else(|| {
             format!(
                 "weight {} is {}: no CPU matmul kernel for this type yet",
@@ -882,6 +883,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     dst: None,
                     scratch: 0,
                     lm_head,
+                    prefetch: choices[i].prefetch,
                 });
                 continue;
             }
@@ -915,6 +917,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                 dst: None,
                 scratch: 0,
                 lm_head,
+                prefetch: choices[i].prefetch,
             });
         }
         let epi_src = next + n_mat;

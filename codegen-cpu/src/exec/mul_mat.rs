@@ -92,6 +92,9 @@ pub(crate) struct Mat {
     pub scratch: usize,
     /// Whether the weight is the language-model head (see [`MulMat::lm_head`]).
     pub lm_head: bool,
+    /// Whether decode prefetches the generated kernel's groups ahead in software (the
+    /// plan's choice, `crate::select::MatKernel::prefetch`).
+    pub prefetch: bool,
 }
 
 /// How a product reads its weight.
@@ -332,7 +335,7 @@ impl MulMat {
                 // prefetcher alone streams decode's weights at ~55% of the read bandwidth
                 // (each group is contiguous in the repacked layout).
                 let base = w.data().as_ptr();
-                if self.n > 2 {
+                if self.n > 2 || !mat.prefetch {
                     // Prompts reuse each group across their tokens: nothing to stream.
                     entry(base, act, out, g0 as i64, g1 as i64);
                     return;
