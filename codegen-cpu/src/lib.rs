@@ -36,11 +36,13 @@
 //! Three sources, in separate modules:
 //!
 //! - **Cranelift-generated** ([`generated`]): emitted as Cranelift IR for one fixed shape and
-//!   JIT-compiled for the host ([`jit`]). x86-64 hosts only: the generators use x86
-//!   instructions such as `pmaddubsw` ([`jit::host_isa`] refuses other hosts).
-//! - **Hand-written** ([`handwritten`]): Rust with an AVX2 + FMA + F16C path through
-//!   `std::arch` (x86-64 hosts that have them) and a plain Rust path computing the same
-//!   values (every other host).
+//!   JIT-compiled for the host ([`jit`]), x86-64 or aarch64.
+//! - **Hand-written** ([`handwritten`]): Rust with AVX2 / AVX-512 / AMX paths through
+//!   `std::arch` and a plain Rust path computing the same values (every other host).
+//!
+//! Which of them multiplies each weight is chosen at compile time by the `select-kernels`
+//! pass ([`select`]) for a named CPU and its level of routines ([`target`]), and written into
+//! the plan; the executor ([`exec`]) runs what the plan says.
 //! - **Plain Rust from `ir::ggml`**: the format descriptions' own reference routines
 //!   (dequantizer, Q8_0 quantizer, Hadamard rotation), bit-exact with ggml by construction.
 //!
@@ -79,7 +81,7 @@
 //! `#[cfg(target_arch = "x86_64")]` code, each with a plain fallback; generated functions are
 //! called through `extern "C"` pointers, the host's C calling convention, which [`Jit::new`]
 //! checks is the one Cranelift generates ([`jit::c_call_conv`]). Running the generated
-//! kernels needs an x86-64 host with SSSE3 and SSE4.1.
+//! kernels needs an x86-64 host with SSSE3 and SSE4.1, or an aarch64 host with NEON.
 
 #![deny(missing_docs)]
 
