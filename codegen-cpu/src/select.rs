@@ -30,12 +30,12 @@ pub enum MatFamily {
     /// interleaved rows ([`crate::generated`]), in the plan's summation order.
     Generated,
     /// The row-dot routines over the weight read in place, in llama.cpp's `vec_dot` order
-    /// (tiled K-quant kernel and tinyBLAS for many columns) ([`RowDot::new`]).
+    /// (tiled K-quant kernel and tinyBLAS for many columns) (`RowDot::new`).
     Rows,
     /// The row-dot routines in the order of llama.cpp's repacked kernels, for the weights its
-    /// x86 build repacks (`ir::ggml::repacked_by_llama_cpp`) ([`RowDot::for_weight`]).
+    /// x86 build repacks (`ir::ggml::repacked_by_llama_cpp`) (`RowDot::for_weight`).
     Repacked,
-    /// The block-order tiles of `--kernels fast` ([`RowDot::for_weight_block`]).
+    /// The block-order tiles of `--kernels fast` (`RowDot::for_weight_block`).
     Block,
 }
 

@@ -11,7 +11,7 @@
 //!
 //! A plan compiled for a level runs on a CPU that has it: [`CpuTarget::check_host`] refuses
 //! others, and the row-dot kernels never take routines above the host's level
-//! ([`crate::rows::RowDot::new`]), so no instruction the host lacks can run.
+//! (`crate::rows::RowDot::new`), so no instruction the host lacks can run.
 
 use serde::{Deserialize, Serialize};
 
