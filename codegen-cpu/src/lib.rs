@@ -96,6 +96,7 @@ pub mod matmul;
 pub mod pool;
 pub mod rows;
 pub mod select;
+pub mod stream;
 pub mod target;
 
 pub use generated::{SumOrder, Tiling};
@@ -111,20 +112,4 @@ pub use pool::ThreadPool;
 /// ([`rows::supports`]).
 pub fn matmul_supports(wtype: ir::ggml::GgmlType) -> bool {
     layout::supports(wtype) || rows::supports(wtype)
-}
-
-/// A wrapping sum of `words` with eight independent accumulators (the loop vectorizes), the
-/// inner loop of the read-bandwidth measurements that the decode kernels are compared with
-/// (`kernel-bench --only bandwidth`, the runner's `bench` roofline): it reads each byte once
-/// and does almost nothing else.
-pub fn stream_sum(words: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    for c in words.chunks_exact(8) {
-        for j in 0..8 {
-            acc[j] = acc[j].wrapping_add(c[j]);
-        }
-    }
-    acc.iter()
-        .chain(words.chunks_exact(8).remainder())
-        .fold(0, |x, y| x ^ y)
 }

@@ -257,7 +257,7 @@ pub fn read_bandwidth(threads: usize, remeasure: bool) -> f64 {
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
-    let key = format!("{cpu} / {threads} threads");
+    let key = format!("{cpu} / {threads} threads / probe 2");
     let cached = cache
         .get(&key)
         .and_then(serde_json::Value::as_f64)
@@ -303,26 +303,32 @@ fn cpu_name() -> String {
 }
 
 /// Read bandwidth in GB/s: `threads` threads each summing their share of a 512 MiB buffer
-/// (far beyond any last-level cache), best of 5 passes after one that touches the pages.
+/// (far beyond any last-level cache), in every form of the probe this host runs
+/// ([`codegen_cpu::stream::stream_reads`]: each vector width, one to four streams), best of
+/// three passes each after one that touches the pages: the best a streaming loop reaches.
 pub fn measure_read_bandwidth(threads: usize) -> f64 {
     let words = vec![1u64; (512usize << 20) / 8];
     let threads = threads.max(1);
-    let mut best = f64::INFINITY;
-    for pass in 0..6 {
+    let chunk = words.len().div_ceil(threads);
+    let pass = |how| {
         let t0 = Instant::now();
-        let chunk = words.len().div_ceil(threads);
         let total: u64 = std::thread::scope(|s| {
             let handles: Vec<_> = words
                 .chunks(chunk)
-                .map(|part| s.spawn(move || codegen_cpu::stream_sum(part)))
+                .map(|part| s.spawn(move || codegen_cpu::stream::stream_sum(part, how)))
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
         });
         std::hint::black_box(total);
-        if pass > 0 {
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
-    }
+        t0.elapsed().as_secs_f64()
+    };
+    let forms = codegen_cpu::stream::stream_reads();
+    pass(forms[0]);
+    let best = forms
+        .iter()
+        .flat_map(|&how| (0..3).map(move |_| how))
+        .map(pass)
+        .fold(f64::INFINITY, f64::min);
     (words.len() * 8) as f64 / best / 1e9
 }
 
