@@ -29,6 +29,19 @@ pub(super) struct Variant {
     /// An optional `rope_freqs.weight` scales the rope frequencies (llama: Llama 3.1's
     /// `llama3` scaling; llama.cpp loads it for llama, not for qwen2 / qwen3).
     pub rope_freqs: bool,
+    /// The feed-forward block is a mixture of experts (qwen3moe; llama with experts).
+    pub moe: Option<Moe>,
+}
+
+/// The mixture-of-experts feed-forward block of a llama-shaped family
+/// ([`Builder::moe_ffn`] with a softmax router and SwiGLU experts).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Moe {
+    /// Normalize the selected experts' weights to sum to one (`norm_w` of
+    /// `build_moe_ffn`).
+    pub norm_w: bool,
+    /// Multiplier of the weights (`w_scale`; 0 and 1 leave them as they are).
+    pub w_scale: f32,
 }
 
 /// Lowers a llama model; returns the logits.
@@ -95,7 +108,16 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         }
         let ffn_inp = b.g.add(&format!("ffn_inp-{il}"), cur, inp_sa)?;
         let cur = b.layer_norm(ffn_inp, il, "ffn_norm.weight", e, "ffn_norm")?;
-        let cur = b.ffn(cur, il, Glu::Swiglu)?;
+        let cur = match var.moe {
+            None => b.ffn(cur, il, Glu::Swiglu)?,
+            Some(m) => {
+                let n_ff_exp = match hp.n_ff_exp {
+                    0 => u64::from(hp.n_ff / hp.n_expert_used.max(1)),
+                    n => u64::from(n),
+                };
+                b.moe_ffn(cur, il, n_ff_exp, m.norm_w, m.w_scale)?
+            }
+        };
         x = b.g.add(&format!("l_out-{il}"), cur, ffn_inp)?;
     }
     b.output(x)

@@ -12,7 +12,8 @@
 //! - [`qwen3`]: llama plus per-head RMS norms of Q and K before rope;
 //! - [`gemma3`]: scaled embeddings, Q/K norms, pre-scaled Q, post-attention and post-FFN
 //!   norms, GeGLU, sliding-window layers with their own rope base;
-//! - [`phi3`]: fused QKV and fused gate+up projections, split with views.
+//! - [`phi3`]: fused QKV and fused gate+up projections, split with views;
+//! - [`qwen3moe`]: qwen3's attention, a mixture-of-experts FFN ([`Builder::moe_ffn`]).
 //!
 //! A new family adds a module with its `build` function and a line in [`Arch`].
 
@@ -21,6 +22,7 @@ mod llama;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 
 use crate::error::{Error, Result};
 use crate::hparams::HParams;
@@ -42,6 +44,8 @@ pub enum Arch {
     Gemma3,
     /// `phi3`.
     Phi3,
+    /// `qwen3moe` (Qwen3-30B-A3B, Qwen3-235B-A22B).
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -53,6 +57,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
+            "qwen3moe" => Arch::Qwen3Moe,
             _ => return None,
         })
     }
@@ -65,6 +70,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -72,8 +78,16 @@ impl Arch {
     pub fn rope_type(self) -> RopeMode {
         match self {
             Arch::Llama => RopeMode::Norm,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 => RopeMode::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 | Arch::Qwen3Moe => {
+                RopeMode::Neox
+            }
         }
+    }
+
+    /// Whether the architecture's feed-forward blocks are mixtures of experts (it then
+    /// needs `{arch}.expert_count`).
+    pub fn is_moe(self) -> bool {
+        matches!(self, Arch::Qwen3Moe)
     }
 }
 
@@ -102,6 +116,7 @@ pub(crate) fn lower(
         Arch::Qwen3 => qwen3::build(&mut b)?,
         Arch::Gemma3 => gemma3::build(&mut b)?,
         Arch::Phi3 => phi3::build(&mut b)?,
+        Arch::Qwen3Moe => qwen3moe::build(&mut b)?,
     };
     b.g.mark_output(logits);
     b.g.verify()?;
@@ -460,6 +475,76 @@ impl<'m> Builder<'m> {
             Glu::Geglu => self.g.geglu(&format!("ffn_geglu-{il}"), gate, up)?,
         };
         self.proj(act, il, "ffn_down.weight", None, [f, e], "ffn_out")
+    }
+
+    /// llama.cpp's `build_moe_ffn` with a softmax router and SwiGLU experts, on
+    /// `x {n_embd, n_tokens}` of layer `il`: `ffn_gate_inp {n_embd, n_expert}` gives the
+    /// router's logits, their softmax the probabilities; the `n_expert_used` most probable
+    /// experts' `ffn_gate_exps`, `ffn_up_exps` `{n_embd, n_ff_exp, n_expert}` and
+    /// `ffn_down_exps` `{n_ff_exp, n_embd, n_expert}` run on the token, and their outputs
+    /// are summed weighted by the probabilities (normalized to sum to one with `norm_w`,
+    /// times `w_scale` unless it is 0 or 1). Returns `ffn_moe_out-{il} {n_embd, n_tokens}`.
+    pub fn moe_ffn(
+        &mut self,
+        x: TensorId,
+        il: u32,
+        n_ff_exp: u64,
+        norm_w: bool,
+        w_scale: f32,
+    ) -> Result<TensorId> {
+        let hp = self.hp;
+        let (e, ne, n) = (
+            hp.n_embd as u64,
+            hp.n_expert as u64,
+            self.g.tensor(x).shape.ne[1],
+        );
+        let logits = self.proj(
+            x,
+            il,
+            "ffn_gate_inp.weight",
+            None,
+            [e, ne],
+            "ffn_moe_logits",
+        )?;
+        let probs = self
+            .g
+            .soft_max(&format!("ffn_moe_probs-{il}"), logits, 1.0)?;
+        let ids = self
+            .g
+            .argsort_top_k(&format!("ffn_moe_topk-{il}"), probs, hp.n_expert_used)?;
+        let weights = self.g.moe_weights(
+            &format!("ffn_moe_weights_norm-{il}"),
+            probs,
+            ids,
+            norm_w,
+            w_scale,
+        )?;
+        let cur = self
+            .g
+            .reshape(&format!("ffn_moe_inp-{il}"), x, &[e, 1, n])?;
+        let mm = |b: &mut Self, cur: TensorId, w: &str, ne: [u64; 2], name: &str| {
+            let wt = b.lw(il, w, &[ne[0], ne[1], hp.n_expert as u64])?;
+            Ok::<_, Error>(b.g.mul_mat_id(&format!("{name}-{il}"), wt, cur, ids)?)
+        };
+        let up = mm(self, cur, "ffn_up_exps.weight", [e, n_ff_exp], "ffn_moe_up")?;
+        let gate = mm(
+            self,
+            cur,
+            "ffn_gate_exps.weight",
+            [e, n_ff_exp],
+            "ffn_moe_gate",
+        )?;
+        let act = self.g.swiglu(&format!("ffn_moe_swiglu-{il}"), gate, up)?;
+        let down = mm(
+            self,
+            act,
+            "ffn_down_exps.weight",
+            [n_ff_exp, e],
+            "ffn_moe_down",
+        )?;
+        Ok(self
+            .g
+            .moe_sum(&format!("ffn_moe_out-{il}"), down, weights)?)
     }
 
     /// Keeps only the rows that produce logits (`inp_out_ids`), as llama.cpp does in the

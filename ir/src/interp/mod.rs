@@ -28,6 +28,7 @@ mod exec;
 mod flash;
 mod layout;
 mod matmul;
+pub mod moe;
 mod qdot;
 mod rope;
 mod session;

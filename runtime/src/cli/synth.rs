@@ -38,6 +38,12 @@ pub struct SynthArgs {
     /// Key/value heads.
     #[arg(long)]
     pub n_head_kv: Option<u64>,
+    /// Experts per layer: above 0 writes a `qwen3moe` whose experts are `--n-ff` wide.
+    #[arg(long)]
+    pub n_expert: Option<u64>,
+    /// Experts each token is routed to (default 2 with `--n-expert`).
+    #[arg(long)]
+    pub n_expert_used: Option<u64>,
     /// The quantization (a llama-quantize name: Q4_1, Q8_0, Q4_K_M, F16, F32, ...).
     #[arg(long = "type", default_value = "Q4_1")]
     pub ftype: String,
@@ -75,6 +81,12 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         n_ff: args.n_ff.unwrap_or(base.n_ff),
         n_head: args.n_head.unwrap_or(base.n_head),
         n_head_kv: args.n_head_kv.unwrap_or(base.n_head_kv),
+        n_expert: args.n_expert.unwrap_or(base.n_expert),
+        n_expert_used: match (args.n_expert, args.n_expert_used) {
+            (_, Some(n)) => n,
+            (Some(e), None) if e > 0 => 2.min(e),
+            _ => base.n_expert_used,
+        },
         ..base
     };
     let ftype = FileType::parse(&args.ftype)?;

@@ -1,0 +1,202 @@
+//! The mixture-of-experts ops, as llama.cpp's `build_moe_ffn` computes them on the CPU:
+//! the top-k selection of experts, their routing weights, the products with the selected
+//! experts' matrices and the weighted sum of the experts' outputs.
+//!
+//! ```text
+//! ids      = argsort_top_k(probs, k)                 I32 {k, T}
+//! weights  = moe_weights(probs, ids)                 {k, T}    gathered, normalized, scaled
+//! up, gate = mul_mat_id(up_exps, x, ids), …          {n_ff, k, T}
+//! down     = mul_mat_id(down_exps, swiglu(gate, up), ids)   {n_embd, k, T}
+//! out      = moe_sum(down, weights)                  {n_embd, T}
+//! ```
+
+use super::layout::Lay;
+use super::matmul::{mul_mat, MatA, MatOpts};
+use crate::ggml::GgmlType;
+
+/// `argsort_top_k`: the indices of the `k` largest values of each row of `x` (layout
+/// `lx`), largest first, ties in index order; `lo` is the result's layout.
+pub(crate) fn top_k(x: &[f32], lx: &Lay, k: usize, lo: &Lay) -> Vec<i32> {
+    let mut out = vec![0i32; lo.alloc];
+    let n = lx.ne[0];
+    let mut idx: Vec<usize> = Vec::with_capacity(n);
+    for i3 in 0..lx.ne[3] {
+        for i2 in 0..lx.ne[2] {
+            for i1 in 0..lx.ne[1] {
+                let row = &x[lx.off([0, i1, i2, i3])..][..n];
+                idx.clear();
+                idx.extend(0..n);
+                // Stable: equal values keep their index order.
+                idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                let dst = &mut out[lo.off([0, i1, i2, i3])..][..k];
+                for (d, &i) in dst.iter_mut().zip(&idx) {
+                    *d = i as i32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The smallest sum llama.cpp divides the weights by (the smallest normal F16).
+pub(crate) const WEIGHTS_SUM_MIN: f32 = 6.103515625e-5;
+
+/// Normalizes and scales one token's gathered weights in place, as `build_moe_ffn` does
+/// (`ggml_sum_rows` in f64, `ggml_clamp`, `ggml_div`, `ggml_scale`).
+pub fn moe_weights_row(w: &mut [f32], norm: bool, scale: f32) {
+    if norm {
+        let sum = w.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
+        let sum = sum.clamp(WEIGHTS_SUM_MIN, f32::INFINITY);
+        w.iter_mut().for_each(|v| *v /= sum);
+    }
+    if scale != 0.0 && scale != 1.0 {
+        w.iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
+/// `moe_weights`: `probs {n_expert, T}`, `ids {k, T}` → `{k, T}`.
+pub(crate) fn moe_weights(
+    probs: &[f32],
+    lp: &Lay,
+    ids: &[i32],
+    li: &Lay,
+    norm: bool,
+    scale: f32,
+    lo: &Lay,
+) -> Result<Vec<f32>, String> {
+    let mut out = vec![0f32; lo.alloc];
+    let k = li.ne[0];
+    let mut w = vec![0f32; k];
+    for t in 0..li.ne[1] {
+        for (i, wi) in w.iter_mut().enumerate() {
+            let e = ids[li.off([i, t, 0, 0])];
+            if e < 0 || e as usize >= lp.ne[0] {
+                return Err(format!("expert id {e} is outside 0..{}", lp.ne[0]));
+            }
+            *wi = probs[lp.off([e as usize, t, 0, 0])];
+        }
+        moe_weights_row(&mut w, norm, scale);
+        out[lo.off([0, t, 0, 0])..][..k].copy_from_slice(&w);
+    }
+    Ok(out)
+}
+
+/// The experts' matrices of a `mul_mat_id`.
+pub(crate) enum Experts<'a> {
+    /// A weight `{K, M, n_expert}` as stored.
+    Weight {
+        /// Storage type.
+        ty: GgmlType,
+        /// All of its bytes.
+        data: &'a [u8],
+        /// Its shape.
+        ne: [usize; 4],
+    },
+    /// F32 values `{K, M, n_expert}` (layout `lay`).
+    Float {
+        /// Values.
+        data: &'a [f32],
+        /// Layout.
+        lay: Lay,
+    },
+}
+
+/// `mul_mat_id`: `as {K, M, n_expert}`, `b {K, B1, T}` (layout `lb`), `ids {k, T}`
+/// (layout `li`) → `{M, k, T}` (layout `lo`). Each product is one column of a `mul_mat`
+/// with the selected expert's `{K, M}` slice, as ggml-cpu computes it (`vec_dot` per row).
+pub(crate) fn mul_mat_id(
+    experts: &Experts<'_>,
+    b: &[f32],
+    lb: &Lay,
+    ids: &[i32],
+    li: &Lay,
+    lo: &Lay,
+    opts: MatOpts,
+) -> Result<Vec<f32>, String> {
+    let (k_in, n_used, n_tok) = (lb.ne[0], li.ne[0], li.ne[1]);
+    let ne = match experts {
+        Experts::Weight { ne, .. } => *ne,
+        Experts::Float { lay, .. } => lay.ne,
+    };
+    let (m, n_expert) = (ne[1], ne[2]);
+    let col_lay = |rows: usize| Lay {
+        ne: [rows, 1, 1, 1],
+        st: [1, rows, rows, rows],
+        alloc: rows,
+    };
+    let (lb1, lo1) = (col_lay(k_in), col_lay(m));
+    let opts = MatOpts {
+        n_threads: 1,
+        ..opts
+    };
+    let mut out = vec![0f32; lo.alloc];
+    let mut col = vec![0f32; k_in];
+    for t in 0..n_tok {
+        for i in 0..n_used {
+            let e = ids[li.off([i, t, 0, 0])];
+            if e < 0 || e as usize >= n_expert {
+                return Err(format!("expert id {e} is outside 0..{n_expert}"));
+            }
+            let e = e as usize;
+            let o = lb.off([0, i % lb.ne[1], t, 0]);
+            col.copy_from_slice(&b[o..o + k_in]);
+            let y = match experts {
+                Experts::Weight { ty, data, .. } => {
+                    let bytes = ty
+                        .row_size(k_in as u64)
+                        .ok_or("expert rows are not whole blocks")?
+                        as usize
+                        * m;
+                    let slice = data
+                        .get(e * bytes..(e + 1) * bytes)
+                        .ok_or("expert data out of range")?;
+                    let a = MatA::Weight {
+                        ty: *ty,
+                        data: slice,
+                        ne: [k_in, m, 1, 1],
+                    };
+                    mul_mat(&a, &col, &lb1, &lo1, opts)?
+                }
+                Experts::Float { data, lay } => {
+                    let mut rows = Vec::with_capacity(k_in * m);
+                    for r in 0..m {
+                        let o = lay.off([0, r, e, 0]);
+                        rows.extend_from_slice(&data[o..o + k_in]);
+                    }
+                    let a = MatA::Float {
+                        dtype: crate::graph::DType::F32,
+                        data: &rows,
+                        lay: Lay {
+                            ne: [k_in, m, 1, 1],
+                            st: [1, k_in, k_in * m, k_in * m],
+                            alloc: k_in * m,
+                        },
+                    };
+                    mul_mat(&a, &col, &lb1, &lo1, opts)?
+                }
+            };
+            out[lo.off([0, i, t, 0])..][..m].copy_from_slice(&y[..m]);
+        }
+    }
+    Ok(out)
+}
+
+/// `moe_sum`: `experts {E, k, T}`, `weights {k, T}` → `{E, T}`: per token
+/// `((x0 w0 + x1 w1) + x2 w2) + …`, each product rounded to f32 before the add.
+pub(crate) fn moe_sum(x: &[f32], lx: &Lay, w: &[f32], lw: &Lay, lo: &Lay) -> Vec<f32> {
+    let mut out = vec![0f32; lo.alloc];
+    let (e, k) = (lx.ne[0], lx.ne[1]);
+    for t in 0..lx.ne[2] {
+        let dst = &mut out[lo.off([0, t, 0, 0])..][..e];
+        for i in 0..k {
+            let wi = w[lw.off([i, t, 0, 0])];
+            let src = &x[lx.off([0, i, t, 0])..][..e];
+            if i == 0 {
+                dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s * wi);
+            } else {
+                dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s * wi);
+            }
+        }
+    }
+    out
+}

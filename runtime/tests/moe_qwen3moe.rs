@@ -1,0 +1,202 @@
+//! Mixture of experts end to end (issue 40): a small random-weight `qwen3moe` (2 layers,
+//! n_embd 256, 8 experts of width 128, 2 used; SmolLM2's tokenizer) written by
+//! `modelc synth`, against llama.cpp's own logits for a 16-token prompt, as one batch and one
+//! token at a time (`runtime/tests/data/qwen3moe_llama_cpp.json`, made by
+//! `scripts/moe-reference`: sha256 of the logits' f32 bytes, the greedy token and the
+//! first logits of every row).
+//!
+//! F32, Q8_0 and Q6_K experts: the interpreter (the oracle) and the compiled CPU engine
+//! must give llama.cpp's logits bit for bit, and so the same greedy tokens.
+
+use ir::gguf::GgufFile;
+use ir::graph::KvTypes;
+use ir::interp::InterpOptions;
+use runtime::cpu_engine::{build_plan, CpuEngine, LogitRows};
+use runtime::engine::Engine;
+use runtime::interp_engine::InterpEngine;
+use runtime::session::Session;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const N_CTX: u32 = 256;
+
+fn reference() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen3moe_llama_cpp.json");
+    serde_json::from_str(&std::fs::read_to_string(p).expect("reference")).expect("json")
+}
+
+/// Regenerates the fixture of type `ty` as `scripts/moe-reference` made it and checks that
+/// it is the file llama.cpp ran.
+fn fixture(ty: &str, want_sha: &str) -> Option<PathBuf> {
+    let vocab = modelc_tests::smollm2()?;
+    let dir = std::env::temp_dir().join(format!("modelc-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let out = dir.join(format!("q3moe-{ty}.gguf"));
+    let o = Command::new(env!("CARGO_BIN_EXE_modelc"))
+        .arg("synth")
+        .arg(&out)
+        .args(["--n-embd", "256", "--n-layer", "2", "--n-ff", "128"])
+        .args(["--n-head", "4", "--n-head-kv", "2", "--n-expert", "8"])
+        .args([
+            "--n-expert-used",
+            "2",
+            "--type",
+            ty,
+            "--seed",
+            "1",
+            "--vocab-from",
+        ])
+        .arg(&vocab)
+        .output()
+        .expect("modelc synth runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sha = hex(&Sha256::digest(std::fs::read(&out).expect("fixture")));
+    assert_eq!(sha, want_sha, "the synthetic {ty} qwen3moe changed");
+    Some(out)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Batch logits (every row) and one-token-at-a-time logits of `prompt`.
+fn run(engine: impl Engine, prompt: &[u32]) -> (Vec<f32>, Vec<f32>) {
+    let mut s = Session::single(engine).expect("session");
+    let batch = s.decode(prompt, 0, true).expect("batch decode").to_vec();
+    s.clear();
+    let mut step = Vec::new();
+    for (i, &t) in prompt.iter().enumerate() {
+        step.extend_from_slice(s.decode(&[t], i, false).expect("step decode"));
+    }
+    (batch, step)
+}
+
+fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Checks `got` (rows of `n_vocab`) against the reference entry `want` bit for bit: the
+/// first row whose head differs, the greedy tokens, the sha256 of all logits. Returns what
+/// differs, if anything.
+fn check(what: &str, got: &[f32], want: &serde_json::Value, n_vocab: usize) -> Option<String> {
+    let r = std::panic::catch_unwind(|| check_inner(what, got, want, n_vocab));
+    r.err().map(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| format!("{what}: differs"))
+    })
+}
+
+fn check_inner(what: &str, got: &[f32], want: &serde_json::Value, n_vocab: usize) {
+    let rows: Vec<&[f32]> = got.chunks(n_vocab).collect();
+    let tokens: Vec<u64> = rows.iter().map(|r| argmax(r) as u64).collect();
+    let want_tokens: Vec<u64> = want["argmax"]
+        .as_array()
+        .expect("argmax")
+        .iter()
+        .map(|t| t.as_u64().expect("token"))
+        .collect();
+    let heads = want["head"].as_array().expect("head");
+    for (i, (r, h)) in rows.iter().zip(heads).enumerate() {
+        let h: Vec<f32> = h
+            .as_array()
+            .expect("row")
+            .iter()
+            .map(|x| x.as_f64().expect("logit") as f32)
+            .collect();
+        assert_eq!(
+            &r[..h.len()],
+            &h[..],
+            "{what}: row {i} differs from llama.cpp"
+        );
+    }
+    assert_eq!(tokens, want_tokens, "{what}: greedy tokens differ");
+    let sha = hex(&Sha256::digest(bytes(got)));
+    assert_eq!(
+        sha,
+        want["sha256"].as_str().expect("sha"),
+        "{what}: logits differ from llama.cpp's"
+    );
+}
+
+fn check_type(ty: &str) {
+    let r = reference();
+    let m = &r["models"][ty];
+    let Some(path) = fixture(ty, m["gguf_sha256"].as_str().expect("sha")) else {
+        return;
+    };
+    let prompt: Vec<u32> = r["prompt"]
+        .as_array()
+        .expect("prompt")
+        .iter()
+        .map(|t| t.as_u64().expect("id") as u32)
+        .collect();
+    let n_vocab = r["n_vocab"].as_u64().expect("n_vocab") as usize;
+    let gguf = GgufFile::open(&path).expect("fixture opens");
+    let model = compiler::load_model(&gguf).expect("qwen3moe lowers");
+
+    let opts = InterpOptions {
+        flash_attn: false,
+        ..InterpOptions::llama_cpp()
+    };
+    let interp = InterpEngine::new(&gguf, &model, N_CTX as usize, 64, KvTypes::F16, opts);
+    let (ib, is) = run(interp, &prompt);
+    let mut errors = Vec::new();
+    errors.extend(check(
+        &format!("{ty} interpreter batch"),
+        &ib,
+        &m["batch"],
+        n_vocab,
+    ));
+    errors.extend(check(
+        &format!("{ty} interpreter step"),
+        &is,
+        &m["step"],
+        n_vocab,
+    ));
+
+    let plan =
+        build_plan(&model, &[1, 64], N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
+    let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("plan compiles for the CPU");
+    cpu.set_flash_attn(false).expect("F16 caches");
+    let (cb, cs) = run(cpu, &prompt);
+    errors.extend(check(
+        &format!("{ty} CPU engine batch"),
+        &cb,
+        &m["batch"],
+        n_vocab,
+    ));
+    errors.extend(check(
+        &format!("{ty} CPU engine step"),
+        &cs,
+        &m["step"],
+        n_vocab,
+    ));
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn qwen3moe_f32_matches_llama_cpp() {
+    check_type("F32");
+}
+
+#[test]
+fn qwen3moe_q8_0_matches_llama_cpp() {
+    check_type("Q8_0");
+}
+
+#[test]
+fn qwen3moe_q6_k_matches_llama_cpp() {
+    check_type("Q6_K");
+}
