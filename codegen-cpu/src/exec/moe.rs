@@ -54,6 +54,9 @@ pub(crate) struct MulMatId {
     m: usize,
     dot: RowDot,
     act_bytes: usize,
+    /// Columns from which llama.cpp multiplies an expert with its tiled kernel
+    /// (`usize::MAX`: never).
+    tiled_from: usize,
     /// `b {K, B1, T}`, `ids {n_used, T}`, `y {M, n_used, T}`.
     b: View,
     ids: View,
@@ -155,11 +158,19 @@ impl MulMatId {
         let x = std::slice::from_raw_parts(self.b.at(i % self.b.ne[1], t, 0) as *const f32, self.k);
         let act = std::slice::from_raw_parts_mut(cx.scratch.act_private[cx.ti].0, self.act_bytes);
         self.dot.prepare(x, act);
+        // llama.cpp's kernel for this expert depends on how many columns it has: its tiled
+        // kernel from 8 for K-quants, else `vec_dot` (one column).
+        // Only the real tokens count (a padded step's other rows are not llama.cpp's); a
+        // llama.cpp ubatch cut into several steps is counted per step (not its numbers).
+        let n_ids = self.ids.ne[0] * self.ids.ne[1].min(cx.n_real.max(1));
+        let ids = std::slice::from_raw_parts(self.ids.at(0, 0, 0) as *const i32, n_ids);
+        let count = ids.iter().filter(|&&x| x == e).count();
+        let n_cols = if self.tiled_from <= count { count } else { 1 };
         let expert = self.w.add(e as usize * self.m * self.row_bytes);
         let dst = self.y.at(i, t, 0) as *mut f32;
         for r in blk * ROWS..((blk + 1) * ROWS).min(self.m) {
             let w = std::slice::from_raw_parts(expert.add(r * self.row_bytes), self.row_bytes);
-            *dst.add(r) = self.dot.dot(w, act, 0, 1);
+            *dst.add(r) = self.dot.dot(w, act, 0, n_cols);
         }
     }
 }
@@ -174,8 +185,13 @@ pub(crate) fn lower(
     let (src, dst) = (&k.srcs, k.dsts[0]);
     let ids_view = |l: &mut Lowerer<'_, '_, '_>, id| -> Result<View, String> {
         let v = l.view(s, id)?;
-        if v.dtype != DType::I32 || !v.rows_contiguous() || v.ne[2] * v.ne[3] != 1 {
-            return Err("expert ids must be I32 {k, T} with contiguous rows".into());
+        if v.dtype != DType::I32
+            || !v.rows_contiguous()
+            || v.ne[2] * v.ne[3] != 1
+            || v.kv != 0
+            || v.ne[1] > 1 && v.nb[1] != 4 * v.ne[0]
+        {
+            return Err("expert ids must be a dense I32 {k, T}".into());
         }
         Ok(v)
     };
@@ -274,6 +290,11 @@ pub(crate) fn lower(
                 m,
                 dot,
                 act_bytes,
+                tiled_from: (1..=64)
+                    .find(|&n| {
+                        ir::ggml::x86_mul_mat_kernel(t, n) == ir::ggml::X86MulMatKernel::Tiled
+                    })
+                    .unwrap_or(usize::MAX),
                 b,
                 ids,
                 y,

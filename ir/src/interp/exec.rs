@@ -273,6 +273,13 @@ impl<'w> Interpreter<'w> {
                     let x = ctx.floats(s[0]).map_err(err)?;
                     Val::F(map_rows(&x, &lay(s[0]), |a, y| norm_row(a, y, *eps)))
                 }
+                Op::SoftMax { scale } if self.opts.avx2_order => {
+                    // ggml_compute_forward_soft_max_f32 on x86: ggml_v_expf in groups of 8.
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::F(map_rows(&x, &lay(s[0]), |a, y| {
+                        super::elementwise::soft_max_row_x86(a, y, *scale)
+                    }))
+                }
                 Op::SoftMax { scale } => {
                     let x = ctx.floats(s[0]).map_err(err)?;
                     Val::F(map_rows(&x, &lay(s[0]), |a, y| soft_max_row(a, y, *scale)))

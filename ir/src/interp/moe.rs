@@ -102,8 +102,11 @@ pub(crate) enum Experts<'a> {
 }
 
 /// `mul_mat_id`: `as {K, M, n_expert}`, `b {K, B1, T}` (layout `lb`), `ids {k, T}`
-/// (layout `li`) → `{M, k, T}` (layout `lo`). Each product is one column of a `mul_mat`
-/// with the selected expert's `{K, M}` slice, as ggml-cpu computes it (`vec_dot` per row).
+/// (layout `li`) → `{M, k, T}` (layout `lo`), as ggml-cpu's `ggml_compute_forward_mul_mat_id`
+/// computes it: the columns are grouped by expert; an expert's columns are multiplied one at
+/// a time (`vec_dot`: never tinyBLAS), or all together where ggml takes its tiled kernel
+/// for that many (`ggml_compute_forward_mul_mat_id_tiled`: K-quants and the i-quants of
+/// [`crate::ggml::x86_mul_mat_kernel`] from 8 columns).
 pub(crate) fn mul_mat_id(
     experts: &Experts<'_>,
     b: &[f32],
@@ -119,66 +122,97 @@ pub(crate) fn mul_mat_id(
         Experts::Float { lay, .. } => lay.ne,
     };
     let (m, n_expert) = (ne[1], ne[2]);
-    let col_lay = |rows: usize| Lay {
-        ne: [rows, 1, 1, 1],
-        st: [1, rows, rows, rows],
-        alloc: rows,
-    };
-    let (lb1, lo1) = (col_lay(k_in), col_lay(m));
     let opts = MatOpts {
         n_threads: 1,
         ..opts
     };
     let mut out = vec![0f32; lo.alloc];
-    let mut col = vec![0f32; k_in];
+    // The (slot, token) pairs routed to each expert, in ggml's order (token-major).
+    let mut rows: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n_expert];
     for t in 0..n_tok {
         for i in 0..n_used {
             let e = ids[li.off([i, t, 0, 0])];
             if e < 0 || e as usize >= n_expert {
                 return Err(format!("expert id {e} is outside 0..{n_expert}"));
             }
-            let e = e as usize;
-            let o = lb.off([0, i % lb.ne[1], t, 0]);
-            col.copy_from_slice(&b[o..o + k_in]);
-            let y = match experts {
-                Experts::Weight { ty, data, .. } => {
-                    let bytes = ty
-                        .row_size(k_in as u64)
-                        .ok_or("expert rows are not whole blocks")?
-                        as usize
-                        * m;
-                    let slice = data
-                        .get(e * bytes..(e + 1) * bytes)
-                        .ok_or("expert data out of range")?;
-                    let a = MatA::Weight {
-                        ty: *ty,
-                        data: slice,
-                        ne: [k_in, m, 1, 1],
-                    };
-                    mul_mat(&a, &col, &lb1, &lo1, opts)?
-                }
-                Experts::Float { data, lay } => {
-                    let mut rows = Vec::with_capacity(k_in * m);
-                    for r in 0..m {
-                        let o = lay.off([0, r, e, 0]);
-                        rows.extend_from_slice(&data[o..o + k_in]);
-                    }
-                    let a = MatA::Float {
-                        dtype: crate::graph::DType::F32,
-                        data: &rows,
-                        lay: Lay {
-                            ne: [k_in, m, 1, 1],
-                            st: [1, k_in, k_in * m, k_in * m],
-                            alloc: k_in * m,
-                        },
-                    };
-                    mul_mat(&a, &col, &lb1, &lo1, opts)?
-                }
-            };
-            out[lo.off([0, i, t, 0])..][..m].copy_from_slice(&y[..m]);
+            rows[e as usize].push((i, t));
+        }
+    }
+    for (e, pairs) in rows.iter().enumerate() {
+        if pairs.is_empty() {
+            continue;
+        }
+        // One product of all the expert's columns where llama.cpp takes its tiled kernel
+        // for that many (K-quants from 8), else one column at a time (`vec_dot`).
+        let tiled = matches!(experts, Experts::Weight { ty, .. }
+            if crate::ggml::x86_mul_mat_kernel(*ty, pairs.len()) == crate::ggml::X86MulMatKernel::Tiled);
+        let groups: Vec<&[(usize, usize)]> = if tiled {
+            vec![pairs.as_slice()]
+        } else {
+            pairs.chunks(1).collect()
+        };
+        for g in groups {
+            let n = g.len();
+            let mut cols = Vec::with_capacity(n * k_in);
+            for &(i, t) in g {
+                let o = lb.off([0, i % lb.ne[1], t, 0]);
+                cols.extend_from_slice(&b[o..o + k_in]);
+            }
+            let y = expert_product(experts, e, &cols, n, k_in, m, opts)?;
+            for (c, &(i, t)) in g.iter().enumerate() {
+                out[lo.off([0, i, t, 0])..][..m].copy_from_slice(&y[c * m..(c + 1) * m]);
+            }
         }
     }
     Ok(out)
+}
+
+/// The product of expert `e`'s `{K, M}` matrix with `n` columns `cols` (`{K, n}`): `{M, n}`.
+fn expert_product(
+    experts: &Experts<'_>,
+    e: usize,
+    cols: &[f32],
+    n: usize,
+    k_in: usize,
+    m: usize,
+    opts: MatOpts,
+) -> Result<Vec<f32>, String> {
+    let lay = |a: usize, b: usize| Lay {
+        ne: [a, b, 1, 1],
+        st: [1, a, a * b, a * b],
+        alloc: a * b,
+    };
+    let (lb, lo) = (lay(k_in, n), lay(m, n));
+    match experts {
+        Experts::Weight { ty, data, .. } => {
+            let bytes = ty
+                .row_size(k_in as u64)
+                .ok_or("expert rows are not whole blocks")? as usize
+                * m;
+            let slice = data
+                .get(e * bytes..(e + 1) * bytes)
+                .ok_or("expert data out of range")?;
+            let a = MatA::Weight {
+                ty: *ty,
+                data: slice,
+                ne: [k_in, m, 1, 1],
+            };
+            mul_mat(&a, cols, &lb, &lo, opts)
+        }
+        Experts::Float { data, lay: la } => {
+            let mut rows = Vec::with_capacity(k_in * m);
+            for r in 0..m {
+                let o = la.off([0, r, e, 0]);
+                rows.extend_from_slice(&data[o..o + k_in]);
+            }
+            let a = MatA::Float {
+                dtype: crate::graph::DType::F32,
+                data: &rows,
+                lay: lay(k_in, m),
+            };
+            mul_mat(&a, cols, &lb, &lo, opts)
+        }
+    }
 }
 
 /// `moe_sum`: `experts {E, k, T}`, `weights {k, T}` → `{E, T}`: per token
