@@ -405,7 +405,7 @@ impl HParams {
             Arch::Phi3 => {
                 // llama.cpp disables phi3's sliding window (ggml-org/llama.cpp#13676).
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {}
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Olmoe => {}
         }
         if n_swa == 0 {
             swa_layers.iter_mut().for_each(|l| *l = false);

@@ -13,7 +13,8 @@
 //! `convert_hf_to_gguf.py` writes for Llama 3.1's `llama3` rope scaling) divides the rope
 //! frequencies of every layer, as llama.cpp's `get_rope_factors` gives it to `ggml_rope_ext`.
 //! [`Variant`] covers the two families that differ from llama only inside the attention
-//! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope).
+//! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope), and
+//! the mixture-of-experts FFN of qwen3moe and llama with experts ([`Moe`]).
 
 use super::{Builder, Glu};
 use crate::error::{Error, Result};
@@ -42,14 +43,24 @@ pub(super) struct Moe {
     pub norm_w: bool,
     /// Multiplier of the weights (`w_scale`; 0 and 1 leave them as they are).
     pub w_scale: f32,
+    /// Width of one expert's FFN.
+    pub n_ff_exp: u64,
 }
 
-/// Lowers a llama model; returns the logits.
+/// Lowers a llama model; returns the logits. With `llama.expert_count` above 0 (Mixtral)
+/// every FFN is a mixture of experts of width `n_ff`, the selected experts' weights
+/// normalized to sum to one (llama.cpp's `llm_build_llama` with `ffn_gate_inp`).
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
+    let hp = b.hp;
     build_variant(
         b,
         Variant {
             rope_freqs: true,
+            moe: (hp.n_expert > 0).then_some(Moe {
+                norm_w: true,
+                w_scale: 0.0,
+                n_ff_exp: u64::from(hp.n_ff),
+            }),
             ..Variant::default()
         },
     )
@@ -110,13 +121,7 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         let cur = b.layer_norm(ffn_inp, il, "ffn_norm.weight", e, "ffn_norm")?;
         let cur = match var.moe {
             None => b.ffn(cur, il, Glu::Swiglu)?,
-            Some(m) => {
-                let n_ff_exp = match hp.n_ff_exp {
-                    0 => u64::from(hp.n_ff / hp.n_expert_used.max(1)),
-                    n => u64::from(n),
-                };
-                b.moe_ffn(cur, il, n_ff_exp, m.norm_w, m.w_scale)?
-            }
+            Some(m) => b.moe_ffn(cur, il, m.n_ff_exp, m.norm_w, m.w_scale)?,
         };
         x = b.g.add(&format!("l_out-{il}"), cur, ffn_inp)?;
     }

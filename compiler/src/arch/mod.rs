@@ -13,12 +13,15 @@
 //! - [`gemma3`]: scaled embeddings, Q/K norms, pre-scaled Q, post-attention and post-FFN
 //!   norms, GeGLU, sliding-window layers with their own rope base;
 //! - [`phi3`]: fused QKV and fused gate+up projections, split with views;
-//! - [`qwen3moe`]: qwen3's attention, a mixture-of-experts FFN ([`Builder::moe_ffn`]).
+//! - [`qwen3moe`]: qwen3's attention, a mixture-of-experts FFN ([`Builder::moe_ffn`]);
+//! - [`olmoe`]: Q/K RMS norms over the whole projection, unnormalized expert weights;
+//! - llama with `expert_count` (Mixtral): [`llama`] with a mixture-of-experts FFN.
 //!
 //! A new family adds a module with its `build` function and a line in [`Arch`].
 
 mod gemma3;
 mod llama;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
@@ -46,6 +49,8 @@ pub enum Arch {
     Phi3,
     /// `qwen3moe` (Qwen3-30B-A3B, Qwen3-235B-A22B).
     Qwen3Moe,
+    /// `olmoe` (OLMoE-1B-7B).
+    Olmoe,
 }
 
 impl Arch {
@@ -58,6 +63,7 @@ impl Arch {
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "qwen3moe" => Arch::Qwen3Moe,
+            "olmoe" => Arch::Olmoe,
             _ => return None,
         })
     }
@@ -71,6 +77,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Olmoe => "olmoe",
         }
     }
 
@@ -78,16 +85,19 @@ impl Arch {
     pub fn rope_type(self) -> RopeMode {
         match self {
             Arch::Llama => RopeMode::Norm,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 | Arch::Qwen3Moe => {
-                RopeMode::Neox
-            }
+            Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Gemma3
+            | Arch::Phi3
+            | Arch::Qwen3Moe
+            | Arch::Olmoe => RopeMode::Neox,
         }
     }
 
     /// Whether the architecture's feed-forward blocks are mixtures of experts (it then
     /// needs `{arch}.expert_count`).
     pub fn is_moe(self) -> bool {
-        matches!(self, Arch::Qwen3Moe)
+        matches!(self, Arch::Qwen3Moe | Arch::Olmoe)
     }
 }
 
@@ -117,6 +127,7 @@ pub(crate) fn lower(
         Arch::Gemma3 => gemma3::build(&mut b)?,
         Arch::Phi3 => phi3::build(&mut b)?,
         Arch::Qwen3Moe => qwen3moe::build(&mut b)?,
+        Arch::Olmoe => olmoe::build(&mut b)?,
     };
     b.g.mark_output(logits);
     b.g.verify()?;

@@ -13,6 +13,11 @@ use ir::graph::TensorId;
 
 /// Lowers a qwen3moe model; returns the logits.
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
+    let hp = b.hp;
+    let n_ff_exp = match hp.n_ff_exp {
+        0 => hp.n_ff / hp.n_expert_used.max(1),
+        n => n,
+    };
     build_variant(
         b,
         Variant {
@@ -22,6 +27,7 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
             moe: Some(Moe {
                 norm_w: true,
                 w_scale: 0.0,
+                n_ff_exp: u64::from(n_ff_exp),
             }),
         },
     )

@@ -1,9 +1,9 @@
-//! Mixture of experts end to end (issue 40): a small random-weight `qwen3moe` (2 layers,
-//! n_embd 256, 8 experts of width 128, 2 used; SmolLM2's tokenizer) written by
-//! `modelc synth`, against llama.cpp's own logits for a 16-token prompt, as one batch and one
-//! token at a time (`runtime/tests/data/qwen3moe_llama_cpp.json`, made by
-//! `scripts/moe-reference`: sha256 of the logits' f32 bytes, the greedy token and the
-//! first logits of every row).
+//! Mixture of experts end to end (issue 40): small random-weight `qwen3moe`, `olmoe` and
+//! llama-with-experts (Mixtral) models (2 layers, n_embd 256, 8 experts of width 128, 2
+//! used; SmolLM2's tokenizer) written by `modelc synth`, against llama.cpp's own logits for
+//! a 16-token prompt, as one batch and one token at a time
+//! (`runtime/tests/data/moe_llama_cpp.json`, made by `scripts/moe-reference`: sha256 of the
+//! logits' f32 bytes, the greedy token and the first logits of every row).
 //!
 //! F32, Q8_0 and Q6_K experts: the interpreter (the oracle) and the compiled CPU engine
 //! must give llama.cpp's logits bit for bit, and so the same greedy tokens; the CPU engine
@@ -23,22 +23,25 @@ use std::process::Command;
 const N_CTX: u32 = 256;
 
 fn reference() -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen3moe_llama_cpp.json");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/moe_llama_cpp.json");
     serde_json::from_str(&std::fs::read_to_string(p).expect("reference")).expect("json")
 }
 
-/// Regenerates the fixture of type `ty` as `scripts/moe-reference` made it and checks that
-/// it is the file llama.cpp ran.
-fn fixture(ty: &str, want_sha: &str) -> Option<PathBuf> {
+/// Regenerates the `arch` fixture of type `ty` as `scripts/moe-reference` made it and checks
+/// that it is the file llama.cpp ran.
+fn fixture(arch: &str, ty: &str, want_sha: &str) -> Option<PathBuf> {
     let vocab = modelc_tests::smollm2()?;
     let dir = std::env::temp_dir().join(format!("modelc-moe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    let out = dir.join(format!("q3moe-{ty}.gguf"));
+    let out = dir.join(format!("{arch}-{ty}.gguf"));
+    // olmoe's K norm is n_embd wide: no grouped-query attention.
+    let n_head_kv = if arch == "olmoe" { "4" } else { "2" };
     let o = Command::new(env!("CARGO_BIN_EXE_modelc"))
         .arg("synth")
         .arg(&out)
         .args(["--n-embd", "256", "--n-layer", "2", "--n-ff", "128"])
-        .args(["--n-head", "4", "--n-head-kv", "2", "--n-expert", "8"])
+        .args(["--arch", arch, "--n-head", "4", "--n-head-kv", n_head_kv])
+        .args(["--n-expert", "8"])
         .args([
             "--n-expert-used",
             "2",
@@ -53,7 +56,7 @@ fn fixture(ty: &str, want_sha: &str) -> Option<PathBuf> {
         .expect("modelc synth runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let sha = hex(&Sha256::digest(std::fs::read(&out).expect("fixture")));
-    assert_eq!(sha, want_sha, "the synthetic {ty} qwen3moe changed");
+    assert_eq!(sha, want_sha, "the synthetic {ty} {arch} changed");
     Some(out)
 }
 
@@ -131,10 +134,10 @@ fn check_inner(what: &str, got: &[f32], want: &serde_json::Value, n_vocab: usize
     );
 }
 
-fn check_type(ty: &str) {
+fn check_model(arch: &str, ty: &str) {
     let r = reference();
-    let m = &r["models"][ty];
-    let Some(path) = fixture(ty, m["gguf_sha256"].as_str().expect("sha")) else {
+    let m = &r["models"][format!("{arch}-{ty}")];
+    let Some(path) = fixture(arch, ty, m["gguf_sha256"].as_str().expect("sha")) else {
         return;
     };
     let prompt: Vec<u32> = r["prompt"]
@@ -145,7 +148,7 @@ fn check_type(ty: &str) {
         .collect();
     let n_vocab = r["n_vocab"].as_u64().expect("n_vocab") as usize;
     let gguf = GgufFile::open(&path).expect("fixture opens");
-    let model = compiler::load_model(&gguf).expect("qwen3moe lowers");
+    let model = compiler::load_model(&gguf).expect("the model lowers");
 
     let opts = InterpOptions {
         flash_attn: false,
@@ -205,17 +208,23 @@ fn check_type(ty: &str) {
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
-#[test]
-fn qwen3moe_f32_matches_llama_cpp() {
-    check_type("F32");
+macro_rules! moe_tests {
+    ($($name:ident => $arch:literal, $ty:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            check_model($arch, $ty);
+        }
+    )*};
 }
 
-#[test]
-fn qwen3moe_q8_0_matches_llama_cpp() {
-    check_type("Q8_0");
-}
-
-#[test]
-fn qwen3moe_q6_k_matches_llama_cpp() {
-    check_type("Q6_K");
+moe_tests! {
+    qwen3moe_f32_matches_llama_cpp => "qwen3moe", "F32";
+    qwen3moe_q8_0_matches_llama_cpp => "qwen3moe", "Q8_0";
+    qwen3moe_q6_k_matches_llama_cpp => "qwen3moe", "Q6_K";
+    olmoe_f32_matches_llama_cpp => "olmoe", "F32";
+    olmoe_q8_0_matches_llama_cpp => "olmoe", "Q8_0";
+    olmoe_q6_k_matches_llama_cpp => "olmoe", "Q6_K";
+    llama_moe_f32_matches_llama_cpp => "llama", "F32";
+    llama_moe_q8_0_matches_llama_cpp => "llama", "Q8_0";
+    llama_moe_q6_k_matches_llama_cpp => "llama", "Q6_K";
 }
