@@ -178,6 +178,14 @@ fn check_model(arch: &str, ty: &str) {
     // model (a limit of the executor outside the experts).
     let plan =
         build_plan(&model, &[1, 16], N_CTX, KvTypes::F16, LogitRows::Both).expect("plan builds");
+    // The plan's reference executor (every pass applied, the memory plan's arena shared, the
+    // selected experts carried in the arena as I32) computes the interpreter's logits.
+    let (pb, ps) = plan_exec(&plan, &gguf, opts, &prompt);
+    for (what, p, i) in [("batch", &pb, &ib), ("step", &ps, &is)] {
+        if p != i {
+            errors.push(format!("{ty} {what}: plan executor and interpreter differ"));
+        }
+    }
     let mut cpu = CpuEngine::new(&gguf, plan, 2).expect("plan compiles for the CPU");
     cpu.set_flash_attn(false).expect("F16 caches");
     let (cb, cs) = run(cpu, &prompt);
@@ -206,6 +214,40 @@ fn check_model(arch: &str, ty: &str) {
         n_vocab,
     ));
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// The prompt's logits by [`ir::plan::exec::PlanExec`]: as one step of its size (every row),
+/// then one token at a time.
+fn plan_exec(
+    plan: &ir::plan::Plan,
+    gguf: &GgufFile,
+    opts: InterpOptions,
+    prompt: &[u32],
+) -> (Vec<f32>, Vec<f32>) {
+    use ir::plan::exec::{PlanExec, StepArgs};
+    let mut ex = PlanExec::new(plan, gguf, opts).expect("executor");
+    let toks: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+    let n = toks.len() as u32;
+    let pos: Vec<i32> = (0..n as i32).collect();
+    let args = StepArgs {
+        tokens: &toks,
+        positions: &pos,
+        output_ids: &pos,
+        kv_len: u64::from(n),
+    };
+    let batch = ex.run(n, n, &args).expect("plan step").remove(0);
+    ex.interpreter().state_mut().clear();
+    let mut step = Vec::new();
+    for (i, &t) in toks.iter().enumerate() {
+        let args = StepArgs {
+            tokens: &[t],
+            positions: &[i as i32],
+            output_ids: &[0],
+            kv_len: i as u64 + 1,
+        };
+        step.extend(ex.run(1, 1, &args).expect("plan step").remove(0));
+    }
+    (batch, step)
 }
 
 macro_rules! moe_tests {

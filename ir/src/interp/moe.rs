@@ -234,3 +234,133 @@ pub(crate) fn moe_sum(x: &[f32], lx: &Lay, w: &[f32], lw: &Lay, lo: &Lay) -> Vec
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{parse_graph, DType, Graph, Input, Shape};
+
+    fn lay(ne: &[usize]) -> Lay {
+        let s: Vec<u64> = ne.iter().map(|&n| n as u64).collect();
+        Lay::of(&Shape::new(&s), 0)
+    }
+
+    #[test]
+    fn top_k_is_descending_with_ties_in_index_order() {
+        let x = [0.1, 0.5, 0.3, 0.5, -1.0, 0.2, 0.2, 0.9];
+        let got = top_k(&x, &lay(&[4, 2]), 2, &lay(&[2, 2]));
+        assert_eq!(got, vec![1, 3, 3, 1]);
+    }
+
+    #[test]
+    fn weights_are_gathered_normalized_clamped_and_scaled() {
+        let probs = [0.1f32, 0.2, 0.3, 0.4];
+        let ids = [3, 1];
+        let w = moe_weights(
+            &probs,
+            &lay(&[4, 1]),
+            &ids,
+            &lay(&[2, 1]),
+            false,
+            0.0,
+            &lay(&[2, 1]),
+        );
+        assert_eq!(w.expect("in range"), vec![0.4, 0.2]);
+        let w = moe_weights(
+            &probs,
+            &lay(&[4, 1]),
+            &ids,
+            &lay(&[2, 1]),
+            true,
+            2.0,
+            &lay(&[2, 1]),
+        );
+        let sum = (0.4f64 + 0.2f64) as f32;
+        assert_eq!(w.expect("in range"), vec![0.4 / sum * 2.0, 0.2 / sum * 2.0]);
+        // A sum below the smallest normal f16 is clamped to it.
+        let mut tiny = [1e-9f32, 1e-9];
+        moe_weights_row(&mut tiny, true, 1.0);
+        assert_eq!(tiny, [1e-9 / WEIGHTS_SUM_MIN; 2]);
+        let bad = moe_weights(
+            &probs,
+            &lay(&[4, 1]),
+            &[4, 0],
+            &lay(&[2, 1]),
+            true,
+            0.0,
+            &lay(&[2, 1]),
+        );
+        assert!(bad.is_err());
+    }
+
+    #[test]
+    fn sum_adds_rounded_products_in_slot_order() {
+        // {E = 1, k = 3, T = 1}: ((1e8 * 1 + 1 * 1) + -1e8 * 1) = 0 in f32, not 1.
+        let x = [1e8f32, 1.0, -1e8];
+        let w = [1.0f32, 1.0, 1.0];
+        let got = moe_sum(&x, &lay(&[1, 3, 1]), &w, &lay(&[3, 1]), &lay(&[1, 1]));
+        assert_eq!(got, vec![0.0]);
+    }
+
+    #[test]
+    fn mul_mat_id_reads_the_selected_experts() {
+        // Experts {K = 2, M = 2, n_expert = 3} in F32: expert e is e + 1 times the identity.
+        let mut data = Vec::new();
+        for e in 0..3 {
+            let d = (e + 1) as f32;
+            for v in [d, 0.0, 0.0, d] {
+                data.extend_from_slice(&f32::to_le_bytes(v));
+            }
+        }
+        let ex = Experts::Weight {
+            ty: GgmlType::F32,
+            data: &data,
+            ne: [2, 2, 3, 1],
+        };
+        // b {K = 2, 1, T = 2}, ids {k = 2, T = 2}.
+        let b = [1.0f32, 2.0, 3.0, 4.0];
+        let ids = [2, 0, 1, 1];
+        let opts = MatOpts {
+            round: true,
+            flavor: crate::ggml::Q8Flavor::X86,
+            n_threads: 1,
+            order: super::super::qdot::Order::Avx2,
+        };
+        let got = mul_mat_id(
+            &ex,
+            &b,
+            &lay(&[2, 1, 2]),
+            &ids,
+            &lay(&[2, 2]),
+            &lay(&[2, 2, 2]),
+            opts,
+        );
+        assert_eq!(
+            got.expect("in range"),
+            vec![3.0, 6.0, 1.0, 2.0, 6.0, 8.0, 6.0, 8.0]
+        );
+    }
+
+    #[test]
+    fn ops_print_and_parse_back() {
+        let mut g = Graph::new();
+        let x = g.input("x", Input::Data, DType::F32, Shape::new(&[8, 3]));
+        let ids = g.argsort_top_k("ids", x, 2).expect("top-k");
+        let w = g.moe_weights("w", x, ids, true, 2.5).expect("weights");
+        let e = g.weight("exps", DType::F32, Shape::new(&[8, 4, 8]));
+        let b = g.reshape("b", x, &[8, 1, 3]).expect("reshape");
+        let y = g.mul_mat_id("y", e, b, ids).expect("mul_mat_id");
+        assert_eq!(g.tensor(y).shape, Shape::new(&[4, 2, 3]));
+        let d = g.weight("down", DType::F32, Shape::new(&[4, 8, 8]));
+        let z = g.mul_mat_id("z", d, y, ids).expect("mul_mat_id of k rows");
+        let out = g.moe_sum("out", z, w).expect("sum");
+        assert_eq!(g.tensor(out).shape, Shape::new(&[8, 3]));
+        g.mark_output(out);
+        let text = g.to_string();
+        assert_eq!(parse_graph(&text).expect("parses").to_string(), text);
+        // Shape rules: k above the row, a b that is neither 1 nor k rows per token.
+        assert!(g.argsort_top_k("bad", x, 9).is_err());
+        let b3 = g.reshape("b3", x, &[4, 2, 3]).expect("reshape");
+        assert!(g.mul_mat_id("bad2", e, b3, ids).is_err());
+    }
+}
