@@ -263,6 +263,8 @@ moe_tests! {
     qwen3moe_f32_matches_llama_cpp => "qwen3moe", "F32";
     qwen3moe_q8_0_matches_llama_cpp => "qwen3moe", "Q8_0";
     qwen3moe_q6_k_matches_llama_cpp => "qwen3moe", "Q6_K";
+    qwen3moe_q4_0_matches_llama_cpp => "qwen3moe", "Q4_0";
+    qwen3moe_q4_k_m_matches_llama_cpp => "qwen3moe", "Q4_K_M";
     olmoe_f32_matches_llama_cpp => "olmoe", "F32";
     olmoe_q8_0_matches_llama_cpp => "olmoe", "Q8_0";
     olmoe_q6_k_matches_llama_cpp => "olmoe", "Q6_K";

@@ -290,10 +290,12 @@ pub(crate) fn lower(
                 m,
                 dot,
                 act_bytes,
+                // Repacked weights: llama.cpp's gemv per column, whatever the count.
                 tiled_from: (1..=64)
                     .find(|&n| {
                         ir::ggml::x86_mul_mat_kernel(t, n) == ir::ggml::X86MulMatKernel::Tiled
                     })
+                    .filter(|_| !ir::ggml::repacked_by_llama_cpp(t, [ne[0], ne[1], 1, 1]))
                     .unwrap_or(usize::MAX),
                 b,
                 ids,

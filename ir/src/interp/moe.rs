@@ -104,9 +104,10 @@ pub(crate) enum Experts<'a> {
 /// `mul_mat_id`: `as {K, M, n_expert}`, `b {K, B1, T}` (layout `lb`), `ids {k, T}`
 /// (layout `li`) → `{M, k, T}` (layout `lo`), as ggml-cpu's `ggml_compute_forward_mul_mat_id`
 /// computes it: the columns are grouped by expert; an expert's columns are multiplied one at
-/// a time (`vec_dot`: never tinyBLAS), or all together where ggml takes its tiled kernel
-/// for that many (`ggml_compute_forward_mul_mat_id_tiled`: K-quants and the i-quants of
-/// [`crate::ggml::x86_mul_mat_kernel`] from 8 columns).
+/// a time (`vec_dot`: never tinyBLAS; the repacked gemv for the weights llama.cpp repacks,
+/// [`crate::ggml::repacked_by_llama_cpp`]), or all together where ggml takes its tiled
+/// kernel for that many (`ggml_compute_forward_mul_mat_id_tiled`: K-quants and the i-quants
+/// of [`crate::ggml::x86_mul_mat_kernel`] from 8 columns, when not repacked).
 pub(crate) fn mul_mat_id(
     experts: &Experts<'_>,
     b: &[f32],
@@ -144,8 +145,10 @@ pub(crate) fn mul_mat_id(
         }
         // One product of all the expert's columns where llama.cpp takes its tiled kernel
         // for that many (K-quants from 8), else one column at a time (`vec_dot`).
+        // Weights llama.cpp repacks take its gemv one column at a time whatever the count.
         let tiled = matches!(experts, Experts::Weight { ty, .. }
-            if crate::ggml::x86_mul_mat_kernel(*ty, pairs.len()) == crate::ggml::X86MulMatKernel::Tiled);
+            if crate::ggml::x86_mul_mat_kernel(*ty, pairs.len()) == crate::ggml::X86MulMatKernel::Tiled
+                && !crate::ggml::repacked_by_llama_cpp(*ty, [k_in as u64, m as u64, 1, 1]));
         let groups: Vec<&[(usize, usize)]> = if tiled {
             vec![pairs.as_slice()]
         } else {
