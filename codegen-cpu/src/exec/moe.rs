@@ -38,7 +38,7 @@ pub(crate) enum MoeOp {
         scale: f32,
     },
     /// `mul_mat_id`.
-    MulMatId(MulMatId),
+    MulMatId(Box<MulMatId>),
     /// `moe_sum`: `x {E, k, T}`, `w {k, T}` → `{E, T}`.
     Sum { x: View, w: View, y: View },
 }
@@ -282,7 +282,7 @@ pub(crate) fn lower(
                 return Err("result must be {M, k, T}".into());
             }
             l.needs.act_private_bytes = l.needs.act_private_bytes.max(act_bytes);
-            MoeOp::MulMatId(MulMatId {
+            MoeOp::MulMatId(Box::new(MulMatId {
                 w: Ptr(data.as_ptr() as *mut u8),
                 row_bytes,
                 n_expert,
@@ -300,7 +300,7 @@ pub(crate) fn lower(
                 b,
                 ids,
                 y,
-            })
+            }))
         }
         other => return Err(format!("{} is not a mixture-of-experts op", other.name())),
     };

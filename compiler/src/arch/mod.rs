@@ -68,6 +68,23 @@ impl Arch {
         })
     }
 
+    /// Every architecture modelc lowers.
+    pub const ALL: [Arch; 7] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Phi3,
+        Arch::Qwen3Moe,
+        Arch::Olmoe,
+    ];
+
+    /// The names of [`Arch::ALL`], comma-separated (what an unsupported architecture's
+    /// error lists).
+    pub fn supported() -> String {
+        Arch::ALL.map(Arch::name).join(", ")
+    }
+
     /// The GGUF name.
     pub fn name(self) -> &'static str {
         match self {
@@ -585,5 +602,23 @@ impl<'m> Builder<'m> {
             logits = self.g.softcap("result_output_softcap", logits, cap)?;
         }
         Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arch;
+
+    /// Every architecture is found by its name, and an unknown one's error names them all.
+    #[test]
+    fn names_round_trip_and_the_error_lists_them() {
+        for a in Arch::ALL {
+            assert_eq!(Arch::from_name(a.name()), Some(a));
+        }
+        let e = crate::error::Error::UnsupportedArch("mamba".into()).to_string();
+        assert!(
+            e.contains("'mamba'") && e.contains("qwen3moe") && e.contains("olmoe"),
+            "{e}"
+        );
     }
 }

@@ -38,8 +38,9 @@ pub(crate) fn top_k(x: &[f32], lx: &Lay, k: usize, lo: &Lay) -> Vec<i32> {
     out
 }
 
-/// The smallest sum llama.cpp divides the weights by (the smallest normal F16).
-pub(crate) const WEIGHTS_SUM_MIN: f32 = 6.103515625e-5;
+/// The smallest sum llama.cpp divides the weights by: 2⁻¹⁴ = 6.103515625e-5, the smallest
+/// normal F16.
+pub(crate) const WEIGHTS_SUM_MIN: f32 = 1.0 / 16384.0;
 
 /// Normalizes and scales one token's gathered weights in place, as `build_moe_ffn` does
 /// (`ggml_sum_rows` in f64, `ggml_clamp`, `ggml_div`, `ggml_scale`).
