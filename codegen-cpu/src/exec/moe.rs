@@ -82,16 +82,9 @@ impl MoeOp {
         match self {
             MoeOp::TopK { x, ids, k } => {
                 let n = x.ne[0];
-                let mut idx: Vec<usize> = Vec::with_capacity(n);
                 for t in toks(x.ne[1]) {
                     let row = std::slice::from_raw_parts(x.at(t, 0, 0) as *const f32, n);
-                    idx.clear();
-                    idx.extend(0..n);
-                    idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-                    let dst = ids.at(t, 0, 0) as *mut i32;
-                    for (j, &i) in idx.iter().take(*k).enumerate() {
-                        *dst.add(j) = i as i32;
-                    }
+                    top_k_row(row, *k, ids.at(t, 0, 0) as *mut i32);
                 }
             }
             MoeOp::Weights {
@@ -102,7 +95,7 @@ impl MoeOp {
                 scale,
             } => {
                 let (k, n) = (ids.ne[0], probs.ne[0]);
-                let mut w = vec![0f32; k];
+                let w = std::slice::from_raw_parts_mut(cx.scratch.tmp[cx.ti].0 as *mut f32, k);
                 for t in toks(ids.ne[1]) {
                     let p = probs.at(t, 0, 0) as *const f32;
                     let id = ids.at(t, 0, 0) as *const i32;
@@ -115,7 +108,7 @@ impl MoeOp {
                             0.0
                         };
                     }
-                    moe_weights_row(&mut w, *norm, *scale);
+                    moe_weights_row(w, *norm, *scale);
                     std::ptr::copy_nonoverlapping(w.as_ptr(), y.at(t, 0, 0) as *mut f32, k);
                 }
             }
@@ -141,6 +134,32 @@ impl MoeOp {
             }
             MoeOp::MulMatId(m) => m.run_chunk(c, cx),
         }
+    }
+}
+
+/// The indices of the `k` largest values of `row`, largest first, equal values in index
+/// order (the interpreter's stable sort): `k` passes of a selection, without scratch.
+///
+/// # Safety
+/// `dst` valid for `k` writes.
+unsafe fn top_k_row(row: &[f32], k: usize, dst: *mut i32) {
+    // `a` comes before `b`: a larger value, or an equal one at a smaller index.
+    let before = |a: usize, b: usize| match row[a].total_cmp(&row[b]) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => a < b,
+    };
+    let mut prev: Option<usize> = None;
+    for j in 0..k {
+        let mut best: Option<usize> = None;
+        for i in 0..row.len() {
+            if prev.is_none_or(|p| before(p, i)) && best.is_none_or(|b| before(i, b)) {
+                best = Some(i);
+            }
+        }
+        let Some(b) = best else { return };
+        *dst.add(j) = b as i32;
+        prev = Some(b);
     }
 }
 
@@ -220,6 +239,7 @@ pub(crate) fn lower(
             if y.ne[..2] != ids.ne[..2] || probs.ne[1] != ids.ne[1] {
                 return Err("weights, ids and probabilities differ in shape".into());
             }
+            l.needs.tmp_floats = l.needs.tmp_floats.max(ids.ne[0]);
             MoeOp::Weights {
                 probs,
                 ids,
@@ -305,4 +325,20 @@ pub(crate) fn lower(
         other => return Err(format!("{} is not a mixture-of-experts op", other.name())),
     };
     Ok(vec![Op::Moe(Box::new(op))])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k_row;
+
+    /// Largest first, equal values in index order, NaN-free rows as ggml's `argsort` orders
+    /// them (the interpreter's stable sort).
+    #[test]
+    fn top_k_orders_ties_by_index() {
+        let row = [0.5f32, -1.0, 0.5, 2.0, 0.5, -3.0];
+        let mut out = [0i32; 4];
+        // SAFETY: `out` holds 4 values.
+        unsafe { top_k_row(&row, 4, out.as_mut_ptr()) };
+        assert_eq!(out, [3, 0, 2, 4]);
+    }
 }
