@@ -220,6 +220,29 @@ pub fn choose(
     }
 }
 
+/// The kernel for the experts of a `mul_mat_id` (a `wtype` weight `{K, M, n_expert}`,
+/// `ne`), for `cpu`: the row-dot routines in llama.cpp's order for one expert matrix
+/// (`repacked` where its x86 build repacks one, else `rows`), in both summation orders
+/// (there is no block-order expert kernel), as llama.cpp's CPU `mul_mat_id` computes them.
+///
+/// # Errors
+/// A type no row-dot kernel multiplies.
+pub fn choose_experts(wtype: GgmlType, ne: [u64; 4], cpu: &CpuTarget) -> Result<MatKernel, String> {
+    if !rows::supports(wtype) {
+        return Err(format!("no CPU kernel for {} experts", wtype.name()));
+    }
+    let family = if ggml::repacked_by_llama_cpp(wtype, [ne[0], ne[1], 1, 1]) {
+        MatFamily::Repacked
+    } else {
+        MatFamily::Rows
+    };
+    Ok(MatKernel {
+        family,
+        tier: cpu.tier,
+        prefetch: cpu.prefetch,
+    })
+}
+
 /// The values of step `s` that hold only the rows that produce logits: those computed from
 /// the rows `inp_out_ids` selects (llama.cpp's last layer after
 /// `ggml_get_rows(cur, inp_out_ids)`, the output norm, the head).
@@ -238,7 +261,8 @@ pub(crate) fn output_rows(s: &Step) -> HashSet<ValueId> {
     rows
 }
 
-/// The input and weights of a matrix-product kernel: `(x, [W_i])` (`None` for other ops).
+/// The input and weights of a matrix-product kernel (`mul_mat_id`'s experts included):
+/// `(x, [W_i])` (`None` for other ops).
 pub(crate) fn mat_operands(k: &Kernel) -> Option<(ValueId, Vec<ValueId>)> {
     match &k.op {
         KernelOp::MulMat(spec) => {
@@ -246,7 +270,9 @@ pub(crate) fn mat_operands(k: &Kernel) -> Option<(ValueId, Vec<ValueId>)> {
             let ws = k.srcs.get(first..first + spec.n_mat as usize)?;
             Some((*k.srcs.first()?, ws.to_vec()))
         }
-        KernelOp::Op(IrOp::MulMat) => Some((*k.srcs.get(1)?, vec![*k.srcs.first()?])),
+        KernelOp::Op(IrOp::MulMat | IrOp::MulMatId) => {
+            Some((*k.srcs.get(1)?, vec![*k.srcs.first()?]))
+        }
         _ => None,
     }
 }
@@ -282,8 +308,12 @@ pub fn select_kernels(plan: &mut Plan, cpu: &CpuTarget, order: SumOrder) -> Resu
                 let v = &s.values[w.index()];
                 let t = v.dtype.ggml_type();
                 let lm_head = is_lm_head(plan, s, &rows, x, w);
-                let m = choose(t, v.shape.ne, n_cols, lm_head, order, cpu)
-                    .map_err(|e| format!("{}: {e}", v.name))?;
+                let m = if matches!(k.op, KernelOp::Op(IrOp::MulMatId)) {
+                    choose_experts(t, v.shape.ne, cpu)
+                } else {
+                    choose(t, v.shape.ne, n_cols, lm_head, order, cpu)
+                }
+                .map_err(|e| format!("{}: {e}", v.name))?;
                 mats.push(serde_json::Value::String(m.to_string()));
             }
             per_kernel.push(Some(serde_json::json!({ "mul_mat": mats })));
@@ -299,7 +329,14 @@ pub fn select_kernels(plan: &mut Plan, cpu: &CpuTarget, order: SumOrder) -> Resu
         cpu: cpu.clone(),
         kernels: order_name(order).to_string(),
     };
-    plan.target = Some(serde_json::to_value(&sel).map_err(|e| e.to_string())?);
+    // Keys in sorted order, so the text is the same whether or not serde_json keeps
+    // insertion order (a feature another crate of the build may turn on).
+    let sorted: std::collections::BTreeMap<String, serde_json::Value> =
+        match serde_json::to_value(&sel).map_err(|e| e.to_string())? {
+            serde_json::Value::Object(m) => m.into_iter().collect(),
+            _ => return Err("a CPU selection is a JSON object".into()),
+        };
+    plan.target = Some(serde_json::to_value(sorted).map_err(|e| e.to_string())?);
     Ok(())
 }
 

@@ -10,7 +10,7 @@ pub enum Error {
     #[error("metadata key 'general.architecture' is missing")]
     NoArch,
     /// An architecture modelc cannot lower.
-    #[error("architecture '{0}' is not supported (supported: llama, qwen2, qwen3, gemma3, phi3)")]
+    #[error("architecture '{0}' is not supported (supported: {list})", list = crate::arch::Arch::supported())]
     UnsupportedArch(String),
     /// A required metadata key is absent.
     #[error("metadata key '{0}' is missing")]

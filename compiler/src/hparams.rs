@@ -27,6 +27,9 @@
 //! | `rope_freq_base_swa` | `{arch}.rope.freq_base_swa` | gemma3: 10000; others: `rope_freq_base` |
 //! | softcapping | `{arch}.attn_logit_softcapping`, `{arch}.final_logit_softcapping` | none |
 //! | `tied_output` | — | true when the tensor `output.weight` is absent |
+//! | `n_expert` | `{arch}.expert_count` (at most 1024, llama.cpp's `LLAMA_MAX_EXPERTS`) | 0 (dense) |
+//! | `n_expert_used` | `{arch}.expert_used_count` (number, or per-layer array of equal values; 1..=`n_expert` with experts) | 0 |
+//! | `n_ff_exp` | `{arch}.expert_feed_forward_length` | 0 (the architecture's default: qwen3moe `n_ff / n_expert_used`) |
 //!
 //! The rope type (llama.cpp's `llama_model_rope_type`) is per architecture: llama NORM;
 //! qwen2, qwen3, phi3, gemma3 NEOX. phi3's sliding window is ignored, as llama.cpp does.
@@ -120,6 +123,12 @@ pub struct HParams {
     pub f_attention_scale: Option<f32>,
     /// Output projection tied to `token_embd.weight` (no `output.weight`).
     pub tied_output: bool,
+    /// Experts per mixture-of-experts layer (0: dense).
+    pub n_expert: u32,
+    /// Experts each token is routed to.
+    pub n_expert_used: u32,
+    /// Feed-forward width of one expert (0: not given).
+    pub n_ff_exp: u32,
 }
 
 /// Typed access to `{arch}.*` keys with errors that name the key.
@@ -200,6 +209,9 @@ fn positive(key: String, v: u32) -> Result<u32> {
 /// Largest layer count accepted (llama.cpp's `LLAMA_MAX_LAYERS`).
 const MAX_LAYERS: u32 = 512;
 
+/// Largest expert count accepted (llama.cpp's `LLAMA_MAX_EXPERTS`).
+const MAX_EXPERTS: u32 = 1024;
+
 impl HParams {
     /// Reads the hyperparameters of `gguf` (see the module doc).
     ///
@@ -234,10 +246,36 @@ impl HParams {
                 msg: format!("{n_layer} layers exceed {MAX_LAYERS}"),
             });
         }
-        let n_ff = k
-            .u32_or_arr("feed_forward_length", n_layer)?
-            .ok_or_else(|| Error::MissingKey(k.key("feed_forward_length")))?;
-        let n_ff = positive(k.key("feed_forward_length"), n_ff)?;
+        // Experts (llama.cpp reads these for every architecture, absent meaning dense).
+        let n_expert = k.u32_opt("expert_count")?.unwrap_or(0);
+        let n_expert_used = k.u32_or_arr("expert_used_count", n_layer)?.unwrap_or(0);
+        let n_ff_exp = k.u32_opt("expert_feed_forward_length")?.unwrap_or(0);
+        if n_expert > MAX_EXPERTS {
+            return Err(Error::BadKey {
+                key: k.key("expert_count"),
+                msg: format!("{n_expert} experts exceed {MAX_EXPERTS}"),
+            });
+        }
+        if n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0) {
+            return Err(Error::BadKey {
+                key: k.key("expert_used_count"),
+                msg: format!("{n_expert_used} experts used of {n_expert}: expected 1..={n_expert}"),
+            });
+        }
+        if arch.is_moe() && n_expert == 0 {
+            return Err(Error::MissingKey(k.key("expert_count")));
+        }
+        // A mixture-of-experts model may give only the experts' width.
+        let n_ff = match k.u32_or_arr("feed_forward_length", n_layer)? {
+            Some(n) => n,
+            None if arch.is_moe() => 0,
+            None => return Err(Error::MissingKey(k.key("feed_forward_length"))),
+        };
+        let n_ff = if arch.is_moe() {
+            n_ff
+        } else {
+            positive(k.key("feed_forward_length"), n_ff)?
+        };
         let n_head = k
             .u32_or_arr("attention.head_count", n_layer)?
             .ok_or_else(|| Error::MissingKey(k.key("attention.head_count")))?;
@@ -398,7 +436,8 @@ impl HParams {
             Arch::Phi3 => {
                 // llama.cpp disables phi3's sliding window (ggml-org/llama.cpp#13676).
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Bert => {}
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Bert | Arch::Qwen3Moe | Arch::Olmoe => {
+            }
         }
         if n_swa == 0 {
             swa_layers.iter_mut().for_each(|l| *l = false);
@@ -440,6 +479,9 @@ impl HParams {
             f_final_logit_softcapping: softcap("final_logit_softcapping")?,
             f_attention_scale,
             tied_output: gguf.tensor("output.weight").is_none(),
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
         })
     }
 

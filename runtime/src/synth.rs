@@ -52,6 +52,49 @@ pub struct Shape {
     pub n_vocab: Option<u64>,
     /// Llama 3.1's rope scaling, written as `rope_freqs.weight`.
     pub rope_llama3: Option<Llama3Rope>,
+    /// The architecture written ([`SynthArch`]).
+    pub arch: SynthArch,
+    /// Experts per layer (0: a dense FFN; the MoE architectures need some): a router
+    /// `ffn_gate_inp` and `ffn_{gate,up,down}_exps` of `n_ff` per expert in place of the
+    /// dense FFN, as `convert_hf_to_gguf.py` writes Mixtral, Qwen3-30B-A3B or OLMoE.
+    pub n_expert: u64,
+    /// Experts each token is routed to (`expert_used_count`; with `n_expert` above 0).
+    pub n_expert_used: u64,
+}
+
+/// The architecture of a synthetic model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynthArch {
+    /// `llama` (with experts: Mixtral).
+    Llama,
+    /// `qwen3moe`: per-head `attn_q_norm` / `attn_k_norm`, experts, `expert_feed_forward_length`.
+    Qwen3Moe,
+    /// `olmoe`: `attn_q_norm` / `attn_k_norm` over the whole projection, experts.
+    Olmoe,
+}
+
+impl SynthArch {
+    /// The architecture named `name` (`general.architecture`).
+    ///
+    /// # Errors
+    /// An architecture synth does not write.
+    pub fn parse(name: &str) -> anyhow::Result<SynthArch> {
+        Ok(match name {
+            "llama" => SynthArch::Llama,
+            "qwen3moe" => SynthArch::Qwen3Moe,
+            "olmoe" => SynthArch::Olmoe,
+            _ => bail!("unknown architecture '{name}' (one of: llama, qwen3moe, olmoe)"),
+        })
+    }
+
+    /// The GGUF name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthArch::Llama => "llama",
+            SynthArch::Qwen3Moe => "qwen3moe",
+            SynthArch::Olmoe => "olmoe",
+        }
+    }
 }
 
 /// Llama 3.1's `llama3` rope scaling (`rope_scaling` in its `config.json`). GGUF has no
@@ -124,6 +167,9 @@ impl Shape {
                 tied_output: false,
                 n_vocab: None,
                 rope_llama3: None,
+                arch: SynthArch::Llama,
+                n_expert: 0,
+                n_expert_used: 0,
             },
             "8b" | "llama-3.1-8b" => Shape {
                 n_embd: 4096,
@@ -136,6 +182,9 @@ impl Shape {
                 tied_output: false,
                 n_vocab: Some(128256),
                 rope_llama3: Some(Llama3Rope::LLAMA_3_1),
+                arch: SynthArch::Llama,
+                n_expert: 0,
+                n_expert_used: 0,
             },
             "smollm2-135m" | "135m" => Shape {
                 n_embd: 576,
@@ -148,6 +197,9 @@ impl Shape {
                 tied_output: true,
                 n_vocab: None,
                 rope_llama3: None,
+                arch: SynthArch::Llama,
+                n_expert: 0,
+                n_expert_used: 0,
             },
             _ => bail!("unknown preset '{name}' (one of: 1b, 8b, smollm2-135m)"),
         })
@@ -176,6 +228,18 @@ impl Shape {
         }
         if !n_head.is_multiple_of(n_head_kv) {
             bail!("n_head {n_head} must be a multiple of n_head_kv {n_head_kv}");
+        }
+        let (ne, nu) = (self.n_expert, self.n_expert_used);
+        if ne > 0 && (nu == 0 || nu > ne || ne > 1024 || self.rope_llama3.is_some()) {
+            bail!("{nu} experts used of {ne}: expected 1..={ne} of at most 1024, without llama3 rope scaling");
+        }
+        if ne == 0 && self.arch != SynthArch::Llama {
+            bail!("{} needs experts (--n-expert)", self.arch.name());
+        }
+        if self.arch == SynthArch::Olmoe && (n_head_kv != n_head || self.tied_output) {
+            bail!(
+                "olmoe needs n_head_kv = n_head and an output tensor (its K norm is n_embd wide)"
+            );
         }
         // Larger than any released model (Llama 3.1 405B: n_embd 16384, n_ff 53248, 126
         // layers); the bound keeps one tensor's bytes within reach of memory.
@@ -211,6 +275,25 @@ impl Shape {
             add(format!("blk.{i}.attn_v.weight"), &[e, kv]);
             add(format!("blk.{i}.attn_output.weight"), &[e, e]);
             add(format!("blk.{i}.ffn_norm.weight"), &[e]);
+            match self.arch {
+                SynthArch::Qwen3Moe => {
+                    add(format!("blk.{i}.attn_q_norm.weight"), &[self.n_rot()]);
+                    add(format!("blk.{i}.attn_k_norm.weight"), &[self.n_rot()]);
+                }
+                SynthArch::Olmoe => {
+                    add(format!("blk.{i}.attn_q_norm.weight"), &[e]);
+                    add(format!("blk.{i}.attn_k_norm.weight"), &[kv]);
+                }
+                SynthArch::Llama => {}
+            }
+            if self.n_expert > 0 {
+                let n = self.n_expert;
+                add(format!("blk.{i}.ffn_gate_inp.weight"), &[e, n]);
+                add(format!("blk.{i}.ffn_gate_exps.weight"), &[e, f, n]);
+                add(format!("blk.{i}.ffn_up_exps.weight"), &[e, f, n]);
+                add(format!("blk.{i}.ffn_down_exps.weight"), &[f, e, n]);
+                continue;
+            }
             add(format!("blk.{i}.ffn_gate.weight"), &[e, f]);
             add(format!("blk.{i}.ffn_up.weight"), &[e, f]);
             add(format!("blk.{i}.ffn_down.weight"), &[f, e]);
@@ -262,13 +345,19 @@ pub fn metadata(shape: &Shape, vocab: &Metadata, seed: u64) -> anyhow::Result<(M
         .sum();
     let label = size_label(n_params);
     let mut md = Metadata::default();
-    let mut put = |k: &str, v: Value| md.push(k.to_string(), v);
+    let arch = shape.arch.name();
+    let mut put = |k: &str, v: Value| {
+        let k = k
+            .strip_prefix("llama.")
+            .map_or(k.to_string(), |s| format!("{arch}.{s}"));
+        md.push(k, v)
+    };
     let u32v = |x: u64| Value::U32(x as u32);
-    put("general.architecture", Value::String("llama".into()));
+    put("general.architecture", Value::String(arch.into()));
     put("general.type", Value::String("model".into()));
     put(
         "general.name",
-        Value::String(format!("modelc synthetic llama {label} (seed {seed})")),
+        Value::String(format!("modelc synthetic {arch} {label} (seed {seed})")),
     );
     put("general.size_label", Value::String(label));
     put("llama.block_count", u32v(shape.n_layer));
@@ -281,6 +370,13 @@ pub fn metadata(shape: &Shape, vocab: &Metadata, seed: u64) -> anyhow::Result<(M
     put("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
     put("llama.vocab_size", u32v(n_vocab));
     put("llama.rope.dimension_count", u32v(shape.n_rot()));
+    if shape.n_expert > 0 {
+        put("llama.expert_count", u32v(shape.n_expert));
+        put("llama.expert_used_count", u32v(shape.n_expert_used));
+        if shape.arch == SynthArch::Qwen3Moe {
+            put("llama.expert_feed_forward_length", u32v(shape.n_ff));
+        }
+    }
     for (k, v) in vocab.iter() {
         if k.starts_with("tokenizer.") {
             md.push(k.to_string(), v.clone());

@@ -151,7 +151,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     /// The file bytes of weight `id`, checked against the plan's type and shape.
-    fn raw(&mut self, id: WeightId) -> Result<&'w [u8], String> {
+    pub(crate) fn raw(&mut self, id: WeightId) -> Result<&'w [u8], String> {
         if let Some(d) = self.store.raw.get(&id) {
             return Ok(d);
         }
@@ -361,7 +361,7 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
     }
 
     /// A view that must be f32 with contiguous rows.
-    fn f32_view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
+    pub(crate) fn f32_view(&mut self, s: &Step, id: ValueId) -> Result<View, String> {
         let v = self.view(s, id)?;
         if v.dtype != DType::F32 || !v.rows_contiguous() {
             return Err(format!(
@@ -585,6 +585,9 @@ impl<'p, 'w, 's> Lowerer<'p, 'w, 's> {
                     })]
                 }
                 IrOp::Attention(p) => vec![self.attention(s, k, *p)?],
+                IrOp::TopK { .. } | IrOp::MoeWeights { .. } | IrOp::MulMatId | IrOp::MoeSum => {
+                    return super::moe::lower(self, s, k, op)
+                }
                 other => return Err(format!("no CPU kernel for op {}", other.name())),
             },
         })

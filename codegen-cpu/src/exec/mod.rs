@@ -33,6 +33,7 @@
 //! llama.cpp mode bit for bit (see [`crate::handwritten`] and their tests).
 
 mod lower;
+mod moe;
 mod mul_mat;
 mod ops;
 mod sync;

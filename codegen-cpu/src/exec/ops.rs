@@ -289,6 +289,8 @@ pub(crate) enum Op {
         y: View,
         scale: f32,
     },
+    /// A mixture-of-experts kernel ([`super::moe`]).
+    Moe(Box<super::moe::MoeOp>),
 }
 
 /// Rows per chunk of the row-wise ops.
@@ -321,6 +323,7 @@ impl Op {
             Op::RopeKv(r) => r.n_tokens.div_ceil(TOKENS_PER_CHUNK),
             Op::Attention(a) if seqs > 0 => a.k.ne[1] * seqs,
             Op::Attention(a) => a.n_chunks(threads),
+            Op::Moe(m) => m.n_chunks(),
             Op::Unary { y, .. }
             | Op::Binary { y, .. }
             | Op::Glu { y, .. }
@@ -352,6 +355,7 @@ impl Op {
             Op::MulMat(m) => m.run_chunk(ph, c, cx),
             Op::RopeKv(r) => rope_kv(r, c, cx),
             Op::Attention(a) => a.run_chunk(c, cx),
+            Op::Moe(m) => m.run_chunk(c, cx),
             Op::Unary { x, y, f } => {
                 let ne = y.dims(cx.kv_len);
                 for r in rows_of(c, ne[1] * ne[2] * ne[3]) {

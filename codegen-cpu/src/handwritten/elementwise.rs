@@ -330,8 +330,8 @@ unsafe fn soft_max_exp_avx2(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
 }
 
 /// `ggml_soft_max_ext` without mask over one row: `y = softmax(x · scale)`, as the
-/// interpreter computes it (`ir::interp::llama_cpu::soft_max_row`: `expf` of each value in
-/// order, the sum in f64, then `y · (1 / sum)`).
+/// interpreter computes it in llama.cpp's order (`ir::interp::llama_cpu::soft_max_row`:
+/// [`soft_max_exp`], then `y · (1 / sum)`).
 ///
 /// # Safety
 /// `x` valid for `n` reads, `y` for `n` writes; `y` may equal `x`.
@@ -342,15 +342,19 @@ pub(crate) unsafe fn soft_max_row(x: *const f32, y: *mut f32, n: usize, scale: f
         *y.add(i) = v;
         max = max.max(v);
     }
-    let mut sum = 0f64;
-    for i in 0..n {
-        let e = (*y.add(i) - max).exp();
-        *y.add(i) = e;
-        sum += e as f64;
-    }
+    // ggml_vec_soft_max_f32's x86 numbers: ggml_v_expf in groups of 8, libm's expf after.
+    let y = std::slice::from_raw_parts_mut(y, n);
+    let mut w = [0f32; 64];
+    let sum = if n <= w.len() {
+        w[..n].copy_from_slice(y);
+        soft_max_exp(&w[..n], max, y)
+    } else {
+        let w = y.to_vec();
+        soft_max_exp(&w, max, y)
+    };
     let inv = (1.0 / sum) as f32;
-    for i in 0..n {
-        *y.add(i) *= inv;
+    for v in y.iter_mut() {
+        *v *= inv;
     }
 }
 

@@ -13,7 +13,8 @@
 //! `convert_hf_to_gguf.py` writes for Llama 3.1's `llama3` rope scaling) divides the rope
 //! frequencies of every layer, as llama.cpp's `get_rope_factors` gives it to `ggml_rope_ext`.
 //! [`Variant`] covers the two families that differ from llama only inside the attention
-//! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope).
+//! input: qwen2 (Q/K/V biases required) and qwen3 (per-head Q/K RMS norms before rope), and
+//! the mixture-of-experts FFN of qwen3moe and llama with experts ([`Moe`]).
 
 use super::{Builder, Glu};
 use crate::error::{Error, Result};
@@ -29,14 +30,37 @@ pub(super) struct Variant {
     /// An optional `rope_freqs.weight` scales the rope frequencies (llama: Llama 3.1's
     /// `llama3` scaling; llama.cpp loads it for llama, not for qwen2 / qwen3).
     pub rope_freqs: bool,
+    /// The feed-forward block is a mixture of experts (qwen3moe; llama with experts).
+    pub moe: Option<Moe>,
 }
 
-/// Lowers a llama model; returns the logits.
+/// The mixture-of-experts feed-forward block of a llama-shaped family
+/// ([`Builder::moe_ffn`] with a softmax router and SwiGLU experts).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Moe {
+    /// Normalize the selected experts' weights to sum to one (`norm_w` of
+    /// `build_moe_ffn`).
+    pub norm_w: bool,
+    /// Multiplier of the weights (`w_scale`; 0 and 1 leave them as they are).
+    pub w_scale: f32,
+    /// Width of one expert's FFN.
+    pub n_ff_exp: u64,
+}
+
+/// Lowers a llama model; returns the logits. With `llama.expert_count` above 0 (Mixtral)
+/// every FFN is a mixture of experts of width `n_ff`, the selected experts' weights
+/// normalized to sum to one (llama.cpp's `llm_build_llama` with `ffn_gate_inp`).
 pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
+    let hp = b.hp;
     build_variant(
         b,
         Variant {
             rope_freqs: true,
+            moe: (hp.n_expert > 0).then_some(Moe {
+                norm_w: true,
+                w_scale: 0.0,
+                n_ff_exp: u64::from(hp.n_ff),
+            }),
             ..Variant::default()
         },
     )
@@ -95,7 +119,10 @@ pub(super) fn build_variant(b: &mut Builder<'_>, var: Variant) -> Result<TensorI
         }
         let ffn_inp = b.g.add(&format!("ffn_inp-{il}"), cur, inp_sa)?;
         let cur = b.layer_norm(ffn_inp, il, "ffn_norm.weight", e, "ffn_norm")?;
-        let cur = b.ffn(cur, il, Glu::Swiglu)?;
+        let cur = match var.moe {
+            None => b.ffn(cur, il, Glu::Swiglu)?,
+            Some(m) => b.moe_ffn(cur, il, m.n_ff_exp, m.norm_w, m.w_scale)?,
+        };
         x = b.g.add(&format!("l_out-{il}"), cur, ffn_inp)?;
     }
     b.output(x)

@@ -15,15 +15,20 @@
 //! - [`phi3`]: fused QKV and fused gate+up projections, split with views;
 //! - [`bert`]: an encoder: token + token-type + absolute position embeddings, layer norms
 //!   with bias, non-causal attention, a GELU feed-forward; it outputs hidden states only.
+//! - [`qwen3moe`]: qwen3's attention, a mixture-of-experts FFN ([`Builder::moe_ffn`]);
+//! - [`olmoe`]: Q/K RMS norms over the whole projection, unnormalized expert weights;
+//! - llama with `expert_count` (Mixtral): [`llama`] with a mixture-of-experts FFN.
 //!
 //! A new family adds a module with its `build` function and a line in [`Arch`].
 
 mod bert;
 mod gemma3;
 mod llama;
+mod olmoe;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 
 use crate::error::{Error, Result};
 use crate::hparams::HParams;
@@ -47,6 +52,10 @@ pub enum Arch {
     Phi3,
     /// `bert` (BERT, MiniLM, bge: embedding and reranking encoders).
     Bert,
+    /// `qwen3moe` (Qwen3-30B-A3B, Qwen3-235B-A22B).
+    Qwen3Moe,
+    /// `olmoe` (OLMoE-1B-7B).
+    Olmoe,
 }
 
 impl Arch {
@@ -59,8 +68,28 @@ impl Arch {
             "gemma3" => Arch::Gemma3,
             "phi3" => Arch::Phi3,
             "bert" => Arch::Bert,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "olmoe" => Arch::Olmoe,
             _ => return None,
         })
+    }
+
+    /// Every architecture modelc lowers.
+    pub const ALL: [Arch; 8] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Phi3,
+        Arch::Bert,
+        Arch::Qwen3Moe,
+        Arch::Olmoe,
+    ];
+
+    /// The names of [`Arch::ALL`], comma-separated (what an unsupported architecture's
+    /// error lists).
+    pub fn supported() -> String {
+        Arch::ALL.map(Arch::name).join(", ")
     }
 
     /// The GGUF name.
@@ -72,6 +101,8 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Phi3 => "phi3",
             Arch::Bert => "bert",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Olmoe => "olmoe",
         }
     }
 
@@ -86,8 +117,19 @@ impl Arch {
         match self {
             // bert has no rope (llama.cpp's LLAMA_ROPE_TYPE_NONE); the value is unused.
             Arch::Llama | Arch::Bert => RopeMode::Norm,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Phi3 => RopeMode::Neox,
+            Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Gemma3
+            | Arch::Phi3
+            | Arch::Qwen3Moe
+            | Arch::Olmoe => RopeMode::Neox,
         }
+    }
+
+    /// Whether the architecture's feed-forward blocks are mixtures of experts (it then
+    /// needs `{arch}.expert_count`).
+    pub fn is_moe(self) -> bool {
+        matches!(self, Arch::Qwen3Moe | Arch::Olmoe)
     }
 }
 
@@ -117,6 +159,8 @@ pub(crate) fn lower(
         Arch::Gemma3 => gemma3::build(&mut b)?,
         Arch::Phi3 => phi3::build(&mut b)?,
         Arch::Bert => bert::build(&mut b)?,
+        Arch::Qwen3Moe => qwen3moe::build(&mut b)?,
+        Arch::Olmoe => olmoe::build(&mut b)?,
     };
     b.g.mark_output(logits);
     b.g.verify()?;
@@ -477,6 +521,76 @@ impl<'m> Builder<'m> {
         self.proj(act, il, "ffn_down.weight", None, [f, e], "ffn_out")
     }
 
+    /// llama.cpp's `build_moe_ffn` with a softmax router and SwiGLU experts, on
+    /// `x {n_embd, n_tokens}` of layer `il`: `ffn_gate_inp {n_embd, n_expert}` gives the
+    /// router's logits, their softmax the probabilities; the `n_expert_used` most probable
+    /// experts' `ffn_gate_exps`, `ffn_up_exps` `{n_embd, n_ff_exp, n_expert}` and
+    /// `ffn_down_exps` `{n_ff_exp, n_embd, n_expert}` run on the token, and their outputs
+    /// are summed weighted by the probabilities (normalized to sum to one with `norm_w`,
+    /// times `w_scale` unless it is 0 or 1). Returns `ffn_moe_out-{il} {n_embd, n_tokens}`.
+    pub fn moe_ffn(
+        &mut self,
+        x: TensorId,
+        il: u32,
+        n_ff_exp: u64,
+        norm_w: bool,
+        w_scale: f32,
+    ) -> Result<TensorId> {
+        let hp = self.hp;
+        let (e, ne, n) = (
+            hp.n_embd as u64,
+            hp.n_expert as u64,
+            self.g.tensor(x).shape.ne[1],
+        );
+        let logits = self.proj(
+            x,
+            il,
+            "ffn_gate_inp.weight",
+            None,
+            [e, ne],
+            "ffn_moe_logits",
+        )?;
+        let probs = self
+            .g
+            .soft_max(&format!("ffn_moe_probs-{il}"), logits, 1.0)?;
+        let ids = self
+            .g
+            .argsort_top_k(&format!("ffn_moe_topk-{il}"), probs, hp.n_expert_used)?;
+        let weights = self.g.moe_weights(
+            &format!("ffn_moe_weights_norm-{il}"),
+            probs,
+            ids,
+            norm_w,
+            w_scale,
+        )?;
+        let cur = self
+            .g
+            .reshape(&format!("ffn_moe_inp-{il}"), x, &[e, 1, n])?;
+        let mm = |b: &mut Self, cur: TensorId, w: &str, ne: [u64; 2], name: &str| {
+            let wt = b.lw(il, w, &[ne[0], ne[1], hp.n_expert as u64])?;
+            Ok::<_, Error>(b.g.mul_mat_id(&format!("{name}-{il}"), wt, cur, ids)?)
+        };
+        let up = mm(self, cur, "ffn_up_exps.weight", [e, n_ff_exp], "ffn_moe_up")?;
+        let gate = mm(
+            self,
+            cur,
+            "ffn_gate_exps.weight",
+            [e, n_ff_exp],
+            "ffn_moe_gate",
+        )?;
+        let act = self.g.swiglu(&format!("ffn_moe_swiglu-{il}"), gate, up)?;
+        let down = mm(
+            self,
+            act,
+            "ffn_down_exps.weight",
+            [n_ff_exp, e],
+            "ffn_moe_down",
+        )?;
+        Ok(self
+            .g
+            .moe_sum(&format!("ffn_moe_out-{il}"), down, weights)?)
+    }
+
     /// Keeps only the rows that produce logits (`inp_out_ids`), as llama.cpp does in the
     /// last layer.
     pub fn select_outputs(&mut self, x: TensorId, name: &str) -> Result<TensorId> {
@@ -504,5 +618,23 @@ impl<'m> Builder<'m> {
             logits = self.g.softcap("result_output_softcap", logits, cap)?;
         }
         Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arch;
+
+    /// Every architecture is found by its name, and an unknown one's error names them all.
+    #[test]
+    fn names_round_trip_and_the_error_lists_them() {
+        for a in Arch::ALL {
+            assert_eq!(Arch::from_name(a.name()), Some(a));
+        }
+        let e = crate::error::Error::UnsupportedArch("mamba".into()).to_string();
+        assert!(
+            e.contains("'mamba'") && e.contains("qwen3moe") && e.contains("olmoe"),
+            "{e}"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub(super) fn build(b: &mut Builder<'_>) -> Result<TensorId> {
             rope_freqs: false,
             require_qkv_bias: false,
             qk_norm: true,
+            moe: None,
         },
     )
 }

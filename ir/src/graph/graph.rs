@@ -279,6 +279,41 @@ impl Graph {
     pub fn mul(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, GraphError> {
         self.op(name, Op::Mul, &[a, b])
     }
+    pub fn argsort_top_k(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        k: u32,
+    ) -> Result<TensorId, GraphError> {
+        self.op(name, Op::TopK { k }, &[x])
+    }
+    pub fn moe_weights(
+        &mut self,
+        name: &str,
+        probs: TensorId,
+        ids: TensorId,
+        norm: bool,
+        scale: f32,
+    ) -> Result<TensorId, GraphError> {
+        self.op(name, Op::MoeWeights { norm, scale }, &[probs, ids])
+    }
+    pub fn mul_mat_id(
+        &mut self,
+        name: &str,
+        a: TensorId,
+        b: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        self.op(name, Op::MulMatId, &[a, b, ids])
+    }
+    pub fn moe_sum(
+        &mut self,
+        name: &str,
+        experts: TensorId,
+        weights: TensorId,
+    ) -> Result<TensorId, GraphError> {
+        self.op(name, Op::MoeSum, &[experts, weights])
+    }
     pub fn hadamard(&mut self, name: &str, x: TensorId, n: u32) -> Result<TensorId, GraphError> {
         self.op(name, Op::Hadamard { n }, &[x])
     }

@@ -288,6 +288,92 @@ pub fn infer(op: &Op, srcs: &[SrcType]) -> Result<(DType, Shape), String> {
             }
             Ok((a.dtype, out))
         }
+        Op::TopK { k } => {
+            want_f32("x", a)?;
+            let k = u64::from(*k);
+            if k == 0 || k > a.shape.ne[0] || a.shape.has_kv() {
+                return Err(format!(
+                    "k = {k} must be in 1..={} of x {}",
+                    a.shape.ne[0],
+                    ts(a)
+                ));
+            }
+            let mut out = a.shape;
+            out.ne[0] = k;
+            Ok((DType::I32, out))
+        }
+        Op::MoeWeights { .. } => {
+            let ids = &srcs[1];
+            want_f32("probs", a)?;
+            let ok = ids.dtype == DType::I32
+                && ids.shape.rank() <= 2
+                && !ids.shape.has_kv()
+                && a.shape.rank() <= 2
+                && !a.shape.has_kv()
+                && ids.shape.ne[1] == a.shape.ne[1]
+                && ids.shape.ne[0] <= a.shape.ne[0];
+            if !ok {
+                return Err(format!(
+                    "probs {} and ids {} must be {{n_expert, T}} and I32 {{k ≤ n_expert, T}}",
+                    ts(a),
+                    ts(ids)
+                ));
+            }
+            Ok((DType::F32, ids.shape))
+        }
+        Op::MulMatId => {
+            let (b, ids) = (&srcs[1], &srcs[2]);
+            let (asz, bs, is) = (a.shape, b.shape, ids.shape);
+            if a.dtype == DType::I32 || !a.dtype.is_float() && a.dtype.block_size() == 1 {
+                return Err(format!("unsupported expert type {}", ts(a)));
+            }
+            want_f32("b", b)?;
+            if ids.dtype != DType::I32 || is.rank() > 2 || is.has_kv() {
+                return Err(format!("ids must be I32 {{k, T}}, got {}", ts(ids)));
+            }
+            if asz.has_kv() || bs.has_kv() || asz.ne[3] != 1 || bs.ne[3] != 1 {
+                return Err(format!("as {} and b {} must be 3-D", ts(a), ts(b)));
+            }
+            if asz.ne[0] != bs.ne[0] || asz.ne[0] % a.dtype.block_size() != 0 {
+                return Err(format!("as {} and b {} differ in ne0", ts(a), ts(b)));
+            }
+            if bs.ne[2] != is.ne[1] || !(bs.ne[1] == 1 || bs.ne[1] == is.ne[0]) {
+                return Err(format!(
+                    "b {} must be {{K, 1 or k, T}} for ids {}",
+                    ts(b),
+                    ts(ids)
+                ));
+            }
+            if is.ne[0] > asz.ne[2] {
+                return Err(format!(
+                    "ids {} select more than the {} experts",
+                    ts(ids),
+                    asz.ne[2]
+                ));
+            }
+            Ok((DType::F32, Shape::new(&[asz.ne[1], is.ne[0], is.ne[1]])))
+        }
+        Op::MoeSum => {
+            let w = &srcs[1];
+            want_f32("experts", a)?;
+            want_f32("weights", w)?;
+            let (e, ws) = (a.shape, w.shape);
+            if e.has_kv() || ws.has_kv() || e.ne[3] != 1 || ws.rank() > 2 {
+                return Err(format!(
+                    "experts {} and weights {} must be 3-D and 2-D",
+                    ts(a),
+                    ts(w)
+                ));
+            }
+            if ws.ne[0] != e.ne[1] || ws.ne[1] != e.ne[2] {
+                return Err(format!(
+                    "weights {} must be {{k, T}} for experts {}",
+                    ts(w),
+                    ts(a)
+                ));
+            }
+            Ok((DType::F32, Shape::new(&[e.ne[0], e.ne[2]])))
+        }
         Op::Cont => {
             if a.dtype.block_size() > 1 || a.dtype == DType::I32 {
                 return Err(format!("cont of {} is not supported", ts(a)));

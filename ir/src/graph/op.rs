@@ -296,6 +296,38 @@ pub enum Op {
         /// Values per rotation (a power of two).
         n: u32,
     },
+    /// The indices of the `k` largest values of each row, largest first
+    /// (`ggml_argsort_top_k`: a descending `ggml_argsort` cut to `k` columns): `x F32 {N, T}`
+    /// → `I32 {k, T}`. Equal values keep their index order (ggml's `std::sort` leaves the
+    /// order of ties unspecified). The experts a mixture-of-experts layer routes to.
+    TopK {
+        /// Indices kept per row, 1 ≤ k ≤ N.
+        k: u32,
+    },
+    /// The routing weights of the selected experts, as llama.cpp's `build_moe_ffn` computes
+    /// them from the router's probabilities: `probs F32 {n_expert, T}`, `ids I32 {k, T}` →
+    /// `F32 {k, T}` with `w[i, t] = probs[ids[i, t], t]` (`ggml_get_rows`); with `norm`,
+    /// divided by their sum (`ggml_sum_rows`, accumulated in f64 and rounded to f32) clamped
+    /// below to 6.103515625e-5 (`ggml_clamp`, `ggml_div`); then times `scale` unless it is 0
+    /// or 1 (`ggml_scale`, `expert_weights_scale`).
+    MoeWeights {
+        /// Normalize the weights to sum to one (`expert_weights_norm`).
+        norm: bool,
+        /// Multiplier (`expert_weights_scale`; 0 and 1 leave the weights as they are).
+        scale: f32,
+    },
+    /// Products with the selected experts' matrices (`ggml_mul_mat_id`):
+    /// `as {K, M, n_expert}` (a weight of any dtype), `b F32 {K, B1, T}` with `B1` 1 (every
+    /// slot reads the token's one row) or `k`, `ids I32 {k, T}` → `{M, k, T}` with
+    /// `out[m, i, t] = dot(row m of expert ids[i, t], row i % B1 of token t of b)`. Each
+    /// product is computed as one column of a `mul_mat` (ggml-cpu converts `b` to the weight
+    /// type's `vec_dot_type` and calls `vec_dot` per row and slot).
+    MulMatId,
+    /// The weighted sum of the experts' outputs (`ggml_mul` by the weights, then the
+    /// `ggml_add` chain of `build_moe_ffn`): `experts F32 {E, k, T}`, `weights F32 {k, T}` →
+    /// `{E, T}` with `out[e, t] = ((x0 w0 + x1 w1) + x2 w2) + …` in f32, each product rounded
+    /// before it is added, slots summed in order.
+    MoeSum,
 }
 
 impl Op {
@@ -324,6 +356,10 @@ impl Op {
             Op::Permute { .. } => "permute",
             Op::Cont => "cont",
             Op::Hadamard { .. } => "hadamard",
+            Op::TopK { .. } => "argsort_top_k",
+            Op::MoeWeights { .. } => "moe_weights",
+            Op::MulMatId => "mul_mat_id",
+            Op::MoeSum => "moe_sum",
         }
     }
 
@@ -348,7 +384,15 @@ impl Op {
     /// Allowed numbers of sources (min, max).
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::GetRows | Op::Add | Op::Mul | Op::MulMat | Op::Swiglu | Op::Geglu => (2, 2),
+            Op::GetRows
+            | Op::Add
+            | Op::Mul
+            | Op::MulMat
+            | Op::Swiglu
+            | Op::Geglu
+            | Op::MoeWeights { .. }
+            | Op::MoeSum => (2, 2),
+            Op::MulMatId => (3, 3),
             Op::Rope(_) => (2, 3),
             Op::KvStore => (3, 3),
             Op::Attention(_) => (4, 4),
@@ -364,7 +408,8 @@ impl Op {
             | Op::View { .. }
             | Op::Permute { .. }
             | Op::Cont
-            | Op::Hadamard { .. } => (1, 1),
+            | Op::Hadamard { .. }
+            | Op::TopK { .. } => (1, 1),
         }
     }
 
@@ -377,6 +422,10 @@ impl Op {
             Op::RmsNorm { eps } | Op::Norm { eps } => format!("eps={eps:e}"),
             Op::Scale { s } => format!("s={s}"),
             Op::Hadamard { n } => format!("n={n}"),
+            Op::TopK { k } => format!("k={k}"),
+            Op::MoeWeights { norm, scale } => {
+                format!("scale={scale}{}", if *norm { " norm" } else { "" })
+            }
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::SoftCap { cap } => format!("cap={cap}"),
             Op::Rope(p) => p.params(),
@@ -408,7 +457,9 @@ impl Op {
             | Op::Tanh
             | Op::Swiglu
             | Op::Geglu
-            | Op::Cont => String::new(),
+            | Op::Cont
+            | Op::MulMatId
+            | Op::MoeSum => String::new(),
         }
     }
 }

@@ -295,11 +295,20 @@ pub(crate) fn parse_op(
         "hadamard" => Op::Hadamard {
             n: p.num("n", name)?,
         },
+        "argsort_top_k" => Op::TopK {
+            k: p.num("k", name)?,
+        },
+        "moe_weights" => Op::MoeWeights {
+            scale: p.num("scale", name)?,
+            norm: p.flag("norm")?,
+        },
+        "mul_mat_id" => Op::MulMatId,
+        "moe_sum" => Op::MoeSum,
         _ => {
             return Err(ParseError::new(
                 line,
                 col,
-                format!("unknown op `{name}` (ops: get_rows, rms_norm, norm, add, mul, scale, mul_mat, rope, kv_store, attention, soft_max, silu, gelu, tanh, softcap, swiglu, geglu, reshape, view, permute, cont, hadamard)"),
+                format!("unknown op `{name}` (ops: get_rows, rms_norm, norm, add, mul, scale, mul_mat, rope, kv_store, attention, soft_max, silu, gelu, tanh, softcap, swiglu, geglu, reshape, view, permute, cont, hadamard, argsort_top_k, moe_weights, mul_mat_id, moe_sum)"),
             ))
         }
     };

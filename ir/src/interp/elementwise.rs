@@ -59,6 +59,22 @@ pub(crate) fn soft_max_row(x: &[f32], y: &mut [f32], scale: f32) {
     soft_max_in_place(y, max);
 }
 
+/// `ggml_soft_max_ext` without mask of one row as llama.cpp's x86 build computes it
+/// (`ggml_compute_forward_soft_max_f32`): `x · scale`, its max, `ggml_v_expf` in groups of 8
+/// and libm's `expf` after ([`crate::ggml::cpu_math::soft_max_exp`]), the sum in f64, then
+/// `y · (1 / sum)`.
+pub(crate) fn soft_max_row_x86(x: &[f32], y: &mut [f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = v * scale;
+        max = max.max(*o);
+    }
+    let w = y.to_vec();
+    let sum = crate::ggml::cpu_math::soft_max_exp(&w, max, y);
+    let inv = (1.0 / sum) as f32;
+    y.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// Turns scores `w` (max `max`) into probabilities as `ggml_vec_soft_max_f32` does.
 pub(crate) fn soft_max_in_place(w: &mut [f32], max: f32) {
     let mut sum = 0f64;

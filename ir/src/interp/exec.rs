@@ -273,6 +273,13 @@ impl<'w> Interpreter<'w> {
                     let x = ctx.floats(s[0]).map_err(err)?;
                     Val::F(map_rows(&x, &lay(s[0]), |a, y| norm_row(a, y, *eps)))
                 }
+                Op::SoftMax { scale } if self.opts.avx2_order => {
+                    // ggml_compute_forward_soft_max_f32 on x86: ggml_v_expf in groups of 8.
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::F(map_rows(&x, &lay(s[0]), |a, y| {
+                        super::elementwise::soft_max_row_x86(a, y, *scale)
+                    }))
+                }
                 Op::SoftMax { scale } => {
                     let x = ctx.floats(s[0]).map_err(err)?;
                     Val::F(map_rows(&x, &lay(s[0]), |a, y| soft_max_row(a, y, *scale)))
@@ -286,6 +293,63 @@ impl<'w> Interpreter<'w> {
                     } else {
                         binary(&a, &la, &b, &lb, |x, y| x * y)
                     })
+                }
+                Op::TopK { k } => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    Val::I(super::moe::top_k(&x, &lay(s[0]), *k as usize, &lo))
+                }
+                Op::MoeWeights { norm, scale } => {
+                    let p = ctx.floats(s[0]).map_err(err)?;
+                    let ids = ctx.ints(s[1]).map_err(err)?;
+                    Val::F(
+                        super::moe::moe_weights(
+                            &p,
+                            &lay(s[0]),
+                            ids,
+                            &lay(s[1]),
+                            *norm,
+                            *scale,
+                            &lo,
+                        )
+                        .map_err(err)?,
+                    )
+                }
+                Op::MulMatId => {
+                    let b = ctx.floats(s[1]).map_err(err)?;
+                    let ids = ctx.ints(s[2]).map_err(err)?;
+                    let at = graph.tensor(s[0]);
+                    let fl;
+                    let ex = match &vals[s[0].index()] {
+                        Val::W(data, ty) => super::moe::Experts::Weight {
+                            ty: *ty,
+                            data,
+                            ne: at.shape.ne.map(|n| n as usize),
+                        },
+                        _ => {
+                            fl = ctx.floats(s[0]).map_err(err)?;
+                            super::moe::Experts::Float {
+                                data: &fl,
+                                lay: lay(s[0]),
+                            }
+                        }
+                    };
+                    Val::F(
+                        super::moe::mul_mat_id(
+                            &ex,
+                            &b,
+                            &lay(s[1]),
+                            ids,
+                            &lay(s[2]),
+                            &lo,
+                            self.mat_opts(),
+                        )
+                        .map_err(err)?,
+                    )
+                }
+                Op::MoeSum => {
+                    let x = ctx.floats(s[0]).map_err(err)?;
+                    let w = ctx.floats(s[1]).map_err(err)?;
+                    Val::F(super::moe::moe_sum(&x, &lay(s[0]), &w, &lay(s[1]), &lo))
                 }
                 Op::Hadamard { n } => {
                     let n = *n as usize;
@@ -498,6 +562,11 @@ impl<'w> Interpreter<'w> {
             .outputs
             .iter()
             .map(|o| {
+                // An I32 output (a selection of experts) comes back as its bits.
+                if let Val::I(v) = &vals[o.index()] {
+                    let f: Vec<f32> = v.iter().map(|&i| f32::from_bits(i as u32)).collect();
+                    return Ok(dense(&f, &lay(*o)));
+                }
                 let v = ctx.floats(*o).map_err(InterpError::Input)?;
                 Ok(dense(&v, &lay(*o)))
             })
@@ -534,6 +603,10 @@ impl<'w> Interpreter<'w> {
                         InterpError::Input(format!("no data given for input {}", t.name))
                     })?;
                 let n = t.shape.n_elements().unwrap_or(0) as usize;
+                if t.dtype == crate::graph::DType::I32 && v.len() == n {
+                    // I32 data (a computed selection of experts) is given as its bits.
+                    return Ok(Val::I(v.iter().map(|x| x.to_bits() as i32).collect()));
+                }
                 if v.len() != n || t.dtype == crate::graph::DType::I32 {
                     return Err(InterpError::Input(format!(
                         "input {} is {} {}: expected {n} f32 values, got {}",

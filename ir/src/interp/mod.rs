@@ -28,6 +28,7 @@ mod exec;
 mod flash;
 mod layout;
 mod matmul;
+pub mod moe;
 mod qdot;
 mod rope;
 mod session;
@@ -200,9 +201,10 @@ pub mod llama_cpu {
         super::elementwise::norm_row(x, y, eps)
     }
 
-    /// `ggml_soft_max_ext` without mask of one row.
+    /// `ggml_soft_max_ext` without mask of one row, in llama.cpp's x86 numbers
+    /// (`ggml_v_expf` in groups of 8).
     pub fn soft_max_row(x: &[f32], y: &mut [f32], scale: f32) {
-        super::elementwise::soft_max_row(x, y, scale)
+        super::elementwise::soft_max_row_x86(x, y, scale)
     }
 
     /// GELU from ggml's f16 table.

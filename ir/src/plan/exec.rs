@@ -37,6 +37,8 @@ struct KernelGraph {
     graph: Graph,
     /// Arena buffers fed as data inputs, by input name.
     data: Vec<(String, BufferId)>,
+    /// Computed I32 arena values (selected experts) fed as I32 data inputs, by input name.
+    ints: Vec<(String, Value)>,
     /// For each graph output (in order), the kernel result it is.
     outs: Vec<usize>,
 }
@@ -286,11 +288,22 @@ impl<'p, 'w> PlanExec<'p, 'w> {
                     .collect::<Vec<f32>>(),
             );
         }
+        let ints: Vec<Vec<f32>> = kg
+            .ints
+            .iter()
+            .map(|(_, v)| self.gather(si, v, kv_len))
+            .collect();
         let data: Vec<(&str, &[f32])> = kg
             .data
             .iter()
             .zip(&bufs)
             .map(|((n, _), b)| (n.as_str(), b.as_slice()))
+            .chain(
+                kg.ints
+                    .iter()
+                    .zip(&ints)
+                    .map(|((n, _), b)| (n.as_str(), b.as_slice())),
+            )
             .collect();
         let inputs = Inputs {
             tokens: &tokens,
@@ -339,6 +352,7 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
     let kernel = &s.kernels[k];
     let mut g = Graph::new();
     let mut data = Vec::new();
+    let mut ints = Vec::new();
     let mut buf_inputs: HashMap<BufferId, TensorId> = HashMap::new();
     let mut kv_inputs: HashMap<super::KvId, TensorId> = HashMap::new();
     let mut operand = |g: &mut Graph, v: &Value| -> Result<TensorId, String> {
@@ -349,8 +363,13 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
                         .inputs
                         .iter()
                         .find(|i| s.value(i.value).same_view(v))
-                        .map(|i| i.kind.clone())
-                        .ok_or_else(|| format!("I32 value {} is not a step input", v.name))?;
+                        .map(|i| i.kind.clone());
+                    let Some(kind) = kind else {
+                        // A computed I32 value: its elements, gathered from the arena.
+                        let name = format!("ints{}", ints.len());
+                        ints.push((name.clone(), v.clone()));
+                        return Ok(g.input(name, Input::Data, DType::I32, v.shape));
+                    };
                     return Ok(g.input(v.name.clone(), kind, DType::I32, v.shape));
                 }
                 let t = match buf_inputs.get(&b) {
@@ -449,6 +468,7 @@ fn kernel_graph(plan: &Plan, s: &Step, k: usize) -> Result<KernelGraph, String> 
     Ok(KernelGraph {
         graph: g,
         data,
+        ints,
         outs,
     })
 }

@@ -5,7 +5,7 @@
 
 use super::quantize::{cancel_on_ctrl_c, progress_bar, show_progress};
 use crate::quantize::{self, FileType};
-use crate::synth::{Shape, Synth};
+use crate::synth::{Shape, Synth, SynthArch};
 use anyhow::{bail, Context};
 use ir::gguf::GgufFile;
 use std::io::IsTerminal;
@@ -39,6 +39,16 @@ pub struct SynthArgs {
     /// Key/value heads.
     #[arg(long)]
     pub n_head_kv: Option<u64>,
+    /// The architecture: llama (the default; with --n-expert, Mixtral-style), qwen3moe
+    /// (the default with --n-expert) or olmoe; the MoE ones need --n-expert.
+    #[arg(long)]
+    pub arch: Option<String>,
+    /// Experts per layer, each `--n-ff` wide (0: a dense FFN).
+    #[arg(long)]
+    pub n_expert: Option<u64>,
+    /// Experts each token is routed to (default 2 with `--n-expert`).
+    #[arg(long)]
+    pub n_expert_used: Option<u64>,
     /// The quantization (a llama-quantize name: Q4_1, Q8_0, Q4_K_M, F16, F32, ...).
     #[arg(long = "type", default_value = "Q4_1")]
     pub ftype: String,
@@ -83,6 +93,17 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         n_ff: args.n_ff.unwrap_or(base.n_ff),
         n_head: args.n_head.unwrap_or(base.n_head),
         n_head_kv: args.n_head_kv.unwrap_or(base.n_head_kv),
+        n_expert: args.n_expert.unwrap_or(base.n_expert),
+        arch: match (&args.arch, args.n_expert) {
+            (Some(a), _) => SynthArch::parse(a)?,
+            (None, Some(e)) if e > 0 => SynthArch::Qwen3Moe,
+            (None, _) => base.arch,
+        },
+        n_expert_used: match (args.n_expert, args.n_expert_used) {
+            (_, Some(n)) => n,
+            (Some(e), None) if e > 0 => 2.min(e),
+            _ => base.n_expert_used,
+        },
         ..base
     };
     let ftype = FileType::parse(&args.ftype)?;
