@@ -19,11 +19,14 @@ use runtime::session::Session;
 use runtime::synth_bert::BertFixture;
 use std::path::PathBuf;
 
-/// Writes the fixture to a fresh temporary file.
+/// Writes the fixture to a fresh temporary file (one per call: the tests run at once and
+/// must not read a file another is writing).
 fn fixture(weight_type: GgmlType, rerank: bool) -> PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("modelc-bert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("bert-{weight_type}-{rerank}.gguf"));
+    let path = dir.join(format!("bert-{weight_type}-{rerank}-{call}.gguf"));
     BertFixture {
         weight_type,
         rerank,
