@@ -42,6 +42,7 @@ impl std::fmt::Display for StreamRead {
 
 /// Every form this host runs.
 pub fn stream_reads() -> Vec<StreamRead> {
+    #[allow(unused_mut)] // x86-64 adds its vector widths
     let mut widths = vec![Width::Plain];
     #[cfg(target_arch = "x86_64")]
     {
