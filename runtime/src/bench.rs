@@ -257,7 +257,7 @@ pub fn read_bandwidth(threads: usize, remeasure: bool) -> f64 {
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
-    let key = format!("{cpu} / {threads} threads / probe 2");
+    let key = format!("{cpu} / {threads} threads / probe 3");
     let cached = cache
         .get(&key)
         .and_then(serde_json::Value::as_f64)
@@ -302,12 +302,12 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Read bandwidth in GB/s: `threads` threads each summing their share of a 512 MiB buffer
-/// (far beyond any last-level cache), in every form of the probe this host runs
+/// Read bandwidth in GB/s: `threads` threads each summing their share of a buffer far
+/// beyond the last-level cache ([`probe_bytes`]), in every form of the probe this host runs
 /// ([`codegen_cpu::stream::stream_reads`]: each vector width, one to four streams), best of
 /// three passes each after one that touches the pages: the best a streaming loop reaches.
 pub fn measure_read_bandwidth(threads: usize) -> f64 {
-    let words = vec![1u64; (512usize << 20) / 8];
+    let words = vec![1u64; probe_bytes() / 8];
     let threads = threads.max(1);
     let chunk = words.len().div_ceil(threads);
     let pass = |how| {
@@ -330,6 +330,31 @@ pub fn measure_read_bandwidth(threads: usize) -> f64 {
         .map(pass)
         .fold(f64::INFINITY, f64::min);
     (words.len() * 8) as f64 / best / 1e9
+}
+
+/// The probe's buffer: four times the largest CPU cache Linux reports
+/// (`/sys/devices/system/cpu/cpu0/cache/index*/size`; some machines report an L3 of
+/// hundreds of MiB), at least 512 MiB, at most 4 GiB.
+fn probe_bytes() -> usize {
+    let largest = (0..8)
+        .filter_map(|i| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))
+                .ok()
+        })
+        .filter_map(|t| {
+            let t = t.trim();
+            let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+            let n: usize = num.parse().ok()?;
+            Some(match unit {
+                "K" => n << 10,
+                "M" => n << 20,
+                "G" => n << 30,
+                _ => n,
+            })
+        })
+        .max()
+        .unwrap_or(0);
+    largest.saturating_mul(4).clamp(512 << 20, 4 << 30)
 }
 
 /// Prints llama-bench's markdown table (the report's `extra` columns before the test
