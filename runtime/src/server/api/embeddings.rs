@@ -293,16 +293,36 @@ async fn handle(
         })
         .collect();
     let total: usize = n_tokens.iter().sum();
+    Ok(Json(openai_list(
+        &body,
+        &ready.model_name,
+        total,
+        "data",
+        data,
+    )))
+}
+
+/// An OpenAI list response (`/v1/embeddings`, `/v1/rerank`): the request's `model` (else
+/// `model_name`), `object: "list"`, the usage of `n_tokens` prompt tokens, and `items` under
+/// `field`.
+pub(crate) fn openai_list(
+    body: &Body,
+    model_name: &str,
+    n_tokens: usize,
+    field: &str,
+    items: Vec<Value>,
+) -> Value {
     let model = match body.get("model") {
         Some(Value::String(m)) => m.clone(),
-        _ => ready.model_name.clone(),
+        _ => model_name.to_string(),
     };
-    Ok(Json(json!({
+    let mut v = json!({
         "model": model,
         "object": "list",
-        "usage": { "prompt_tokens": total, "total_tokens": total },
-        "data": data,
-    })))
+        "usage": { "prompt_tokens": n_tokens, "total_tokens": n_tokens },
+    });
+    v[field] = Value::Array(items);
+    v
 }
 
 /// The sequences of `input` (llama-server's `tokenize_input_prompts` with OpenAI's content

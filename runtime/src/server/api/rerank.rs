@@ -15,7 +15,7 @@
 //!   [{"index", "relevance_score"}]}`, or TEI's bare list `[{"index", "score"[, "text"]}]`.
 
 use crate::embed::Pooling;
-use crate::server::api::embeddings::EmbedJob;
+use crate::server::api::embeddings::{openai_list, EmbedJob};
 use crate::server::error::ApiError;
 use crate::server::params::Body;
 use crate::server::{read_body, AppState};
@@ -143,14 +143,11 @@ pub async fn rerank(
     if tei {
         return Ok(Json(Value::Array(results)));
     }
-    let model = match body.get("model") {
-        Some(Value::String(m)) => m.clone(),
-        _ => ready.model_name.clone(),
-    };
-    Ok(Json(json!({
-        "model": model,
-        "object": "list",
-        "usage": { "prompt_tokens": n_tokens, "total_tokens": n_tokens },
-        "results": results,
-    })))
+    Ok(Json(openai_list(
+        &body,
+        &ready.model_name,
+        n_tokens,
+        "results",
+        results,
+    )))
 }
